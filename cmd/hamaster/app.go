@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/hamaster/hamaster/errkind"
+)
+
+// env is the process environment as given to run (tests pass their own).
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	vars           map[string]string
+}
+
+func (e *env) get(k string) string { return e.vars[k] }
+
+// globals are the flags every command shares, resolved with the precedence
+// flag > HAMASTER_<NAME> environment variable > --config file > default.
+type globals struct {
+	cluster   string
+	provider  string
+	stateDir  string
+	output    string
+	logLevel  string
+	dryRun    bool
+	yes       bool
+	logger    *slog.Logger
+	providers []string
+}
+
+func (g *globals) json() bool { return g.output == "json" }
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, environ []string) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, vars: map[string]string{}}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			e.vars[k] = v
+		}
+	}
+	g := &globals{}
+	app := newApp(e, g)
+	err := app.RunContext(ctx, args)
+	if err != nil {
+		var exit cli.ExitCoder
+		if errors.As(err, &exit) && exit.ExitCode() == 0 {
+			return 0
+		}
+		fmt.Fprintf(stderr, "hamaster: %v\n", err)
+	}
+	return errkind.ExitCode(err)
+}
+
+func newApp(e *env, g *globals) *cli.App {
+	var notFound error
+	app := &cli.App{
+		Name:  "hamaster",
+		Usage: "make a Kubernetes control plane highly available, and keep it that way",
+		Description: `hamaster adds and removes control-plane replicas (etcd member as a learner,
+VM cloned from an existing master, certificates, load balancer or DNS) and
+does so safely: preflight checks, an etcd snapshot before every change,
+a journal so that re-running a command after a crash resumes it, and a
+cluster lock so two operators cannot change one cluster at once.
+
+Exit codes: 0 ok, 1 failed, 2 bad usage or bad input, 3 refused for safety
+or cluster unhealthy.
+
+Every global flag can also be set by an environment variable
+HAMASTER_<NAME> or a key of the --config YAML file; flags beat the
+environment, which beats the file.`,
+		Reader:          e.stdin,
+		Writer:          e.stdout,
+		ErrWriter:       e.stderr,
+		HideVersion:     true,
+		ExitErrHandler:  func(*cli.Context, error) {},
+		Flags:           globalFlags(e),
+		Before:          func(c *cli.Context) error { return g.load(c, e) },
+		CommandNotFound: func(c *cli.Context, name string) { notFound = usageErr("unknown command %q; see 'hamaster --help'", name) },
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return errkind.Mark(errkind.InvalidArgument, err)
+		},
+		Commands: []*cli.Command{
+			etcdCommand(e, g),
+		},
+	}
+	app.Commands = append(app.Commands, clusterCommands(e, g)...)
+	for _, c := range app.Commands {
+		setUsageErr(c)
+	}
+	prev := app.After
+	app.After = func(c *cli.Context) error {
+		if notFound != nil {
+			return notFound
+		}
+		if prev != nil {
+			return prev(c)
+		}
+		return nil
+	}
+	return app
+}
+
+// setUsageErr makes flag errors of every subcommand exit 2.
+func setUsageErr(c *cli.Command) {
+	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
+		return errkind.Mark(errkind.InvalidArgument, err)
+	}
+	for _, sub := range c.Subcommands {
+		setUsageErr(sub)
+	}
+}
+
+func usageErr(format string, args ...any) error {
+	return errkind.Errorf(errkind.InvalidArgument, format, args...)
+}
+
+func defaultStateDir(e *env) string {
+	if x := e.get("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "hamaster")
+	}
+	home := e.get("HOME")
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	return filepath.Join(home, ".local", "state", "hamaster")
+}
+
+func globalFlags(e *env) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "cluster", Value: "demo", EnvVars: []string{"HAMASTER_CLUSTER"}, Usage: "cluster `NAME` to act on"},
+		&cli.StringFlag{Name: "provider", Value: "local", EnvVars: []string{"HAMASTER_PROVIDER"}, Usage: "where the masters run: local|gce|aws"},
+		&cli.StringFlag{Name: "config", EnvVars: []string{"HAMASTER_CONFIG"}, Usage: "YAML `FILE` whose keys are flag names (cluster: prod, provider: local, ...)"},
+		&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(e), EnvVars: []string{"HAMASTER_STATE_DIR"}, Usage: "`DIR` for journals, snapshots, certificates and the local provider's replicas"},
+		&cli.StringFlag{Name: "output", Value: "text", EnvVars: []string{"HAMASTER_OUTPUT"}, Usage: "text|json"},
+		&cli.StringFlag{Name: "log-level", Value: "warn", EnvVars: []string{"HAMASTER_LOG_LEVEL"}, Usage: "debug|info|warn|error (logs go to stderr)"},
+		&cli.BoolFlag{Name: "dry-run", EnvVars: []string{"HAMASTER_DRY_RUN"}, Usage: "print the plan (every step and the calls it would make) and change nothing"},
+		&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, EnvVars: []string{"HAMASTER_YES"}, Usage: "do not ask for confirmation before changing the cluster"},
+	}
+}
+
+// load resolves globals: the config file fills what neither a flag nor the
+// environment set, then every value is validated.
+func (g *globals) load(c *cli.Context, e *env) error {
+	if err := applyConfigFile(c); err != nil {
+		return err
+	}
+	g.cluster = c.String("cluster")
+	g.provider = c.String("provider")
+	g.stateDir = c.String("state-dir")
+	g.output = c.String("output")
+	g.logLevel = c.String("log-level")
+	g.dryRun = c.Bool("dry-run")
+	g.yes = c.Bool("yes")
+	if err := validClusterName(g.cluster); err != nil {
+		return err
+	}
+	if g.provider != "local" && g.provider != "gce" && g.provider != "aws" {
+		return usageErr("--provider: unknown provider %q (valid: local, gce, aws)", g.provider)
+	}
+	if g.output != "text" && g.output != "json" {
+		return usageErr("--output: %q is not valid (valid: text, json)", g.output)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return usageErr("--log-level: %q is not valid (valid: debug, info, warn, error)", g.logLevel)
+	}
+	if g.stateDir == "" {
+		return usageErr("--state-dir: must not be empty")
+	}
+	g.logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	return nil
+}
+
+// validClusterName: DNS-label-like, since it becomes part of VM, LB and
+// record names in every cloud.
+func validClusterName(name string) error {
+	if name == "" || len(name) > 40 {
+		return usageErr("--cluster: %q must be 1-40 characters", name)
+	}
+	for i, r := range name {
+		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' && i > 0 && i < len(name)-1
+		if !ok {
+			return usageErr("--cluster: %q must be lower-case letters, digits and inner dashes (it becomes part of VM and LB names)", name)
+		}
+	}
+	return nil
+}

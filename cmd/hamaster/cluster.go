@@ -1,0 +1,416 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/local"
+	"github.com/hamaster/hamaster/workflows"
+)
+
+// registry wires every provider in one place.
+func registry() *providers.Registry {
+	r := providers.NewRegistry()
+	r.Register(local.Name, local.New)
+	return r
+}
+
+func (g *globals) settings(c *cli.Context) providers.Settings {
+	return providers.Settings{Cluster: g.cluster, StateDir: g.stateDir, Options: map[string]string{
+		local.OptNodeBinary: c.String("node-binary"),
+		local.OptSubnet:     c.String("subnet"),
+	}}
+}
+
+// openProvider builds the provider for --provider.
+func (g *globals) openProvider(c *cli.Context) (providers.Provider, error) {
+	reg := registry()
+	known := false
+	for _, n := range reg.Names() {
+		known = known || n == g.provider
+	}
+	if !known {
+		return nil, usageErr("--provider: %q is not available in this build yet (available: %s)", g.provider, strings.Join(reg.Names(), ", "))
+	}
+	return reg.Open(c.Context, g.provider, g.settings(c))
+}
+
+func (g *globals) deps(c *cli.Context, e *env, p providers.Provider) *workflows.Deps {
+	var sink workflows.Sink = &workflows.TextSink{W: e.stdout}
+	if g.json() {
+		sink = &workflows.JSONSink{W: e.stdout}
+	}
+	d := &workflows.Deps{Provider: p, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: e.stdout, Holder: strings.Join(c.Lineage()[0].Args().Slice(), " ")}
+	d.Holder = c.Command.Name
+	if step := e.get("HAMASTER_FAULT_CRASH_AFTER_STEP"); step != "" {
+		// Test-only fault hook: die like a killed process right after the
+		// named step is journaled, so crash-resume can be tested for real.
+		d.AfterStep = func(s string) error {
+			if s == step {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+			return nil
+		}
+	}
+	return d
+}
+
+// confirm prints the plan and asks on a terminal; without one it refuses
+// (exit 2) unless --yes.
+func (g *globals) confirm(e *env) func(plan string) error {
+	return func(plan string) error {
+		if g.yes {
+			if !g.json() {
+				fmt.Fprint(e.stdout, plan)
+			}
+			return nil
+		}
+		fmt.Fprint(e.stdout, plan)
+		f, ok := e.stdin.(*os.File)
+		if !ok || !isTerminal(f) {
+			return usageErr("not changing anything without confirmation: re-run with --yes (or --dry-run to only print the plan)")
+		}
+		fmt.Fprint(e.stdout, "Proceed? [y/N] ")
+		line, _ := bufio.NewReader(f).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+			return errkind.Errorf(errkind.FailedPrecondition, "aborted by the operator")
+		}
+		return nil
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func nodeBinaryFlag() cli.Flag {
+	return &cli.StringFlag{Name: "node-binary", EnvVars: []string{"HAMASTER_NODE_BINARY"}, Usage: "local provider: `PATH` of hamaster-node (default: next to hamaster, then $PATH)"}
+}
+
+func clusterCommands(e *env, g *globals) []*cli.Command {
+	return []*cli.Command{
+		{
+			Name:  "local",
+			Usage: "create or destroy a cluster on the embedded local provider (no cloud needed)",
+			Subcommands: []*cli.Command{
+				{
+					Name:  "up",
+					Usage: "create a single-master cluster: replicas are local processes running real etcd",
+					Description: `Creates the cluster record, a CA, and master-0 (<cluster>-master) as a
+hamaster-node process on 127.0.N.2 with the static IP 127.0.N.1 attached
+(N derived from the cluster name, or --subnet). Idempotent: running it
+again finishes an interrupted 'up'.
+
+Example:
+  hamaster --cluster demo local up --version v1.30.2`,
+					Flags: []cli.Flag{
+						&cli.StringFlag{Name: "version", Value: "v1.30.2", Usage: "control-plane `VERSION` master-0 reports"},
+						&cli.StringSliceFlag{Name: "extra-args", Usage: "control-plane flags (e.g. --v=2)"},
+						&cli.StringFlag{Name: "subnet", Usage: "N of 127.0.N.0/24 (1-254; default derived from the cluster name)"},
+						&cli.IntFlag{Name: "etcd-heartbeat-ms", Value: 100, Usage: "etcd heartbeat interval of the replicas"},
+						&cli.IntFlag{Name: "etcd-election-ms", Value: 1000, Usage: "etcd election timeout of the replicas"},
+						nodeBinaryFlag(),
+						&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "overall timeout"},
+					},
+					Action: func(c *cli.Context) error {
+						if err := applyCommandConfig(c); err != nil {
+							return err
+						}
+						if g.provider != local.Name {
+							return usageErr("--provider: 'local up' needs --provider local, not %q", g.provider)
+						}
+						if !strings.HasPrefix(c.String("version"), "v") {
+							return usageErr("--version: %q must look like v1.30.2", c.String("version"))
+						}
+						ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+						defer cancel()
+						o := local.UpOptions{Version: c.String("version"), ExtraArgs: c.StringSlice("extra-args"), Env: map[string]string{
+							"ETCD_HEARTBEAT_MS": fmt.Sprint(c.Int("etcd-heartbeat-ms")),
+							"ETCD_ELECTION_MS":  fmt.Sprint(c.Int("etcd-election-ms")),
+						}}
+						if g.dryRun {
+							fmt.Fprintf(e.stdout, "Plan: local up %s: cluster record, CA, master-0 %s, static IP attached. Dry run: nothing was changed.\n", g.cluster, local.MasterName(g.cluster))
+							return nil
+						}
+						p, err := local.Up(ctx, g.settings(c), o, func(s string) { fmt.Fprintln(e.stderr, s) })
+						if err != nil {
+							return fmt.Errorf("local up %s: %w", g.cluster, err)
+						}
+						d := g.deps(c, e, p)
+						ip := p.Info().StaticIP
+						if err := waitReady(ctx, d, ip); err != nil {
+							return err
+						}
+						fmt.Fprintf(e.stdout, "cluster %s is up: endpoint https://%s:6443 (etcd and apiserver on %s)\n", g.cluster, ip, local.MasterName(g.cluster))
+						return nil
+					},
+				},
+				{
+					Name:  "down",
+					Usage: "stop every process of a local cluster and remove its state",
+					Description: `Example:
+  hamaster --cluster demo local down`,
+					Action: func(c *cli.Context) error {
+						if g.provider != local.Name {
+							return usageErr("--provider: 'local down' needs --provider local, not %q", g.provider)
+						}
+						if g.dryRun {
+							fmt.Fprintf(e.stdout, "Plan: stop the load balancer and every replica of %s, remove %s/%s. Dry run: nothing was changed.\n", g.cluster, g.stateDir, g.cluster)
+							return nil
+						}
+						if err := local.Down(c.Context, g.settings(c)); err != nil {
+							return fmt.Errorf("local down %s: %w", g.cluster, err)
+						}
+						fmt.Fprintf(e.stdout, "cluster %s is down; nothing of it is left\n", g.cluster)
+						return nil
+					},
+				},
+			},
+		},
+		addReplicaCommand(e, g),
+		removeReplicaCommand(e, g),
+		statusCommand(e, g),
+	}
+}
+
+func waitReady(ctx context.Context, d *workflows.Deps, ip string) error {
+	base := fmt.Sprintf("https://%s:6443", ip)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := d.Probe(ctx, base, "/readyz")
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s/readyz: %w (last: %v)", base, ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+func addReplicaCommand(e *env, g *globals) *cli.Command {
+	return &cli.Command{
+		Name:  "add-replica",
+		Usage: "add a control-plane replica (the first add puts a load balancer on the static IP)",
+		Description: `Preflight (etcd reachable, every voter healthy, no pending learner, cluster
+lock) → etcd snapshot → clone a healthy replica's template → certificates
+for the new replica → etcd member added as a LEARNER → VM created →
+wait until caught up → promote to voter → first add only: move the
+static IP to a new L4 load balancer (health-checked on /readyz) → add the
+replica to the LB and wait until healthy → DNS (--dns-name) → verify.
+
+Re-running after a crash resumes at the first unfinished step.
+
+Example:
+  hamaster --cluster demo add-replica --yes`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "name", Usage: "replica `NAME` (default <cluster>-master-<3 hex>)"},
+			&cli.StringFlag{Name: "zone", Usage: "zone/failure domain for the new replica (cloud providers)"},
+			&cli.StringFlag{Name: "dns", Value: "static", Usage: "DNS driver: static (print the records to set)"},
+			&cli.StringFlag{Name: "dns-name", Usage: "DNS `NAME` of the endpoint; its A record is kept on the static IP"},
+			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait (caught up, LB healthy)"},
+			nodeBinaryFlag(),
+		},
+		Action: func(c *cli.Context) error {
+			if err := applyCommandConfig(c); err != nil {
+				return err
+			}
+			if n := c.String("name"); n != "" {
+				if err := validClusterName(n); err != nil {
+					return usageErr("--name: %q must be lower-case letters, digits and inner dashes", n)
+				}
+			}
+			p, err := g.openProvider(c)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			if _, err := p.DNS(c.String("dns")); err != nil {
+				return err
+			}
+			d := g.deps(c, e, p)
+			wf := workflows.AddReplica(d, workflows.AddParams{Name: c.String("name"), Zone: c.String("zone"), DNSKind: c.String("dns"), DNSName: c.String("dns-name"), Timeout: c.Duration("timeout")})
+			return workflows.Execute(c.Context, d, wf, workflows.Options{
+				DryRun: g.dryRun, Confirm: g.confirm(e),
+				Defaults: func(params map[string]string) {
+					if params["name"] == "" {
+						params["name"] = workflows.NewReplicaName(g.cluster)
+					}
+				},
+			})
+		},
+	}
+}
+
+func removeReplicaCommand(e *env, g *globals) *cli.Command {
+	return &cli.Command{
+		Name:  "remove-replica",
+		Usage: "remove a control-plane replica safely (the last-but-one removal demotes the LB)",
+		Description: `Refuses to remove the last replica or one whose removal would leave etcd
+without a healthy quorum (exit 3; --force overrides and names the risk).
+Order: out of the load balancer, then a drain grace period → DNS →
+etcd leadership moved away if the victim leads → member removed through
+another replica → VM and disk deleted → when one replica is left, the LB is
+deleted and the static IP given back to that replica. A replica whose
+add-replica was interrupted can be removed too.
+
+Example:
+  hamaster --cluster demo remove-replica --name demo-master-3f2 --yes`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "name", Required: true, Usage: "replica `NAME` to remove"},
+			&cli.BoolFlag{Name: "force", Usage: "remove even if etcd quorum would be at risk"},
+			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining from the LB before touching the replica"},
+			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait"},
+			nodeBinaryFlag(),
+		},
+		Action: func(c *cli.Context) error {
+			if err := applyCommandConfig(c); err != nil {
+				return err
+			}
+			if c.Duration("drain-grace") < 0 {
+				return usageErr("--drain-grace: must not be negative")
+			}
+			p, err := g.openProvider(c)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			d := g.deps(c, e, p)
+			name := c.String("name")
+			wf := workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Force: c.Bool("force"), DrainGrace: c.Duration("drain-grace"), Timeout: c.Duration("timeout")})
+			return workflows.Execute(c.Context, d, wf, workflows.Options{
+				DryRun: g.dryRun, Confirm: g.confirm(e), Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name},
+			})
+		},
+	}
+}
+
+func statusCommand(e *env, g *globals) *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "show replicas, etcd members, load balancer targets, endpoint and certificates",
+		Description: `Read-only; takes no lock. Exit 3 when the cluster is not healthy.
+
+Example:
+  hamaster --cluster demo status --output json`,
+		Flags: []cli.Flag{
+			nodeBinaryFlag(),
+			&cli.DurationFlag{Name: "timeout", Value: 20 * time.Second, Usage: "overall timeout"},
+		},
+		Action: func(c *cli.Context) error {
+			p, err := g.openProvider(c)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			d := g.deps(c, e, p)
+			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+			defer cancel()
+			rep, err := workflows.Status(ctx, d)
+			if err != nil {
+				return err
+			}
+			if g.json() {
+				if err := writeJSON(e.stdout, statusJSON(rep)); err != nil {
+					return err
+				}
+			} else {
+				printStatus(e, rep)
+			}
+			if !rep.Healthy() {
+				return errkind.Errorf(errkind.FailedPrecondition, "cluster %s is not healthy", g.cluster)
+			}
+			return nil
+		},
+	}
+}
+
+func statusJSON(rep workflows.Report) map[string]any {
+	targets := []map[string]any{}
+	if rep.LB != nil {
+		for _, t := range rep.LB.Targets {
+			targets = append(targets, map[string]any{"name": t.Name, "healthy": t.Healthy, "draining": t.Draining, "reason": t.Reason})
+		}
+	}
+	replicas := rep.Replicas
+	if replicas == nil {
+		replicas = []workflows.ReplicaStatus{}
+	}
+	out := map[string]any{
+		"cluster":       rep.Cluster,
+		"provider":      rep.Provider,
+		"endpoint":      rep.Endpoint,
+		"endpoint_kind": rep.EndpointKind,
+		"static_ip":     rep.StaticIP,
+		"dns_name":      rep.DNSName,
+		"healthy":       rep.Healthy(),
+		"replicas":      replicas,
+		"members":       toMemberJSON(rep.Members),
+		"lb":            map[string]any{"present": rep.LB != nil, "targets": targets},
+		"certificates":  rep.Certificates,
+	}
+	if rep.MembersError != "" {
+		out["members_error"] = rep.MembersError
+	}
+	if rep.Journal != nil {
+		out["last_workflow"] = map[string]any{"workflow": rep.Journal.Workflow, "params": rep.Journal.Params, "finished": rep.Journal.Finished}
+	}
+	return out
+}
+
+func printStatus(e *env, rep workflows.Report) {
+	w := e.stdout
+	fmt.Fprintf(w, "cluster %s (%s) endpoint %s [%s]", rep.Cluster, rep.Provider, rep.Endpoint, rep.EndpointKind)
+	if rep.StaticIPHolder != "" {
+		fmt.Fprintf(w, ", static IP attached to %s", rep.StaticIPHolder)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "\nREPLICAS")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tADDRESS\tVERSION\tSTATE\tHEALTHY")
+	for _, r := range rep.Replicas {
+		h := "yes"
+		if !r.Healthy {
+			h = "NO: " + r.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Address, r.Version, r.State, h)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nETCD MEMBERS")
+	if rep.MembersError != "" {
+		fmt.Fprintf(w, "unreachable: %s\n", rep.MembersError)
+	} else {
+		printMembers(w, rep.Members)
+	}
+	fmt.Fprintln(w, "\nLOAD BALANCER")
+	if rep.LB == nil {
+		fmt.Fprintln(w, "none (the static IP is attached to a replica)")
+	} else {
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "TARGET\tHEALTHY\tDRAINING\n")
+		for _, t := range rep.LB.Targets {
+			fmt.Fprintf(tw, "%s\t%v\t%v\n", t.Name, t.Healthy, t.Draining)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w, "\nAPISERVER CERTIFICATES")
+	for _, c := range rep.Certificates {
+		fmt.Fprintf(w, "%s: expires %s (in %dd); SANs: %s %s\n", c.Replica, c.NotAfter.Format(time.RFC3339), int(time.Until(c.NotAfter).Hours()/24), strings.Join(c.DNSNames, ","), strings.Join(c.IPs, ","))
+	}
+	if j := rep.Journal; j != nil && !j.Finished {
+		fmt.Fprintf(w, "\nUNFINISHED: %s %v — re-run it to finish\n", j.Workflow, j.Params)
+	}
+}

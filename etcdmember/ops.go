@@ -1,0 +1,433 @@
+package etcdmember
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/hamaster/hamaster/errkind"
+)
+
+// pollInterval is how often WaitCaughtUp and MoveLeader look at the cluster.
+const pollInterval = 50 * time.Millisecond
+
+// caughtUpSlack is how many raft entries a learner may trail the leader by
+// and still count as caught up. etcd itself accepts a promotion at 90% of
+// the leader's index; this is stricter so the promoted member does not
+// start its life as the slowest voter.
+const caughtUpSlack = 100
+
+// AddLearner adds a learner (a non-voting member) with peerURL; name is the
+// --name the new member will be started with. It returns the new member,
+// which has no name and no client URLs until it is started (with
+// initial-cluster-state "existing").
+//
+// AddLearner is idempotent: when a member already has peerURL it is returned
+// without any change (whatever its role), and a lost answer to an earlier
+// add (etcd's "Peer URLs already exists") is reconciled the same way. A
+// member with peerURL that started under another name, or another member
+// already named name, is an errkind.AlreadyExists error. If another member is
+// pending (a learner, or a member that never started) AddLearner refuses
+// with errkind.FailedPrecondition: only one addition at a time. etcd's
+// "unhealthy cluster" refusal, given for about 5s after a member connects,
+// is retried with backoff until ctx ends; any other failure is returned
+// without retrying. A malformed peerURL is errkind.InvalidArgument.
+func (c *Client) AddLearner(ctx context.Context, name, peerURL string) (Member, error) {
+	if err := validateURL(peerURL); err != nil {
+		return Member{}, errkind.Errorf(errkind.InvalidArgument, "add etcd member %s: peer URL %q: %w", name, peerURL, err)
+	}
+	ms, err := c.listMembers(ctx)
+	if err != nil {
+		return Member{}, fmt.Errorf("add etcd member %s: %w", name, err)
+	}
+	if m, ok := byPeerURL(ms, peerURL); ok {
+		return c.existing(ctx, m, name, peerURL)
+	}
+	for _, m := range ms {
+		if name != "" && m.Name == name {
+			return Member{}, errkind.Errorf(errkind.AlreadyExists,
+				"add etcd member %s: the name is already used by member %s with peer URLs %v", name, m.IDHex(), m.PeerURLs)
+		}
+	}
+	for _, m := range ms {
+		if m.Learner || len(m.ClientURLs) == 0 {
+			return Member{}, errkind.Errorf(errkind.FailedPrecondition,
+				"add etcd member %s: member %s with peer URLs %v is still pending (learner or not started); promote or remove it first",
+				name, m.label(), m.PeerURLs)
+		}
+	}
+
+	var resp *clientv3.MemberAddResponse
+	err = c.retry(ctx, "add learner", isUnhealthy, func() error {
+		var err error
+		resp, err = c.cli.MemberAddAsLearner(ctx, []string{peerURL})
+		return err
+	})
+	switch {
+	case errors.Is(err, rpctypes.ErrPeerURLExist):
+		// An earlier attempt (ours or a concurrent one) got there first.
+		ms, lerr := c.listMembers(ctx)
+		if lerr != nil {
+			return Member{}, fmt.Errorf("add etcd member %s: peer URL %s exists, then: %w", name, peerURL, lerr)
+		}
+		if m, ok := byPeerURL(ms, peerURL); ok {
+			return c.existing(ctx, m, name, peerURL)
+		}
+		return Member{}, fmt.Errorf("add etcd member %s: %w, yet no member lists it", name, err)
+	case errors.Is(err, rpctypes.ErrTooManyLearners):
+		return Member{}, errkind.Errorf(errkind.FailedPrecondition, "add etcd member %s: %w", name, err)
+	case err != nil:
+		return Member{}, fmt.Errorf("add etcd member %s as learner: %w", name, err)
+	}
+	m := Member{ID: resp.Member.ID, PeerURLs: resp.Member.PeerURLs, Learner: true, Err: errNotStarted}
+	c.log.InfoContext(ctx, "added etcd learner", "name", name, "id", m.IDHex(), "peer_url", peerURL)
+	return m, nil
+}
+
+// existing is AddLearner's answer when m already has peerURL.
+func (c *Client) existing(ctx context.Context, m Member, name, peerURL string) (Member, error) {
+	if m.Name != "" && name != "" && m.Name != name {
+		return Member{}, errkind.Errorf(errkind.AlreadyExists,
+			"add etcd member %s: peer URL %s already belongs to member %s", name, peerURL, m.label())
+	}
+	one := []Member{m}
+	c.fillStatus(ctx, one)
+	c.log.DebugContext(ctx, "etcd member already present", "name", name, "id", m.IDHex(), "peer_url", peerURL, "learner", m.Learner)
+	return one[0], nil
+}
+
+func byPeerURL(ms []Member, peerURL string) (Member, bool) {
+	for _, m := range ms {
+		for _, u := range m.PeerURLs {
+			if sameURL(u, peerURL) {
+				return m, true
+			}
+		}
+	}
+	return Member{}, false
+}
+
+func sameURL(a, b string) bool {
+	return strings.TrimSuffix(a, "/") == strings.TrimSuffix(b, "/")
+}
+
+func find(ms []Member, id uint64) (Member, bool) {
+	for _, m := range ms {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// WaitCaughtUp waits until the learner id has caught up with the leader: its
+// committed raft index is within a small slack of the leader's. It returns
+// nil at once if id is already a voter, an errkind.NotFound error if there
+// is no such member, and when ctx ends an errkind.Unavailable error saying
+// how far behind (or why unreachable) the learner last was. It polls every
+// 50ms and changes nothing.
+func (c *Client) WaitCaughtUp(ctx context.Context, id uint64) error {
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	var leader uint64 // cached between polls
+	why := "not checked yet"
+	for {
+		done, err := c.caughtUp(ctx, id, &leader, &why)
+		if err != nil {
+			return fmt.Errorf("wait for etcd member %x to catch up: %w", id, err)
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errkind.Errorf(errkind.Unavailable, "wait for etcd member %x to catch up: %w (%s)", id, ctx.Err(), why)
+		case <-t.C:
+		}
+	}
+}
+
+// caughtUp is one poll of WaitCaughtUp. Transient trouble is reported
+// through why, not as an error.
+func (c *Client) caughtUp(ctx context.Context, id uint64, leader *uint64, why *string) (bool, error) {
+	ms, err := c.listMembers(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			*why = err.Error()
+			return false, nil
+		}
+		return false, err
+	}
+	m, ok := find(ms, id)
+	if !ok {
+		return false, errkind.Errorf(errkind.NotFound, "etcd member %x not found", id)
+	}
+	if !m.Learner {
+		return true, nil
+	}
+	if len(m.ClientURLs) == 0 {
+		*why = "learner not started"
+		return false, nil
+	}
+	// The leader's index is read before the learner's, so a busy cluster
+	// does not make the learner look further behind than it is.
+	var lst *pb.StatusResponse
+	if l, ok := find(ms, *leader); ok && *leader != id {
+		lst, _ = c.memberStatus(ctx, l)
+	}
+	st, err := c.memberStatus(ctx, m)
+	if err != nil {
+		*why = "learner unreachable: " + err.Error()
+		return false, nil
+	}
+	if st.Leader == 0 {
+		*why = "learner knows no leader"
+		return false, nil
+	}
+	if st.Leader != *leader || lst == nil {
+		*leader = st.Leader
+		*why = "looking up the leader"
+		return false, nil
+	}
+	if st.RaftIndex+caughtUpSlack >= lst.RaftIndex {
+		return true, nil
+	}
+	*why = fmt.Sprintf("learner at raft index %d, leader at %d", st.RaftIndex, lst.RaftIndex)
+	return false, nil
+}
+
+// Promote makes the learner id a voter. It is idempotent: a member that is
+// already a voter is left alone and nil returned. An unknown id is an
+// errkind.NotFound error. etcd's refusals that clear by themselves (learner
+// not yet in sync with the leader, unhealthy cluster, not enough started
+// members, leader election) are retried with backoff until ctx ends; then
+// the error is errkind.Unavailable and carries the last refusal.
+func (c *Client) Promote(ctx context.Context, id uint64) error {
+	ms, err := c.listMembers(ctx)
+	if err != nil {
+		return fmt.Errorf("promote etcd member %x: %w", id, err)
+	}
+	m, ok := find(ms, id)
+	if !ok {
+		return errkind.Errorf(errkind.NotFound, "promote etcd member %x: not found", id)
+	}
+	if !m.Learner {
+		return nil
+	}
+	retryable := func(err error) bool {
+		return isTransient(err) || errors.Is(err, rpctypes.ErrMemberLearnerNotReady) ||
+			errors.Is(err, rpctypes.ErrMemberNotEnoughStarted)
+	}
+	err = c.retry(ctx, "promote", retryable, func() error {
+		_, err := c.cli.MemberPromote(ctx, id)
+		return err
+	})
+	switch {
+	case err == nil:
+		c.log.InfoContext(ctx, "promoted etcd learner", "member", m.label())
+		return nil
+	case errors.Is(err, rpctypes.ErrMemberNotLearner):
+		return nil // promoted by an earlier attempt whose answer was lost
+	case errors.Is(err, rpctypes.ErrMemberNotFound):
+		return errkind.Errorf(errkind.NotFound, "promote etcd member %s: %w", m.label(), err)
+	default:
+		return fmt.Errorf("promote etcd member %s: %w", m.label(), err)
+	}
+}
+
+// MoveLeader makes sure awayFrom is not the leader. If it is not (or no
+// longer) the leader it returns the current leader and nil without doing
+// anything. Otherwise it transfers leadership to the healthy voter, other
+// than awayFrom, with the highest raft index, asking the leader itself (etcd
+// accepts the request only there), and waits until the cluster reports a
+// leader other than awayFrom, which it returns. With no such voter it is an
+// errkind.FailedPrecondition error. While the cluster has no leader it
+// polls until ctx ends.
+func (c *Client) MoveLeader(ctx context.Context, awayFrom uint64) (newLeader uint64, err error) {
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	why := "not checked yet"
+	wait := func() error {
+		select {
+		case <-ctx.Done():
+			return errkind.Errorf(errkind.Unavailable, "move etcd leadership away from %x: %w (%s)", awayFrom, ctx.Err(), why)
+		case <-t.C:
+			return nil
+		}
+	}
+	var target Member
+	for target.ID == 0 {
+		ms, err := c.Members(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("move etcd leadership away from %x: %w", awayFrom, err)
+		}
+		leader, ok := leaderOf(ms)
+		switch {
+		case !ok:
+			why = "no leader"
+		case leader.ID != awayFrom:
+			return leader.ID, nil
+		default:
+			cand, ok := transferee(ms, awayFrom)
+			if !ok {
+				return 0, errkind.Errorf(errkind.FailedPrecondition,
+					"move etcd leadership away from %s: no healthy voter to move it to", leader.label())
+			}
+			err := c.withClientFor([]Member{leader}, func(cli *clientv3.Client) error {
+				_, err := cli.MoveLeader(ctx, cand.ID)
+				return err
+			})
+			switch {
+			case err == nil:
+				c.log.InfoContext(ctx, "moved etcd leadership", "from", leader.label(), "to", cand.label())
+				target = cand
+				continue
+			case isTransient(err):
+				why = err.Error() // e.g. the leader changed meanwhile: look again
+			default:
+				return 0, fmt.Errorf("move etcd leadership from %s to %s: %w", leader.label(), cand.label(), err)
+			}
+		}
+		if err := wait(); err != nil {
+			return 0, err
+		}
+	}
+	// The old leader answered once the transferee led in its eyes; wait
+	// until the transferee agrees, so callers see a settled cluster.
+	for {
+		st, err := c.memberStatus(ctx, target)
+		if err == nil && st.Leader != 0 && st.Leader != awayFrom {
+			return st.Leader, nil
+		}
+		why = fmt.Sprintf("waiting for %s to report the new leader", target.label())
+		if err := wait(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func leaderOf(ms []Member) (Member, bool) {
+	for _, m := range ms {
+		if m.Leader {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// transferee picks the healthy voter other than awayFrom with the highest
+// raft index.
+func transferee(ms []Member, awayFrom uint64) (Member, bool) {
+	var best Member
+	found := false
+	for _, m := range ms {
+		if m.Learner || !m.Healthy || m.ID == awayFrom {
+			continue
+		}
+		if !found || m.RaftIndex > best.RaftIndex {
+			best, found = m, true
+		}
+	}
+	return best, found
+}
+
+// Remove removes the member id. It is idempotent: a member that is already
+// gone returns nil. Before removing it checks CanRemove against a fresh
+// Members result and returns its errkind.FailedPrecondition refusal. The
+// request is sent through the healthy voters other than id, never through
+// id's own endpoint. etcd's refusals that clear by themselves ("unhealthy
+// cluster" for about 5s after a member connects, a leader election) are
+// retried with backoff until ctx ends.
+//
+// Removing the leader works, but costs the cluster an election; call
+// MoveLeader first to avoid it.
+func (c *Client) Remove(ctx context.Context, id uint64) error {
+	ms, err := c.Members(ctx)
+	if err != nil {
+		return fmt.Errorf("remove etcd member %x: %w", id, err)
+	}
+	victim, ok := find(ms, id)
+	if !ok {
+		return nil
+	}
+	if err := CanRemove(ms, id); err != nil {
+		return fmt.Errorf("remove etcd member %s: %w", victim.label(), err)
+	}
+	var via []Member
+	for _, m := range ms {
+		if m.ID != id && !m.Learner && m.Healthy {
+			m.ClientURLs = withoutURLs(m.ClientURLs, victim.ClientURLs)
+			via = append(via, m)
+		}
+	}
+	if len(via) == 0 {
+		return errkind.Errorf(errkind.Unavailable, "remove etcd member %s: no healthy voter to send the removal through", victim.label())
+	}
+	retryable := func(err error) bool {
+		return isTransient(err) || errors.Is(err, rpctypes.ErrMemberNotEnoughStarted)
+	}
+	err = c.withClientFor(via, func(cli *clientv3.Client) error {
+		return c.retry(ctx, "remove", retryable, func() error {
+			_, err := cli.MemberRemove(ctx, id)
+			return err
+		})
+	})
+	switch {
+	case err == nil:
+		c.log.InfoContext(ctx, "removed etcd member", "member", victim.label(), "was_leader", victim.Leader, "learner", victim.Learner)
+		return nil
+	case errors.Is(err, rpctypes.ErrMemberNotFound):
+		return nil // removed by an earlier attempt whose answer was lost
+	default:
+		return fmt.Errorf("remove etcd member %s: %w", victim.label(), err)
+	}
+}
+
+func withoutURLs(urls, drop []string) []string {
+	var out []string
+	for _, u := range urls {
+		keep := true
+		for _, d := range drop {
+			if sameURL(u, d) {
+				keep = false
+			}
+		}
+		if keep {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// InitialCluster returns the initial-cluster value ("name=peerURL,...") a
+// member joining with initial-cluster-state "existing" must be started with:
+// every member of members with each of its peer URLs, the member that has
+// peerURL (the one just added, which has no name yet) under name, and
+// name=peerURL added if no member has it. A member that never started is
+// listed under its hex ID, since etcd matches members by peer URL, not name.
+func InitialCluster(members []Member, name, peerURL string) string {
+	var parts []string
+	found := false
+	for _, m := range members {
+		n := m.Name
+		if _, ok := byPeerURL([]Member{m}, peerURL); ok {
+			n, found = name, true
+		}
+		if n == "" {
+			n = m.IDHex()
+		}
+		for _, u := range m.PeerURLs {
+			parts = append(parts, n+"="+u)
+		}
+	}
+	if !found {
+		parts = append(parts, name+"="+peerURL)
+	}
+	return strings.Join(parts, ",")
+}

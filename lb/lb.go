@@ -1,0 +1,69 @@
+// Package lb is the load-balancer seam: the interface a provider implements
+// for its L4 load balancer and the cluster's static IP, and the cloud-neutral
+// sequences built on it (promote the static IP to an LB, demote it back,
+// drain a target, wait until healthy).
+//
+// Contract: every method waits for the cloud's long-running operation
+// before returning; mutating methods are idempotent; Get on a missing LB
+// returns errkind.NotFound; Delete and RemoveTarget treat absent as success.
+package lb
+
+import (
+	"context"
+)
+
+// Target is one apiserver behind the LB, named by its replica.
+type Target struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+}
+
+// TargetHealth is the LB's own view of a target.
+type TargetHealth struct {
+	Name     string `json:"name"`
+	Address  string `json:"address,omitempty"`
+	Healthy  bool   `json:"healthy"`
+	Draining bool   `json:"draining,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// Status describes an existing load balancer.
+type Status struct {
+	// IP is the address clients use: the cluster's static IP.
+	IP      string         `json:"ip"`
+	Targets []TargetHealth `json:"targets"`
+}
+
+// LoadBalancer is an L4 (TCP) load balancer on the cluster's static IP that
+// health-checks each apiserver's /readyz over HTTPS and forwards only to
+// healthy targets.
+type LoadBalancer interface {
+	// Get returns the LB's status or errkind.NotFound when there is none.
+	Get(ctx context.Context) (Status, error)
+	// Create creates the LB on ip with targets and returns once it forwards
+	// (or errs). The static IP must already be detached from any replica.
+	// Existing LB: targets are reconciled to at least those given.
+	Create(ctx context.Context, ip string, targets []Target) error
+	// AddTarget registers a target (or takes it out of draining).
+	AddTarget(ctx context.Context, t Target) error
+	// DrainTarget stops new connections to a target; open connections go
+	// on. Missing target: success.
+	DrainTarget(ctx context.Context, name string) error
+	// RemoveTarget deregisters a target. Missing target: success.
+	RemoveTarget(ctx context.Context, name string) error
+	// Delete deletes the LB and everything it created (health checks,
+	// groups, listeners), leaving the static IP reserved but unattached.
+	Delete(ctx context.Context) error
+}
+
+// StaticIP is the cluster's reserved public address.
+type StaticIP interface {
+	// Get returns the address and the replica it is attached to ("" when
+	// unattached or owned by the LB).
+	Get(ctx context.Context) (ip string, attachedTo string, err error)
+	// Attach attaches the address to a replica (a no-op if already there).
+	Attach(ctx context.Context, replica string) error
+	// Detach frees the address from whatever replica holds it and waits
+	// until that replica no longer answers on it.
+	Detach(ctx context.Context) error
+}

@@ -1,0 +1,122 @@
+package lb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hamaster/hamaster/errkind"
+)
+
+// PollInterval is how often the sequences below look at the LB again.
+const PollInterval = 100 * time.Millisecond
+
+// Exists reports whether the LB exists.
+func Exists(ctx context.Context, l LoadBalancer) (bool, error) {
+	_, err := l.Get(ctx)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, errkind.NotFound):
+		return false, nil
+	default:
+		return false, fmt.Errorf("look up load balancer: %w", err)
+	}
+}
+
+// Promote turns a single-replica cluster's static IP into a load balancer:
+// free the IP from the replica that holds it, create the LB on that IP with
+// that replica as its only target, and wait until the LB reports it healthy.
+// Clients keep the same address; between the detach and the LB taking the
+// address new connections are refused for a moment. Idempotent: an existing
+// LB is only checked for the target.
+func Promote(ctx context.Context, sip StaticIP, l LoadBalancer, first Target) error {
+	exists, err := Exists(ctx, l)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		ip, _, err := sip.Get(ctx)
+		if err != nil {
+			return fmt.Errorf("promote static IP: %w", err)
+		}
+		if err := sip.Detach(ctx); err != nil {
+			return fmt.Errorf("promote static IP %s: detach: %w", ip, err)
+		}
+		if err := l.Create(ctx, ip, []Target{first}); err != nil {
+			return fmt.Errorf("promote static IP %s: create load balancer: %w", ip, err)
+		}
+	} else if err := l.AddTarget(ctx, first); err != nil {
+		return fmt.Errorf("promote static IP: add %s: %w", first.Name, err)
+	}
+	return WaitHealthy(ctx, l, first.Name)
+}
+
+// Demote reverses Promote when one replica is left: delete the LB and
+// attach the static IP to that replica again. Idempotent.
+func Demote(ctx context.Context, sip StaticIP, l LoadBalancer, last string) error {
+	if err := l.Delete(ctx); err != nil {
+		return fmt.Errorf("demote: delete load balancer: %w", err)
+	}
+	if err := sip.Attach(ctx, last); err != nil {
+		return fmt.Errorf("demote: attach static IP to %s: %w", last, err)
+	}
+	return nil
+}
+
+// Drain stops new connections to a target, then waits grace so that
+// clients finish what they were doing before the replica is touched
+// (the LB's health checks also notice in that time).
+func Drain(ctx context.Context, l LoadBalancer, name string, grace time.Duration) error {
+	if err := l.DrainTarget(ctx, name); err != nil {
+		return fmt.Errorf("drain %s: %w", name, err)
+	}
+	if grace <= 0 {
+		return nil
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("drain %s: grace period: %w", name, ctx.Err())
+	}
+}
+
+// WaitHealthy polls the LB until it reports the target healthy and not
+// draining, or ctx ends; the error then names the last reason seen.
+func WaitHealthy(ctx context.Context, l LoadBalancer, name string) error {
+	tick := time.NewTicker(PollInterval)
+	defer tick.Stop()
+	last := "not registered"
+	for {
+		st, err := l.Get(ctx)
+		if err == nil {
+			last = "not registered"
+			for _, t := range st.Targets {
+				if t.Name != name {
+					continue
+				}
+				if t.Healthy && !t.Draining {
+					return nil
+				}
+				last = "unhealthy"
+				if t.Draining {
+					last = "draining"
+				}
+				if t.Reason != "" {
+					last += ": " + t.Reason
+				}
+			}
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait until the load balancer sees %s healthy (last: %s): %w", name, last, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}

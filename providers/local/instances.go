@@ -1,0 +1,295 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/fsutil"
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/local/node"
+)
+
+// instances implements providers.Instances with hamaster-node processes.
+type instances struct{ p *Provider }
+
+func (in *instances) proc(name string) proc {
+	return proc{pidFile: in.p.l.rfile(name, "node.pid"), marker: in.p.l.rfile(name, "env")}
+}
+
+// List implements providers.Instances: every replica dir of the cluster.
+func (in *instances) List(ctx context.Context) ([]providers.Replica, error) {
+	ents, err := os.ReadDir(in.p.l.replicas())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list replicas: %w", err)
+	}
+	var out []providers.Replica
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		r, err := in.Get(ctx, e.Name())
+		if errors.Is(err, errkind.NotFound) {
+			continue // a dir without a template: an address reservation only
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Get implements providers.Instances.
+func (in *instances) Get(_ context.Context, name string) (providers.Replica, error) {
+	b, err := os.ReadFile(in.p.l.rfile(name, "template.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return providers.Replica{}, errkind.Errorf(errkind.NotFound, "replica %s not found in cluster %s", name, in.p.cluster)
+	}
+	if err != nil {
+		return providers.Replica{}, fmt.Errorf("read replica %s: %w", name, err)
+	}
+	var t providers.Template
+	if err := json.Unmarshal(b, &t); err != nil {
+		return providers.Replica{}, fmt.Errorf("read replica %s template: %w", name, err)
+	}
+	addr, err := in.address(name)
+	if err != nil {
+		return providers.Replica{}, err
+	}
+	state := providers.StateStopped
+	if in.proc(name).pid() != 0 {
+		state = providers.StateRunning
+	}
+	return providers.Replica{Name: name, Address: addr, State: state, Template: t}, nil
+}
+
+func (in *instances) readAddresses() (map[string]string, error) {
+	m := map[string]string{}
+	b, err := os.ReadFile(in.p.l.addresses())
+	if errors.Is(err, os.ErrNotExist) {
+		return m, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read address reservations: %w", err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("read address reservations %s: %w", in.p.l.addresses(), err)
+	}
+	return m, nil
+}
+
+func (in *instances) address(name string) (string, error) {
+	m, err := in.readAddresses()
+	if err != nil {
+		return "", err
+	}
+	a, ok := m[name]
+	if !ok {
+		return "", errkind.Errorf(errkind.NotFound, "replica %s has no reserved address", name)
+	}
+	return a, nil
+}
+
+// ReserveAddress implements providers.Instances: the lowest free
+// 127.0.N.x, x in 2..254 (.1 is the static IP).
+func (in *instances) ReserveAddress(_ context.Context, name, _ string) (string, error) {
+	in.p.mu.Lock()
+	defer in.p.mu.Unlock()
+	m, err := in.readAddresses()
+	if err != nil {
+		return "", err
+	}
+	if a, ok := m[name]; ok {
+		return a, nil
+	}
+	used := map[string]bool{}
+	for _, a := range m {
+		used[a] = true
+	}
+	for x := 2; x < 255; x++ {
+		a := fmt.Sprintf("127.0.%d.%d", in.p.info.Subnet, x)
+		if used[a] {
+			continue
+		}
+		m[name] = a
+		if err := writeJSON(in.p.l.addresses(), m, 0o600); err != nil {
+			return "", err
+		}
+		return a, nil
+	}
+	return "", errkind.Errorf(errkind.FailedPrecondition, "no free address left in 127.0.%d.0/24", in.p.info.Subnet)
+}
+
+// ReleaseAddress implements providers.Instances.
+func (in *instances) ReleaseAddress(_ context.Context, name string) error {
+	in.p.mu.Lock()
+	defer in.p.mu.Unlock()
+	m, err := in.readAddresses()
+	if err != nil {
+		return err
+	}
+	if _, ok := m[name]; !ok {
+		return nil
+	}
+	delete(m, name)
+	return writeJSON(in.p.l.addresses(), m, 0o600)
+}
+
+// Create implements providers.Instances.
+func (in *instances) Create(ctx context.Context, name, _ string, tmpl providers.Template) (providers.Replica, error) {
+	if r, err := in.Get(ctx, name); err == nil && r.Running() {
+		return r, nil
+	}
+	if err := in.boot(ctx, name, tmpl); err != nil {
+		return providers.Replica{}, fmt.Errorf("create replica %s: %w", name, err)
+	}
+	return in.Get(ctx, name)
+}
+
+// Recreate implements providers.Instances: stop the process, write the new
+// template, start again on the same data dir and address.
+func (in *instances) Recreate(ctx context.Context, name string, tmpl providers.Template) (providers.Replica, error) {
+	if _, err := in.Get(ctx, name); err != nil {
+		return providers.Replica{}, err
+	}
+	if err := in.proc(name).stop(ctx, 15*time.Second); err != nil {
+		return providers.Replica{}, fmt.Errorf("recreate replica %s: stop: %w", name, err)
+	}
+	if err := in.boot(ctx, name, tmpl); err != nil {
+		return providers.Replica{}, fmt.Errorf("recreate replica %s: %w", name, err)
+	}
+	return in.Get(ctx, name)
+}
+
+// Delete implements providers.Instances: stop, remove the replica dir (its
+// disk) and release its address.
+func (in *instances) Delete(ctx context.Context, name string) error {
+	if err := in.proc(name).stop(ctx, 15*time.Second); err != nil {
+		return fmt.Errorf("delete replica %s: stop: %w", name, err)
+	}
+	if err := os.RemoveAll(in.p.l.replica(name)); err != nil {
+		return fmt.Errorf("delete replica %s: remove data: %w", name, err)
+	}
+	return in.ReleaseAddress(ctx, name)
+}
+
+// boot writes the replica's files and env and starts its process, then
+// waits until its etcd runs (or fails).
+func (in *instances) boot(ctx context.Context, name string, tmpl providers.Template) error {
+	addr, err := in.address(name)
+	if err != nil {
+		return err
+	}
+	dir := in.p.l.replica(name)
+	certDir := filepath.Join(dir, "certs")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return fmt.Errorf("state dir not writable: %w", err)
+	}
+	for fname, data := range tmpl.Files {
+		if strings.ContainsAny(fname, "/\\") {
+			return errkind.Errorf(errkind.InvalidArgument, "template file name %q must be a base name", fname)
+		}
+		if err := fsutil.WriteFileAtomic(filepath.Join(certDir, fname), data, 0o600); err != nil {
+			return err
+		}
+	}
+	b, err := json.MarshalIndent(tmpl, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := fsutil.WriteFileAtomic(in.p.l.rfile(name, "template.json"), b, 0o600); err != nil {
+		return err
+	}
+	env := map[string]string{}
+	for k, v := range tmpl.Env {
+		env[k] = v
+	}
+	file := func(f string) string { return filepath.Join(certDir, f) }
+	for k, v := range map[string]string{
+		node.KeyNodeName:            name,
+		node.KeyNodeAddress:         addr,
+		node.KeyEtcdCACert:          file(providers.FileCACert),
+		node.KeyEtcdPeerCert:        file(providers.FileEtcdPeerCert),
+		node.KeyEtcdPeerKey:         file(providers.FileEtcdPeerKey),
+		node.KeyEtcdServerCert:      file(providers.FileEtcdServerCert),
+		node.KeyEtcdServerKey:       file(providers.FileEtcdServerKey),
+		node.KeyAPIServerCert:       file(providers.FileAPIServerCert),
+		node.KeyAPIServerKey:        file(providers.FileAPIServerKey),
+		node.KeyKubeVersion:         tmpl.Version,
+		node.KeyAPIServerExtraArgs:  strings.Join(tmpl.ExtraArgs, " "),
+		node.KeyDataDir:             filepath.Join(dir, "data"),
+		node.KeyStaticIPFile:        in.p.l.rfile(name, "static-ip"),
+		node.KeyPIDFile:             in.p.l.rfile(name, "node.pid"),
+		node.KeyStatusFile:          in.p.l.rfile(name, "status.json"),
+		node.KeyEtcdClientPort:      strconv.Itoa(providers.EtcdClientPort),
+		node.KeyEtcdPeerPort:        strconv.Itoa(providers.EtcdPeerPort),
+		node.KeyAPIServerPort:       strconv.Itoa(providers.APIServerPort),
+	} {
+		env[k] = v
+	}
+	envPath := in.p.l.rfile(name, "env")
+	if err := fsutil.WriteFileAtomic(envPath, renderEnv(env), 0o600); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
+		return err
+	}
+	_ = os.Remove(in.p.l.rfile(name, "status.json"))
+	bin, err := in.p.nodeBinary()
+	if err != nil {
+		return err
+	}
+	logPath := in.p.l.rfile(name, "node.log")
+	pid, err := start(bin, []string{"replica", "--env-file", envPath}, logPath, in.p.l.rfile(name, "node.pid"))
+	if err != nil {
+		return err
+	}
+	statusPath := in.p.l.rfile(name, "status.json")
+	return poll(ctx, fmt.Sprintf("replica %s's etcd to start (log: %s)", name, logPath), func() (bool, error) {
+		if !isOurs(pid, envPath) {
+			return false, fmt.Errorf("replica %s exited at start; last log lines:\n%s", name, tail(logPath, 15))
+		}
+		st, err := node.ReadStatus(statusPath)
+		if err != nil || st.PID != pid {
+			return false, nil
+		}
+		switch st.Etcd {
+		case node.EtcdRunning:
+			return true, nil
+		case node.EtcdFailed:
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+			return false, fmt.Errorf("replica %s: etcd failed: %s", name, st.EtcdError)
+		}
+		return false, nil
+	})
+}
+
+// renderEnv writes KEY='value' lines, sorted, in the kube-env style the
+// node reads.
+func renderEnv(env map[string]string) []byte {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("# written by hamaster's local provider: this replica's \"kube-env\"\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s='%s'\n", k, strings.ReplaceAll(env[k], "'", `'\''`))
+	}
+	return []byte(b.String())
+}

@@ -1,0 +1,313 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/dns"
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/lb"
+	"github.com/hamaster/hamaster/providers"
+)
+
+// Name is the registry name of this provider.
+const Name = "local"
+
+// Option keys understood in providers.Settings.Options.
+const (
+	// OptNodeBinary is the path of hamaster-node (default: next to the
+	// running executable, then $PATH).
+	OptNodeBinary = "node-binary"
+	// OptSubnet forces N of 127.0.N.0/24 (default: derived from the name).
+	OptSubnet = "subnet"
+)
+
+// Provider is the local provider bound to one cluster.
+type Provider struct {
+	cluster string
+	l       layout
+	info    ClusterInfo
+	opts    map[string]string
+	log     *slog.Logger
+	mu      sync.Mutex
+	inst    *instances
+	dnsOut  *os.File
+}
+
+// New is the providers.Factory of the local provider. The cluster must
+// exist (see Up).
+func New(_ context.Context, s providers.Settings) (providers.Provider, error) {
+	p, err := open(s)
+	if err != nil {
+		return nil, err
+	}
+	if p.info, err = readClusterInfo(p.l, s.Cluster); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func open(s providers.Settings) (*Provider, error) {
+	if s.Cluster == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--cluster: required")
+	}
+	if s.StateDir == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--state-dir: required")
+	}
+	p := &Provider{cluster: s.Cluster, l: layout{dir: filepath.Join(s.StateDir, s.Cluster)}, opts: s.Options, log: slog.New(slog.DiscardHandler), dnsOut: os.Stdout}
+	if p.opts == nil {
+		p.opts = map[string]string{}
+	}
+	p.inst = &instances{p: p}
+	return p, nil
+}
+
+// Name implements providers.Provider.
+func (p *Provider) Name() string { return Name }
+
+// Instances implements providers.Provider.
+func (p *Provider) Instances() providers.Instances { return p.inst }
+
+// StaticIP implements providers.Provider.
+func (p *Provider) StaticIP() lb.StaticIP { return &staticIP{p: p} }
+
+// LoadBalancer implements providers.Provider.
+func (p *Provider) LoadBalancer() lb.LoadBalancer { return &loadBalancer{p: p} }
+
+// DNS implements providers.Provider: only the static driver exists locally.
+func (p *Provider) DNS(kind string) (dns.Records, error) {
+	if kind == "" || kind == "static" {
+		return dns.NewStatic(p.dnsOut), nil
+	}
+	return nil, errkind.Errorf(errkind.InvalidArgument, "--dns: %q is not available with the local provider (valid: static)", kind)
+}
+
+// APIServerURL implements providers.Provider.
+func (p *Provider) APIServerURL(r providers.Replica) string {
+	return "https://" + net.JoinHostPort(r.Address, strconv.Itoa(providers.APIServerPort))
+}
+
+// Close implements providers.Provider.
+func (p *Provider) Close() error { return nil }
+
+// Info returns the cluster's record.
+func (p *Provider) Info() ClusterInfo { return p.info }
+
+func (p *Provider) caFile() string { return filepath.Join(p.l.pki(), "ca.crt") }
+
+// Etcd implements providers.Provider: mTLS to every running replica not
+// excluded.
+func (p *Provider) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Client, error) {
+	rs, err := p.inst.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	skip := map[string]bool{}
+	for _, e := range exclude {
+		skip[e] = true
+	}
+	var eps []string
+	for _, r := range rs {
+		if r.Running() && !skip[r.Name] {
+			eps = append(eps, providers.ClientURL(r.Address))
+		}
+	}
+	if len(eps) == 0 {
+		return nil, errkind.Errorf(errkind.FailedPrecondition, "cluster %s: no running replica to reach etcd through (excluding %v)", p.cluster, exclude)
+	}
+	return etcdmember.New(ctx, etcdmember.Config{
+		Endpoints: eps,
+		CACert:    p.caFile(),
+		Cert:      filepath.Join(p.l.pki(), "etcd-client.crt"),
+		Key:       filepath.Join(p.l.pki(), "etcd-client.key"),
+		Logger:    p.log,
+	})
+}
+
+// nodeBinary finds hamaster-node.
+func (p *Provider) nodeBinary() (string, error) {
+	if b := p.opts[OptNodeBinary]; b != "" {
+		if _, err := os.Stat(b); err != nil {
+			return "", errkind.Errorf(errkind.InvalidArgument, "--node-binary: %v", err)
+		}
+		return b, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		cand := filepath.Join(filepath.Dir(exe), "hamaster-node")
+		if _, err := os.Stat(cand); err == nil {
+			return cand, nil
+		}
+	}
+	if b, err := exec.LookPath("hamaster-node"); err == nil {
+		return b, nil
+	}
+	return "", errkind.Errorf(errkind.FailedPrecondition, "hamaster-node not found next to hamaster or on $PATH (run 'make build', or pass --node-binary)")
+}
+
+// UpOptions describe the single master 'local up' creates.
+type UpOptions struct {
+	Version   string
+	ExtraArgs []string
+	// Env is copied into the master's template (and so into every clone):
+	// etcd tuning such as ETCD_HEARTBEAT_MS.
+	Env map[string]string
+}
+
+// MasterName is the name of a cluster's first master.
+func MasterName(cluster string) string { return cluster + "-master" }
+
+// Up creates a single-master cluster, or finishes creating one: cluster
+// record, CA and operator etcd client certificate, master-0 with the static
+// IP attached, ready through the static IP. Idempotent.
+func Up(ctx context.Context, s providers.Settings, o UpOptions, progress func(string)) (*Provider, error) {
+	p, err := open(s)
+	if err != nil {
+		return nil, err
+	}
+	info, err := readClusterInfo(p.l, s.Cluster)
+	if errors.Is(err, errkind.NotFound) {
+		if info, err = p.newClusterInfo(s); err != nil {
+			return nil, err
+		}
+		if err := writeJSON(p.l.clusterFile(), info, 0o600); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	p.info = info
+	progress(fmt.Sprintf("cluster %s: subnet 127.0.%d.0/24, static IP %s", s.Cluster, info.Subnet, info.StaticIP))
+	ca, _, err := certs.LoadOrCreateCA(p.l.pki(), s.Cluster+"-ca", certs.ECDSA)
+	if err != nil {
+		return nil, fmt.Errorf("cluster CA: %w", err)
+	}
+	clientCert := filepath.Join(p.l.pki(), "etcd-client.crt")
+	if _, err := os.Stat(clientCert); err != nil {
+		pair, err := ca.IssueClient("hamaster", nil, certs.ECDSA)
+		if err != nil {
+			return nil, fmt.Errorf("issue etcd client certificate: %w", err)
+		}
+		if err := pair.Write(clientCert, filepath.Join(p.l.pki(), "etcd-client.key")); err != nil {
+			return nil, err
+		}
+	}
+	name := MasterName(s.Cluster)
+	rs, err := p.inst.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) > 1 {
+		return p, nil // already HA: nothing of 'up' left to do
+	}
+	addr, err := p.inst.ReserveAddress(ctx, name, "")
+	if err != nil {
+		return nil, err
+	}
+	if r, err := p.inst.Get(ctx, name); err != nil || !r.Running() {
+		progress(fmt.Sprintf("starting %s on %s", name, addr))
+		files, err := providers.ReplicaFiles(ca, name, addr, certs.APIServerSANs{StaticIP: info.StaticIP})
+		if err != nil {
+			return nil, err
+		}
+		env := map[string]string{
+			providers.EnvInitialEtcdCluster:      name + "=" + providers.PeerURL(addr),
+			providers.EnvEtcdInitialClusterState: "new",
+		}
+		for k, v := range o.Env {
+			env[k] = v
+		}
+		tmpl := providers.Template{Version: o.Version, ExtraArgs: o.ExtraArgs, Env: env, Files: files, Machine: map[string]string{"kind": "hamaster-node"}}
+		if err == nil && r.Name != "" {
+			tmpl = r.Template // stopped: boot it again as it was
+		}
+		if _, err := p.inst.Create(ctx, name, "", tmpl); err != nil {
+			return nil, err
+		}
+	}
+	if exists, err := lb.Exists(ctx, p.LoadBalancer()); err != nil {
+		return nil, err
+	} else if !exists {
+		progress(fmt.Sprintf("attaching static IP %s to %s", info.StaticIP, name))
+		if err := p.StaticIP().Attach(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func (p *Provider) newClusterInfo(s providers.Settings) (ClusterInfo, error) {
+	subnet := DefaultSubnet(s.Cluster)
+	if v := p.opts[OptSubnet]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 254 {
+			return ClusterInfo{}, errkind.Errorf(errkind.InvalidArgument, "--subnet: %q must be a number 1-254 (N of 127.0.N.0/24)", v)
+		}
+		subnet = n
+	}
+	// Another local cluster in this state dir must not use the subnet.
+	ents, _ := os.ReadDir(s.StateDir)
+	for _, e := range ents {
+		if e.Name() == s.Cluster {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(s.StateDir, e.Name(), "cluster.json"))
+		if err != nil {
+			continue
+		}
+		var other ClusterInfo
+		if json.Unmarshal(b, &other) == nil && other.Subnet == subnet {
+			return ClusterInfo{}, errkind.Errorf(errkind.InvalidArgument, "--subnet: 127.0.%d.0/24 is used by local cluster %s; pass --subnet with another number 1-254", subnet, other.Name)
+		}
+	}
+	ip := fmt.Sprintf("127.0.%d.1", subnet)
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return ClusterInfo{}, errkind.Errorf(errkind.FailedPrecondition, "cannot bind %s: %v%s", ip, err, hint(ip))
+	}
+	ln.Close()
+	return ClusterInfo{Name: s.Cluster, Subnet: subnet, StaticIP: ip, Created: time.Now().UTC()}, nil
+}
+
+// Down stops every process of the cluster (LB and replicas, found from
+// their pid files) and removes its state dir. Idempotent.
+func Down(ctx context.Context, s providers.Settings) error {
+	p, err := open(s)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(p.l.dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := p.lbProc().stop(ctx, 10*time.Second); err != nil {
+		return fmt.Errorf("stop load balancer: %w", err)
+	}
+	ents, _ := os.ReadDir(p.l.replicas())
+	var wg sync.WaitGroup
+	errs := make([]error, len(ents))
+	for i, e := range ents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.inst.proc(e.Name()).stop(ctx, 10*time.Second); err != nil {
+				errs[i] = fmt.Errorf("stop replica %s: %w", e.Name(), err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return os.RemoveAll(p.l.dir)
+}

@@ -1,0 +1,525 @@
+package node
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hamaster/hamaster/errkind"
+)
+
+// Keys of the env file, the local stand-in for a cloud VM's "kube-env"
+// metadata. The local provider writes them; LoadEnvFile reads them.
+const (
+	// KeyNodeName is the etcd member name, e.g. "demo-master-0".
+	KeyNodeName = "NODE_NAME"
+	// KeyNodeAddress is the replica's loopback address, e.g. 127.0.42.2;
+	// etcd and the apiserver bind to it.
+	KeyNodeAddress = "NODE_ADDRESS"
+	// KeyInitialEtcdCluster is etcd's --initial-cluster: name=https://ip:2380,...
+	KeyInitialEtcdCluster = "INITIAL_ETCD_CLUSTER"
+	// KeyEtcdInitialClusterState is "new" or "existing".
+	KeyEtcdInitialClusterState = "ETCD_INITIAL_CLUSTER_STATE"
+	// KeyEtcdClientPort is etcd's client port (default 2379).
+	KeyEtcdClientPort = "ETCD_CLIENT_PORT"
+	// KeyEtcdPeerPort is etcd's peer port (default 2380).
+	KeyEtcdPeerPort = "ETCD_PEER_PORT"
+	// KeyEtcdCACert is the CA that signs etcd peer and client certificates.
+	KeyEtcdCACert = "ETCD_CA_CERT"
+	// KeyEtcdPeerCert is etcd's peer certificate (also used as a client
+	// certificate towards other peers).
+	KeyEtcdPeerCert = "ETCD_PEER_CERT"
+	// KeyEtcdPeerKey is the key of KeyEtcdPeerCert.
+	KeyEtcdPeerKey = "ETCD_PEER_KEY"
+	// KeyEtcdServerCert is etcd's client-facing serving certificate.
+	KeyEtcdServerCert = "ETCD_SERVER_CERT"
+	// KeyEtcdServerKey is the key of KeyEtcdServerCert.
+	KeyEtcdServerKey = "ETCD_SERVER_KEY"
+	// KeyAPIServerPort is the apiserver's port (default 6443), on
+	// NODE_ADDRESS and on the static IP while attached.
+	KeyAPIServerPort = "APISERVER_PORT"
+	// KeyAPIServerCert is the apiserver's serving certificate (required).
+	KeyAPIServerCert = "APISERVER_CERT"
+	// KeyAPIServerKey is the key of KeyAPIServerCert (required).
+	KeyAPIServerKey = "APISERVER_KEY"
+	// KeyKubeVersion is the version /version reports, e.g. v1.30.2.
+	KeyKubeVersion = "KUBE_VERSION"
+	// KeyAPIServerExtraArgs are space-separated apiserver flags.
+	KeyAPIServerExtraArgs = "APISERVER_EXTRA_ARGS"
+	// KeyDataDir is the "persistent disk"; etcd keeps its data in DATA_DIR/etcd.
+	KeyDataDir = "DATA_DIR"
+	// KeyStaticIPFile names a file holding zero or one IP: the static IP
+	// attached to this replica.
+	KeyStaticIPFile = "STATIC_IP_FILE"
+	// KeyPIDFile is written with the pid at startup and removed on clean exit.
+	KeyPIDFile = "PID_FILE"
+	// KeyStatusFile receives the JSON Status.
+	KeyStatusFile = "STATUS_FILE"
+	// KeyEtcdHeartbeatMS is etcd's heartbeat interval in ms (default 100).
+	KeyEtcdHeartbeatMS = "ETCD_HEARTBEAT_MS"
+	// KeyEtcdElectionMS is etcd's election timeout in ms (default 1000).
+	KeyEtcdElectionMS = "ETCD_ELECTION_MS"
+	// KeyEtcdUnsafeNoFsync disables fsync in etcd ("true"; tests only).
+	KeyEtcdUnsafeNoFsync = "ETCD_UNSAFE_NO_FSYNC"
+)
+
+// Initial cluster states.
+const (
+	ClusterStateNew      = "new"
+	ClusterStateExisting = "existing"
+)
+
+// Defaults for keys left empty.
+const (
+	DefaultEtcdClientPort = 2379
+	DefaultEtcdPeerPort   = 2380
+	DefaultAPIServerPort  = 6443
+	DefaultEtcdHeartbeat  = 100 * time.Millisecond
+	DefaultEtcdElection   = 1000 * time.Millisecond
+)
+
+// Config is a replica's configuration, as read from its env file.
+type Config struct {
+	Name    string // NODE_NAME
+	Address string // NODE_ADDRESS
+
+	InitialCluster      string // INITIAL_ETCD_CLUSTER
+	InitialClusterState string // ETCD_INITIAL_CLUSTER_STATE
+	EtcdClientPort      int    // ETCD_CLIENT_PORT
+	EtcdPeerPort        int    // ETCD_PEER_PORT
+
+	EtcdCACert     string // ETCD_CA_CERT
+	EtcdPeerCert   string // ETCD_PEER_CERT
+	EtcdPeerKey    string // ETCD_PEER_KEY
+	EtcdServerCert string // ETCD_SERVER_CERT
+	EtcdServerKey  string // ETCD_SERVER_KEY
+
+	EtcdHeartbeat     time.Duration // ETCD_HEARTBEAT_MS
+	EtcdElection      time.Duration // ETCD_ELECTION_MS
+	EtcdUnsafeNoFsync bool          // ETCD_UNSAFE_NO_FSYNC
+
+	APIServerPort      int    // APISERVER_PORT
+	APIServerCert      string // APISERVER_CERT
+	APIServerKey       string // APISERVER_KEY
+	APIServerExtraArgs string // APISERVER_EXTRA_ARGS
+	KubeVersion        string // KUBE_VERSION
+
+	DataDir      string // DATA_DIR
+	StaticIPFile string // STATIC_IP_FILE
+	PIDFile      string // PID_FILE
+	StatusFile   string // STATUS_FILE
+}
+
+// EtcdTLS reports whether etcd peer and client traffic is mTLS (all five
+// ETCD_* certificate keys set) rather than plaintext http.
+func (c Config) EtcdTLS() bool { return c.EtcdCACert != "" }
+
+// EtcdScheme is "https" when EtcdTLS, else "http".
+func (c Config) EtcdScheme() string {
+	if c.EtcdTLS() {
+		return "https"
+	}
+	return "http"
+}
+
+// EtcdClientURL is the URL etcd serves clients on.
+func (c Config) EtcdClientURL() string {
+	return c.EtcdScheme() + "://" + net.JoinHostPort(c.Address, strconv.Itoa(c.EtcdClientPort))
+}
+
+// EtcdPeerURL is the URL etcd serves peers on, as it must appear in
+// INITIAL_ETCD_CLUSTER.
+func (c Config) EtcdPeerURL() string {
+	return c.EtcdScheme() + "://" + net.JoinHostPort(c.Address, strconv.Itoa(c.EtcdPeerPort))
+}
+
+// APIServerAddress is NODE_ADDRESS:APISERVER_PORT.
+func (c Config) APIServerAddress() string {
+	return net.JoinHostPort(c.Address, strconv.Itoa(c.APIServerPort))
+}
+
+// LoadEnvFile reads and validates an env file. Errors are of kind
+// errkind.InvalidArgument and name the offending key.
+func LoadEnvFile(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, errkind.Errorf(errkind.InvalidArgument, "env file: %w", err)
+	}
+	defer f.Close()
+	env, err := ParseEnv(f)
+	if err != nil {
+		return Config{}, errkind.Errorf(errkind.InvalidArgument, "env file %s: %w", path, err)
+	}
+	cfg, err := ConfigFromEnv(env)
+	if err != nil {
+		return Config{}, fmt.Errorf("env file %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ParseEnv parses KEY=VALUE lines. Blank lines and lines starting with #
+// are ignored, an "export " prefix is allowed, and a value may be wrapped
+// in single or double quotes (kube-env style: KEY='a=b,c=d'). Inside single
+// quotes a quote is written as in shell: close the quotes, a backslash and a
+// quote, open them again. The last of repeated keys wins.
+func ParseEnv(r io.Reader) (map[string]string, error) {
+	env := map[string]string{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	lineNo := 0
+	for sc.Scan() {
+		lineNo++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		line = strings.TrimPrefix(line, "export ")
+		key, value, ok := strings.Cut(line, "=")
+		key = strings.TrimSpace(key)
+		if !ok || !envKeyRE.MatchString(key) {
+			return nil, fmt.Errorf("line %d: want KEY=VALUE, got %q", lineNo, line)
+		}
+		v, err := unquote(strings.TrimSpace(value))
+		if err != nil {
+			return nil, fmt.Errorf("line %d (%s): %w", lineNo, key, err)
+		}
+		env[key] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+func unquote(v string) (string, error) {
+	if len(v) == 0 {
+		return v, nil
+	}
+	switch v[0] {
+	case '\'':
+		if len(v) < 2 || v[len(v)-1] != '\'' {
+			return "", fmt.Errorf("unterminated single quote in %q", v)
+		}
+		return strings.ReplaceAll(v[1:len(v)-1], `'\''`, `'`), nil
+	case '"':
+		s, err := strconv.Unquote(v)
+		if err != nil {
+			return "", fmt.Errorf("bad double-quoted value %s: %w", v, err)
+		}
+		return s, nil
+	}
+	return v, nil
+}
+
+// Env renders c as env-file keys; ConfigFromEnv(c.Env()) gives c back.
+// Empty values are left out.
+func (c Config) Env() map[string]string {
+	env := map[string]string{
+		KeyNodeName:                c.Name,
+		KeyNodeAddress:             c.Address,
+		KeyInitialEtcdCluster:      c.InitialCluster,
+		KeyEtcdInitialClusterState: c.InitialClusterState,
+		KeyEtcdCACert:              c.EtcdCACert,
+		KeyEtcdPeerCert:            c.EtcdPeerCert,
+		KeyEtcdPeerKey:             c.EtcdPeerKey,
+		KeyEtcdServerCert:          c.EtcdServerCert,
+		KeyEtcdServerKey:           c.EtcdServerKey,
+		KeyAPIServerCert:           c.APIServerCert,
+		KeyAPIServerKey:            c.APIServerKey,
+		KeyAPIServerExtraArgs:      c.APIServerExtraArgs,
+		KeyKubeVersion:             c.KubeVersion,
+		KeyDataDir:                 c.DataDir,
+		KeyStaticIPFile:            c.StaticIPFile,
+		KeyPIDFile:                 c.PIDFile,
+		KeyStatusFile:              c.StatusFile,
+	}
+	ints := map[string]int{
+		KeyEtcdClientPort:  c.EtcdClientPort,
+		KeyEtcdPeerPort:    c.EtcdPeerPort,
+		KeyAPIServerPort:   c.APIServerPort,
+		KeyEtcdHeartbeatMS: int(c.EtcdHeartbeat / time.Millisecond),
+		KeyEtcdElectionMS:  int(c.EtcdElection / time.Millisecond),
+	}
+	for k, v := range ints {
+		if v != 0 {
+			env[k] = strconv.Itoa(v)
+		}
+	}
+	if c.EtcdUnsafeNoFsync {
+		env[KeyEtcdUnsafeNoFsync] = "true"
+	}
+	for k, v := range env {
+		if v == "" {
+			delete(env, k)
+		}
+	}
+	return env
+}
+
+// WriteEnvFile writes c as an env file (sorted keys, values single-quoted)
+// atomically: a temporary file in the same directory renamed over path.
+func WriteEnvFile(path string, c Config) error {
+	env := c.Env()
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b bytes.Buffer
+	b.WriteString("# hamaster replica environment (kube-env)\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s='%s'\n", k, strings.ReplaceAll(env[k], `'`, `'\''`))
+	}
+	if err := writeFileAtomic(path, b.Bytes(), 0o600); err != nil {
+		return fmt.Errorf("write env file: %w", err)
+	}
+	return nil
+}
+
+// ConfigFromEnv builds and validates a Config from env-file keys. Unknown
+// keys are ignored (a real kube-env carries many). Errors are of kind
+// errkind.InvalidArgument and name the offending key.
+func ConfigFromEnv(env map[string]string) (Config, error) {
+	c := Config{
+		Name:                env[KeyNodeName],
+		Address:             env[KeyNodeAddress],
+		InitialCluster:      env[KeyInitialEtcdCluster],
+		InitialClusterState: env[KeyEtcdInitialClusterState],
+		EtcdCACert:          env[KeyEtcdCACert],
+		EtcdPeerCert:        env[KeyEtcdPeerCert],
+		EtcdPeerKey:         env[KeyEtcdPeerKey],
+		EtcdServerCert:      env[KeyEtcdServerCert],
+		EtcdServerKey:       env[KeyEtcdServerKey],
+		APIServerCert:       env[KeyAPIServerCert],
+		APIServerKey:        env[KeyAPIServerKey],
+		APIServerExtraArgs:  env[KeyAPIServerExtraArgs],
+		KubeVersion:         env[KeyKubeVersion],
+		DataDir:             env[KeyDataDir],
+		StaticIPFile:        env[KeyStaticIPFile],
+		PIDFile:             env[KeyPIDFile],
+		StatusFile:          env[KeyStatusFile],
+	}
+	var err error
+	if c.EtcdClientPort, err = envPort(env, KeyEtcdClientPort, DefaultEtcdClientPort); err != nil {
+		return Config{}, err
+	}
+	if c.EtcdPeerPort, err = envPort(env, KeyEtcdPeerPort, DefaultEtcdPeerPort); err != nil {
+		return Config{}, err
+	}
+	if c.APIServerPort, err = envPort(env, KeyAPIServerPort, DefaultAPIServerPort); err != nil {
+		return Config{}, err
+	}
+	if c.EtcdHeartbeat, err = envMillis(env, KeyEtcdHeartbeatMS, DefaultEtcdHeartbeat); err != nil {
+		return Config{}, err
+	}
+	if c.EtcdElection, err = envMillis(env, KeyEtcdElectionMS, DefaultEtcdElection); err != nil {
+		return Config{}, err
+	}
+	if v := env[KeyEtcdUnsafeNoFsync]; v != "" {
+		b, perr := strconv.ParseBool(v)
+		if perr != nil {
+			return Config{}, errkind.Errorf(errkind.InvalidArgument, "%s=%q: want true or false", KeyEtcdUnsafeNoFsync, v)
+		}
+		c.EtcdUnsafeNoFsync = b
+	}
+	if c.InitialClusterState == "" {
+		c.InitialClusterState = ClusterStateNew
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+func envPort(env map[string]string, key string, def int) (int, error) {
+	v := env[key]
+	if v == "" {
+		return def, nil
+	}
+	p, err := strconv.Atoi(v)
+	if err != nil || p < 1 || p > 65535 {
+		return 0, errkind.Errorf(errkind.InvalidArgument, "%s=%q: want a TCP port 1-65535 (default %d)", key, v, def)
+	}
+	return p, nil
+}
+
+func envMillis(env map[string]string, key string, def time.Duration) (time.Duration, error) {
+	v := env[key]
+	if v == "" {
+		return def, nil
+	}
+	ms, err := strconv.Atoi(v)
+	if err != nil || ms < 1 {
+		return 0, errkind.Errorf(errkind.InvalidArgument, "%s=%q: want a positive number of milliseconds (default %d)", key, v, def.Milliseconds())
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+var (
+	memberNameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	kubeVersionRE = regexp.MustCompile(`^v(\d+)\.(\d+)\.(\d+)([-+][0-9A-Za-z.+-]*)?$`)
+)
+
+// Validate checks c as Run needs it. Errors are of kind
+// errkind.InvalidArgument, name the env key and say what would be valid.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return errkind.Errorf(errkind.InvalidArgument, format, args...)
+	}
+	if c.Name == "" {
+		return bad("%s is empty: want the etcd member name, e.g. demo-master-0", KeyNodeName)
+	}
+	if !memberNameRE.MatchString(c.Name) {
+		return bad("%s=%q: want letters, digits, '.', '_' or '-', e.g. demo-master-0", KeyNodeName, c.Name)
+	}
+	if err := checkLoopback(KeyNodeAddress, c.Address); err != nil {
+		return err
+	}
+	for _, p := range []struct {
+		key string
+		v   int
+	}{{KeyEtcdClientPort, c.EtcdClientPort}, {KeyEtcdPeerPort, c.EtcdPeerPort}, {KeyAPIServerPort, c.APIServerPort}} {
+		if p.v < 1 || p.v > 65535 {
+			return bad("%s=%d: want a TCP port 1-65535", p.key, p.v)
+		}
+	}
+	if c.EtcdClientPort == c.EtcdPeerPort || c.EtcdClientPort == c.APIServerPort || c.EtcdPeerPort == c.APIServerPort {
+		return bad("%s=%d, %s=%d and %s=%d must differ", KeyEtcdClientPort, c.EtcdClientPort,
+			KeyEtcdPeerPort, c.EtcdPeerPort, KeyAPIServerPort, c.APIServerPort)
+	}
+	if c.InitialClusterState != ClusterStateNew && c.InitialClusterState != ClusterStateExisting {
+		return bad("%s=%q: want %q or %q", KeyEtcdInitialClusterState, c.InitialClusterState, ClusterStateNew, ClusterStateExisting)
+	}
+	if err := c.validateEtcdTLS(); err != nil {
+		return err
+	}
+	if err := c.validateInitialCluster(); err != nil {
+		return err
+	}
+	if c.EtcdHeartbeat <= 0 || c.EtcdElection < 5*c.EtcdHeartbeat {
+		return bad("%s=%d, %s=%d: want a positive heartbeat and an election timeout of at least 5 heartbeats (defaults %d and %d)",
+			KeyEtcdHeartbeatMS, c.EtcdHeartbeat.Milliseconds(), KeyEtcdElectionMS, c.EtcdElection.Milliseconds(),
+			DefaultEtcdHeartbeat.Milliseconds(), DefaultEtcdElection.Milliseconds())
+	}
+	for _, f := range []struct{ key, path string }{{KeyAPIServerCert, c.APIServerCert}, {KeyAPIServerKey, c.APIServerKey}} {
+		if f.path == "" {
+			return bad("%s is empty: the apiserver serves HTTPS only, want a PEM file path", f.key)
+		}
+		if err := checkFile(f.key, f.path); err != nil {
+			return err
+		}
+	}
+	if c.KubeVersion == "" {
+		return bad("%s is empty: want a Kubernetes version such as v1.30.2", KeyKubeVersion)
+	}
+	if !kubeVersionRE.MatchString(c.KubeVersion) {
+		return bad("%s=%q: want a Kubernetes version such as v1.30.2", KeyKubeVersion, c.KubeVersion)
+	}
+	if c.DataDir == "" {
+		return bad("%s is empty: want the replica's persistent directory (etcd data goes to DATA_DIR/etcd)", KeyDataDir)
+	}
+	return nil
+}
+
+func (c Config) validateEtcdTLS() error {
+	files := []struct{ key, path string }{
+		{KeyEtcdCACert, c.EtcdCACert},
+		{KeyEtcdPeerCert, c.EtcdPeerCert},
+		{KeyEtcdPeerKey, c.EtcdPeerKey},
+		{KeyEtcdServerCert, c.EtcdServerCert},
+		{KeyEtcdServerKey, c.EtcdServerKey},
+	}
+	var set, missing []string
+	for _, f := range files {
+		if f.path == "" {
+			missing = append(missing, f.key)
+		} else {
+			set = append(set, f.key)
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	if len(missing) > 0 {
+		return errkind.Errorf(errkind.InvalidArgument,
+			"%s empty while %s set: set all five etcd certificate keys for mTLS, or none for plaintext http",
+			strings.Join(missing, ", "), strings.Join(set, ", "))
+	}
+	for _, f := range files {
+		if err := checkFile(f.key, f.path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c Config) validateInitialCluster() error {
+	bad := func(format string, args ...any) error {
+		return errkind.Errorf(errkind.InvalidArgument, "%s=%q: "+format, append([]any{KeyInitialEtcdCluster, c.InitialCluster}, args...)...)
+	}
+	if c.InitialCluster == "" {
+		return errkind.Errorf(errkind.InvalidArgument, "%s is empty: want name=%s,... listing every member including this one", KeyInitialEtcdCluster, c.EtcdPeerURL())
+	}
+	self := false
+	seen := map[string]bool{}
+	for _, m := range strings.Split(c.InitialCluster, ",") {
+		name, raw, ok := strings.Cut(strings.TrimSpace(m), "=")
+		if !ok || name == "" || raw == "" {
+			return bad("entry %q: want name=%s://ip:port", m, c.EtcdScheme())
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" || u.Port() == "" {
+			return bad("member %s: peer URL %q: want %s://ip:port", name, raw, c.EtcdScheme())
+		}
+		if u.Scheme != c.EtcdScheme() {
+			return bad("member %s: scheme %q, want %q (etcd TLS is %s)", name, u.Scheme, c.EtcdScheme(), map[bool]string{true: "on", false: "off"}[c.EtcdTLS()])
+		}
+		if seen[raw] {
+			return bad("peer URL %s listed twice", raw)
+		}
+		seen[raw] = true
+		if name == c.Name {
+			if raw != c.EtcdPeerURL() {
+				return bad("this member (%s) has peer URL %s, want %s (from %s and %s)", name, raw, c.EtcdPeerURL(), KeyNodeAddress, KeyEtcdPeerPort)
+			}
+			self = true
+		}
+	}
+	if !self {
+		return bad("no entry for this member: want %s=%s among the members", c.Name, c.EtcdPeerURL())
+	}
+	return nil
+}
+
+func checkLoopback(key, v string) error {
+	ip := net.ParseIP(v)
+	if ip == nil {
+		return errkind.Errorf(errkind.InvalidArgument, "%s=%q: want a loopback IP such as 127.0.42.2", key, v)
+	}
+	if !ip.IsLoopback() {
+		return errkind.Errorf(errkind.InvalidArgument, "%s=%q: want a loopback IP (127.0.0.0/8 or ::1): the local provider never binds other addresses", key, v)
+	}
+	return nil
+}
+
+func checkFile(key, path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return errkind.Errorf(errkind.InvalidArgument, "%s: %w", key, err)
+	}
+	if st.IsDir() {
+		return errkind.Errorf(errkind.InvalidArgument, "%s=%q is a directory, want a PEM file", key, path)
+	}
+	return nil
+}

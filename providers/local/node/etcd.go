@@ -1,0 +1,181 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+)
+
+// initialClusterToken is the etcd --initial-cluster-token of every
+// hamaster cluster; members of different clusters never share addresses.
+const initialClusterToken = "hamaster"
+
+// etcdDir is where etcd keeps its data inside DATA_DIR.
+func (c Config) etcdDir() string { return filepath.Join(c.DataDir, "etcd") }
+
+// embedConfig turns c into an embedded etcd configuration.
+func (c Config) embedConfig() (*embed.Config, error) {
+	peer, err := url.Parse(c.EtcdPeerURL())
+	if err != nil {
+		return nil, fmt.Errorf("etcd peer URL: %w", err)
+	}
+	client, err := url.Parse(c.EtcdClientURL())
+	if err != nil {
+		return nil, fmt.Errorf("etcd client URL: %w", err)
+	}
+	ec := embed.NewConfig()
+	ec.Name = c.Name
+	ec.Dir = c.etcdDir()
+	ec.ListenPeerUrls = []url.URL{*peer}
+	ec.AdvertisePeerUrls = []url.URL{*peer}
+	ec.ListenClientUrls = []url.URL{*client}
+	ec.AdvertiseClientUrls = []url.URL{*client}
+	ec.InitialCluster = c.InitialCluster
+	ec.ClusterState = c.InitialClusterState
+	ec.InitialClusterToken = initialClusterToken
+	ec.StrictReconfigCheck = true
+	ec.TickMs = uint(c.EtcdHeartbeat / time.Millisecond)
+	ec.ElectionMs = uint(c.EtcdElection / time.Millisecond)
+	ec.UnsafeNoFsync = c.EtcdUnsafeNoFsync
+	ec.Logger = "zap"
+	ec.LogLevel = "warn"
+	ec.LogOutputs = []string{embed.StdErrLogOutput}
+	if c.EtcdTLS() {
+		ec.ClientTLSInfo.CertFile = c.EtcdServerCert
+		ec.ClientTLSInfo.KeyFile = c.EtcdServerKey
+		ec.ClientTLSInfo.TrustedCAFile = c.EtcdCACert
+		ec.ClientTLSInfo.ClientCertAuth = true
+		ec.PeerTLSInfo.CertFile = c.EtcdPeerCert
+		ec.PeerTLSInfo.KeyFile = c.EtcdPeerKey
+		ec.PeerTLSInfo.TrustedCAFile = c.EtcdCACert
+		ec.PeerTLSInfo.ClientCertAuth = true
+	}
+	return ec, nil
+}
+
+// etcdMember runs the embedded etcd member, restarting it with backoff when
+// it fails to start or dies (like a crash-looping static pod).
+type etcdMember struct {
+	cfg      Config
+	log      *slog.Logger
+	onChange func()
+
+	mu     sync.Mutex
+	server *etcdserver.EtcdServer
+	client *clientv3.Client // in-process client of server; nil unless running
+	state  string
+	err    string
+}
+
+func newEtcdMember(cfg Config, log *slog.Logger, onChange func()) *etcdMember {
+	return &etcdMember{cfg: cfg, log: log.With("component", "etcd"), onChange: onChange, state: EtcdStarting}
+}
+
+// snapshot returns the state, the last error, and (while running) the
+// server and an in-process client of it.
+func (m *etcdMember) snapshot() (state, errText string, srv *etcdserver.EtcdServer, cli *clientv3.Client) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.state, m.err, m.server, m.client
+}
+
+func (m *etcdMember) set(state, errText string, srv *etcdserver.EtcdServer, cli *clientv3.Client) {
+	m.mu.Lock()
+	changed := m.state != state || m.err != errText
+	m.state, m.err, m.server, m.client = state, errText, srv, cli
+	m.mu.Unlock()
+	if changed {
+		m.onChange()
+	}
+}
+
+// run keeps the member up until ctx is done, then stops it and sets the
+// state to EtcdStopped.
+func (m *etcdMember) run(ctx context.Context) {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 500 * time.Millisecond
+	bo.MaxInterval = 10 * time.Second
+	for {
+		m.set(EtcdStarting, m.lastErr(), nil, nil)
+		healthy, err := m.runOnce(ctx)
+		if ctx.Err() != nil {
+			m.set(EtcdStopped, "", nil, nil)
+			return
+		}
+		if healthy {
+			bo.Reset()
+		}
+		wait := bo.NextBackOff()
+		m.log.Error("etcd member stopped; restarting", "err", err, "after", wait)
+		m.set(EtcdFailed, err.Error(), nil, nil)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			m.set(EtcdStopped, "", nil, nil)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (m *etcdMember) lastErr() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.err
+}
+
+// runOnce starts etcd and blocks until it fails or ctx is done. healthy
+// reports whether the member became ready before it stopped.
+func (m *etcdMember) runOnce(ctx context.Context) (healthy bool, err error) {
+	ec, err := m.cfg.embedConfig()
+	if err != nil {
+		return false, err
+	}
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return false, fmt.Errorf("start etcd member %s: %w", m.cfg.Name, err)
+	}
+	defer e.Close()
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		return false, fmt.Errorf("etcd member %s: %w", m.cfg.Name, orStopped(err))
+	case <-e.Server.StopNotify():
+		return false, fmt.Errorf("etcd member %s stopped before it was ready", m.cfg.Name)
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	cli := v3client.New(e.Server)
+	defer cli.Close()
+	m.log.Info("etcd member ready", "member_id", e.Server.MemberID().String(), "learner", e.Server.IsLearner())
+	m.set(EtcdRunning, "", e.Server, cli)
+	select {
+	case err := <-e.Err():
+		return true, fmt.Errorf("etcd member %s: %w", m.cfg.Name, orStopped(err))
+	case <-e.Server.StopNotify():
+		return true, fmt.Errorf("etcd member %s stopped (removed from the cluster, or a fatal error: see its log)", m.cfg.Name)
+	case <-ctx.Done():
+		// Hide the client and server before e.Close runs.
+		m.set(EtcdStarting, "", nil, nil)
+		return true, ctx.Err()
+	}
+}
+
+func orStopped(err error) error {
+	if err == nil {
+		return errors.New("stopped")
+	}
+	return err
+}

@@ -1,0 +1,380 @@
+// Package node is the runtime of one control-plane replica of the local
+// provider: what a cloud VM runs. It reads its configuration from an env
+// file (the local stand-in for GCE's "kube-env" metadata), runs a real
+// embedded etcd member, and serves a kube-apiserver stand-in over HTTPS
+// with /healthz, /readyz, /version and a small /kv/{key} API backed by the
+// local etcd member.
+//
+// A parent process starts it as `hamaster-node replica --env-file F` and
+// watches STATUS_FILE; SIGHUP re-reads STATIC_IP_FILE, SIGTERM stops it
+// gracefully.
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+const (
+	// statusInterval is how often the status file is rewritten and the
+	// static IP file re-checked.
+	statusInterval = 500 * time.Millisecond
+	// httpShutdownTimeout bounds the drain of in-flight requests.
+	httpShutdownTimeout = 5 * time.Second
+)
+
+// node is one running replica.
+type node struct {
+	cfg  Config
+	log  *slog.Logger
+	etcd *etcdMember
+
+	opts        apiserverOptions
+	tlsConfig   *tls.Config
+	httpHandler http.Handler
+	audit       io.WriteCloser
+	auditMu     sync.Mutex
+
+	shuttingDown atomic.Bool
+	ready        readiness
+	changed      chan struct{} // poked when the status should be rewritten
+
+	serveWG sync.WaitGroup
+
+	mu          sync.Mutex // guards the fields below
+	servers     map[string]*http.Server
+	apiState    string
+	apiErr      string
+	staticIP    string // the IP STATIC_IP_FILE names
+	staticBound string // the static address bound, "" if none
+	staticErr   string
+}
+
+// Run runs the replica until ctx is done, then stops gracefully: /readyz
+// fails at once, the apiserver listeners close after
+// --shutdown-delay-duration, then etcd stops, the final status is written
+// and PID_FILE is removed. A bad APISERVER_EXTRA_ARGS does not make Run
+// fail: the apiserver is "refused" while etcd keeps running, like a VM
+// whose apiserver crash-loops.
+func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("node", cfg.Name)
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", KeyDataDir, err)
+	}
+	if cfg.PIDFile != "" {
+		if err := writeFileAtomic(cfg.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", KeyPIDFile, err)
+		}
+		defer func() {
+			if err := os.Remove(cfg.PIDFile); err != nil && !os.IsNotExist(err) {
+				logger.Warn("remove pid file", "err", err)
+			}
+		}()
+	}
+
+	n := &node{
+		cfg:      cfg,
+		log:      logger,
+		changed:  make(chan struct{}, 1),
+		servers:  map[string]*http.Server{},
+		apiState: APIServerStopped,
+	}
+	n.etcd = newEtcdMember(cfg, logger, n.poke)
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	statusCtx, stopStatus := context.WithCancel(context.WithoutCancel(ctx))
+	var statusWG sync.WaitGroup
+	statusWG.Go(func() { n.statusLoop(statusCtx) })
+	defer func() {
+		stopStatus()
+		statusWG.Wait()
+		n.writeStatus()
+	}()
+
+	etcdCtx, stopEtcd := context.WithCancel(context.WithoutCancel(ctx))
+	var etcdWG sync.WaitGroup
+	etcdWG.Go(func() { n.etcd.run(etcdCtx) })
+	defer func() {
+		stopEtcd()
+		etcdWG.Wait()
+	}()
+
+	n.startAPIServer()
+	if n.audit != nil {
+		defer n.audit.Close()
+	}
+
+	tick := time.NewTicker(statusInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			n.shutdownAPIServer()
+			return nil
+		case <-hup:
+			n.log.Info("SIGHUP: re-reading static IP file")
+			n.reconcileListeners()
+		case <-tick.C:
+			n.reconcileListeners()
+		}
+	}
+}
+
+// startAPIServer parses the apiserver flags and certificate and binds the
+// listeners; on a bad flag or certificate the apiserver is refused.
+func (n *node) startAPIServer() {
+	opts, err := parseAPIServerArgs(n.cfg.APIServerExtraArgs)
+	if err == nil {
+		n.tlsConfig, err = loadTLS(n.cfg.APIServerCert, n.cfg.APIServerKey)
+	}
+	if err == nil && opts.AuditLogPath != "" {
+		n.audit, err = openAudit(opts.AuditLogPath)
+	}
+	if err != nil {
+		n.log.Error("apiserver refused to start", "err", err, "args", n.cfg.APIServerExtraArgs)
+		n.mu.Lock()
+		n.apiState, n.apiErr = APIServerRefused, err.Error()
+		n.mu.Unlock()
+		n.poke()
+		return
+	}
+	n.opts = opts
+	n.httpHandler = n.handler()
+	n.reconcileListeners()
+}
+
+// reconcileListeners binds NODE_ADDRESS:port (retrying if it failed) and
+// makes the static-IP listener match STATIC_IP_FILE (re-read every time:
+// it is a few bytes).
+func (n *node) reconcileListeners() {
+	if n.httpHandler == nil || n.shuttingDown.Load() {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	before := n.statusKeyLocked()
+	defer func() {
+		if n.statusKeyLocked() != before {
+			n.poke()
+		}
+	}()
+
+	primary := n.cfg.APIServerAddress()
+	if n.servers[primary] == nil {
+		if err := n.bind(primary); err != nil {
+			if n.apiErr != err.Error() {
+				n.log.Error("apiserver cannot listen", "addr", primary, "err", err)
+			}
+			n.apiState, n.apiErr = APIServerRefused, err.Error()
+		} else {
+			n.apiState, n.apiErr = APIServerServing, ""
+		}
+	}
+	if n.cfg.StaticIPFile == "" {
+		return
+	}
+	ip, err := readStaticIP(n.cfg.StaticIPFile)
+	if err != nil {
+		if n.staticErr != err.Error() {
+			n.log.Error("static IP file", "err", err)
+		}
+		n.staticErr = err.Error()
+		return
+	}
+	n.staticIP = ip
+	want := ""
+	if ip != "" && ip != n.cfg.Address {
+		want = net.JoinHostPort(ip, strconv.Itoa(n.cfg.APIServerPort))
+	}
+	if want == n.staticBound {
+		n.staticErr = ""
+		return
+	}
+	if n.staticBound != "" {
+		n.unbind(n.staticBound)
+		n.staticBound = ""
+	}
+	if want == "" {
+		n.staticErr = ""
+		return
+	}
+	if err := n.bind(want); err != nil {
+		if n.staticErr != err.Error() {
+			n.log.Error("cannot listen on static IP; retrying", "addr", want, "err", err)
+		}
+		n.staticErr = err.Error()
+		return
+	}
+	n.staticBound, n.staticErr = want, ""
+}
+
+// statusKeyLocked summarises the listener state to detect changes.
+func (n *node) statusKeyLocked() string {
+	return strings.Join([]string{n.apiState, n.apiErr, n.staticIP, n.staticBound, n.staticErr}, "|")
+}
+
+// readStaticIP returns the IP the static IP file names, "" if it is
+// missing or empty.
+func readStaticIP(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", KeyStaticIPFile, err)
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return "", nil
+	}
+	if strings.ContainsAny(v, " \t\n") {
+		return "", fmt.Errorf("%s %s: want zero or one IP, got %q", KeyStaticIPFile, path, v)
+	}
+	if err := checkLoopback(KeyStaticIPFile+" "+path, v); err != nil {
+		return "", err
+	}
+	return net.ParseIP(v).String(), nil
+}
+
+// shutdownAPIServer fails /readyz, waits --shutdown-delay-duration, then
+// closes the listeners and drains in-flight requests.
+func (n *node) shutdownAPIServer() {
+	n.shuttingDown.Store(true)
+	n.poke()
+	if n.httpHandler == nil {
+		return
+	}
+	if d := n.opts.ShutdownDelay; d > 0 {
+		n.log.Info("shutting down: /readyz fails; listeners close after the shutdown delay", "delay", d)
+		t := time.NewTimer(d)
+		<-t.C
+	}
+	n.mu.Lock()
+	servers := n.servers
+	n.servers = map[string]*http.Server{}
+	n.staticBound = ""
+	n.apiState, n.apiErr = APIServerStopped, ""
+	n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for addr, srv := range servers {
+		wg.Go(func() {
+			if err := srv.Shutdown(ctx); err != nil {
+				n.log.Warn("apiserver drain incomplete; closing", "addr", addr, "err", err)
+				_ = srv.Close()
+			}
+		})
+	}
+	wg.Wait()
+	n.serveWG.Wait()
+	n.poke()
+	n.log.Info("apiserver stopped")
+}
+
+// poke asks the status loop to rewrite the status file soon.
+func (n *node) poke() {
+	select {
+	case n.changed <- struct{}{}:
+	default:
+	}
+}
+
+// statusLoop rewrites the status file on changes and every statusInterval,
+// refreshing the readiness answer on the ticks.
+func (n *node) statusLoop(ctx context.Context) {
+	tick := time.NewTicker(statusInterval)
+	defer tick.Stop()
+	n.writeStatus()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.changed:
+		case <-tick.C:
+			if !n.shuttingDown.Load() {
+				n.checkReady(ctx)
+			}
+		}
+		n.writeStatus()
+	}
+}
+
+// status builds the current Status.
+func (n *node) status() Status {
+	etcdState, etcdErr, _, _ := n.etcd.snapshot()
+	ready, reason := n.cachedReady()
+	if n.shuttingDown.Load() {
+		ready, reason = false, "shutting down"
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	listeners := make([]string, 0, len(n.servers))
+	for addr := range n.servers {
+		listeners = append(listeners, addr)
+	}
+	sort.Slice(listeners, func(i, j int) bool {
+		// NODE_ADDRESS first, then the static IP.
+		pi, pj := listeners[i] == n.cfg.APIServerAddress(), listeners[j] == n.cfg.APIServerAddress()
+		if pi != pj {
+			return pi
+		}
+		return listeners[i] < listeners[j]
+	})
+	if n.apiState != APIServerServing {
+		ready, reason = false, "apiserver is "+n.apiState
+	}
+	return Status{
+		PID:            os.Getpid(),
+		Name:           n.cfg.Name,
+		Etcd:           etcdState,
+		EtcdError:      etcdErr,
+		APIServer:      n.apiState,
+		APIServerError: n.apiErr,
+		Ready:          ready,
+		ReadyReason:    reason,
+		Listeners:      listeners,
+		StaticIP:       n.staticIP,
+		StaticIPError:  n.staticErr,
+		Version:        n.cfg.KubeVersion,
+		Updated:        time.Now().UTC(),
+	}
+}
+
+func (n *node) writeStatus() {
+	if n.cfg.StatusFile == "" {
+		return
+	}
+	b, err := json.MarshalIndent(n.status(), "", "  ")
+	if err != nil {
+		n.log.Error("encode status", "err", err)
+		return
+	}
+	if err := writeFileAtomic(n.cfg.StatusFile, append(b, '\n'), 0o644); err != nil {
+		n.log.Error("write status file", "path", n.cfg.StatusFile, "err", err)
+	}
+}

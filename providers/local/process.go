@@ -1,0 +1,166 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// proc is a detached process described by a pid file.
+type proc struct {
+	pidFile string
+	// marker must appear in the process's command line for the pid to be
+	// ours (pid files outlive reboots and pids get reused).
+	marker string
+}
+
+// pid returns the live pid, or 0 when the pid file is missing, stale
+// (no such process, a zombie, or a process that is not ours).
+func (p proc) pid() int {
+	b, err := os.ReadFile(p.pidFile)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	if !isOurs(pid, p.marker) {
+		return 0
+	}
+	return pid
+}
+
+func isOurs(pid int, marker string) bool {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// Field 3 is the state; Z is a zombie (dead, not yet reaped).
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			return false
+		}
+	}
+	return bytes.Contains(cmdline, []byte(marker))
+}
+
+// start launches a detached process (own session, output to logPath) and
+// writes its pid file. A goroutine reaps it if it dies while we live.
+func start(bin string, args []string, logPath, pidFile string) (int, error) {
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
+		return 0, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("open log %s: %w", logPath, err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Env = append(os.Environ(), "GOTRACEBACK=all")
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s: %w", bin, err)
+	}
+	pid := cmd.Process.Pid
+	go func() { _ = cmd.Wait() }()
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+		_ = cmd.Process.Kill()
+		return 0, fmt.Errorf("write pid file %s: %w", pidFile, err)
+	}
+	return pid, nil
+}
+
+// stop sends SIGTERM, waits up to grace for the process to go, then
+// SIGKILLs and waits again. Absent is success.
+func (p proc) stop(ctx context.Context, grace time.Duration) error {
+	pid := p.pid()
+	if pid == 0 {
+		_ = os.Remove(p.pidFile)
+		return nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	if waitGone(ctx, pid, p.marker, grace) {
+		_ = os.Remove(p.pidFile)
+		return nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	if waitGone(ctx, pid, p.marker, 10*time.Second) {
+		_ = os.Remove(p.pidFile)
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("stop pid %d: %w", pid, ctx.Err())
+	}
+	return errors.New("process " + strconv.Itoa(pid) + " survived SIGKILL")
+}
+
+func waitGone(ctx context.Context, pid int, marker string, d time.Duration) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if !isOurs(pid, marker) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// signal sends sig to the live process, if any.
+func (p proc) signal(sig syscall.Signal) bool {
+	if pid := p.pid(); pid != 0 {
+		return syscall.Kill(pid, sig) == nil
+	}
+	return false
+}
+
+// poll calls check every 25 ms until it returns true or an error, or ctx
+// ends; what describes the wait for the error message.
+func poll(ctx context.Context, what string, check func() (bool, error)) error {
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := check()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s: %w", what, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// tail returns the last n lines of a log file, for error messages.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

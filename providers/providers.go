@@ -1,0 +1,194 @@
+// Package providers defines what a cloud (or the embedded local provider)
+// must offer hamaster: replicas (VMs) cloned from a template, the cluster's
+// static IP, an L4 load balancer and a way to reach etcd. Workflows import
+// this package, never a cloud package.
+//
+// Contract shared by every method:
+//   - ctx is first and bounds the call, including any wait for a cloud's
+//     long-running operation: a method returns only when its effect is done
+//     (an instance is running, an address is detached, a target registered).
+//   - "Not found" is reported as an error of kind errkind.NotFound, except
+//     for deletes, which treat an absent thing as success.
+//   - Every mutating method is idempotent: calling it again with the same
+//     arguments after a success, or after a crash half-way, converges to the
+//     same state and returns success.
+//   - Transient cloud failures (rate limits, 5xx) are retried inside the
+//     provider with a bound; what escapes is errkind.Unavailable.
+package providers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/hamaster/hamaster/dns"
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/lb"
+)
+
+// Template is everything needed to boot a replica: what a cloud keeps as the
+// instance's configuration and metadata. New replicas are cloned from an
+// existing one's template; only name, address, data disk and the etcd
+// environment differ.
+type Template struct {
+	// Version is the control-plane version the replica runs (KUBE_VERSION).
+	Version string `json:"version"`
+	// ExtraArgs are flags for the control-plane process.
+	ExtraArgs []string `json:"extra_args,omitempty"`
+	// Env is the replica's environment ("kube-env" metadata / user data).
+	// INITIAL_ETCD_CLUSTER and ETCD_INITIAL_CLUSTER_STATE live here.
+	Env map[string]string `json:"env,omitempty"`
+	// Files are the replica's certificates and keys, by file name
+	// ("kube-master-certs" metadata). Keys of Files are base names.
+	Files map[string][]byte `json:"files,omitempty"`
+	// Machine holds provider-specific machine settings copied verbatim when
+	// cloning (machine type, image, network tags, service account...).
+	Machine map[string]string `json:"machine,omitempty"`
+}
+
+// Clone returns a deep copy.
+func (t Template) Clone() Template {
+	c := Template{Version: t.Version, ExtraArgs: append([]string(nil), t.ExtraArgs...)}
+	c.Env = make(map[string]string, len(t.Env))
+	for k, v := range t.Env {
+		c.Env[k] = v
+	}
+	c.Files = make(map[string][]byte, len(t.Files))
+	for k, v := range t.Files {
+		c.Files[k] = append([]byte(nil), v...)
+	}
+	c.Machine = make(map[string]string, len(t.Machine))
+	for k, v := range t.Machine {
+		c.Machine[k] = v
+	}
+	return c
+}
+
+// Replica is one control-plane VM as the provider sees it.
+type Replica struct {
+	Name string `json:"name"`
+	// Zone is the failure domain ("" for local).
+	Zone string `json:"zone,omitempty"`
+	// Address is the internal address etcd peers and the LB use.
+	Address string `json:"address"`
+	// State is "running", "stopped" or "provisioning".
+	State string `json:"state"`
+	// Template is the replica's current configuration.
+	Template Template `json:"template"`
+}
+
+// Running reports whether the replica's VM is up.
+func (r Replica) Running() bool { return r.State == StateRunning }
+
+// Replica states.
+const (
+	StateRunning      = "running"
+	StateStopped      = "stopped"
+	StateProvisioning = "provisioning"
+)
+
+// Instances manages replica VMs.
+type Instances interface {
+	// List returns the cluster's replicas, found by the cluster's label (not
+	// by a name prefix), sorted by name.
+	List(ctx context.Context) ([]Replica, error)
+	// Get returns one replica or errkind.NotFound.
+	Get(ctx context.Context, name string) (Replica, error)
+	// ReserveAddress reserves the internal address the named replica will
+	// use, before its VM exists (its etcd peer URL and certificates need it).
+	// Idempotent: the same name gets the same address.
+	ReserveAddress(ctx context.Context, name, zone string) (string, error)
+	// ReleaseAddress frees a reservation; absent is success.
+	ReleaseAddress(ctx context.Context, name string) error
+	// Create boots a replica from tmpl with a fresh data disk on its reserved
+	// address and waits until it runs. If it already exists it is returned
+	// as is (Create does not compare templates: use Recreate for that).
+	Create(ctx context.Context, name, zone string, tmpl Template) (Replica, error)
+	// Recreate replaces the replica's VM with one booted from tmpl, keeping
+	// its name, address and data disk, and waits until it runs.
+	Recreate(ctx context.Context, name string, tmpl Template) (Replica, error)
+	// Delete deletes the VM, its data disk and its address reservation,
+	// waiting until gone. Absent is success.
+	Delete(ctx context.Context, name string) error
+}
+
+// Provider is one cloud, bound to one cluster.
+type Provider interface {
+	// Name is the registry name ("local", "gce", "aws").
+	Name() string
+	Instances() Instances
+	// StaticIP is the cluster's public address: attached to master 0 while
+	// the cluster has one replica, owned by the LB otherwise.
+	StaticIP() lb.StaticIP
+	// LoadBalancer is the L4 load balancer in front of the apiservers.
+	LoadBalancer() lb.LoadBalancer
+	// DNS returns the records driver for kind ("static" is always
+	// available; clouds add their managed DNS).
+	DNS(kind string) (dns.Records, error)
+	// Etcd connects to the cluster's etcd through replicas other than those
+	// named in exclude (never through a victim).
+	Etcd(ctx context.Context, exclude ...string) (*etcdmember.Client, error)
+	// APIServerURL is the https base URL of a replica's apiserver.
+	APIServerURL(r Replica) string
+	// Close releases connections.
+	Close() error
+}
+
+// Settings are the provider-neutral settings every factory gets.
+type Settings struct {
+	Cluster  string
+	StateDir string
+	// Options are provider-specific settings (project, region, ...).
+	Options map[string]string
+}
+
+// Factory builds a provider for one cluster.
+type Factory func(ctx context.Context, s Settings) (Provider, error)
+
+// Registry maps provider names to factories. There is no global registry:
+// the CLI builds one and registers every provider in one place; tests build
+// their own.
+type Registry struct {
+	mu        sync.Mutex
+	factories map[string]Factory
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{factories: map[string]Factory{}} }
+
+// Register adds a factory. It panics on a duplicate name: that is a wiring
+// bug, not a runtime condition.
+func (r *Registry) Register(name string, f Factory) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.factories[name]; dup {
+		panic(fmt.Sprintf("providers: %q registered twice", name))
+	}
+	r.factories[name] = f
+}
+
+// Names lists the registered providers, sorted.
+func (r *Registry) Names() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	names := make([]string, 0, len(r.factories))
+	for n := range r.factories {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Open builds the named provider; an unknown name is errkind.InvalidArgument
+// listing the valid ones.
+func (r *Registry) Open(ctx context.Context, name string, s Settings) (Provider, error) {
+	r.mu.Lock()
+	f, ok := r.factories[name]
+	r.mu.Unlock()
+	if !ok {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--provider: unknown provider %q (valid: %v)", name, r.Names())
+	}
+	return f(ctx, s)
+}

@@ -1,0 +1,487 @@
+package workflows
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/internal/fsutil"
+	"github.com/hamaster/hamaster/lb"
+	"github.com/hamaster/hamaster/providers"
+)
+
+// AddParams are add-replica's arguments.
+type AddParams struct {
+	// Name of the new replica; "" picks <cluster>-master-<3 hex> (or the
+	// name an unfinished run recorded).
+	Name string
+	Zone string
+	// DNSKind/DNSName: when DNSName is set, the endpoint's A record is
+	// kept pointing at the static IP / LB.
+	DNSKind string
+	DNSName string
+	// Timeout bounds each wait (member caught up, LB healthy).
+	Timeout time.Duration
+}
+
+// NewReplicaName returns <cluster>-master-<3 hex digits>.
+func NewReplicaName(cluster string) string {
+	b := make([]byte, 2)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-master-%s", cluster, hex.EncodeToString(b)[:3])
+}
+
+// Add-replica step names (stable: the journal refers to them).
+const (
+	StepPreflight      = "preflight"
+	StepSnapshot       = "snapshot"
+	StepReserveAddress = "reserve-address"
+	StepIssueCerts     = "issue-certificates"
+	StepAddMember      = "add-etcd-learner"
+	StepCreateVM       = "create-vm"
+	StepWaitCaughtUp   = "wait-caught-up"
+	StepPromoteMember  = "promote-member"
+	StepPromoteLB      = "promote-static-ip-to-lb"
+	StepAddToLB        = "add-to-lb"
+	StepDNS            = "update-dns"
+	StepVerify         = "verify"
+)
+
+// AddReplica builds the add-replica workflow: preflight → snapshot →
+// reserve address → certificates → etcd learner → VM → caught up →
+// promote → (first add) static IP to LB → LB target → DNS → verify.
+// The member is added as a learner before the VM boots (so the VM can join
+// with initial-cluster-state=existing) and promoted only once caught up: a
+// learner does not count toward quorum, so growing 1→2 cannot lose quorum
+// while the new member is still syncing.
+func AddReplica(d *Deps, p AddParams) *Workflow {
+	wf := &Workflow{Name: "add-replica", Params: map[string]string{"name": p.Name, "zone": p.Zone, "dns-name": p.DNSName, "dns": p.DNSKind}}
+	if p.Timeout <= 0 {
+		p.Timeout = 5 * time.Minute
+	}
+	name := func(r *Run) string { return r.Param("name") }
+	peerURL := func(r *Run) string { return providers.PeerURL(r.Get("address")) }
+	inst := d.Provider.Instances()
+	wf.Steps = []Step{
+		{
+			Name: StepPreflight, Always: true,
+			Plan: []string{"instances.List", "etcd MemberList + Status of every member", "refuse if a voter is unhealthy or another learner is pending"},
+			Run: func(ctx context.Context, r *Run) error {
+				rs, err := inst.List(ctx)
+				if err != nil {
+					return err
+				}
+				var source string
+				for _, rep := range rs {
+					if rep.Name != name(r) && rep.Running() && source == "" {
+						source = rep.Name
+					}
+				}
+				if source == "" {
+					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no running replica to clone", d.Cluster)
+				}
+				cli, err := d.Provider.Etcd(ctx, name(r))
+				if err != nil {
+					return err
+				}
+				defer cli.Close()
+				ms, err := cli.Members(ctx)
+				if err != nil {
+					return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
+				}
+				// Our own learner from an interrupted run is expected; any
+				// other pending learner or unhealthy voter refuses.
+				var others []etcdmember.Member
+				for _, m := range ms {
+					if addr := r.Get("address"); addr != "" && m.Learner && contains(m.PeerURLs, providers.PeerURL(addr)) {
+						continue
+					}
+					if m.Name == name(r) && m.Name != "" {
+						continue
+					}
+					others = append(others, m)
+				}
+				if err := etcdmember.CanAddVoter(others); err != nil {
+					return err
+				}
+				// Clone a healthy voter's replica, never the new one.
+				healthy := map[string]bool{}
+				for _, m := range others {
+					if !m.Learner && m.Healthy {
+						healthy[m.Name] = true
+					}
+				}
+				if !healthy[source] {
+					source = ""
+					for _, rep := range rs {
+						if rep.Running() && healthy[rep.Name] && rep.Name != name(r) {
+							source = rep.Name
+							break
+						}
+					}
+				}
+				if source == "" {
+					return errkind.Errorf(errkind.FailedPrecondition, "no replica with a healthy etcd voter to clone")
+				}
+				if r.Get("source") == "" {
+					return r.Set("source", source)
+				}
+				return nil
+			},
+		},
+		{
+			Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot → <state-dir>/<cluster>/snapshots/"},
+			Run: func(ctx context.Context, r *Run) error {
+				return takeSnapshot(ctx, d, r, "add-"+name(r), name(r))
+			},
+		},
+		{
+			Name: StepReserveAddress, Plan: []string{"instances.ReserveAddress(name)"},
+			Run: func(ctx context.Context, r *Run) error {
+				addr, err := inst.ReserveAddress(ctx, name(r), r.Param("zone"))
+				if err != nil {
+					return err
+				}
+				r.Info("%s will use address %s", name(r), addr)
+				return r.Set("address", addr)
+			},
+		},
+		{
+			Name: StepIssueCerts, Plan: []string{"issue etcd peer/server and apiserver serving certificates signed by the cluster CA"},
+			Run: func(ctx context.Context, r *Run) error {
+				_, err := replicaFiles(ctx, d, name(r), r.Get("address"), r.Param("dns-name"))
+				return err
+			},
+		},
+		{
+			Name: StepAddMember, Plan: []string{"etcd MemberAddAsLearner(name, https://<address>:2380)"},
+			Run: func(ctx context.Context, r *Run) error {
+				cli, err := d.Provider.Etcd(ctx, name(r))
+				if err != nil {
+					return err
+				}
+				defer cli.Close()
+				m, err := cli.AddLearner(ctx, name(r), peerURL(r))
+				if err != nil {
+					return fmt.Errorf("add etcd learner %s: %w", name(r), err)
+				}
+				return r.Set("member_id", m.IDHex())
+			},
+		},
+		{
+			Name: StepCreateVM, Plan: []string{"instances.Get(source) → clone its template (INITIAL_ETCD_CLUSTER rewritten, ETCD_INITIAL_CLUSTER_STATE=existing)", "instances.Create(name, template) on a fresh data disk"},
+			Run: func(ctx context.Context, r *Run) error {
+				if rep, err := inst.Get(ctx, name(r)); err == nil && rep.Running() {
+					return nil
+				}
+				src, err := inst.Get(ctx, r.Get("source"))
+				if err != nil {
+					return fmt.Errorf("read template of %s: %w", r.Get("source"), err)
+				}
+				cli, err := d.Provider.Etcd(ctx, name(r))
+				if err != nil {
+					return err
+				}
+				ms, err := cli.Members(ctx)
+				cli.Close()
+				if err != nil {
+					return err
+				}
+				files, err := replicaFiles(ctx, d, name(r), r.Get("address"), r.Param("dns-name"))
+				if err != nil {
+					return err
+				}
+				tmpl := CloneTemplate(src.Template, ms, name(r), peerURL(r), files)
+				_, err = inst.Create(ctx, name(r), r.Param("zone"), tmpl)
+				return err
+			},
+		},
+		{
+			Name: StepWaitCaughtUp, Plan: []string{"etcd Status of the learner until its raft index reaches the leader's"},
+			Run: func(ctx context.Context, r *Run) error {
+				return withMember(ctx, d, r, func(ctx context.Context, cli *etcdmember.Client, id uint64) error {
+					r.Waiting("etcd learner %s to catch up", name(r))
+					wctx, cancel := context.WithTimeout(ctx, p.Timeout)
+					defer cancel()
+					return cli.WaitCaughtUp(wctx, id)
+				})
+			},
+		},
+		{
+			Name: StepPromoteMember, Plan: []string{"etcd MemberPromote(learner)"},
+			Run: func(ctx context.Context, r *Run) error {
+				return withMember(ctx, d, r, func(ctx context.Context, cli *etcdmember.Client, id uint64) error {
+					wctx, cancel := context.WithTimeout(ctx, p.Timeout)
+					defer cancel()
+					return cli.Promote(wctx, id)
+				})
+			},
+		},
+		{
+			Name: StepPromoteLB, Plan: []string{"first add only: staticIP.Detach", "loadBalancer.Create(static IP, [replica that held it]) with /readyz health checks", "wait until the LB reports it healthy"},
+			Run: func(ctx context.Context, r *Run) error {
+				exists, err := lb.Exists(ctx, d.Provider.LoadBalancer())
+				if err != nil || exists {
+					return err
+				}
+				ip, holder, err := d.Provider.StaticIP().Get(ctx)
+				if err != nil {
+					return err
+				}
+				if holder == "" {
+					holder = r.Get("lb_first")
+				}
+				if holder == "" {
+					holder = r.Get("source")
+				}
+				if err := r.Set("lb_first", holder); err != nil {
+					return err
+				}
+				first, err := inst.Get(ctx, holder)
+				if err != nil {
+					return err
+				}
+				r.Waiting("promoting static IP %s from %s to a load balancer", ip, holder)
+				wctx, cancel := context.WithTimeout(ctx, p.Timeout)
+				defer cancel()
+				return lb.Promote(wctx, d.Provider.StaticIP(), d.Provider.LoadBalancer(), lb.Target{Name: first.Name, Address: first.Address})
+			},
+		},
+		{
+			Name: StepAddToLB, Plan: []string{"loadBalancer.AddTarget(name)", "wait until the LB reports it healthy"},
+			Run: func(ctx context.Context, r *Run) error {
+				if err := d.Provider.LoadBalancer().AddTarget(ctx, lb.Target{Name: name(r), Address: r.Get("address")}); err != nil {
+					return err
+				}
+				r.Waiting("the load balancer to see %s healthy", name(r))
+				wctx, cancel := context.WithTimeout(ctx, p.Timeout)
+				defer cancel()
+				return lb.WaitHealthy(wctx, d.Provider.LoadBalancer(), name(r))
+			},
+		},
+		dnsStep(d, p.DNSKind, p.DNSName),
+		verifyStep(d, func(r *Run) string { return name(r) }, true),
+	}
+	return wf
+}
+
+// CloneTemplate derives a new replica's template from an existing one:
+// everything is copied except the certificate files and the etcd
+// environment (INITIAL_ETCD_CLUSTER lists every member plus the new one,
+// ETCD_INITIAL_CLUSTER_STATE=existing).
+func CloneTemplate(src providers.Template, ms []etcdmember.Member, name, peerURL string, files map[string][]byte) providers.Template {
+	t := src.Clone()
+	peers := map[string]string{}
+	for _, m := range ms {
+		if m.Name == "" || len(m.PeerURLs) == 0 {
+			continue // a learner not started yet: ours, added below
+		}
+		peers[m.Name] = m.PeerURLs[0]
+	}
+	peers[name] = peerURL
+	t.Env[providers.EnvInitialEtcdCluster] = providers.InitialCluster(peers)
+	t.Env[providers.EnvEtcdInitialClusterState] = "existing"
+	t.Files = files
+	return t
+}
+
+// withMember connects to etcd (not through name itself) and resolves the
+// replica's member ID.
+func withMember(ctx context.Context, d *Deps, r *Run, f func(context.Context, *etcdmember.Client, uint64) error) error {
+	cli, err := d.Provider.Etcd(ctx, r.Param("name"))
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ms, err := cli.Members(ctx)
+	if err != nil {
+		return err
+	}
+	m, ok := memberByName(ms, r.Param("name"), providers.PeerURL(r.Get("address")))
+	if !ok {
+		return errkind.Errorf(errkind.NotFound, "etcd member for %s (peer %s) is gone", r.Param("name"), providers.PeerURL(r.Get("address")))
+	}
+	return f(ctx, cli, m.ID)
+}
+
+// replicaFiles issues (or re-reads, when still valid for the wanted SANs)
+// a replica's certificates, kept under the cluster's pki dir.
+func replicaFiles(ctx context.Context, d *Deps, name, address, dnsName string) (map[string][]byte, error) {
+	if address == "" {
+		return nil, errors.New("no address reserved")
+	}
+	ca, err := d.CA()
+	if err != nil {
+		return nil, err
+	}
+	ip, _, err := d.Provider.StaticIP().Get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	shared := certs.APIServerSANs{StaticIP: ip}
+	if dnsName != "" {
+		shared.DNSNames = []string{dnsName}
+	}
+	dir := filepath.Join(PKIDir(d.StateDir, d.Cluster), "replicas", name)
+	if files, ok := readFiles(dir); ok {
+		if pair, err := certs.LoadPair(filepath.Join(dir, providers.FileAPIServerCert), filepath.Join(dir, providers.FileAPIServerKey)); err == nil {
+			want := shared
+			want.ReplicaIPs = []string{address}
+			want.ReplicaNames = []string{name}
+			dnsNames, ips, err := want.SANs()
+			if err == nil {
+				if renew, _ := certs.NeedsRenewal(pair.Cert, dnsNames, ips, 30*24*time.Hour, time.Now()); !renew {
+					return files, nil
+				}
+			}
+		}
+	}
+	files, err := providers.ReplicaFiles(ca, name, address, shared)
+	if err != nil {
+		return nil, err
+	}
+	for f, b := range files {
+		if err := fsutil.WriteFileAtomic(filepath.Join(dir, f), b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
+func readFiles(dir string) (map[string][]byte, bool) {
+	names := []string{providers.FileCACert, providers.FileEtcdPeerCert, providers.FileEtcdPeerKey, providers.FileEtcdServerCert, providers.FileEtcdServerKey, providers.FileAPIServerCert, providers.FileAPIServerKey}
+	files := map[string][]byte{}
+	for _, n := range names {
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			return nil, false
+		}
+		files[n] = b
+	}
+	return files, true
+}
+
+// takeSnapshot saves an etcd snapshot once per run (recorded in the
+// journal) and reports its path.
+func takeSnapshot(ctx context.Context, d *Deps, r *Run, label string, exclude ...string) error {
+	if p := r.Get("snapshot"); p != "" {
+		if _, err := os.Stat(p); err == nil {
+			return nil
+		}
+	}
+	cli, err := d.Provider.Etcd(ctx, exclude...)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	path := filepath.Join(d.clusterDir(), "snapshots", fmt.Sprintf("%s-%s.db", time.Now().UTC().Format("20060102T150405Z"), label))
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return errkind.Errorf(errkind.InvalidArgument, "state dir not writable: %w", err)
+	}
+	info, err := cli.SaveSnapshot(ctx, path)
+	if err != nil {
+		return fmt.Errorf("etcd snapshot: %w", err)
+	}
+	r.Info("etcd snapshot saved: %s (%d bytes, sha256 %s)", path, info.Size, info.SHA256[:16])
+	return r.Set("snapshot", path)
+}
+
+func dnsStep(d *Deps, kind, name string) Step {
+	plan := []string{"no --dns-name: nothing to do"}
+	if name != "" {
+		plan = []string{fmt.Sprintf("dns(%s).Upsert(%s A <static IP>)", orDefault(kind, "static"), name), "wait until the change is in sync"}
+	}
+	return Step{
+		Name: StepDNS, Plan: plan,
+		Run: func(ctx context.Context, r *Run) error {
+			name := r.Param("dns-name")
+			kind := orDefault(r.Param("dns"), "static")
+			if name == "" {
+				return nil
+			}
+			recs, err := d.Provider.DNS(kind)
+			if err != nil {
+				return err
+			}
+			ip, _, err := d.Provider.StaticIP().Get(ctx)
+			if err != nil {
+				return err
+			}
+			id, err := recs.Upsert(ctx, name, []string{ip})
+			if err != nil {
+				return fmt.Errorf("dns upsert %s: %w", name, err)
+			}
+			r.Waiting("DNS change %s for %s", id, name)
+			if err := recs.Wait(ctx, id); err != nil {
+				return err
+			}
+			return saveEndpoint(d.StateDir, d.Cluster, Endpoint{DNSKind: kind, DNSName: name})
+		},
+	}
+}
+
+// verifyStep checks the end state: the endpoint answers /readyz and, when
+// present, the replica's member is a healthy voter.
+func verifyStep(d *Deps, name func(*Run) string, wantMember bool) Step {
+	return Step{
+		Name: StepVerify, Always: true, Plan: []string{"GET https://<static IP>:6443/readyz", "etcd MemberList: the replica's member is a healthy voter (or gone, after a removal)"},
+		Run: func(ctx context.Context, r *Run) error {
+			ip, _, err := d.Provider.StaticIP().Get(ctx)
+			if err != nil {
+				return err
+			}
+			base := fmt.Sprintf("https://%s:%d", ip, providers.APIServerPort)
+			if err := waitFor(ctx, r, "the endpoint "+base+"/readyz", 100*time.Millisecond, func(ctx context.Context) error {
+				_, err := d.Probe(ctx, base, "/readyz")
+				return err
+			}); err != nil {
+				return err
+			}
+			exclude := []string{}
+			if !wantMember {
+				exclude = append(exclude, name(r))
+			}
+			cli, err := d.Provider.Etcd(ctx, exclude...)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			ms, err := cli.Members(ctx)
+			if err != nil {
+				return err
+			}
+			m, found := memberByName(ms, name(r), "")
+			switch {
+			case wantMember && (!found || m.Learner || !m.Healthy):
+				return fmt.Errorf("member %s is not a healthy voter: %+v", name(r), m)
+			case !wantMember && found:
+				return fmt.Errorf("member %s is still in the cluster", name(r))
+			}
+			return nil
+		},
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

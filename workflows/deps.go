@@ -1,0 +1,254 @@
+package workflows
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/internal/fsutil"
+	"github.com/hamaster/hamaster/providers"
+)
+
+// Deps is what the workflows need from the outside world.
+type Deps struct {
+	Provider providers.Provider
+	Cluster  string
+	StateDir string
+	Sink     Sink
+	Logger   *slog.Logger
+	// Out receives instructions for the operator (the static DNS driver's
+	// records).
+	Out io.Writer
+	// AfterStep is the test-only crash hook (see Runner.AfterStep).
+	AfterStep func(step string) error
+	// Holder names the command in the cluster lock.
+	Holder string
+
+	ca   *certs.CA
+	http *http.Client
+}
+
+func (d *Deps) clusterDir() string { return filepath.Join(d.StateDir, d.Cluster) }
+
+// PKIDir is where the cluster's CA and issued certificates are kept.
+func PKIDir(stateDir, cluster string) string { return filepath.Join(stateDir, cluster, "pki") }
+
+// CA loads the cluster's CA from the state dir.
+func (d *Deps) CA() (*certs.CA, error) {
+	if d.ca != nil {
+		return d.ca, nil
+	}
+	dir := PKIDir(d.StateDir, d.Cluster)
+	ca, err := certs.LoadCA(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return nil, errkind.Errorf(errkind.FailedPrecondition, "cluster %s: load CA from %s: %w", d.Cluster, dir, err)
+	}
+	d.ca = ca
+	return ca, nil
+}
+
+// HTTP returns a client that trusts the cluster's CA, for /readyz and
+// /version probes.
+func (d *Deps) HTTP() (*http.Client, error) {
+	if d.http != nil {
+		return d.http, nil
+	}
+	ca, err := d.CA()
+	if err != nil {
+		return nil, err
+	}
+	d.http = &http.Client{
+		Timeout: 2 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig:   &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12},
+			DisableKeepAlives: true,
+		},
+	}
+	return d.http, nil
+}
+
+// Probe GETs base+path and returns the body of a 200, or an error with
+// the status and body.
+func (d *Deps) Probe(ctx context.Context, base, path string) (string, error) {
+	c, err := d.HTTP()
+	if err != nil {
+		return "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return string(body), fmt.Errorf("GET %s%s: %s: %s", base, path, resp.Status, trimBody(body))
+	}
+	return string(body), nil
+}
+
+func trimBody(b []byte) string {
+	s := string(b)
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// ReplicaVersion asks a replica's apiserver for its version.
+func (d *Deps) ReplicaVersion(ctx context.Context, r providers.Replica) (string, error) {
+	body, err := d.Probe(ctx, d.Provider.APIServerURL(r), "/version")
+	if err != nil {
+		return "", err
+	}
+	var v struct {
+		GitVersion string `json:"gitVersion"`
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		return "", fmt.Errorf("decode /version of %s: %w", r.Name, err)
+	}
+	return v.GitVersion, nil
+}
+
+// waitFor polls check every interval until it returns nil or ctx ends; the
+// error names what was awaited and the last failure.
+func waitFor(ctx context.Context, r *Run, what string, interval time.Duration, check func(context.Context) error) error {
+	if r != nil {
+		r.Waiting("%s", what)
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var last error
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		last = check(cctx)
+		cancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s: %w (last: %v)", what, ctx.Err(), last)
+		case <-tick.C:
+		}
+	}
+}
+
+// Endpoint is the cluster's recorded client endpoint settings.
+type Endpoint struct {
+	DNSKind string `json:"dns_kind,omitempty"`
+	DNSName string `json:"dns_name,omitempty"`
+}
+
+func endpointFile(stateDir, cluster string) string {
+	return filepath.Join(stateDir, cluster, "endpoint.json")
+}
+
+// LoadEndpoint reads the recorded DNS settings (zero value when none).
+func LoadEndpoint(stateDir, cluster string) (Endpoint, error) {
+	var e Endpoint
+	b, err := os.ReadFile(endpointFile(stateDir, cluster))
+	if errors.Is(err, os.ErrNotExist) {
+		return e, nil
+	}
+	if err != nil {
+		return e, err
+	}
+	return e, json.Unmarshal(b, &e)
+}
+
+func saveEndpoint(stateDir, cluster string, e Endpoint) error {
+	b, err := json.MarshalIndent(e, "", "  ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(endpointFile(stateDir, cluster), b, 0o600)
+}
+
+// memberByName finds a member by name, or by peer URL for a learner that
+// has not started yet (no name).
+func memberByName(ms []etcdmember.Member, name, peerURL string) (etcdmember.Member, bool) {
+	for _, m := range ms {
+		if m.Name == name && name != "" {
+			return m, true
+		}
+		for _, u := range m.PeerURLs {
+			if peerURL != "" && u == peerURL {
+				return m, true
+			}
+		}
+	}
+	return etcdmember.Member{}, false
+}
+
+// Options control how Execute runs a workflow.
+type Options struct {
+	DryRun bool
+	// Confirm is called with the plan before anything changes; an error
+	// aborts (the CLI asks on a terminal, or refuses without --yes).
+	Confirm func(plan string) error
+	// Supersede decides whether an unfinished journal of another workflow
+	// may be replaced by this one.
+	Supersede func(prev, next *Journal) bool
+	// LockExclude names replicas the lock's etcd connection must avoid.
+	LockExclude []string
+	// Defaults fills parameters still empty after a resume was considered
+	// (a fresh run's generated replica name).
+	Defaults func(params map[string]string)
+}
+
+// Execute prepares wf against the journal, prints the plan on a dry run,
+// confirms, takes the cluster lock and runs it.
+func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) error {
+	rn := &Runner{Store: NewJournalStore(d.StateDir, d.Cluster), Sink: d.Sink, AfterStep: d.AfterStep}
+	j, resumed, err := rn.Prepare(wf, o.Supersede)
+	if err != nil {
+		return err
+	}
+	if o.Defaults != nil {
+		o.Defaults(wf.Params)
+	}
+	plan := wf.Plan()
+	if resumed {
+		plan += fmt.Sprintf("Resuming the unfinished run started %s (last: %s).\n", j.Started.Format(time.RFC3339), lastStep(j))
+	}
+	if o.DryRun {
+		fmt.Fprint(d.Out, plan)
+		fmt.Fprintln(d.Out, "Dry run: nothing was changed.")
+		return nil
+	}
+	if o.Confirm != nil {
+		if err := o.Confirm(plan); err != nil {
+			return err
+		}
+	}
+	cli, err := d.Provider.Etcd(ctx, o.LockExclude...)
+	if err != nil {
+		return errkind.Errorf(errkind.FailedPrecondition, "take cluster lock: %w", err)
+	}
+	defer cli.Close()
+	lock, err := AcquireLock(ctx, cli.Raw(), d.Cluster, d.Holder)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = lock.Release(rctx)
+	}()
+	return rn.Execute(ctx, wf, j)
+}

@@ -1,0 +1,276 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/lb"
+	"github.com/hamaster/hamaster/providers"
+)
+
+// RemoveParams are remove-replica's arguments.
+type RemoveParams struct {
+	Name string
+	// Force overrides the quorum refusal (the risk is printed).
+	Force bool
+	// DrainGrace is how long to wait after draining before touching the
+	// replica.
+	DrainGrace time.Duration
+	Timeout    time.Duration
+}
+
+// Remove-replica step names.
+const (
+	StepRemoveFromLB = "remove-from-lb"
+	StepMoveLeader   = "move-etcd-leader"
+	StepRemoveMember = "remove-etcd-member"
+	StepDeleteVM     = "delete-vm"
+	StepDemote       = "demote-lb-to-static-ip"
+)
+
+// RemoveReplica builds the remove-replica workflow: preflight → snapshot →
+// out of the LB (drain + grace) → DNS → leadership moved away → member
+// removed (never through the victim) → VM and disk deleted → when one
+// replica is left, LB demoted back to a static IP. A replica whose add was
+// interrupted (a learner, a VM without a member, a reserved address only)
+// is removable too.
+func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
+	wf := &Workflow{Name: "remove-replica", Params: map[string]string{"name": p.Name}}
+	if p.Force {
+		wf.Params["force"] = "true"
+	}
+	if p.Timeout <= 0 {
+		p.Timeout = 5 * time.Minute
+	}
+	victim := p.Name
+	inst := d.Provider.Instances()
+	memberOf := func(ctx context.Context, cli *etcdmember.Client, r *Run) (etcdmember.Member, []etcdmember.Member, bool, error) {
+		ms, err := cli.Members(ctx)
+		if err != nil {
+			return etcdmember.Member{}, nil, false, err
+		}
+		peer := ""
+		if a := r.Get("address"); a != "" {
+			peer = providers.PeerURL(a)
+		}
+		m, ok := memberByName(ms, victim, peer)
+		return m, ms, ok, nil
+	}
+	wf.Steps = []Step{
+		{
+			Name: StepPreflight, Always: true,
+			Plan: []string{"instances.List", "etcd MemberList + Status (not through the victim)", "refuse removing the last replica or one whose removal would lose quorum (--force overrides)"},
+			Run: func(ctx context.Context, r *Run) error {
+				rs, err := inst.List(ctx)
+				if err != nil {
+					return err
+				}
+				var found bool
+				var others int
+				for _, rep := range rs {
+					if rep.Name == victim {
+						found = true
+						if err := r.Set("address", rep.Address); err != nil {
+							return err
+						}
+					} else {
+						others++
+					}
+				}
+				if others == 0 {
+					if found {
+						return errkind.Errorf(errkind.FailedPrecondition, "%s is the last replica of cluster %s; removing it would destroy the cluster (use 'hamaster local down' or delete the cluster instead)", victim, d.Cluster)
+					}
+					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no replica other than %s", d.Cluster, victim)
+				}
+				cli, err := d.Provider.Etcd(ctx, victim)
+				if err != nil {
+					return err
+				}
+				defer cli.Close()
+				m, ms, isMember, err := memberOf(ctx, cli, r)
+				if err != nil {
+					return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
+				}
+				// Neither VM nor member nor an address recorded by this run or
+				// by the add-replica it supersedes: the name is wrong.
+				if !found && !isMember && r.Get("address") == "" {
+					names := make([]string, 0, len(rs))
+					for _, rep := range rs {
+						names = append(names, rep.Name)
+					}
+					return errkind.Errorf(errkind.InvalidArgument, "--name: no replica, etcd member or reservation named %q in cluster %s (replicas: %v)", victim, d.Cluster, names)
+				}
+				if isMember {
+					if err := etcdmember.CanRemove(ms, m.ID); err != nil {
+						if r.Param("force") != "true" {
+							return fmt.Errorf("%w (pass --force to remove anyway, risking etcd quorum loss)", err)
+						}
+						r.Info("--force: removing %s although %v — etcd may lose quorum", victim, err)
+					}
+				}
+				return nil
+			},
+		},
+		{
+			Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot (not through the victim) → <state-dir>/<cluster>/snapshots/"},
+			Run: func(ctx context.Context, r *Run) error {
+				return takeSnapshot(ctx, d, r, "remove-"+victim, victim)
+			},
+		},
+		{
+			Name: StepRemoveFromLB, Plan: []string{"loadBalancer.DrainTarget(name)", fmt.Sprintf("wait the drain grace period (%s)", p.DrainGrace), "loadBalancer.RemoveTarget(name)", "no LB and the victim holds the static IP: move the IP to a survivor"},
+			Run: func(ctx context.Context, r *Run) error {
+				l := d.Provider.LoadBalancer()
+				exists, err := lb.Exists(ctx, l)
+				if err != nil {
+					return err
+				}
+				if exists {
+					st, err := l.Get(ctx)
+					if err != nil {
+						return err
+					}
+					registered := false
+					for _, t := range st.Targets {
+						registered = registered || t.Name == victim
+					}
+					if registered {
+						r.Waiting("drain grace period of %s for %s", p.DrainGrace, victim)
+						if err := lb.Drain(ctx, l, victim, p.DrainGrace); err != nil {
+							return err
+						}
+					}
+					return l.RemoveTarget(ctx, victim)
+				}
+				_, holder, err := d.Provider.StaticIP().Get(ctx)
+				if err != nil || holder != victim {
+					return err
+				}
+				survivor, err := survivingReplica(ctx, d, victim)
+				if err != nil {
+					return err
+				}
+				if err := d.Provider.StaticIP().Detach(ctx); err != nil {
+					return err
+				}
+				return d.Provider.StaticIP().Attach(ctx, survivor)
+			},
+		},
+		{
+			Name: StepMoveLeader, Plan: []string{"etcd MoveLeader to the most up-to-date healthy voter, if the victim leads"},
+			Run: func(ctx context.Context, r *Run) error {
+				cli, err := d.Provider.Etcd(ctx, victim)
+				if err != nil {
+					return err
+				}
+				defer cli.Close()
+				m, _, ok, err := memberOf(ctx, cli, r)
+				if err != nil || !ok || !m.Leader {
+					return err
+				}
+				to, err := cli.MoveLeader(ctx, m.ID)
+				if err != nil {
+					return fmt.Errorf("move etcd leadership away from %s: %w", victim, err)
+				}
+				r.Info("etcd leadership moved from %s to %x", victim, to)
+				return nil
+			},
+		},
+		{
+			Name: StepRemoveMember, Plan: []string{"etcd MemberRemove(victim) through a surviving member"},
+			Run: func(ctx context.Context, r *Run) error {
+				cli, err := d.Provider.Etcd(ctx, victim)
+				if err != nil {
+					return err
+				}
+				defer cli.Close()
+				m, _, ok, err := memberOf(ctx, cli, r)
+				if err != nil || !ok {
+					return err
+				}
+				if err := cli.Remove(ctx, m.ID); err != nil {
+					return fmt.Errorf("remove etcd member %s: %w", victim, err)
+				}
+				return nil
+			},
+		},
+		{
+			Name: StepDeleteVM, Plan: []string{"instances.Delete(name): VM, data disk, address"},
+			Run: func(ctx context.Context, r *Run) error {
+				if err := inst.Delete(ctx, victim); err != nil {
+					return err
+				}
+				if err := inst.ReleaseAddress(ctx, victim); err != nil {
+					return err
+				}
+				return os.RemoveAll(filepath.Join(PKIDir(d.StateDir, d.Cluster), "replicas", victim))
+			},
+		},
+		{
+			Name: StepDemote, Plan: []string{"when one replica is left: loadBalancer.Delete", "staticIP.Attach(last replica)"},
+			Run: func(ctx context.Context, r *Run) error {
+				rs, err := inst.List(ctx)
+				if err != nil {
+					return err
+				}
+				if len(rs) != 1 {
+					return nil
+				}
+				exists, err := lb.Exists(ctx, d.Provider.LoadBalancer())
+				if err != nil {
+					return err
+				}
+				if _, holder, err := d.Provider.StaticIP().Get(ctx); err == nil && !exists && holder == rs[0].Name {
+					return nil
+				}
+				r.Waiting("demoting the load balancer: static IP back to %s", rs[0].Name)
+				return lb.Demote(ctx, d.Provider.StaticIP(), d.Provider.LoadBalancer(), rs[0].Name)
+			},
+		},
+		verifyStep(d, func(*Run) string { return victim }, false),
+	}
+	return wf
+}
+
+// SupersedeAdd lets remove-replica replace the journal of an unfinished
+// add-replica of the same replica (rolling the partial add back), carrying
+// over the address it reserved.
+func SupersedeAdd(name string) func(prev, next *Journal) bool {
+	return func(prev, next *Journal) bool {
+		if prev.Workflow != "add-replica" || prev.Params["name"] != name {
+			return false
+		}
+		if a := prev.Data["address"]; a != "" {
+			next.Data["address"] = a
+		}
+		return true
+	}
+}
+
+// survivingReplica picks a running replica other than victim whose apiserver
+// is ready.
+func survivingReplica(ctx context.Context, d *Deps, victim string) (string, error) {
+	rs, err := d.Provider.Instances().List(ctx)
+	if err != nil {
+		return "", err
+	}
+	var errs []error
+	for _, r := range rs {
+		if r.Name == victim || !r.Running() {
+			continue
+		}
+		if _, err := d.Probe(ctx, d.Provider.APIServerURL(r), "/readyz"); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return r.Name, nil
+	}
+	return "", errkind.Errorf(errkind.FailedPrecondition, "no ready replica other than %s: %w", victim, errors.Join(errs...))
+}

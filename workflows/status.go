@@ -1,0 +1,155 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/lb"
+	"github.com/hamaster/hamaster/providers"
+)
+
+// ReplicaStatus is one replica as status reports it.
+type ReplicaStatus struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	Version string `json:"version"`
+	Healthy bool   `json:"healthy"`
+	State   string `json:"state"`
+	Error   string `json:"error,omitempty"`
+}
+
+// CertStatus is a replica's apiserver serving certificate.
+type CertStatus struct {
+	Replica  string    `json:"replica"`
+	DNSNames []string  `json:"dns_names"`
+	IPs      []string  `json:"ips"`
+	NotAfter time.Time `json:"not_after"`
+	SHA256   string    `json:"sha256"`
+}
+
+// Report is the cluster's status.
+type Report struct {
+	Cluster        string              `json:"cluster"`
+	Provider       string              `json:"provider"`
+	Endpoint       string              `json:"endpoint"`
+	EndpointKind   string              `json:"endpoint_kind"`
+	StaticIP       string              `json:"static_ip"`
+	StaticIPHolder string              `json:"static_ip_attached_to,omitempty"`
+	DNSName        string              `json:"dns_name,omitempty"`
+	Replicas       []ReplicaStatus     `json:"replicas"`
+	Members        []etcdmember.Member `json:"-"`
+	MembersError   string              `json:"members_error,omitempty"`
+	LB             *lb.Status          `json:"-"`
+	Certificates   []CertStatus        `json:"certificates"`
+	Journal        *Journal            `json:"-"`
+}
+
+// Healthy reports whether every replica is ready and every voter healthy.
+func (r Report) Healthy() bool {
+	if r.MembersError != "" || len(r.Replicas) == 0 {
+		return false
+	}
+	for _, rep := range r.Replicas {
+		if !rep.Healthy {
+			return false
+		}
+	}
+	leader := false
+	for _, m := range r.Members {
+		if !m.Learner && !m.Healthy {
+			return false
+		}
+		leader = leader || m.Leader
+	}
+	return leader
+}
+
+// Status gathers the cluster's state; it never changes anything and takes
+// no lock. Parts that cannot be read are reported, not fatal.
+func Status(ctx context.Context, d *Deps) (Report, error) {
+	p := d.Provider
+	rep := Report{Cluster: d.Cluster, Provider: p.Name()}
+	rs, err := p.Instances().List(ctx)
+	if err != nil {
+		return rep, err
+	}
+	ip, holder, err := p.StaticIP().Get(ctx)
+	if err != nil {
+		return rep, err
+	}
+	rep.StaticIP, rep.StaticIPHolder = ip, holder
+	rep.Endpoint, rep.EndpointKind = ip, "ip"
+	if st, err := p.LoadBalancer().Get(ctx); err == nil {
+		rep.LB = &st
+		rep.EndpointKind = "lb"
+	} else if !errors.Is(err, errkind.NotFound) {
+		return rep, err
+	}
+	if ep, err := LoadEndpoint(d.StateDir, d.Cluster); err == nil && ep.DNSName != "" {
+		rep.Endpoint, rep.EndpointKind, rep.DNSName = ep.DNSName, "dns", ep.DNSName
+	}
+	rep.Replicas = make([]ReplicaStatus, len(rs))
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep.Replicas[i] = replicaStatus(ctx, d, r)
+		}()
+	}
+	wg.Wait()
+	if cli, err := p.Etcd(ctx); err != nil {
+		rep.MembersError = err.Error()
+	} else {
+		ms, err := cli.Members(ctx)
+		cli.Close()
+		if err != nil {
+			rep.MembersError = err.Error()
+		}
+		rep.Members = ms
+	}
+	for _, r := range rs {
+		pemBytes := r.Template.Files[providers.FileAPIServerCert]
+		if len(pemBytes) == 0 {
+			continue
+		}
+		info, err := certs.Inspect(pemBytes)
+		if err != nil {
+			continue
+		}
+		rep.Certificates = append(rep.Certificates, CertStatus{Replica: r.Name, DNSNames: info.DNSNames, IPs: info.IPs, NotAfter: info.NotAfter, SHA256: info.SHA256})
+	}
+	sort.Slice(rep.Certificates, func(i, j int) bool { return rep.Certificates[i].Replica < rep.Certificates[j].Replica })
+	if j, err := NewJournalStore(d.StateDir, d.Cluster).Load(); err == nil {
+		rep.Journal = j
+	}
+	return rep, nil
+}
+
+func replicaStatus(ctx context.Context, d *Deps, r providers.Replica) ReplicaStatus {
+	s := ReplicaStatus{Name: r.Name, Address: r.Address, Version: r.Template.Version, State: r.State}
+	if !r.Running() {
+		s.Error = "not running"
+		return s
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := d.Probe(cctx, d.Provider.APIServerURL(r), "/readyz"); err != nil {
+		s.Error = err.Error()
+	} else {
+		s.Healthy = true
+	}
+	if v, err := d.ReplicaVersion(cctx, r); err == nil {
+		s.Version = v
+	} else if s.Error == "" {
+		s.Error = fmt.Sprintf("version: %v", err)
+	}
+	return s
+}
