@@ -285,6 +285,11 @@ func TestRemovalRefusedWithVoterDown(t *testing.T) {
 	}
 }
 
+// putTimeout bounds each of the writer's Puts. A Put whose proposal is lost
+// (forwarded to a leader that is handing over or going away) hangs until
+// then, so it is also the resolution of the stall measurement.
+const putTimeout = 200 * time.Millisecond
+
 // writer does sequential Puts and records the longest gap between two
 // successful ones.
 type writer struct {
@@ -293,11 +298,15 @@ type writer struct {
 	last    time.Time
 	longest time.Duration
 	errs    int
+	// failures describes the first failed Puts, for the test log.
+	failures []string
+	start    time.Time
 }
 
 func (w *writer) run(ctx context.Context, c *etcdmember.Client) {
 	for i := 0; ctx.Err() == nil; i++ {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		began := time.Now()
+		pctx, cancel := context.WithTimeout(ctx, putTimeout)
 		_, err := c.Raw().Put(pctx, "/stall/key", fmt.Sprint(i))
 		cancel()
 		now := time.Now()
@@ -310,6 +319,9 @@ func (w *writer) run(ctx context.Context, c *etcdmember.Client) {
 			w.ok++
 		} else if ctx.Err() == nil {
 			w.errs++
+			if len(w.failures) < 5 {
+				w.failures = append(w.failures, fmt.Sprintf("+%s..+%s: %v", began.Sub(w.start).Round(time.Millisecond), now.Sub(w.start).Round(time.Millisecond), err))
+			}
 		}
 		w.mu.Unlock()
 		if err != nil {
@@ -345,7 +357,7 @@ func removeLeader(ctx context.Context, t *testing.T, cl *etcdtest.Cluster, move 
 	}
 	wc := newClient(ctx, t, etcdmember.Config{Endpoints: others})
 	wctx, stop := context.WithCancel(ctx)
-	w := &writer{}
+	w := &writer{start: time.Now()}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -366,11 +378,13 @@ func removeLeader(ctx context.Context, t *testing.T, cl *etcdtest.Cluster, move 
 		if nl == old.ID || nl == 0 {
 			t.Fatalf("MoveLeader returned %x", nl)
 		}
-		t.Logf("moved leadership %x → %x in %s", old.ID, nl, time.Since(start).Round(time.Millisecond))
+		t.Logf("moved leadership %x → %x in %s (+%s..+%s)", old.ID, nl, time.Since(start).Round(time.Millisecond),
+			start.Sub(w.start).Round(time.Millisecond), time.Since(w.start).Round(time.Millisecond))
 	}
 	if err := c.Remove(ctx, old.ID); err != nil {
 		t.Fatalf("Remove leader: %v", err)
 	}
+	removed := time.Now()
 	t.Logf("removed %s (move=%v) in %s", old.Name, move, time.Since(start).Round(time.Millisecond))
 	// etcd stops a removed member only about a second after it applied its
 	// own removal; a removed leader keeps leading until then. Keep writing
@@ -392,7 +406,8 @@ func removeLeader(ctx context.Context, t *testing.T, cl *etcdtest.Cluster, move 
 	stop()
 	<-done
 	ok, errs, longest := w.state()
-	t.Logf("writer (move=%v): %d writes, %d failed, longest stall %s", move, ok, errs, longest.Round(time.Millisecond))
+	t.Logf("writer (move=%v): %d writes, %d failed, longest stall %s; remove returned at +%s; failures: %v",
+		move, ok, errs, longest.Round(time.Millisecond), removed.Sub(w.start).Round(time.Millisecond), w.failures)
 
 	after := members(ctx, t, wc)
 	if len(after) != 2 {

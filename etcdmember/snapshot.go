@@ -22,7 +22,9 @@ type SnapshotInfo struct {
 	Size     int64  // bytes written
 	SHA256   string // hex SHA-256 of exactly the bytes written
 	Endpoint string // client URL of the member it was taken from
-	Revision int64  // store revision at the time of the snapshot (0 if unknown)
+	// Revision is the source member's store revision just before the
+	// snapshot was taken: the snapshot holds at least this revision.
+	Revision int64
 }
 
 // Snapshot streams a point-in-time snapshot of the keyspace (etcd's
@@ -59,12 +61,21 @@ func (c *Client) Snapshot(ctx context.Context, w io.Writer) (SnapshotInfo, error
 	src.ClientURLs = src.ClientURLs[:1]
 	info := SnapshotInfo{Endpoint: src.ClientURLs[0]}
 	err = c.withClientFor([]Member{src}, func(cli *clientv3.Client) error {
+		// The snapshot stream carries no revision; ask the same member
+		// just before.
+		st, err := cli.Status(ctx, info.Endpoint)
+		if err != nil {
+			return err
+		}
+		if st.Header != nil {
+			info.Revision = st.Header.Revision
+		}
 		resp, err := cli.SnapshotWithVersion(ctx)
 		if err != nil {
 			return err
 		}
 		defer resp.Snapshot.Close()
-		if resp.Header != nil {
+		if resp.Header != nil && resp.Header.Revision > info.Revision {
 			info.Revision = resp.Header.Revision
 		}
 		h := sha256.New()

@@ -93,7 +93,7 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 		cfg = lbproxy.Config{
 			Listen: net.JoinHostPort(ip, strconv.Itoa(providers.APIServerPort)),
 			Health: lbproxy.HealthConfig{
-				Path: "/readyz", Interval: lbproxy.Duration(100 * time.Millisecond), Timeout: lbproxy.Duration(time.Second),
+				Path: "/readyz", Interval: lbproxy.Duration{Duration: 100 * time.Millisecond}, Timeout: lbproxy.Duration{Duration: time.Second},
 				HealthyThreshold: 1, UnhealthyThreshold: 2, CAFile: b.p.caFile(),
 			},
 			StatusFile: b.p.l.lbStatus(),

@@ -1,0 +1,138 @@
+// Package localtest starts local-provider clusters for tests: it builds
+// hamaster-node once per test binary, hands out 127.0.N.0/24 subnets that
+// no concurrently running test (in any package) uses, and tears every
+// cluster down (all processes stopped) when the test ends.
+package localtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/local"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// Binaries builds hamaster-node (and hamaster) once per test process and
+// returns the directory holding them.
+func Binaries(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "hamaster-bin-")
+		if buildErr != nil {
+			return
+		}
+		for _, pkg := range []string{"cmd/hamaster-node", "cmd/hamaster"} {
+			out := filepath.Join(buildDir, filepath.Base(pkg))
+			cmd := exec.Command("go", "build", "-o", out, "github.com/hamaster/hamaster/"+pkg)
+			if b, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildDir
+}
+
+// NodeBinary is the path of the built hamaster-node.
+func NodeBinary(t testing.TB) string { return filepath.Join(Binaries(t), "hamaster-node") }
+
+// HamasterBinary is the path of the built hamaster CLI.
+func HamasterBinary(t testing.TB) string { return filepath.Join(Binaries(t), "hamaster") }
+
+// AllocSubnet reserves a 127.0.N.0/24 for the test across processes with
+// an O_EXCL file per subnet (stale files of dead test processes are
+// reclaimed) and frees it at cleanup.
+func AllocSubnet(t testing.TB) int {
+	t.Helper()
+	dir := filepath.Join(os.TempDir(), "hamaster-test-subnets")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	start := os.Getpid() % 200
+	for i := 0; i < 200; i++ {
+		n := 20 + (start+i)%200
+		path := filepath.Join(dir, strconv.Itoa(n))
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if errors.Is(err, os.ErrExist) {
+			b, _ := os.ReadFile(path)
+			pid, _ := strconv.Atoi(string(b))
+			if pid > 0 && syscall.Kill(pid, 0) != nil {
+				os.Remove(path) // its test process is gone
+				i--
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprint(f, os.Getpid())
+		f.Close()
+		t.Cleanup(func() { os.Remove(path) })
+		return n
+	}
+	t.Fatal("no free test subnet")
+	return 0
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	Settings providers.Settings
+	Provider *local.Provider
+}
+
+// Options for Up.
+type Options struct {
+	Version   string
+	ExtraArgs []string
+	StateDir  string
+}
+
+// Up creates a single-master local cluster named name with fast etcd
+// settings and registers its teardown.
+func Up(t testing.TB, name string, o Options) *Cluster {
+	t.Helper()
+	if o.Version == "" {
+		o.Version = "v1.30.2"
+	}
+	if o.StateDir == "" {
+		o.StateDir = t.TempDir()
+	}
+	s := providers.Settings{Cluster: name, StateDir: o.StateDir, Options: map[string]string{
+		local.OptNodeBinary: NodeBinary(t),
+		local.OptSubnet:     strconv.Itoa(AllocSubnet(t)),
+	}}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := local.Down(ctx, s); err != nil {
+			t.Errorf("local down %s: %v", name, err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := local.Up(ctx, s, local.UpOptions{Version: o.Version, ExtraArgs: o.ExtraArgs, Env: map[string]string{
+		"ETCD_UNSAFE_NO_FSYNC": "true",
+	}}, func(string) {})
+	if err != nil {
+		t.Fatalf("local up %s: %v", name, err)
+	}
+	return &Cluster{Settings: s, Provider: p}
+}

@@ -1,0 +1,401 @@
+package workflows_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/providers/local"
+	"github.com/hamaster/hamaster/providers/local/localtest"
+	"github.com/hamaster/hamaster/workflows"
+)
+
+// env is one local cluster plus what the workflows need.
+type env struct {
+	t    *testing.T
+	c    *localtest.Cluster
+	name string
+	out  *strings.Builder
+	mu   sync.Mutex
+}
+
+func newEnv(t *testing.T, name string) *env {
+	c := localtest.Up(t, name, localtest.Options{})
+	return &env{t: t, c: c, name: name, out: &strings.Builder{}}
+}
+
+func (e *env) deps(after func(string) error) *workflows.Deps {
+	return &workflows.Deps{Provider: e.c.Provider, Cluster: e.name, StateDir: e.c.Settings.StateDir, Sink: workflows.Discard{}, Out: e, AfterStep: after, Holder: "test"}
+}
+
+func (e *env) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.Write(p)
+}
+
+func (e *env) add(ctx context.Context, name string, after func(string) error) error {
+	d := e.deps(after)
+	return workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: name, Timeout: time.Minute}), workflows.Options{})
+}
+
+func (e *env) remove(ctx context.Context, name string, after func(string) error) error {
+	d := e.deps(after)
+	return workflows.Execute(ctx, d, workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Timeout: time.Minute}),
+		workflows.Options{Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}})
+}
+
+// assertConverged checks that replicas, etcd members, LB targets, node
+// processes, data dirs, address reservations and issued certificates all
+// name exactly want, and the endpoint answers.
+func (e *env) assertConverged(ctx context.Context, want ...string) {
+	e.t.Helper()
+	sort.Strings(want)
+	d := e.deps(nil)
+	rep, err := workflows.Status(ctx, d)
+	if err != nil {
+		e.t.Fatalf("status: %v", err)
+	}
+	var names, members []string
+	for _, r := range rep.Replicas {
+		names = append(names, r.Name)
+		if !r.Healthy {
+			e.t.Errorf("replica %s unhealthy: %s", r.Name, r.Error)
+		}
+	}
+	for _, m := range rep.Members {
+		members = append(members, m.Name)
+		if m.Learner || !m.Healthy {
+			e.t.Errorf("member %s learner=%v healthy=%v", m.Name, m.Learner, m.Healthy)
+		}
+	}
+	sort.Strings(members)
+	if !slices.Equal(names, want) {
+		e.t.Errorf("replicas %v, want %v", names, want)
+	}
+	if !slices.Equal(members, want) {
+		e.t.Errorf("etcd members %v, want %v (%s)", members, want, rep.MembersError)
+	}
+	switch {
+	case len(want) == 1 && rep.LB != nil:
+		e.t.Errorf("one replica but a load balancer exists: %+v", rep.LB)
+	case len(want) == 1 && rep.StaticIPHolder != want[0]:
+		e.t.Errorf("static IP attached to %q, want %s", rep.StaticIPHolder, want[0])
+	case len(want) > 1:
+		if rep.LB == nil {
+			e.t.Fatalf("%d replicas but no load balancer", len(want))
+		}
+		var targets []string
+		for _, tg := range rep.LB.Targets {
+			targets = append(targets, tg.Name)
+			if !tg.Healthy || tg.Draining {
+				e.t.Errorf("LB target %+v not serving", tg)
+			}
+		}
+		sort.Strings(targets)
+		if !slices.Equal(targets, want) {
+			e.t.Errorf("LB targets %v, want %v", targets, want)
+		}
+	}
+	dir := filepath.Join(e.c.Settings.StateDir, e.name)
+	if got := dirNames(e.t, filepath.Join(dir, "replicas")); !slices.Equal(got, want) {
+		e.t.Errorf("replica dirs (disks) %v, want %v", got, want)
+	}
+	var issued []string
+	for _, n := range want {
+		if n != local.MasterName(e.name) {
+			issued = append(issued, n)
+		}
+	}
+	if got := dirNames(e.t, filepath.Join(dir, "pki", "replicas")); !slices.Equal(got, issued) {
+		e.t.Errorf("issued certificate dirs %v, want %v", got, issued)
+	}
+	if got := nodeProcesses(e.t, dir); got != len(want) {
+		e.t.Errorf("%d hamaster-node replica processes of this cluster, want %d", got, len(want))
+	}
+	if j, _ := workflows.NewJournalStore(e.c.Settings.StateDir, e.name).Load(); j != nil && !j.Finished {
+		e.t.Errorf("journal unfinished: %s at %+v", j.Workflow, j.Steps)
+	}
+}
+
+func dirNames(t *testing.T, dir string) []string {
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// nodeProcesses counts live replica processes whose command line points
+// into dir.
+func nodeProcesses(t *testing.T, dir string) int {
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && strings.Contains(string(stat), ") Z ") {
+			continue
+		}
+		if strings.Contains(string(b), "hamaster-node") && strings.Contains(string(b), "replica") && strings.Contains(string(b), dir+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+// prober reads /readyz through the static IP in a loop and counts.
+type prober struct {
+	ok, failed atomic.Int64
+	mu         sync.Mutex
+	failures   []string
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+func startProber(t *testing.T, e *env) *prober {
+	pki := filepath.Join(e.c.Settings.StateDir, e.name, "pki")
+	ca, err := certs.LoadCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, DisableKeepAlives: true}}
+	url := fmt.Sprintf("https://%s:6443/readyz", e.c.Provider.Info().StaticIP)
+	p := &prober{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; i < 100000; i++ {
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+			}
+			resp, err := client.Get(url)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("status %s", resp.Status)
+				}
+			}
+			if err != nil {
+				p.failed.Add(1)
+				p.mu.Lock()
+				p.failures = append(p.failures, time.Now().Format("15:04:05.000")+" "+err.Error())
+				p.mu.Unlock()
+			} else {
+				p.ok.Add(1)
+			}
+		}
+	}()
+	return p
+}
+
+func (p *prober) finish() { close(p.stop); <-p.done }
+
+func TestGrowAndShrink1to5to1(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "grow")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	master := local.MasterName("grow")
+	names := []string{"grow-master-a01", "grow-master-a02", "grow-master-a03", "grow-master-a04"}
+	pr := startProber(t, e)
+	type phase struct {
+		what   string
+		failed int64
+	}
+	var phases []phase
+	mark := func(what string) {
+		phases = append(phases, phase{what, pr.failed.Load()})
+	}
+	for i, n := range names {
+		if err := e.add(ctx, n, nil); err != nil {
+			t.Fatalf("add %s: %v", n, err)
+		}
+		mark("add " + n)
+		if i == 1 {
+			e.assertConverged(ctx, append([]string{master}, names[:2]...)...)
+		}
+	}
+	e.assertConverged(ctx, append([]string{master}, names...)...)
+	for i := len(names) - 1; i >= 0; i-- {
+		if err := e.remove(ctx, names[i], nil); err != nil {
+			t.Fatalf("remove %s: %v", names[i], err)
+		}
+		mark("remove " + names[i])
+		if i == 2 {
+			e.assertConverged(ctx, append([]string{master}, names[:2]...)...)
+		}
+	}
+	pr.finish()
+	e.assertConverged(ctx, master)
+	prev := int64(0)
+	for _, p := range phases {
+		t.Logf("readyz through the static IP: %d failed during %s", p.failed-prev, p.what)
+		prev = p.failed
+	}
+	t.Logf("readyz through the static IP over 1→5→1: %d ok, %d failed", pr.ok.Load(), pr.failed.Load())
+	for _, f := range pr.failures {
+		t.Logf("  failure: %s", f)
+	}
+	// Failures are allowed only at the promotion and demotion instants
+	// (the first add and the last remove move the static IP).
+	for i, p := range phases {
+		before := int64(0)
+		if i > 0 {
+			before = phases[i-1].failed
+		}
+		if p.failed-before > 0 && i != 0 && i != len(phases)-1 {
+			t.Errorf("%d failed requests during %s (only promotion/demotion may fail)", p.failed-before, p.what)
+		}
+	}
+}
+
+// TestCrashResumeMatrix kills each workflow right after each of its steps
+// and re-runs it: the result must equal an uninterrupted run's.
+func TestCrashResumeMatrix(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "crash")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	master := local.MasterName("crash")
+	d := e.deps(nil)
+	addSteps := stepNames(workflows.AddReplica(d, workflows.AddParams{}))
+	removeSteps := stepNames(workflows.RemoveReplica(d, workflows.RemoveParams{}))
+	crash := errors.New("simulated crash")
+	crashAfter := func(step string) func(string) error {
+		return func(s string) error {
+			if s == step {
+				return crash
+			}
+			return nil
+		}
+	}
+	n := max(len(addSteps), len(removeSteps))
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("crash-master-%03x", i)
+		as := addSteps[i%len(addSteps)]
+		rs := removeSteps[i%len(removeSteps)]
+		if err := e.add(ctx, name, crashAfter(as)); !errors.Is(err, crash) {
+			t.Fatalf("add %s crashing after %s: %v", name, as, err)
+		}
+		// The re-run does not repeat the name: it comes from the journal.
+		if err := e.add(ctx, "", nil); err != nil {
+			t.Fatalf("resume add after crash at %s: %v", as, err)
+		}
+		e.assertConverged(ctx, master, name)
+		if err := e.remove(ctx, name, crashAfter(rs)); !errors.Is(err, crash) {
+			t.Fatalf("remove %s crashing after %s: %v", name, rs, err)
+		}
+		if err := e.remove(ctx, name, nil); err != nil {
+			t.Fatalf("resume remove after crash at %s: %v", rs, err)
+		}
+		e.assertConverged(ctx, master)
+		t.Logf("crash after add step %-24s and remove step %-24s: converged", as, rs)
+	}
+	// A crash mid-add, then removing the half-added replica instead.
+	for _, as := range []string{workflows.StepReserveAddress, workflows.StepAddMember, workflows.StepCreateVM, workflows.StepPromoteLB} {
+		name := "crash-master-ab" + fmt.Sprint(len(as)%10)
+		if err := e.add(ctx, name, crashAfter(as)); !errors.Is(err, crash) {
+			t.Fatalf("add %s crashing after %s: %v", name, as, err)
+		}
+		if err := e.remove(ctx, name, nil); err != nil {
+			t.Fatalf("remove half-added %s (crashed after %s): %v", name, as, err)
+		}
+		e.assertConverged(ctx, master)
+		t.Logf("half-added replica (crash after %s) removed: converged", as)
+	}
+}
+
+func stepNames(wf *workflows.Workflow) []string {
+	var out []string
+	for _, s := range wf.Steps {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+func TestConcurrentAddsOneWins(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "race")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// The two operators use separate state dirs' journals would be the
+	// realistic case; here they share one and race on the etcd lock.
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = e.add(ctx, fmt.Sprintf("race-master-%03x", i), nil)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	won, refused := 0, 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case errors.Is(err, errkind.FailedPrecondition):
+			refused++
+			t.Logf("refused: %v", err)
+		default:
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	if won != 1 || refused != 1 {
+		t.Fatalf("won=%d refused=%d, want 1 and 1 (%v)", won, refused, errs)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "badin")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	master := local.MasterName("badin")
+	cases := []struct {
+		name string
+		run  func() error
+		kind error
+		msg  string
+	}{
+		{"unknown replica", func() error { return e.remove(ctx, "badin-master-zzz", nil) }, errkind.InvalidArgument, "no replica, etcd member or reservation"},
+		{"last replica", func() error { return e.remove(ctx, master, nil) }, errkind.FailedPrecondition, "last replica"},
+	}
+	for _, c := range cases {
+		err := c.run()
+		if !errors.Is(err, c.kind) || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: err = %v, want %v containing %q", c.name, err, c.kind, c.msg)
+		}
+		e.assertConverged(ctx, master)
+	}
+}
