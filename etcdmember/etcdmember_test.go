@@ -288,7 +288,7 @@ func TestRemovalRefusedWithVoterDown(t *testing.T) {
 // putTimeout bounds each of the writer's Puts. A Put whose proposal is lost
 // (forwarded to a leader that is handing over or going away) hangs until
 // then, so it is also the resolution of the stall measurement.
-const putTimeout = 200 * time.Millisecond
+const putTimeout = 100 * time.Millisecond
 
 // writer does sequential Puts and records the longest gap between two
 // successful ones.

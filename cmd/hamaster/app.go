@@ -55,6 +55,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if errors.As(err, &exit) && exit.ExitCode() == 0 {
 			return 0
 		}
+		if strings.HasPrefix(err.Error(), "Required flag") {
+			err = errkind.Mark(errkind.InvalidArgument, err)
+		}
 		fmt.Fprintf(stderr, "hamaster: %v\n", err)
 	}
 	return errkind.ExitCode(err)
@@ -150,7 +153,7 @@ func globalFlags(e *env) []cli.Flag {
 // load resolves globals: the config file fills what neither a flag nor the
 // environment set, then every value is validated.
 func (g *globals) load(c *cli.Context, e *env) error {
-	if err := applyConfigFile(c); err != nil {
+	if err := applyConfig(c, e, c.App.Flags, true); err != nil {
 		return err
 	}
 	g.cluster = c.String("cluster")

@@ -124,7 +124,7 @@ Example:
 						&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "overall timeout"},
 					},
 					Action: func(c *cli.Context) error {
-						if err := applyCommandConfig(c); err != nil {
+						if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 							return err
 						}
 						if g.provider != local.Name {
@@ -225,7 +225,7 @@ Example:
 			nodeBinaryFlag(),
 		},
 		Action: func(c *cli.Context) error {
-			if err := applyCommandConfig(c); err != nil {
+			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 				return err
 			}
 			if n := c.String("name"); n != "" {
@@ -270,15 +270,18 @@ add-replica was interrupted can be removed too.
 Example:
   hamaster --cluster demo remove-replica --name demo-master-3f2 --yes`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "name", Required: true, Usage: "replica `NAME` to remove"},
+			&cli.StringFlag{Name: "name", Usage: "replica `NAME` to remove (required)"},
 			&cli.BoolFlag{Name: "force", Usage: "remove even if etcd quorum would be at risk"},
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining from the LB before touching the replica"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait"},
 			nodeBinaryFlag(),
 		},
 		Action: func(c *cli.Context) error {
-			if err := applyCommandConfig(c); err != nil {
+			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 				return err
+			}
+			if c.String("name") == "" {
+				return usageErr("--name: required: the replica to remove (see 'hamaster status')")
 			}
 			if c.Duration("drain-grace") < 0 {
 				return usageErr("--drain-grace: must not be negative")
@@ -311,6 +314,9 @@ Example:
 			&cli.DurationFlag{Name: "timeout", Value: 20 * time.Second, Usage: "overall timeout"},
 		},
 		Action: func(c *cli.Context) error {
+			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
+				return err
+			}
 			p, err := g.openProvider(c)
 			if err != nil {
 				return err

@@ -10,11 +10,30 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// applyConfigFile reads --config (if any) and sets each flag of the
-// current command chain that neither the command line nor the environment
-// set. Unknown keys are an error naming the key, so a typo never passes
-// silently.
-func applyConfigFile(c *cli.Context) error {
+// applyConfig fills every flag of flags that the command line did not set:
+// first from its HAMASTER_* environment variable (taken from the env given
+// to run, so tests need not touch the process environment), then from the
+// --config YAML file. Unknown keys in the file are an error naming the key,
+// so a typo never passes silently.
+func applyConfig(c *cli.Context, e *env, flags []cli.Flag, checkKeys bool) error {
+	for _, f := range flags {
+		name := f.Names()[0]
+		if c.IsSet(name) {
+			continue
+		}
+		ev, ok := f.(interface{ GetEnvVars() []string })
+		if !ok {
+			continue
+		}
+		for _, k := range ev.GetEnvVars() {
+			if v, ok := e.vars[k]; ok && v != "" {
+				if err := c.Set(name, v); err != nil {
+					return usageErr("$%s: %v", k, err)
+				}
+				break
+			}
+		}
+	}
 	path := c.String("config")
 	if path == "" {
 		return nil
@@ -27,20 +46,45 @@ func applyConfigFile(c *cli.Context) error {
 	if err := yaml.Unmarshal(b, &raw); err != nil {
 		return usageErr("--config %s: not a YAML mapping of flag names to values: %v", path, err)
 	}
-	known := map[string]bool{}
-	for _, f := range c.App.Flags {
-		for _, n := range f.Names() {
-			known[n] = true
+	if checkKeys {
+		if err := checkConfigKeys(c, path, raw); err != nil {
+			return err
 		}
 	}
+	for _, f := range flags {
+		name := f.Names()[0]
+		v, ok := raw[name]
+		if !ok || c.IsSet(name) {
+			continue
+		}
+		values := []any{v}
+		if list, isList := v.([]any); isList {
+			values = list
+		}
+		for _, item := range values {
+			if err := c.Set(name, scalar(item)); err != nil {
+				return usageErr("--config %s: key %s: %v", path, name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkConfigKeys refuses keys that are no flag of any command.
+func checkConfigKeys(c *cli.Context, path string, raw map[string]any) error {
+	known := map[string]bool{}
+	add := func(flags []cli.Flag) {
+		for _, f := range flags {
+			for _, n := range f.Names() {
+				known[n] = true
+			}
+		}
+	}
+	add(c.App.Flags)
 	var visit func(cmds []*cli.Command)
 	visit = func(cmds []*cli.Command) {
 		for _, cmd := range cmds {
-			for _, f := range cmd.Flags {
-				for _, n := range f.Names() {
-					known[n] = true
-				}
-			}
+			add(cmd.Flags)
 			visit(cmd.Subcommands)
 		}
 	}
@@ -54,51 +98,6 @@ func applyConfigFile(c *cli.Context) error {
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		return usageErr("--config %s: unknown key(s) %s (keys are flag names without dashes, e.g. cluster, provider, state-dir)", path, strings.Join(unknown, ", "))
-	}
-	for _, f := range c.App.Flags {
-		name := f.Names()[0]
-		v, ok := raw[name]
-		if !ok || c.IsSet(name) {
-			continue
-		}
-		if err := c.Set(name, scalar(v)); err != nil {
-			return usageErr("--config %s: key %s: %v", path, name, err)
-		}
-	}
-	return nil
-}
-
-// applyCommandConfig does the same for a subcommand's own flags.
-func applyCommandConfig(c *cli.Context) error {
-	path := c.String("config")
-	if path == "" {
-		return nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return usageErr("--config: %v", err)
-	}
-	var raw map[string]any
-	if err := yaml.Unmarshal(b, &raw); err != nil {
-		return usageErr("--config %s: %v", path, err)
-	}
-	for _, f := range c.Command.Flags {
-		name := f.Names()[0]
-		v, ok := raw[name]
-		if !ok || c.IsSet(name) {
-			continue
-		}
-		if list, isList := v.([]any); isList {
-			for _, item := range list {
-				if err := c.Set(name, scalar(item)); err != nil {
-					return usageErr("--config %s: key %s: %v", path, name, err)
-				}
-			}
-			continue
-		}
-		if err := c.Set(name, scalar(v)); err != nil {
-			return usageErr("--config %s: key %s: %v", path, name, err)
-		}
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ func writeJSON(w io.Writer, v any) error {
 
 func etcdFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringSliceFlag{Name: "endpoints", Required: true, EnvVars: []string{"HAMASTER_ENDPOINTS"}, Usage: "etcd client `URLS`, comma-separated (https://10.0.0.2:2379,...)"},
+		&cli.StringSliceFlag{Name: "endpoints", EnvVars: []string{"HAMASTER_ENDPOINTS"}, Usage: "etcd client `URLS`, comma-separated (https://10.0.0.2:2379,...)"},
 		&cli.StringFlag{Name: "cacert", EnvVars: []string{"HAMASTER_CACERT"}, Usage: "CA certificate `FILE` to verify etcd servers (TLS is optional)"},
 		&cli.StringFlag{Name: "cert", EnvVars: []string{"HAMASTER_CERT"}, Usage: "client certificate `FILE` for etcd mTLS"},
 		&cli.StringFlag{Name: "key", EnvVars: []string{"HAMASTER_KEY"}, Usage: "client key `FILE` for etcd mTLS"},
@@ -102,7 +102,7 @@ func etcdConfig(c *cli.Context, g *globals) (etcdmember.Config, error) {
 		}
 	}
 	if len(eps) == 0 {
-		return etcdmember.Config{}, usageErr("--endpoints: at least one etcd client URL is required")
+		return etcdmember.Config{}, usageErr("--endpoints: required: at least one etcd client URL (e.g. https://10.0.0.2:2379)")
 	}
 	cfg := etcdmember.Config{Endpoints: eps, CACert: c.String("cacert"), Cert: c.String("cert"), Key: c.String("key"), Logger: g.logger}
 	return cfg, nil
@@ -110,7 +110,7 @@ func etcdConfig(c *cli.Context, g *globals) (etcdmember.Config, error) {
 
 func etcdCommand(e *env, g *globals) *cli.Command {
 	connect := func(c *cli.Context) (*etcdmember.Client, error) {
-		if err := applyCommandConfig(c); err != nil {
+		if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 			return nil, err
 		}
 		cfg, err := etcdConfig(c, g)
@@ -202,7 +202,7 @@ Example:
 
 Example:
   hamaster etcd snapshot --endpoints http://127.0.0.1:2379 --file backup.db`,
-				Flags: append(etcdFlags(), &cli.StringFlag{Name: "file", Required: true, Usage: "`PATH` to write the snapshot to"}),
+				Flags: append(etcdFlags(), &cli.StringFlag{Name: "file", Usage: "`PATH` to write the snapshot to (required)"}),
 				Action: func(c *cli.Context) error {
 					cli, err := connect(c)
 					if err != nil {
@@ -210,6 +210,9 @@ Example:
 					}
 					defer cli.Close()
 					path := c.String("file")
+					if path == "" {
+						return usageErr("--file: required: where to write the snapshot")
+					}
 					if st, err := os.Stat(path); err == nil && st.IsDir() {
 						return usageErr("--file: %s is a directory", path)
 					}

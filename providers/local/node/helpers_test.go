@@ -2,103 +2,82 @@ package node
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hamaster/hamaster/certs"
 )
 
-// testPKI is a CA and one certificate (server and client usage, valid for
-// 127.0.0.1, 127.0.0.2 and localhost) written to files.
+// testPKI is the project's PKI (package certs) for a replica on
+// 127.0.0.1 whose static IP is 127.0.0.2, written to files.
 type testPKI struct {
-	CACert, Cert, Key string
-	Pool              *x509.CertPool
-	KeyPair           tls.Certificate
+	CACert                string
+	PeerCert, PeerKey     string
+	ServerCert, ServerKey string
+	APICert, APIKey       string
+	Pool                  *x509.CertPool
+	Client                tls.Certificate // etcd client certificate
 }
 
 func newTestPKI(t *testing.T, dir string) testPKI {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "test-node"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("127.0.0.2"), net.IPv6loopback},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	ca, err := certs.NewCA("test-etcd-ca", certs.ECDSA, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := testPKI{
-		CACert: filepath.Join(dir, "ca.crt"),
-		Cert:   filepath.Join(dir, "node.crt"),
-		Key:    filepath.Join(dir, "node.key"),
-		Pool:   x509.NewCertPool(),
+		CACert:     filepath.Join(dir, "ca.crt"),
+		PeerCert:   filepath.Join(dir, "peer.crt"),
+		PeerKey:    filepath.Join(dir, "peer.key"),
+		ServerCert: filepath.Join(dir, "server.crt"),
+		ServerKey:  filepath.Join(dir, "server.key"),
+		APICert:    filepath.Join(dir, "apiserver.crt"),
+		APIKey:     filepath.Join(dir, "apiserver.key"),
+		Pool:       ca.Pool(),
 	}
-	p.Pool.AddCert(caCert)
-	writePEM(t, p.CACert, "CERTIFICATE", caDER)
-	writePEM(t, p.Cert, "CERTIFICATE", der)
-	writePEM(t, p.Key, "EC PRIVATE KEY", keyDER)
-	p.KeyPair, err = tls.LoadX509KeyPair(p.Cert, p.Key)
+	if err := ca.Write(p.CACert, filepath.Join(dir, "ca.key")); err != nil {
+		t.Fatal(err)
+	}
+	req := certs.Request{CommonName: "test-node", DNSNames: []string{"localhost"},
+		IPs: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("127.0.0.2")}}
+	issue := []struct {
+		name      string
+		fn        func() (*certs.Pair, error)
+		cert, key string
+	}{
+		{"etcd peer", func() (*certs.Pair, error) { return ca.IssueEtcdPeer(req) }, p.PeerCert, p.PeerKey},
+		{"etcd server", func() (*certs.Pair, error) { return ca.IssueEtcdServer(req) }, p.ServerCert, p.ServerKey},
+		{"apiserver", func() (*certs.Pair, error) {
+			return ca.IssueAPIServer(certs.APIServerSANs{StaticIP: "127.0.0.2", ReplicaIPs: []string{"127.0.0.1"}}, certs.ECDSA, 0)
+		}, p.APICert, p.APIKey},
+	}
+	for _, is := range issue {
+		pair, err := is.fn()
+		if err != nil {
+			t.Fatalf("issue %s certificate: %v", is.name, err)
+		}
+		if err := pair.Write(is.cert, is.key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client, err := ca.IssueClient("test-client", nil, certs.ECDSA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+	if p.Client, err = client.TLSCertificate(); err != nil {
 		t.Fatal(err)
 	}
+	return p
 }
 
 // freePort returns a TCP port that was free on ip (and on every address in
@@ -151,15 +130,15 @@ func testConfig(t *testing.T, dir string, pki testPKI, name string) Config {
 		EtcdPeerPort:        freePort(t, "127.0.0.1"),
 		APIServerPort:       freePort(t, "127.0.0.1"),
 		EtcdCACert:          pki.CACert,
-		EtcdPeerCert:        pki.Cert,
-		EtcdPeerKey:         pki.Key,
-		EtcdServerCert:      pki.Cert,
-		EtcdServerKey:       pki.Key,
+		EtcdPeerCert:        pki.PeerCert,
+		EtcdPeerKey:         pki.PeerKey,
+		EtcdServerCert:      pki.ServerCert,
+		EtcdServerKey:       pki.ServerKey,
 		EtcdHeartbeat:       50 * time.Millisecond,
 		EtcdElection:        500 * time.Millisecond,
 		EtcdUnsafeNoFsync:   true,
-		APIServerCert:       pki.Cert,
-		APIServerKey:        pki.Key,
+		APIServerCert:       pki.APICert,
+		APIServerKey:        pki.APIKey,
 		KubeVersion:         "v1.30.2",
 		DataDir:             filepath.Join(dir, "disk"),
 		StaticIPFile:        filepath.Join(dir, "static-ip"),

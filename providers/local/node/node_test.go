@@ -171,7 +171,7 @@ func etcdClient(t *testing.T, cfg Config, pki testPKI) *clientv3.Client {
 	t.Helper()
 	cc := clientv3.Config{Endpoints: []string{cfg.EtcdClientURL()}, DialTimeout: 5 * time.Second}
 	if cfg.EtcdTLS() {
-		cc.TLS = &tls.Config{RootCAs: pki.Pool, Certificates: []tls.Certificate{pki.KeyPair}, MinVersion: tls.VersionTLS12}
+		cc.TLS = &tls.Config{RootCAs: pki.Pool, Certificates: []tls.Certificate{pki.Client}, MinVersion: tls.VersionTLS12}
 	}
 	cli, err := clientv3.New(cc)
 	if err != nil {

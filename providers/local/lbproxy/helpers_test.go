@@ -1,0 +1,281 @@
+package lbproxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/certs"
+)
+
+// testPKI is a CA (written to ca.crt) and a serving certificate for
+// 127.0.0.1, as the replicas' apiservers have.
+type testPKI struct {
+	CAFile string
+	Pool   *x509.CertPool
+	Cert   tls.Certificate
+}
+
+func newTestPKI(t *testing.T, dir string) testPKI {
+	t.Helper()
+	ca, err := certs.NewCA("test-ca", certs.ECDSA, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testPKI{CAFile: filepath.Join(dir, "ca.crt"), Pool: ca.Pool()}
+	if err := ca.Write(p.CAFile, filepath.Join(dir, "ca.key")); err != nil {
+		t.Fatal(err)
+	}
+	pair, err := ca.IssueAPIServer(certs.APIServerSANs{ReplicaIPs: []string{"127.0.0.1"}}, certs.ECDSA, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Cert, err = pair.TLSCertificate(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// testBackend is an HTTPS server standing in for a replica's apiserver:
+// /readyz answers 200 or 503 as the test sets it, /who answers its name.
+type testBackend struct {
+	name  string
+	srv   *httptest.Server
+	ready atomic.Bool
+}
+
+func newBackend(t *testing.T, pki testPKI, name string, ready bool) *testBackend {
+	t.Helper()
+	b := &testBackend{name: name}
+	b.ready.Store(ready)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !b.ready.Load() {
+			http.Error(w, "etcd not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	mux.HandleFunc("GET /who", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, name)
+	})
+	b.srv = httptest.NewUnstartedServer(mux)
+	b.srv.TLS = &tls.Config{Certificates: []tls.Certificate{pki.Cert}, MinVersion: tls.VersionTLS12}
+	b.srv.StartTLS()
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+func (b *testBackend) target() Target {
+	return Target{Name: b.name, Address: b.srv.Listener.Addr().String()}
+}
+
+// freeAddr returns a loopback ip:port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// testConfig is a fast-checking config for backends, written to dir.
+func testConfig(t *testing.T, dir string, pki testPKI, backends ...*testBackend) (Config, string) {
+	t.Helper()
+	cfg := Config{
+		Listen: freeAddr(t),
+		Health: HealthConfig{
+			Interval:           Duration{50 * time.Millisecond},
+			Timeout:            Duration{time.Second},
+			HealthyThreshold:   1,
+			UnhealthyThreshold: 2,
+			CAFile:             pki.CAFile,
+		},
+		StatusFile: filepath.Join(dir, "lb-status.json"),
+		PIDFile:    filepath.Join(dir, "lb.pid"),
+	}
+	for _, b := range backends {
+		cfg.Targets = append(cfg.Targets, b.target())
+	}
+	path := filepath.Join(dir, "lb.json")
+	if err := WriteConfig(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, path
+}
+
+// runningLB is Run in a goroutine.
+type runningLB struct {
+	cancel context.CancelFunc
+	done   chan error
+	err    error
+	exited bool
+}
+
+func startLB(t *testing.T, cfg Config, path string) *runningLB {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runningLB{cancel: cancel, done: make(chan error, 1)}
+	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	go func() { r.done <- Run(ctx, cfg, path, logger) }()
+	t.Cleanup(func() { r.stop(t) })
+	waitStatus(t, cfg.StatusFile, "lb serving", func(s Status) bool { return s.Serving })
+	return r
+}
+
+// stop cancels Run and waits for it (idempotent).
+func (r *runningLB) stop(t *testing.T) error {
+	t.Helper()
+	r.cancel()
+	if r.exited {
+		return r.err
+	}
+	select {
+	case r.err = <-r.done:
+		r.exited = true
+	case <-time.After(20 * time.Second):
+		t.Fatal("lb did not stop within 20s")
+	}
+	return r.err
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	defer func() { _ = recover() }() // the test may have ended
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// waitFor polls cond until it holds or 10 s pass.
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, reason := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s: %s", what, reason)
+		}
+		<-tick.C
+	}
+}
+
+func waitStatus(t *testing.T, path, what string, cond func(Status) bool) Status {
+	t.Helper()
+	var st Status
+	waitFor(t, what, func() (bool, string) {
+		s, err := ReadStatus(path)
+		if err != nil {
+			return false, err.Error()
+		}
+		st = s
+		return cond(s), fmt.Sprintf("%+v", s)
+	})
+	return st
+}
+
+// healthyNames is the set of healthy target names in s.
+func healthy(s Status, names ...string) bool {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	for _, tg := range s.Targets {
+		if tg.Healthy != want[tg.Name] {
+			return false
+		}
+	}
+	return true
+}
+
+// client makes one new TCP connection through the proxy per request.
+func client(pki testPKI) *http.Client {
+	return &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig:   &tls.Config{RootCAs: pki.Pool, MinVersion: tls.VersionTLS12},
+			DisableKeepAlives: true,
+		},
+	}
+}
+
+// who asks the proxy which backend serves a new connection.
+func who(c *http.Client, listen string) (string, error) {
+	resp, err := c.Get("https://" + listen + "/who")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// whoCounts sends n requests and counts the answering backends.
+func whoCounts(t *testing.T, c *http.Client, listen string, n int) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for range n {
+		name, err := who(c, listen)
+		if err != nil {
+			t.Fatalf("request through the proxy: %v", err)
+		}
+		got[name]++
+	}
+	return got
+}
+
+// persistentConn is one TLS connection through the proxy, used for several
+// HTTP/1.1 requests.
+type persistentConn struct {
+	conn *tls.Conn
+	br   *bufio.Reader
+}
+
+func dialPersistent(t *testing.T, pki testPKI, listen string) *persistentConn {
+	t.Helper()
+	conn, err := tls.Dial("tcp", listen, &tls.Config{RootCAs: pki.Pool, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &persistentConn{conn: conn, br: bufio.NewReader(conn)}
+}
+
+func (p *persistentConn) who() (string, error) {
+	_ = p.conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(p.conn, "GET /who HTTP/1.1\r\nHost: lb\r\n\r\n"); err != nil {
+		return "", err
+	}
+	resp, err := http.ReadResponse(p.br, nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return "", fmt.Errorf("HTTP %d: %s", resp.StatusCode, b)
+	}
+	return string(b), err
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

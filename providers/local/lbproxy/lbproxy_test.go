@@ -1,0 +1,349 @@
+package lbproxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLBRoutesOnlyToHealthyTargets(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pki := newTestPKI(t, dir)
+	a, b, c := newBackend(t, pki, "a", true), newBackend(t, pki, "b", true), newBackend(t, pki, "c", false)
+	cfg, path := testConfig(t, dir, pki, a, b, c)
+	startLB(t, cfg, path)
+	cl := client(pki)
+
+	steps := []struct {
+		name     string
+		flip     func()
+		healthy  []string
+		wantOnly []string // every healthy target gets traffic, nothing else does
+	}{
+		{"initial", func() {}, []string{"a", "b"}, []string{"a", "b"}},
+		{"b turns unready", func() { b.ready.Store(false) }, []string{"a"}, []string{"a"}},
+		{"c turns ready", func() { c.ready.Store(true) }, []string{"a", "c"}, []string{"a", "c"}},
+		{"all ready", func() { b.ready.Store(true) }, []string{"a", "b", "c"}, []string{"a", "b", "c"}},
+	}
+	for _, s := range steps { // sequential: each step starts from the last
+		s.flip()
+		start := time.Now()
+		st := waitStatus(t, cfg.StatusFile, s.name, func(st Status) bool { return healthy(st, s.healthy...) })
+		// 2 failures at 50 ms intervals plus a check's latency.
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s: health change took %v", s.name, d)
+		}
+		counts := whoCounts(t, cl, cfg.Listen, 6*len(s.wantOnly))
+		for _, n := range s.wantOnly {
+			if counts[n] != 6 {
+				t.Errorf("%s: counts %v, want 6 for each of %v (round robin)", s.name, counts, s.wantOnly)
+				break
+			}
+		}
+		if len(counts) != len(s.wantOnly) {
+			t.Errorf("%s: counts %v, want only %v", s.name, counts, s.wantOnly)
+		}
+		for _, tg := range st.Targets {
+			if !tg.Healthy && !strings.Contains(tg.LastError, "HTTP 503") {
+				t.Errorf("%s: unhealthy %s last_error %q, want the 503", s.name, tg.Name, tg.LastError)
+			}
+			if tg.LastChecked.IsZero() {
+				t.Errorf("%s: %s last_checked is zero", s.name, tg.Name)
+			}
+		}
+	}
+}
+
+func TestLBDrainingKeepsExistingConnections(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pki := newTestPKI(t, dir)
+	a, b := newBackend(t, pki, "a", true), newBackend(t, pki, "b", true)
+	cfg, path := testConfig(t, dir, pki, a, b)
+	startLB(t, cfg, path)
+	waitStatus(t, cfg.StatusFile, "both healthy", func(s Status) bool { return healthy(s, "a", "b") })
+
+	// A long-lived connection to whichever target it lands on.
+	pc := dialPersistent(t, pki, cfg.Listen)
+	first, err := pc.who()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := map[string]string{"a": "b", "b": "a"}[first]
+
+	for i := range cfg.Targets {
+		cfg.Targets[i].Draining = cfg.Targets[i].Name == first
+	}
+	if err := WriteConfig(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, cfg.StatusFile, first+" draining", func(s Status) bool {
+		tg, _ := s.Target(first)
+		return tg.Draining
+	})
+	if tg, _ := st.Target(first); !tg.Healthy || tg.ActiveConnections != 1 {
+		t.Errorf("draining target status %+v, want healthy with 1 active connection", tg)
+	}
+
+	if counts := whoCounts(t, client(pki), cfg.Listen, 6); counts[other] != 6 {
+		t.Errorf("new connections while %s drains: %v, want all 6 on %s", first, counts, other)
+	}
+	for range 3 {
+		got, err := pc.who()
+		if err != nil || got != first {
+			t.Fatalf("existing connection after drain: %q %v, want %q", got, err, first)
+		}
+	}
+
+	// Un-drain: new connections reach it again.
+	cfg.Targets[0].Draining, cfg.Targets[1].Draining = false, false
+	if err := WriteConfig(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, cfg.StatusFile, "undrained", func(s Status) bool {
+		tg, _ := s.Target(first)
+		return !tg.Draining
+	})
+	if counts := whoCounts(t, client(pki), cfg.Listen, 4); counts["a"] != 2 || counts["b"] != 2 {
+		t.Errorf("after undrain: %v, want 2 each", counts)
+	}
+}
+
+func TestLBReload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pki := newTestPKI(t, dir)
+	a, b := newBackend(t, pki, "a", true), newBackend(t, pki, "b", true)
+	cfg, path := testConfig(t, dir, pki, a)
+	startLB(t, cfg, path)
+	cl := client(pki)
+	waitStatus(t, cfg.StatusFile, "a healthy", func(s Status) bool { return healthy(s, "a") })
+
+	steps := []struct {
+		name    string
+		targets []Target
+		listen  string // "" keeps cfg.Listen
+		want    []string
+	}{
+		{"add b", []Target{a.target(), b.target()}, "", []string{"a", "b"}},
+		{"remove a", []Target{b.target()}, "", []string{"b"}},
+		{"listen change ignored", []Target{a.target(), b.target()}, freeAddr(t), []string{"a", "b"}},
+	}
+	for _, s := range steps {
+		next := cfg
+		next.Targets = s.targets
+		if s.listen != "" {
+			next.Listen = s.listen
+		}
+		if err := WriteConfig(path, next); err != nil {
+			t.Fatal(err)
+		}
+		st := waitStatus(t, cfg.StatusFile, s.name, func(st Status) bool {
+			return len(st.Targets) == len(s.want) && healthy(st, s.want...)
+		})
+		if st.Listen != cfg.Listen {
+			t.Errorf("%s: status listen %s, want %s kept", s.name, st.Listen, cfg.Listen)
+		}
+		counts := whoCounts(t, cl, cfg.Listen, 2*len(s.want))
+		for _, n := range s.want {
+			if counts[n] != 2 {
+				t.Errorf("%s: counts %v, want 2 each for %v", s.name, counts, s.want)
+			}
+		}
+	}
+	if s.listen := freeAddr(t); true {
+		_ = s
+	}
+}
+
+func TestLBNoHealthyTargetClosesConnection(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pki := newTestPKI(t, dir)
+	a := newBackend(t, pki, "a", false)
+	cfg, path := testConfig(t, dir, pki, a)
+	startLB(t, cfg, path)
+	waitStatus(t, cfg.StatusFile, "a checked and unhealthy", func(s Status) bool {
+		tg, _ := s.Target("a")
+		return !tg.LastChecked.IsZero() && !tg.Healthy
+	})
+	conn, err := net.Dial("tcp", cfg.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	n, err := conn.Read(make([]byte, 1))
+	if !errors.Is(err, io.EOF) && !isReset(err) {
+		t.Fatalf("read = %d, %v; want the connection closed at once", n, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("connection closed after %v, want at once", d)
+	}
+}
+
+func isReset(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "connection reset")
+}
+
+func TestLBStatusAndShutdown(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pki := newTestPKI(t, dir)
+	a, b := newBackend(t, pki, "a", true), newBackend(t, pki, "b", false)
+	cfg, path := testConfig(t, dir, pki, a, b)
+	cfg.Targets[1].Draining = true
+	if err := WriteConfig(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	r := startLB(t, cfg, path)
+	st := waitStatus(t, cfg.StatusFile, "checked", func(s Status) bool {
+		ta, _ := s.Target("a")
+		tb, _ := s.Target("b")
+		return ta.Healthy && !tb.LastChecked.IsZero()
+	})
+	if st.PID != os.Getpid() || st.Listen != cfg.Listen || !st.Serving || st.Updated.IsZero() {
+		t.Errorf("status %+v", st)
+	}
+	want := []TargetStatus{
+		{Name: "a", Address: a.target().Address, Healthy: true},
+		{Name: "b", Address: b.target().Address, Draining: true, LastError: "HTTP 503: etcd not ready\n"},
+	}
+	for i, w := range want {
+		g := st.Targets[i]
+		g.LastChecked = time.Time{}
+		if g != w {
+			t.Errorf("target %d = %+v, want %+v", i, g, w)
+		}
+	}
+	if _, err := os.Stat(cfg.PIDFile); err != nil {
+		t.Errorf("pid file: %v", err)
+	}
+	// A proxied connection that is open at shutdown is closed.
+	pc := dialPersistent(t, pki, cfg.Listen)
+	if _, err := pc.who(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if _, err := pc.who(); err == nil {
+		t.Error("proxied connection still works after Run returned")
+	}
+	final, err := ReadStatus(cfg.StatusFile)
+	if err != nil || final.Serving {
+		t.Errorf("final status %+v, %v: want serving false", final, err)
+	}
+	if _, err := os.Stat(cfg.PIDFile); !os.IsNotExist(err) {
+		t.Errorf("pid file after stop: %v, want removed", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		t.Errorf("listen address still bound after stop: %v", err)
+	} else {
+		ln.Close()
+	}
+}
+
+func TestRunBindError(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pki := newTestPKI(t, dir)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cfg, path := testConfig(t, dir, pki)
+	cfg.Listen = busy.Addr().String()
+	err = Run(context.Background(), cfg, path, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), cfg.Listen) || !strings.Contains(err.Error(), "something else is bound to it") {
+		t.Fatalf("Run on a busy address = %v, want an error naming %s with a hint", err, cfg.Listen)
+	}
+}
+
+// TestHandleConnTriesNextTarget: a healthy-marked target that refuses
+// connections is skipped for the next one.
+func TestHandleConnTriesNextTarget(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pki := newTestPKI(t, dir)
+	alive := newBackend(t, pki, "alive", true)
+	deadAddr := freeAddr(t) // nothing listens there
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := &lb{log: slog.New(slog.DiscardHandler), stopCtx: ctx, conns: map[net.Conn]struct{}{},
+		cfg: Config{Health: HealthConfig{Timeout: Duration{time.Second}}}}
+	l.backends = []*backend{
+		{Target: Target{Name: "dead", Address: deadAddr}, healthy: true},
+		{Target: alive.target(), healthy: true},
+	}
+
+	front, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer front.Close()
+	go func() {
+		for {
+			c, err := front.Accept()
+			if err != nil {
+				return
+			}
+			go l.HandleConn(c)
+		}
+	}()
+	defer l.closeConns()
+	for i := range 4 { // round robin starts at each target in turn
+		pc := dialPersistent(t, pki, front.Addr().String())
+		got, err := pc.who()
+		if err != nil || got != "alive" {
+			t.Fatalf("request %d: %q %v, want alive", i, got, err)
+		}
+		pc.conn.Close()
+	}
+}
+
+func TestBuildBackendsKeepsHealthState(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pki := newTestPKI(t, dir)
+	l := &lb{log: slog.New(slog.DiscardHandler), pool: pki.Pool}
+	a := &backend{Target: Target{Name: "a", Address: "127.0.0.1:1"}, healthy: true, okStreak: 5}
+	b := &backend{Target: Target{Name: "b", Address: "127.0.0.1:2"}, healthy: true}
+	cfg := Config{Targets: []Target{
+		{Name: "a", Address: "127.0.0.1:1", Draining: true}, // unchanged but draining
+		{Name: "b", Address: "127.0.0.1:3"},                 // moved: a new target
+		{Name: "c", Address: "127.0.0.1:4"},                 // new
+	}, Health: HealthConfig{Timeout: Duration{time.Second}}}
+	got := l.buildBackends(cfg, []*backend{a, b})
+	cases := []struct {
+		i                 int
+		same              *backend
+		healthy, draining bool
+	}{
+		{0, a, true, true},
+		{1, nil, false, false},
+		{2, nil, false, false},
+	}
+	for _, tc := range cases {
+		g := got[tc.i]
+		if tc.same != nil && g != tc.same {
+			t.Errorf("target %d: a new backend, want the old one kept", tc.i)
+		}
+		if tc.same == nil && (g == a || g == b) {
+			t.Errorf("target %d: reused an old backend for a changed target", tc.i)
+		}
+		if g.healthy != tc.healthy || g.Draining != tc.draining || g.client == nil {
+			t.Errorf("target %d: %+v", tc.i, g)
+		}
+	}
+}
