@@ -158,7 +158,7 @@ func (c *Client) Members(ctx context.Context) ([]Member, error) {
 func (c *Client) listMembers(ctx context.Context) ([]Member, error) {
 	cc := pb.NewClusterClient(c.cli.ActiveConnection())
 	var resp *pb.MemberListResponse
-	err := c.retry(ctx, "member list", isTransient, func() error {
+	err := c.retry(ctx, "member list", isTransient, func(ctx context.Context) error {
 		var err error
 		// Fail fast on a broken connection instead of waiting for it to
 		// become ready, so the retry loop can report why it is broken.

@@ -7,10 +7,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,12 +169,32 @@ func TestIdempotentAddAndRemove(t *testing.T) {
 	cl := etcdtest.Start(t, 1, etcdtest.Options{})
 	c := newClient(ctx, t, cl.ClientConfig())
 
+	// Concurrent adds of the same peer URL (a retried step racing its
+	// predecessor) all end up with the one member; the losers see etcd's
+	// "Peer URLs already exists" and reconcile.
 	peer, _ := cl.FreeURLs(t)
+	ids := make([]uint64, 4)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Go(func() {
+			m, err := c.AddLearner(ctx, "m-2", peer)
+			if err != nil {
+				t.Errorf("concurrent AddLearner: %v", err)
+			}
+			ids[i] = m.ID
+		})
+	}
+	wg.Wait()
 	first, err := c.AddLearner(ctx, "m-2", peer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Err != "not started" || first.Healthy {
+	for _, id := range ids {
+		if id != first.ID {
+			t.Fatalf("concurrent AddLearner returned IDs %x, want all %x", ids, first.ID)
+		}
+	}
+	if first.Err != "not started" || first.Healthy || !first.Learner {
 		t.Errorf("new learner: %+v", first)
 	}
 	again, err := c.AddLearner(ctx, "m-2", peer)
@@ -264,9 +286,13 @@ func TestRemovalRefusedWithVoterDown(t *testing.T) {
 	err := etcdmember.CanRemove(ms, m1.ID)
 	checkErr(t, err, errkind.FailedPrecondition, "leaves 2 voters of which 1 healthy; quorum is 2")
 	t.Logf("refusal: %v", err)
-	if err := c.Remove(ctx, m1.ID); !errors.Is(err, errkind.FailedPrecondition) {
+	// Remove leaves the decision to CanRemove (callers may force), but
+	// etcd refuses this one too, and Remove says so at once.
+	err = c.Remove(ctx, m1.ID)
+	if !errors.Is(err, errkind.FailedPrecondition) {
 		t.Errorf("Remove of a healthy voter with one down: %v, want FailedPrecondition", err)
 	}
+	t.Logf("Remove: %v", err)
 	if err := etcdmember.CanAddVoter(ms); !errors.Is(err, errkind.FailedPrecondition) || !strings.Contains(err.Error(), "m-3") {
 		t.Errorf("CanAddVoter with m-3 down: %v", err)
 	}
@@ -485,7 +511,16 @@ func TestSnapshot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	cl := etcdtest.Start(t, 1, etcdtest.Options{})
-	c := newClient(ctx, t, cl.ClientConfig())
+	// Every connection goes through Config.DialContext (an SSH tunnel, in
+	// real life).
+	var dials atomic.Int32
+	cfg := cl.ClientConfig()
+	cfg.DialContext = func(ctx context.Context, addr string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	c := newClient(ctx, t, cfg)
 	for i := range 50 {
 		if _, err := c.Raw().Put(ctx, fmt.Sprintf("/snap/%d", i), strings.Repeat("v", 100)); err != nil {
 			t.Fatal(err)
@@ -521,6 +556,9 @@ func TestSnapshot(t *testing.T) {
 	st, err := os.Stat(path)
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("snapshot file mode: %v %v", st.Mode(), err)
+	}
+	if dials.Load() < 2 {
+		t.Errorf("DialContext used %d times, want every connection", dials.Load())
 	}
 	left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".backup.db.tmp-*"))
 	if len(left) != 0 {

@@ -30,7 +30,10 @@ const caughtUpSlack = 100
 //
 // AddLearner is idempotent: when a member already has peerURL it is returned
 // without any change (whatever its role), and a lost answer to an earlier
-// add (etcd's "Peer URLs already exists") is reconciled the same way. A
+// add (etcd's "Peer URLs already exists") is reconciled the same way. An
+// attempt that gets no answer within 5s (etcd silently drops a
+// configuration change proposed while another is being applied) is
+// followed by a look at the member list before adding again. A
 // member with peerURL that started under another name, or another member
 // already named name, is an errkind.AlreadyExists error. If another member is
 // pending (a learner, or a member that never started) AddLearner refuses
@@ -63,15 +66,37 @@ func (c *Client) AddLearner(ctx context.Context, name, peerURL string) (Member, 
 		}
 	}
 
-	var resp *clientv3.MemberAddResponse
-	err = c.retry(ctx, "add learner", isUnhealthy, func() error {
+	var (
+		resp      *clientv3.MemberAddResponse
+		uncertain bool // an earlier attempt got no answer
+		already   Member
+	)
+	retryable := func(err error) bool { return isUnhealthy(err) || isUncertain(err) }
+	err = c.retry(ctx, "add learner", retryable, func(ctx context.Context) error {
+		if uncertain {
+			// The unanswered add may have happened: look before adding
+			// again (etcd would refuse a second add of the peer URL, but
+			// only after committing it).
+			ms, err := c.listMembers(ctx)
+			if err != nil {
+				return err
+			}
+			if m, ok := byPeerURL(ms, peerURL); ok {
+				already = m
+				return nil
+			}
+		}
 		var err error
 		resp, err = c.cli.MemberAddAsLearner(ctx, []string{peerURL})
+		uncertain = err != nil && (ctx.Err() != nil || isUncertain(err))
 		return err
 	})
 	switch {
-	case errors.Is(err, rpctypes.ErrPeerURLExist):
-		// An earlier attempt (ours or a concurrent one) got there first.
+	case err == nil && resp == nil:
+		return c.existing(ctx, already, name, peerURL)
+	case errors.Is(err, rpctypes.ErrPeerURLExist) || errors.Is(err, rpctypes.ErrMemberExist):
+		// An earlier or concurrent add got there first (two adds of one
+		// peer URL in the same instant even get the same member ID).
 		ms, lerr := c.listMembers(ctx)
 		if lerr != nil {
 			return Member{}, fmt.Errorf("add etcd member %s: peer URL %s exists, then: %w", name, peerURL, lerr)
@@ -224,7 +249,7 @@ func (c *Client) Promote(ctx context.Context, id uint64) error {
 		return isTransient(err) || errors.Is(err, rpctypes.ErrMemberLearnerNotReady) ||
 			errors.Is(err, rpctypes.ErrMemberNotEnoughStarted)
 	}
-	err = c.retry(ctx, "promote", retryable, func() error {
+	err = c.retry(ctx, "promote", retryable, func(ctx context.Context) error {
 		_, err := c.cli.MemberPromote(ctx, id)
 		return err
 	})
@@ -338,15 +363,19 @@ func transferee(ms []Member, awayFrom uint64) (Member, bool) {
 }
 
 // Remove removes the member id. It is idempotent: a member that is already
-// gone returns nil. Before removing it checks CanRemove against a fresh
-// Members result and returns its errkind.FailedPrecondition refusal. The
-// request is sent through the healthy voters other than id, never through
-// id's own endpoint. etcd's refusals that clear by themselves ("unhealthy
-// cluster" for about 5s after a member connects, a leader election) are
-// retried with backoff until ctx ends.
+// gone returns nil. The request is sent through the healthy voters other
+// than id, never through id's own endpoint.
 //
-// Removing the leader works, but costs the cluster an election; call
-// MoveLeader first to avoid it.
+// Remove does not refuse an unsafe removal by itself: gate it with CanRemove
+// (a forced removal is the caller's decision). etcd's strict reconfiguration
+// check still applies: its "unhealthy cluster" refusal, given for about 5s
+// after members connect, is retried with backoff until ctx ends when
+// CanRemove allows the removal; when CanRemove refuses it, etcd's refusal is
+// permanent and returned at once as an errkind.FailedPrecondition error
+// carrying both reasons. Leader elections are retried likewise.
+//
+// Removing the leader works, but costs the cluster an election during which
+// writes stall and in-flight ones may be lost; call MoveLeader first.
 func (c *Client) Remove(ctx context.Context, id uint64) error {
 	ms, err := c.Members(ctx)
 	if err != nil {
@@ -356,8 +385,9 @@ func (c *Client) Remove(ctx context.Context, id uint64) error {
 	if !ok {
 		return nil
 	}
-	if err := CanRemove(ms, id); err != nil {
-		return fmt.Errorf("remove etcd member %s: %w", victim.label(), err)
+	unsafe := CanRemove(ms, id)
+	if unsafe != nil {
+		c.log.WarnContext(ctx, "removing etcd member against the quorum check", "member", victim.label(), "reason", unsafe)
 	}
 	var via []Member
 	for _, m := range ms {
@@ -367,13 +397,22 @@ func (c *Client) Remove(ctx context.Context, id uint64) error {
 		}
 	}
 	if len(via) == 0 {
+		if unsafe != nil {
+			return fmt.Errorf("remove etcd member %s: no healthy voter to send the removal through: %w", victim.label(), unsafe)
+		}
 		return errkind.Errorf(errkind.Unavailable, "remove etcd member %s: no healthy voter to send the removal through", victim.label())
 	}
+	refusal := func(err error) bool {
+		return isUnhealthy(err) || errors.Is(err, rpctypes.ErrMemberNotEnoughStarted)
+	}
 	retryable := func(err error) bool {
-		return isTransient(err) || errors.Is(err, rpctypes.ErrMemberNotEnoughStarted)
+		if refusal(err) {
+			return unsafe == nil
+		}
+		return isTransient(err)
 	}
 	err = c.withClientFor(via, func(cli *clientv3.Client) error {
-		return c.retry(ctx, "remove", retryable, func() error {
+		return c.retry(ctx, "remove", retryable, func(ctx context.Context) error {
 			_, err := cli.MemberRemove(ctx, id)
 			return err
 		})
@@ -384,6 +423,8 @@ func (c *Client) Remove(ctx context.Context, id uint64) error {
 		return nil
 	case errors.Is(err, rpctypes.ErrMemberNotFound):
 		return nil // removed by an earlier attempt whose answer was lost
+	case unsafe != nil && refusal(err):
+		return errkind.Errorf(errkind.FailedPrecondition, "remove etcd member %s: etcd refused (%w): %w", victim.label(), err, unsafe)
 	default:
 		return fmt.Errorf("remove etcd member %s: %w", victim.label(), err)
 	}

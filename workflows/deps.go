@@ -236,6 +236,11 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) error {
 			return err
 		}
 	}
+	if wf.Check != nil {
+		if err := wf.Check(ctx); err != nil {
+			return err
+		}
+	}
 	cli, err := d.Provider.Etcd(ctx, o.LockExclude...)
 	if err != nil {
 		return errkind.Errorf(errkind.FailedPrecondition, "take cluster lock: %w", err)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -196,9 +197,10 @@ func startProber(t *testing.T, e *env) *prober {
 			}
 			resp, err := client.Get(url)
 			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode != http.StatusOK {
-					err = fmt.Errorf("status %s", resp.Status)
+					err = fmt.Errorf("status %s: %s", resp.Status, strings.TrimSpace(string(body)))
 				}
 			}
 			if err != nil {

@@ -42,6 +42,9 @@ type Workflow struct {
 	// a resumed run gets the recorded ones back.
 	Params map[string]string
 	Steps  []Step
+	// Check, when set, runs before the cluster lock is taken: read-only
+	// validation whose refusal must not depend on reaching etcd.
+	Check func(ctx context.Context) error
 }
 
 // Plan renders the workflow's plan for people.
@@ -124,7 +127,7 @@ func (rn *Runner) Prepare(wf *Workflow, supersede func(prev, next *Journal) bool
 	if err != nil {
 		return nil, false, err
 	}
-	j := &Journal{Workflow: wf.Name, Params: wf.Params, Started: rn.now(), Data: map[string]string{}}
+	j := &Journal{Workflow: wf.Name, Params: wf.Params, Started: rn.now(), Data: map[string]string{}, prev: prev}
 	if prev != nil && !prev.Finished {
 		if prev.Workflow == wf.Name && paramsCompatible(prev.Params, wf.Params) {
 			for k, v := range prev.Params {
@@ -210,12 +213,21 @@ func (rn *Runner) Execute(ctx context.Context, wf *Workflow, j *Journal) error {
 		return err
 	}
 	wfStart := rn.now()
+	// changed: a step that may change the world has started in this
+	// journal (now or in an earlier run).
+	changed := false
+	for _, s := range wf.Steps {
+		if !s.Always && j.started(s.Name) {
+			changed = true
+		}
+	}
 	for i, s := range wf.Steps {
 		if j.done(s.Name) && !s.Always {
 			rn.Sink.Event(Event{Workflow: wf.Name, Step: s.Name, Index: i + 1, Total: len(wf.Steps), State: StateSkipped, Message: "done in an earlier run"})
 			continue
 		}
 		start := rn.now()
+		changed = changed || !s.Always
 		j.record(s.Name, StateStart, start, nil)
 		if err := rn.Store.Save(j); err != nil {
 			return err
@@ -226,7 +238,16 @@ func (rn *Runner) Execute(ctx context.Context, wf *Workflow, j *Journal) error {
 		end := rn.now()
 		if err != nil {
 			j.record(s.Name, StateFailed, end, err)
-			if serr := rn.Store.Save(j); serr != nil {
+			var serr error
+			switch {
+			case changed:
+				serr = rn.Store.Save(j)
+			case j.prev != nil && j.prev != j:
+				serr = rn.Store.Save(j.prev) // refused before any change: no trace
+			default:
+				serr = rn.Store.Remove()
+			}
+			if serr != nil {
 				err = errors.Join(err, serr)
 			}
 			rn.Sink.Event(Event{Workflow: wf.Name, Step: s.Name, Index: i + 1, Total: len(wf.Steps), State: StateFailed, ElapsedMS: end.Sub(start).Milliseconds(), Error: err.Error()})

@@ -40,6 +40,10 @@ type Journal struct {
 	// Data holds what steps recorded for later steps and later runs (a
 	// reserved address, a member ID, a last known-good template).
 	Data map[string]string `json:"data,omitempty"`
+
+	// prev is the journal this one replaces, restored when a fresh run
+	// fails before changing anything (a refused preflight leaves no trace).
+	prev *Journal
 }
 
 // done reports whether the named step finished in this journal.
@@ -47,6 +51,16 @@ func (j *Journal) done(name string) bool {
 	for _, s := range j.Steps {
 		if s.Name == name {
 			return s.State == StateDone
+		}
+	}
+	return false
+}
+
+// started reports whether the named step ever started in this journal.
+func (j *Journal) started(name string) bool {
+	for _, s := range j.Steps {
+		if s.Name == name {
+			return s.State != ""
 		}
 	}
 	return false
@@ -69,6 +83,14 @@ func (j *Journal) record(name, state string, now time.Time, err error) {
 		}
 		return
 	}
+}
+
+// Remove deletes the journal file; absent is success.
+func (s *JournalStore) Remove() error {
+	if err := os.Remove(s.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove journal: %w", err)
+	}
+	return nil
 }
 
 // JournalStore keeps a cluster's journal in one file, written atomically

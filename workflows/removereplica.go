@@ -62,6 +62,19 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 		m, ok := memberByName(ms, victim, peer)
 		return m, ms, ok, nil
 	}
+	lastReplica := func(rs []providers.Replica) error {
+		if len(rs) == 1 && rs[0].Name == victim {
+			return errkind.Errorf(errkind.FailedPrecondition, "%s is the last replica of cluster %s; removing it would destroy the cluster (use 'hamaster local down' or delete the cluster instead)", victim, d.Cluster)
+		}
+		return nil
+	}
+	wf.Check = func(ctx context.Context) error {
+		rs, err := inst.List(ctx)
+		if err != nil {
+			return err
+		}
+		return lastReplica(rs)
+	}
 	wf.Steps = []Step{
 		{
 			Name: StepPreflight, Always: true,
@@ -83,10 +96,10 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 						others++
 					}
 				}
+				if err := lastReplica(rs); err != nil {
+					return err
+				}
 				if others == 0 {
-					if found {
-						return errkind.Errorf(errkind.FailedPrecondition, "%s is the last replica of cluster %s; removing it would destroy the cluster (use 'hamaster local down' or delete the cluster instead)", victim, d.Cluster)
-					}
 					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no replica other than %s", d.Cluster, victim)
 				}
 				cli, err := d.Provider.Etcd(ctx, victim)

@@ -165,8 +165,9 @@ func (c *Cluster) Node(name string) *Node {
 	return nil
 }
 
-// Stop stops the member called name (a down voter, as far as the others can
-// tell); it fails t if there is none. Stopping twice is fine.
+// Stop stops the member called name abruptly, as if its machine died (a
+// down voter, as far as the others can tell); it fails t if there is none.
+// Stopping twice is fine.
 func (c *Cluster) Stop(t testing.TB, name string) {
 	t.Helper()
 	nd := c.Node(name)
@@ -187,8 +188,14 @@ func (c *Cluster) stopAll() {
 	wg.Wait()
 }
 
+// stop stops the member abruptly, like a crash: without the leadership
+// transfer a graceful stop attempts (which, with every member stopping at
+// once, waits seconds for a transferee that is going away too).
 func (nd *Node) stop() {
-	nd.stopOnce.Do(func() { nd.Etcd.Close() })
+	nd.stopOnce.Do(func() {
+		nd.Etcd.Server.HardStop()
+		nd.Etcd.Close()
+	})
 }
 
 // stopped reports whether the member was stopped by Stop or by etcd itself

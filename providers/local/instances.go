@@ -254,14 +254,15 @@ func (in *instances) boot(ctx context.Context, name string, tmpl providers.Templ
 		return err
 	}
 	logPath := in.p.l.rfile(name, "node.log")
-	pid, err := start(bin, []string{"replica", "--env-file", envPath}, logPath, in.p.l.rfile(name, "node.pid"))
+	proc, err := start(bin, []string{"replica", "--env-file", envPath}, logPath, in.p.l.rfile(name, "node.pid"))
 	if err != nil {
 		return err
 	}
+	pid := proc.pid
 	statusPath := in.p.l.rfile(name, "status.json")
 	return poll(ctx, fmt.Sprintf("replica %s's etcd to start (log: %s)", name, logPath), func() (bool, error) {
-		if !isOurs(pid, envPath) {
-			return false, fmt.Errorf("replica %s exited at start; last log lines:\n%s", name, tail(logPath, 15))
+		if why := proc.exitReason(); why != "" || !isOurs(pid, envPath) {
+			return false, fmt.Errorf("replica %s (pid %d) exited at start (%s); last log lines:\n%s", name, pid, why, tail(logPath, 15))
 		}
 		st, err := node.ReadStatus(statusPath)
 		if err != nil || st.PID != pid {

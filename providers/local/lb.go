@@ -115,13 +115,13 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 			return err
 		}
 		_ = os.Remove(b.p.l.lbStatus())
-		pid, err := start(bin, []string{"lb", "--config", b.p.l.lbConfig()}, b.p.l.lbLog(), b.p.l.lbPID())
+		proc, err := start(bin, []string{"lb", "--config", b.p.l.lbConfig()}, b.p.l.lbLog(), b.p.l.lbPID())
 		if err != nil {
 			return err
 		}
 		return poll(ctx, "the load balancer to bind "+cfg.Listen, func() (bool, error) {
-			if !isOurs(pid, b.p.l.lbConfig()) {
-				return false, fmt.Errorf("load balancer exited at start; last log lines:\n%s%s", tail(b.p.l.lbLog(), 10), hint(ip))
+			if why := proc.exitReason(); why != "" || !isOurs(proc.pid, b.p.l.lbConfig()) {
+				return false, fmt.Errorf("load balancer (pid %d) exited at start (%s); last log lines:\n%s%s", proc.pid, why, tail(b.p.l.lbLog(), 10), hint(ip))
 			}
 			s, err := lbproxy.ReadStatus(b.p.l.lbStatus())
 			return err == nil && s.Serving, nil

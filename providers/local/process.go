@@ -53,15 +53,35 @@ func isOurs(pid int, marker string) bool {
 	return bytes.Contains(cmdline, []byte(marker))
 }
 
+// started is a process launched by start.
+type started struct {
+	pid    int
+	exited chan struct{}
+	err    error // how it exited, once exited is closed
+}
+
+// exitReason describes how the process ended ("" while it runs).
+func (s *started) exitReason() string {
+	select {
+	case <-s.exited:
+		if s.err == nil {
+			return "exit status 0"
+		}
+		return s.err.Error()
+	default:
+		return ""
+	}
+}
+
 // start launches a detached process (own session, output to logPath) and
 // writes its pid file. A goroutine reaps it if it dies while we live.
-func start(bin string, args []string, logPath, pidFile string) (int, error) {
+func start(bin string, args []string, logPath, pidFile string) (*started, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
-		return 0, err
+		return nil, err
 	}
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return 0, fmt.Errorf("open log %s: %w", logPath, err)
+		return nil, fmt.Errorf("open log %s: %w", logPath, err)
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, args...)
@@ -69,15 +89,18 @@ func start(bin string, args []string, logPath, pidFile string) (int, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Env = append(os.Environ(), "GOTRACEBACK=all")
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start %s: %w", bin, err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	pid := cmd.Process.Pid
-	go func() { _ = cmd.Wait() }()
-	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
+	s := &started{pid: cmd.Process.Pid, exited: make(chan struct{})}
+	go func() {
+		s.err = cmd.Wait()
+		close(s.exited)
+	}()
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(s.pid)+"\n"), 0o600); err != nil {
 		_ = cmd.Process.Kill()
-		return 0, fmt.Errorf("write pid file %s: %w", pidFile, err)
+		return nil, fmt.Errorf("write pid file %s: %w", pidFile, err)
 	}
-	return pid, nil
+	return s, nil
 }
 
 // stop sends SIGTERM, waits up to grace for the process to go, then

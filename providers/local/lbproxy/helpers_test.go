@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -194,7 +193,7 @@ func waitStatus(t *testing.T, path, what string, cond func(Status) bool) Status 
 	return st
 }
 
-// healthyNames is the set of healthy target names in s.
+// healthy reports whether exactly the named targets are healthy in s.
 func healthy(s Status, names ...string) bool {
 	want := map[string]bool{}
 	for _, n := range names {
@@ -277,5 +276,3 @@ func (p *persistentConn) who() (string, error) {
 	}
 	return string(b), err
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }

@@ -32,8 +32,8 @@ import (
 // configPollInterval is how often the config file's mtime is checked.
 const configPollInterval = 200 * time.Millisecond
 
-// backend is one target with its health state; lb.mu guards the mutable
-// fields.
+// backend is one target with its health state. Name and Address never
+// change; lb.mu guards everything else.
 type backend struct {
 	Target
 	client *http.Client
@@ -171,7 +171,7 @@ func (l *lb) buildBackends(cfg Config, old []*backend) []*backend {
 			l.log.Info("target draining changed", "target", t.Name, "draining", t.Draining)
 		}
 		delete(byKey, t.Name+"\x00"+t.Address)
-		b.Target = t
+		b.Draining = t.Draining // Name and Address never change: lock-free reads
 		if b.client != nil {
 			b.client.CloseIdleConnections()
 		}
@@ -331,13 +331,17 @@ func (l *lb) healthLoop(ctx context.Context) {
 func (l *lb) checkRound(ctx context.Context) {
 	l.mu.Lock()
 	backends := append([]*backend(nil), l.backends...)
+	clients := make([]*http.Client, len(backends))
+	for i, b := range backends {
+		clients[i] = b.client
+	}
 	h := l.cfg.Health
 	l.mu.Unlock()
 
 	errs := make([]error, len(backends))
 	var wg sync.WaitGroup
 	for i, b := range backends {
-		wg.Go(func() { errs[i] = check(ctx, b.client, b.Address, h.Path) })
+		wg.Go(func() { errs[i] = check(ctx, clients[i], b.Address, h.Path) })
 	}
 	wg.Wait()
 	if ctx.Err() != nil {

@@ -158,9 +158,6 @@ func TestLBReload(t *testing.T) {
 			}
 		}
 	}
-	if s.listen := freeAddr(t); true {
-		_ = s
-	}
 }
 
 func TestLBNoHealthyTargetClosesConnection(t *testing.T) {

@@ -122,13 +122,19 @@ func loopbackAvailable(ip string) bool {
 // testConfig is a one-member TLS cluster on 127.0.0.1 with free ports.
 func testConfig(t *testing.T, dir string, pki testPKI, name string) Config {
 	t.Helper()
+	return testConfigAt(t, dir, pki, name, "127.0.0.1")
+}
+
+// testConfigAt is a one-member TLS cluster on addr with free ports.
+func testConfigAt(t *testing.T, dir string, pki testPKI, name, addr string) Config {
+	t.Helper()
 	c := Config{
 		Name:                name,
-		Address:             "127.0.0.1",
+		Address:             addr,
 		InitialClusterState: ClusterStateNew,
-		EtcdClientPort:      freePort(t, "127.0.0.1"),
-		EtcdPeerPort:        freePort(t, "127.0.0.1"),
-		APIServerPort:       freePort(t, "127.0.0.1"),
+		EtcdClientPort:      freePort(t, addr),
+		EtcdPeerPort:        freePort(t, addr),
+		APIServerPort:       freePort(t, addr),
 		EtcdCACert:          pki.CACert,
 		EtcdPeerCert:        pki.PeerCert,
 		EtcdPeerKey:         pki.PeerKey,

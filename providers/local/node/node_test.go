@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +15,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/hamaster/hamaster/certs"
 )
 
 const startTimeout = 30 * time.Second
@@ -358,4 +362,82 @@ func TestNodeLearnerNotReady(t *testing.T) {
 		return true, ""
 	})
 	waitReady(t, b, pki)
+}
+
+// TestNodeThreeMembersOwnAddresses runs a 3-member cluster, each member on
+// its own loopback address with certificates naming only that address, as
+// the local provider sets replicas up.
+func TestNodeThreeMembersOwnAddresses(t *testing.T) {
+	t.Parallel()
+	ips := []string{"127.0.0.3", "127.0.0.4", "127.0.0.5"}
+	for _, ip := range ips {
+		if !loopbackAvailable(ip) {
+			t.Skipf("cannot bind %s on this machine", ip)
+		}
+	}
+	dir := t.TempDir()
+	ca, err := certs.NewCA("test-etcd-ca", certs.ECDSA, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := ca.Write(caFile, filepath.Join(dir, "ca.key")); err != nil {
+		t.Fatal(err)
+	}
+	var cfgs []Config
+	var members []string
+	for i, ip := range ips {
+		d := filepath.Join(dir, fmt.Sprintf("m-%d", i))
+		req := certs.Request{CommonName: fmt.Sprintf("m-%d", i), IPs: []net.IP{net.ParseIP(ip)}}
+		pki := testPKI{CACert: caFile,
+			PeerCert: d + "/peer.crt", PeerKey: d + "/peer.key",
+			ServerCert: d + "/server.crt", ServerKey: d + "/server.key",
+			APICert: d + "/api.crt", APIKey: d + "/api.key"}
+		peer, err := ca.IssueEtcdPeer(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		server, err := ca.IssueEtcdServer(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		api, err := ca.IssueAPIServer(certs.APIServerSANs{ReplicaIPs: ips}, certs.ECDSA, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []error{peer.Write(pki.PeerCert, pki.PeerKey), server.Write(pki.ServerCert, pki.ServerKey), api.Write(pki.APICert, pki.APIKey)} {
+			if w != nil {
+				t.Fatal(w)
+			}
+		}
+		c := testConfigAt(t, d, pki, fmt.Sprintf("m-%d", i), ip)
+		cfgs = append(cfgs, c)
+		members = append(members, c.Name+"="+c.EtcdPeerURL())
+	}
+	var nodes []*runningNode
+	for _, c := range cfgs {
+		c.InitialCluster = strings.Join(members, ",")
+		nodes = append(nodes, startNode(t, c))
+	}
+	pki := testPKI{Pool: ca.Pool()}
+	for _, c := range cfgs {
+		waitReady(t, c, pki)
+	}
+	c := apiClient(pki)
+	if code, body, err := do(c, "PUT", apiURL(cfgs[0], "/kv/shared"), "v1"); err != nil || code != 200 {
+		t.Fatalf("put via m-0: %d %q %v", code, body, err)
+	}
+	// m-0 goes away; the other two keep quorum and the data.
+	if err := nodes[0].stop(t); err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range cfgs[1:] {
+		waitFor(t, startTimeout, "read via "+cfg.Name, func() (bool, string) {
+			code, body, err := do(c, "GET", apiURL(cfg, "/kv/shared"), "")
+			if err != nil {
+				return false, err.Error()
+			}
+			return code == 200 && body == "v1", strconv.Itoa(code) + " " + body
+		})
+	}
 }

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/providers/local/lbproxy"
+)
+
+func TestRunUsage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	badEnv := filepath.Join(dir, "kube-env")
+	if err := os.WriteFile(badEnv, []byte("NODE_NAME=x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string
+	}{
+		{"no args", nil, 2, "usage:"},
+		{"help", []string{"help"}, 0, "usage:"},
+		{"unknown command", []string{"vm"}, 2, `unknown command "vm"`},
+		{"replica without file", []string{"replica"}, 2, "flag is required"},
+		{"lb without file", []string{"lb"}, 2, "flag is required"},
+		{"unknown flag", []string{"replica", "--nope"}, 2, "flag provided but not defined"},
+		{"stray argument", []string{"lb", "--config", "x", "y"}, 2, "unexpected arguments"},
+		{"bad log level", []string{"lb", "--config", "x", "--log-level", "loud"}, 2, "--log-level"},
+		{"missing env file", []string{"replica", "--env-file", filepath.Join(dir, "nope")}, 2, "no such file"},
+		{"invalid env file", []string{"replica", "--env-file", badEnv}, 2, "NODE_ADDRESS"},
+		{"missing lb config", []string{"lb", "--config", filepath.Join(dir, "nope.json")}, 2, "no such file"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stderr bytes.Buffer
+			code := run(context.Background(), tc.args, &stderr)
+			if code != tc.wantCode || !strings.Contains(stderr.String(), tc.wantErr) {
+				t.Errorf("run(%q) = %d, stderr %q; want %d containing %q", tc.args, code, stderr.String(), tc.wantCode, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestRunLBStopsCleanly(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca, err := certs.NewCA("test-ca", certs.ECDSA, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := ca.Write(caFile, filepath.Join(dir, "ca.key")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := lbproxy.Config{
+		Listen:     "127.0.0.1:0",
+		Health:     lbproxy.HealthConfig{CAFile: caFile},
+		StatusFile: filepath.Join(dir, "status.json"),
+	}
+	path := filepath.Join(dir, "lb.json")
+	if err := lbproxy.WriteConfig(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var stderr syncBuffer
+	go func() { done <- run(ctx, []string{"lb", "--config", path}, &stderr) }()
+
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if st, err := lbproxy.ReadStatus(cfg.StatusFile); err == nil && st.Serving {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lb never served; stderr:\n%s", stderr.String())
+		}
+		<-tick.C
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit code %d, want 0; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("lb did not stop")
+	}
+}
