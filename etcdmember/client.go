@@ -10,7 +10,10 @@
 // anything. Transient refusals by etcd (the "unhealthy cluster" answer of
 // strict reconfiguration checking in the first seconds after a member
 // connects, a learner not yet in sync, a leader election) are retried with
-// backoff until the context ends; the caller's context is the only deadline.
+// backoff until the context ends, so the caller's context is what bounds an
+// operation. A single attempt that gets no answer within 5s (etcd silently
+// drops a configuration change proposed while another is in flight) is
+// retried the same way, after checking whether it took effect.
 //
 // Members' health comes from a Status call to each member's advertised
 // client URL, so those URLs must be reachable from here, directly or through

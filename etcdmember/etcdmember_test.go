@@ -149,9 +149,17 @@ func TestGrowThroughLearners(t *testing.T) {
 			t.Errorf("member %s: status not filled in: %+v", m.Name, m)
 		}
 	}
-	leader(t, ms)
+	l := leader(t, ms)
 	if err := etcdmember.CanAddVoter(ms); err != nil {
 		t.Errorf("CanAddVoter on a healthy 5-member cluster: %v", err)
+	}
+	// Moving leadership away from a follower changes nothing.
+	follower := byName(t, ms, "m-1")
+	if follower.ID == l.ID {
+		follower = byName(t, ms, "m-2")
+	}
+	if got, err := c.MoveLeader(ctx, follower.ID); err != nil || got != l.ID {
+		t.Errorf("MoveLeader(follower) = %x, %v; want the leader %x", got, err, l.ID)
 	}
 	// The newest member has the data written when there was one member.
 	last := cl.Node("m-5")
@@ -213,6 +221,14 @@ func TestIdempotentAddAndRemove(t *testing.T) {
 	}
 	if err := etcdmember.CanAddVoter(ms); !errors.Is(err, errkind.FailedPrecondition) {
 		t.Errorf("CanAddVoter with a pending learner: %v", err)
+	}
+
+	// An unstarted learner never catches up; the error says why.
+	wctx, wcancel := context.WithTimeout(ctx, time.Second)
+	err = c.WaitCaughtUp(wctx, first.ID)
+	wcancel()
+	if !errors.Is(err, errkind.Unavailable) || !strings.Contains(err.Error(), "not started") {
+		t.Errorf("WaitCaughtUp of an unstarted learner: %v", err)
 	}
 
 	// Another learner while one is pending is refused.

@@ -23,6 +23,9 @@ const pollInterval = 50 * time.Millisecond
 // start its life as the slowest voter.
 const caughtUpSlack = 100
 
+// whyUnknown is the reason of a wait that has not looked yet.
+const whyUnknown = "not checked yet"
+
 // AddLearner adds a learner (a non-voting member) with peerURL; name is the
 // --name the new member will be started with. It returns the new member,
 // which has no name and no client URLs until it is started (with
@@ -161,7 +164,7 @@ func (c *Client) WaitCaughtUp(ctx context.Context, id uint64) error {
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
 	var leader uint64 // cached between polls
-	why := "not checked yet"
+	why := whyUnknown
 	for {
 		done, err := c.caughtUp(ctx, id, &leader, &why)
 		if err != nil {
@@ -184,7 +187,10 @@ func (c *Client) caughtUp(ctx context.Context, id uint64, leader *uint64, why *s
 	ms, err := c.listMembers(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			*why = err.Error()
+			// Interrupted: keep the last real reason, if any.
+			if *why == whyUnknown {
+				*why = err.Error()
+			}
 			return false, nil
 		}
 		return false, err
@@ -202,9 +208,12 @@ func (c *Client) caughtUp(ctx context.Context, id uint64, leader *uint64, why *s
 	}
 	// The leader's index is read before the learner's, so a busy cluster
 	// does not make the learner look further behind than it is.
-	var lst *pb.StatusResponse
+	var (
+		lst  *pb.StatusResponse
+		lerr error
+	)
 	if l, ok := find(ms, *leader); ok && *leader != id {
-		lst, _ = c.memberStatus(ctx, l)
+		lst, lerr = c.memberStatus(ctx, l)
 	}
 	st, err := c.memberStatus(ctx, m)
 	if err != nil {
@@ -216,8 +225,11 @@ func (c *Client) caughtUp(ctx context.Context, id uint64, leader *uint64, why *s
 		return false, nil
 	}
 	if st.Leader != *leader || lst == nil {
-		*leader = st.Leader
 		*why = "looking up the leader"
+		if st.Leader == *leader && lerr != nil {
+			*why = "leader unreachable: " + lerr.Error()
+		}
+		*leader = st.Leader
 		return false, nil
 	}
 	if st.RaftIndex+caughtUpSlack >= lst.RaftIndex {
@@ -272,12 +284,14 @@ func (c *Client) Promote(ctx context.Context, id uint64) error {
 // than awayFrom, with the highest raft index, asking the leader itself (etcd
 // accepts the request only there), and waits until the cluster reports a
 // leader other than awayFrom, which it returns. With no such voter it is an
-// errkind.FailedPrecondition error. While the cluster has no leader it
-// polls until ctx ends.
+// errkind.FailedPrecondition error. While the cluster has no leader, or
+// the leader cannot be reached, it polls until ctx ends (another member may
+// take over); a transfer that fails because leadership changed meanwhile
+// or timed out is tried again.
 func (c *Client) MoveLeader(ctx context.Context, awayFrom uint64) (newLeader uint64, err error) {
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
-	why := "not checked yet"
+	why := whyUnknown
 	wait := func() error {
 		select {
 		case <-ctx.Done():
@@ -298,6 +312,10 @@ func (c *Client) MoveLeader(ctx context.Context, awayFrom uint64) (newLeader uin
 			why = "no leader"
 		case leader.ID != awayFrom:
 			return leader.ID, nil
+		case !leader.Healthy:
+			// Only the leader accepts the request; if it cannot be
+			// reached, the others will soon elect someone else.
+			why = "leader unreachable: " + leader.Err
 		default:
 			cand, ok := transferee(ms, awayFrom)
 			if !ok {
@@ -305,7 +323,9 @@ func (c *Client) MoveLeader(ctx context.Context, awayFrom uint64) (newLeader uin
 					"move etcd leadership away from %s: no healthy voter to move it to", leader.label())
 			}
 			err := c.withClientFor([]Member{leader}, func(cli *clientv3.Client) error {
-				_, err := cli.MoveLeader(ctx, cand.ID)
+				actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+				defer cancel()
+				_, err := cli.MoveLeader(actx, cand.ID)
 				return err
 			})
 			switch {
@@ -313,8 +333,13 @@ func (c *Client) MoveLeader(ctx context.Context, awayFrom uint64) (newLeader uin
 				c.log.InfoContext(ctx, "moved etcd leadership", "from", leader.label(), "to", cand.label())
 				target = cand
 				continue
-			case isTransient(err):
-				why = err.Error() // e.g. the leader changed meanwhile: look again
+			case ctx.Err() != nil:
+				return 0, errkind.Errorf(errkind.Unavailable, "move etcd leadership from %s to %s: %w", leader.label(), cand.label(), err)
+			case isTransient(err) || errors.Is(err, context.DeadlineExceeded) ||
+				errors.Is(err, rpctypes.ErrBadLeaderTransferee) || strings.Contains(err.Error(), "leader transfer"):
+				// The leader or the transferee changed meanwhile, or
+				// the transfer timed out: look again.
+				why = err.Error()
 			default:
 				return 0, fmt.Errorf("move etcd leadership from %s to %s: %w", leader.label(), cand.label(), err)
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
@@ -89,9 +90,25 @@ func (g *globals) confirm(e *env) func(plan string) error {
 	}
 }
 
+// isTerminal asks the kernel (TCGETS), so /dev/null is not a terminal.
 func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// mutatingFlags lets --yes and --dry-run also follow the command name
+// ("hamaster add-replica --yes"); they mean the same as the global ones.
+func mutatingFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation (same as the global --yes)"},
+		&cli.BoolFlag{Name: "dry-run", Usage: "print the plan and change nothing (same as the global --dry-run)"},
+	}
+}
+
+// mutating merges the command-level --yes/--dry-run into the globals.
+func (g *globals) mutating(c *cli.Context) {
+	g.yes = g.yes || c.Bool("yes")
+	g.dryRun = g.dryRun || c.Bool("dry-run")
 }
 
 func nodeBinaryFlag() cli.Flag {
@@ -122,11 +139,13 @@ Example:
 						&cli.IntFlag{Name: "etcd-election-ms", Value: 1000, Usage: "etcd election timeout of the replicas"},
 						nodeBinaryFlag(),
 						&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "overall timeout"},
+						mutatingFlags()[1],
 					},
 					Action: func(c *cli.Context) error {
 						if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 							return err
 						}
+						g.mutating(c)
 						if g.provider != local.Name {
 							return usageErr("--provider: 'local up' needs --provider local, not %q", g.provider)
 						}
@@ -161,7 +180,9 @@ Example:
 					Usage: "stop every process of a local cluster and remove its state",
 					Description: `Example:
   hamaster --cluster demo local down`,
+					Flags: mutatingFlags()[1:],
 					Action: func(c *cli.Context) error {
+						g.mutating(c)
 						if g.provider != local.Name {
 							return usageErr("--provider: 'local down' needs --provider local, not %q", g.provider)
 						}
@@ -223,11 +244,13 @@ Example:
 			&cli.StringFlag{Name: "dns-name", Usage: "DNS `NAME` of the endpoint; its A record is kept on the static IP"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait (caught up, LB healthy)"},
 			nodeBinaryFlag(),
+			mutatingFlags()[0], mutatingFlags()[1],
 		},
 		Action: func(c *cli.Context) error {
 			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 				return err
 			}
+			g.mutating(c)
 			if n := c.String("name"); n != "" {
 				if err := validClusterName(n); err != nil {
 					return usageErr("--name: %q must be lower-case letters, digits and inner dashes", n)
@@ -275,11 +298,13 @@ Example:
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining from the LB before touching the replica"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait"},
 			nodeBinaryFlag(),
+			mutatingFlags()[0], mutatingFlags()[1],
 		},
 		Action: func(c *cli.Context) error {
 			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 				return err
 			}
+			g.mutating(c)
 			if c.String("name") == "" {
 				return usageErr("--name: required: the replica to remove (see 'hamaster status')")
 			}

@@ -193,14 +193,15 @@ func waitStatus(t *testing.T, path, what string, cond func(Status) bool) Status 
 	return st
 }
 
-// healthy reports whether exactly the named targets are healthy in s.
+// healthy reports whether every target in s was checked and exactly the
+// named ones are healthy.
 func healthy(s Status, names ...string) bool {
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
 	}
 	for _, tg := range s.Targets {
-		if tg.Healthy != want[tg.Name] {
+		if tg.Healthy != want[tg.Name] || tg.LastChecked.IsZero() {
 			return false
 		}
 	}

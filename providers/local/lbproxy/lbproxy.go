@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -43,7 +44,8 @@ type backend struct {
 	failStreak  int
 	lastErr     string
 	lastChecked time.Time
-	active      int
+	active      int  // open proxied connections
+	checking    bool // a health check is in flight
 }
 
 // lb is a running load balancer: the tcpproxy.Target all connections go to.
@@ -309,71 +311,88 @@ func (l *lb) closeConns() {
 	l.connWG.Wait()
 }
 
-// healthLoop runs a check round every interval until ctx is done.
+// healthLoop checks every target each interval until ctx is done and
+// writes the status after every round. Targets are checked independently
+// and in parallel: a target whose check is still running (a hung replica,
+// up to health.timeout) is skipped for that round instead of delaying the
+// others.
 func (l *lb) healthLoop(ctx context.Context) {
+	var checks sync.WaitGroup
+	defer checks.Wait()
+	interval := l.interval()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
 	for {
-		l.checkRound(ctx)
-		l.mu.Lock()
-		interval := l.cfg.Health.Interval.Duration
-		l.mu.Unlock()
-		t := time.NewTimer(interval)
+		l.startChecks(ctx, &checks)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return
-		case <-t.C:
+		case <-tick.C:
+		}
+		l.writeStatus()
+		if iv := l.interval(); iv != interval {
+			interval = iv
+			tick.Reset(iv)
 		}
 	}
 }
 
-// checkRound checks every target in parallel, applies the thresholds and
-// writes the status.
-func (l *lb) checkRound(ctx context.Context) {
+func (l *lb) interval() time.Duration {
 	l.mu.Lock()
-	backends := append([]*backend(nil), l.backends...)
-	clients := make([]*http.Client, len(backends))
-	for i, b := range backends {
-		clients[i] = b.client
+	defer l.mu.Unlock()
+	return l.cfg.Health.Interval.Duration
+}
+
+// startChecks starts a check of every target that has none running.
+func (l *lb) startChecks(ctx context.Context, checks *sync.WaitGroup) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	path := l.cfg.Health.Path
+	for _, b := range l.backends {
+		if b.checking {
+			continue
+		}
+		b.checking = true
+		client := b.client
+		checks.Go(func() {
+			err := check(ctx, client, b.Address, path)
+			if ctx.Err() == nil {
+				l.applyCheck(b, err)
+			}
+		})
+	}
+}
+
+// applyCheck records a check's result and applies the thresholds; a
+// health change is written to the status at once.
+func (l *lb) applyCheck(b *backend, err error) {
+	l.mu.Lock()
+	b.checking = false
+	if !slices.Contains(l.backends, b) {
+		l.mu.Unlock()
+		return // removed while it was checked
 	}
 	h := l.cfg.Health
-	l.mu.Unlock()
-
-	errs := make([]error, len(backends))
-	var wg sync.WaitGroup
-	for i, b := range backends {
-		wg.Go(func() { errs[i] = check(ctx, clients[i], b.Address, h.Path) })
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		return
-	}
-	now := time.Now().UTC()
-	l.mu.Lock()
-	current := map[*backend]bool{}
-	for _, b := range l.backends {
-		current[b] = true
-	}
-	for i, b := range backends {
-		if !current[b] {
-			continue // removed while checking
+	was := b.healthy
+	b.lastChecked = time.Now().UTC()
+	if err != nil {
+		b.okStreak, b.failStreak, b.lastErr = 0, b.failStreak+1, err.Error()
+		if b.healthy && b.failStreak >= h.UnhealthyThreshold {
+			b.healthy = false
+			l.log.Warn("target unhealthy", "target", b.Name, "err", err)
 		}
-		b.lastChecked = now
-		if err := errs[i]; err != nil {
-			b.okStreak, b.failStreak, b.lastErr = 0, b.failStreak+1, err.Error()
-			if b.healthy && b.failStreak >= h.UnhealthyThreshold {
-				b.healthy = false
-				l.log.Warn("target unhealthy", "target", b.Name, "err", err)
-			}
-		} else {
-			b.okStreak, b.failStreak, b.lastErr = b.okStreak+1, 0, ""
-			if !b.healthy && b.okStreak >= h.HealthyThreshold {
-				b.healthy = true
-				l.log.Info("target healthy", "target", b.Name)
-			}
+	} else {
+		b.okStreak, b.failStreak, b.lastErr = b.okStreak+1, 0, ""
+		if !b.healthy && b.okStreak >= h.HealthyThreshold {
+			b.healthy = true
+			l.log.Info("target healthy", "target", b.Name)
 		}
 	}
+	changed := b.healthy != was
 	l.mu.Unlock()
-	l.writeStatus()
+	if changed {
+		l.writeStatus()
+	}
 }
 
 // check GETs https://address/path; only 200 is healthy.

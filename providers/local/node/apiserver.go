@@ -48,7 +48,8 @@ func (n *node) checkReady(ctx context.Context) (bool, string) {
 	if !r.at.IsZero() && time.Since(r.at) < readyCacheTTL {
 		return r.ok, r.reason
 	}
-	r.ok, r.reason = n.probeEtcd(ctx)
+	// A caller that goes away must not cache a failure for the others.
+	r.ok, r.reason = n.probeEtcd(context.WithoutCancel(ctx))
 	r.at = time.Now()
 	return r.ok, r.reason
 }
@@ -335,7 +336,7 @@ type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
 
-// bind starts serving HTTPS on addr.
+// bind starts serving HTTPS on addr. The caller holds n.mu.
 func (n *node) bind(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -360,6 +361,7 @@ func (n *node) bind(addr string) error {
 
 // unbind stops serving on addr at once: the listener and every connection
 // accepted on it are closed, so another process can bind addr right after.
+// The caller holds n.mu.
 func (n *node) unbind(addr string) {
 	srv := n.servers[addr]
 	if srv == nil {

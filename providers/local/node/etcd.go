@@ -59,7 +59,7 @@ func (c Config) embedConfig() (*embed.Config, error) {
 		// comes from 127.0.0.1 whatever NODE_ADDRESS is, which a real VM's
 		// peer traffic (from its own IP) never does.
 		ec.ClientTLSInfo.SkipClientSANVerify = true
-		ec.PeerTLSInfo.SkipClientSANVerify = false
+		ec.PeerTLSInfo.SkipClientSANVerify = true
 		ec.ClientTLSInfo.CertFile = c.EtcdServerCert
 		ec.ClientTLSInfo.KeyFile = c.EtcdServerKey
 		ec.ClientTLSInfo.TrustedCAFile = c.EtcdCACert
@@ -155,9 +155,19 @@ func (m *etcdMember) runOnce(ctx context.Context) (healthy bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("start etcd member %s: %w", m.cfg.Name, err)
 	}
-	defer e.Close()
+	ready := false
+	defer func() {
+		if !ready {
+			// embed.Etcd.Close waits for the client servers, which wait
+			// for the member to be ready or stopping: stop it first or
+			// Close hangs while there is no quorum.
+			e.Server.Stop()
+		}
+		e.Close()
+	}()
 	select {
 	case <-e.Server.ReadyNotify():
+		ready = true
 	case err := <-e.Err():
 		return false, fmt.Errorf("etcd member %s: %w", m.cfg.Name, orStopped(err))
 	case <-e.Server.StopNotify():

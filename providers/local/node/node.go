@@ -36,6 +36,8 @@ const (
 	statusInterval = 500 * time.Millisecond
 	// httpShutdownTimeout bounds the drain of in-flight requests.
 	httpShutdownTimeout = 5 * time.Second
+	// etcdStopTimeout bounds the wait for etcd to stop.
+	etcdStopTimeout = 30 * time.Second
 )
 
 // node is one running replica.
@@ -71,7 +73,7 @@ type node struct {
 // and PID_FILE is removed. A bad APISERVER_EXTRA_ARGS does not make Run
 // fail: the apiserver is "refused" while etcd keeps running, like a VM
 // whose apiserver crash-loops.
-func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
+func Run(ctx context.Context, cfg Config, logger *slog.Logger) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -116,11 +118,21 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	}()
 
 	etcdCtx, stopEtcd := context.WithCancel(context.WithoutCancel(ctx))
-	var etcdWG sync.WaitGroup
-	etcdWG.Go(func() { n.etcd.run(etcdCtx) })
+	etcdDone := make(chan struct{})
+	go func() {
+		defer close(etcdDone)
+		n.etcd.run(etcdCtx)
+	}()
 	defer func() {
 		stopEtcd()
-		etcdWG.Wait()
+		t := time.NewTimer(etcdStopTimeout)
+		defer t.Stop()
+		select {
+		case <-etcdDone:
+		case <-t.C:
+			err = fmt.Errorf("etcd member %s did not stop within %v", cfg.Name, etcdStopTimeout)
+			n.log.Error("giving up on a clean stop", "err", err)
+		}
 	}()
 
 	n.startAPIServer()
@@ -190,9 +202,9 @@ func (n *node) reconcileListeners() {
 				n.log.Error("apiserver cannot listen", "addr", primary, "err", err)
 			}
 			n.apiState, n.apiErr = APIServerRefused, err.Error()
-		} else {
-			n.apiState, n.apiErr = APIServerServing, ""
+			return // the static IP waits until the apiserver serves
 		}
+		n.apiState, n.apiErr = APIServerServing, ""
 	}
 	if n.cfg.StaticIPFile == "" {
 		return

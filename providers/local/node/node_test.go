@@ -441,3 +441,31 @@ func TestNodeThreeMembersOwnAddresses(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeStopsWithoutQuorum: a member whose peers never come up stays
+// "starting", is not ready, and still stops promptly.
+func TestNodeStopsWithoutQuorum(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pki := newTestPKI(t, dir)
+	cfg := testConfig(t, dir, pki, "alone-0")
+	cfg.InitialCluster += ",absent=https://127.0.0.1:" + strconv.Itoa(freePort(t, "127.0.0.1"))
+	rn := startNode(t, cfg)
+	st := waitStatus(t, cfg, startTimeout, "apiserver serving", func(s Status) bool {
+		return s.APIServer == APIServerServing && !s.Updated.IsZero()
+	})
+	if st.Etcd != EtcdStarting || st.Ready {
+		t.Errorf("status %+v, want etcd starting and not ready", st)
+	}
+	code, body, err := do(apiClient(pki), "GET", apiURL(cfg, "/readyz"), "")
+	if err != nil || code != 503 || !strings.Contains(body, "etcd is starting") {
+		t.Errorf("/readyz = %d %q %v, want 503 etcd is starting", code, body, err)
+	}
+	start := time.Now()
+	if err := rn.stop(t); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("stop took %v", d)
+	}
+}
