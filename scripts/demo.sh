@@ -29,14 +29,14 @@ hm add-replica --yes
 say "status"
 hm status
 
-ip=$(hm status --output json | sed -n 's/.*"static_ip": "\(.*\)".*/\1/p' | head -1)
+ip=$(hm --output json status | sed -n 's/.*"static_ip": "\(.*\)".*/\1/p' | head -1)
 ca=$HAMASTER_STATE_DIR/$HAMASTER_CLUSTER/pki/ca.crt
 say "write and read through the LB endpoint https://$ip:6443"
 curl -sS --fail --cacert "$ca" -X PUT --data "written at $(date -u +%FT%TZ)" "https://$ip:6443/kv/demo-key"
 echo "PUT /kv/demo-key ok"
 echo "GET /kv/demo-key → $(curl -sS --fail --cacert "$ca" "https://$ip:6443/kv/demo-key")"
 
-victim=$(hm status --output json | sed -n 's/.*"name": "\('"$HAMASTER_CLUSTER"'-master-[0-9a-f]\{3\}\)".*/\1/p' | head -1)
+victim=$(hm --output json status | sed -n 's/.*"name": "\('"$HAMASTER_CLUSTER"'-master-[0-9a-f]\{3\}\)".*/\1/p' | head -1)
 say "remove-replica $victim"
 hm remove-replica --name "$victim" --drain-grace 1s --yes
 

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -54,6 +55,7 @@ type testBackend struct {
 	name  string
 	srv   *httptest.Server
 	ready atomic.Bool
+	hang  atomic.Bool // /readyz never answers (until the client gives up)
 }
 
 func newBackend(t *testing.T, pki testPKI, name string, ready bool) *testBackend {
@@ -61,7 +63,11 @@ func newBackend(t *testing.T, pki testPKI, name string, ready bool) *testBackend
 	b := &testBackend{name: name}
 	b.ready.Store(ready)
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if b.hang.Load() {
+			<-r.Context().Done()
+			return
+		}
 		if !b.ready.Load() {
 			http.Error(w, "etcd not ready", http.StatusServiceUnavailable)
 			return
@@ -72,6 +78,7 @@ func newBackend(t *testing.T, pki testPKI, name string, ready bool) *testBackend
 		_, _ = io.WriteString(w, name)
 	})
 	b.srv = httptest.NewUnstartedServer(mux)
+	b.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // TLS handshake noise from health checks
 	b.srv.TLS = &tls.Config{Certificates: []tls.Certificate{pki.Cert}, MinVersion: tls.VersionTLS12}
 	b.srv.StartTLS()
 	t.Cleanup(b.srv.Close)

@@ -344,3 +344,35 @@ func TestBuildBackendsKeepsHealthState(t *testing.T) {
 		}
 	}
 }
+
+// TestLBHungTargetDoesNotDelayOthers: a target whose check hangs until the
+// timeout does not slow down the checks of the others.
+func TestLBHungTargetDoesNotDelayOthers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pki := newTestPKI(t, dir)
+	a, hung := newBackend(t, pki, "a", true), newBackend(t, pki, "hung", true)
+	cfg, path := testConfig(t, dir, pki, a, hung)
+	cfg.Health.Timeout = Duration{3 * time.Second}
+	if err := WriteConfig(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	startLB(t, cfg, path)
+	waitStatus(t, cfg.StatusFile, "both healthy", func(s Status) bool { return healthy(s, "a", "hung") })
+	hung.hang.Store(true)
+	// Let checks of the hung target start hanging.
+	waitStatus(t, cfg.StatusFile, "a checked again", func(s Status) bool {
+		tg, _ := s.Target("a")
+		h, _ := s.Target("hung")
+		return tg.LastChecked.After(h.LastChecked.Add(100 * time.Millisecond))
+	})
+	a.ready.Store(false)
+	start := time.Now()
+	waitStatus(t, cfg.StatusFile, "a unhealthy", func(s Status) bool {
+		tg, _ := s.Target("a")
+		return !tg.Healthy
+	})
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("a marked unhealthy after %v; the hung target's %v timeout held it up", d, cfg.Health.Timeout)
+	}
+}
