@@ -30,6 +30,9 @@ type AddParams struct {
 	DNSName string
 	// Timeout bounds each wait (member caught up, LB healthy).
 	Timeout time.Duration
+	// Template, when set, adjusts the cloned template (a surge upgrade
+	// adds replicas at the new version).
+	Template func(providers.Template) providers.Template
 }
 
 // NewReplicaName returns <cluster>-master-<3 hex digits>.
@@ -200,6 +203,9 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 					return err
 				}
 				tmpl := CloneTemplate(src.Template, ms, name(r), peerURL(r), files)
+				if p.Template != nil {
+					tmpl = p.Template(tmpl)
+				}
 				_, err = inst.Create(ctx, name(r), r.Param("zone"), tmpl)
 				return err
 			},

@@ -113,6 +113,11 @@ type Runner struct {
 	Now func() time.Time
 }
 
+// ErrConcluded marks a step failure after which the workflow cleaned up
+// (a rollback completed): the run is over and the journal is closed, so the
+// next command starts fresh instead of resuming.
+var ErrConcluded = errors.New("workflow concluded after a rollback")
+
 // ErrUnfinished marks a refusal because another workflow is half-done.
 var ErrUnfinished = errors.New("unfinished workflow in the journal")
 
@@ -240,6 +245,9 @@ func (rn *Runner) Execute(ctx context.Context, wf *Workflow, j *Journal) error {
 			j.record(s.Name, StateFailed, end, err)
 			var serr error
 			switch {
+			case errors.Is(err, ErrConcluded):
+				j.Finished = true
+				serr = rn.Store.Save(j)
 			case changed:
 				serr = rn.Store.Save(j)
 			case j.prev != nil && j.prev != j:

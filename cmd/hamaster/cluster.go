@@ -201,6 +201,7 @@ Example:
 		},
 		addReplicaCommand(e, g),
 		removeReplicaCommand(e, g),
+		rollingUpgradeCommand(e, g),
 		statusCommand(e, g),
 	}
 }
@@ -443,5 +444,83 @@ func printStatus(e *env, rep workflows.Report) {
 	}
 	if j := rep.Journal; j != nil && !j.Finished {
 		fmt.Fprintf(w, "\nUNFINISHED: %s %v — re-run it to finish\n", j.Workflow, j.Params)
+	}
+}
+
+func rollingUpgradeCommand(e *env, g *globals) *cli.Command {
+	return &cli.Command{
+		Name:  "rolling-upgrade",
+		Usage: "upgrade the control plane one replica at a time: drained, health-gated, rolled back on failure",
+		Description: `Preflight: every replica and etcd voter healthy, no pending learner, quorum
+survives one replica down, cluster lock, etcd snapshot (path printed).
+Followers go first, the etcd leader last (leadership is moved to an
+upgraded replica before it is touched). Replicas already at the target are
+skipped, so a re-run resumes.
+
+--strategy recreate, per replica: drain from the LB and wait --drain-grace →
+record its last known-good template → recreate it with the new version and
+flags on the same data disk → wait until its etcd member is healthy and
+caught up, /readyz is 200 and /version reports --version → back in the LB →
+LB sees it healthy. If it is not healthy within --health-timeout, its last
+known-good template is restored, it is put back, and the command stops
+with exit 1 naming the replica, the failed check and the restored version.
+A single replica is refused (downtime) unless --allow-downtime.
+
+--strategy surge, per replica: add a replica at the new version, then
+remove an old one: never fewer healthy replicas than at the start.
+
+Example:
+  hamaster --cluster demo rolling-upgrade --version v1.31.0 --yes
+  hamaster --cluster demo rolling-upgrade --version v1.31.0 --extra-args "--v=2" --yes`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "version", Usage: "target control-plane `VERSION` (required), e.g. v1.31.0"},
+			&cli.StringFlag{Name: "strategy", Value: workflows.StrategyRecreate, Usage: "recreate|surge"},
+			&cli.StringFlag{Name: "extra-args", Usage: "control-plane `FLAGS`, space-separated (replace the current ones; unset keeps them)"},
+			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining a replica from the LB before touching it"},
+			&cli.DurationFlag{Name: "health-timeout", Value: 5 * time.Minute, Usage: "how long a replacement may take to become healthy before it is rolled back"},
+			&cli.BoolFlag{Name: "allow-downtime", Usage: "allow recreating a single replica (the control plane is down meanwhile)"},
+			nodeBinaryFlag(),
+			mutatingFlags()[0], mutatingFlags()[1],
+		},
+		Action: func(c *cli.Context) error {
+			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
+				return err
+			}
+			g.mutating(c)
+			v := c.String("version")
+			if v == "" {
+				return usageErr("--version: required: the target version, e.g. v1.31.0")
+			}
+			if !strings.HasPrefix(v, "v") || strings.ContainsAny(v, " /") {
+				return usageErr("--version: %q must look like v1.31.0", v)
+			}
+			strategy := c.String("strategy")
+			if strategy != workflows.StrategyRecreate && strategy != workflows.StrategySurge {
+				return usageErr("--strategy: %q is not valid (valid: recreate, surge)", strategy)
+			}
+			if c.Duration("drain-grace") < 0 {
+				return usageErr("--drain-grace: must not be negative")
+			}
+			if c.Duration("health-timeout") <= 0 {
+				return usageErr("--health-timeout: must be positive")
+			}
+			p, err := g.openProvider(c)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			d := g.deps(c, e, p)
+			rs, err := p.Instances().List(c.Context)
+			if err != nil {
+				return err
+			}
+			params := workflows.UpgradeParams{
+				Version: v, Strategy: strategy, DrainGrace: c.Duration("drain-grace"),
+				HealthTimeout: c.Duration("health-timeout"), AllowDowntime: c.Bool("allow-downtime"),
+				ExtraArgs: strings.Fields(c.String("extra-args")), ExtraArgsSet: c.IsSet("extra-args"),
+			}
+			wf := workflows.RollingUpgrade(d, params, len(rs))
+			return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e)})
+		},
 	}
 }

@@ -1,0 +1,522 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/lb"
+	"github.com/hamaster/hamaster/providers"
+)
+
+// Rolling-upgrade strategies.
+const (
+	StrategyRecreate = "recreate"
+	StrategySurge    = "surge"
+)
+
+// UpgradeParams are rolling-upgrade's arguments.
+type UpgradeParams struct {
+	Version string
+	// ExtraArgs replaces the control-plane flags when ExtraArgsSet.
+	ExtraArgs     []string
+	ExtraArgsSet  bool
+	Strategy      string
+	DrainGrace    time.Duration
+	HealthTimeout time.Duration
+	AllowDowntime bool
+}
+
+// target returns what tmpl becomes after the upgrade.
+func (p UpgradeParams) target(tmpl providers.Template) providers.Template {
+	t := tmpl.Clone()
+	t.Version = p.Version
+	if p.ExtraArgsSet {
+		t.ExtraArgs = append([]string(nil), p.ExtraArgs...)
+	}
+	return t
+}
+
+// atTarget reports whether a replica already runs the target template.
+func (p UpgradeParams) atTarget(r providers.Replica) bool {
+	return r.Template.Version == p.Version && (!p.ExtraArgsSet || slices.Equal(r.Template.ExtraArgs, p.ExtraArgs))
+}
+
+// RollingUpgrade builds the rolling-upgrade workflow for replicas (the
+// cluster's replicas when the command starts; the count fixes the number
+// of slots, each slot upgrades one replica chosen when the slot starts:
+// followers first, the etcd leader last).
+//
+// recreate, per replica: drain from the LB and wait the grace period →
+// record the last known-good template in the journal → recreate the VM
+// with the new template on the same data disk → health gate (etcd member
+// healthy and caught up, /readyz 200, /version = V) → back in the LB →
+// LB sees it healthy. On a failed health gate the replica is restored from
+// its last known-good template, put back, and the run stops (exit 1).
+//
+// surge, per replica: add a replica at the new version (the add-replica
+// workflow), then remove an old one (remove-replica): never fewer healthy
+// replicas than at the start.
+func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
+	wf := &Workflow{Name: "rolling-upgrade", Params: map[string]string{
+		"version": p.Version, "strategy": p.Strategy,
+	}}
+	if p.ExtraArgsSet {
+		wf.Params["extra-args"] = strings.Join(p.ExtraArgs, " ")
+	}
+	if p.HealthTimeout <= 0 {
+		p.HealthTimeout = 5 * time.Minute
+	}
+	wf.Steps = []Step{upgradePreflight(d, p), {
+		Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot → <state-dir>/<cluster>/snapshots/"},
+		Run: func(ctx context.Context, r *Run) error {
+			return takeSnapshot(ctx, d, r, "upgrade-"+p.Version)
+		},
+	}}
+	for k := 1; k <= replicas; k++ {
+		if p.Strategy == StrategySurge {
+			wf.Steps = append(wf.Steps, surgeSteps(d, p, k)...)
+		} else {
+			wf.Steps = append(wf.Steps, recreateSteps(d, p, k)...)
+		}
+	}
+	wf.Steps = append(wf.Steps, Step{
+		Name: StepVerify, Always: true, Plan: []string{"every replica healthy and reporting " + p.Version},
+		Run: func(ctx context.Context, r *Run) error {
+			rs, err := d.Provider.Instances().List(ctx)
+			if err != nil {
+				return err
+			}
+			for _, rep := range rs {
+				if !p.atTarget(rep) {
+					return fmt.Errorf("replica %s still runs %s", rep.Name, rep.Template.Version)
+				}
+				if err := healthGate(ctx, d, r, rep, p.Version, p.HealthTimeout); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	})
+	return wf
+}
+
+func upgradePreflight(d *Deps, p UpgradeParams) Step {
+	return Step{
+		Name: StepPreflight, Always: true,
+		Plan: []string{"every replica healthy (/readyz), every voter healthy, no pending learner", "quorum survives one replica down (recreate)"},
+		Run: func(ctx context.Context, r *Run) error {
+			rs, err := d.Provider.Instances().List(ctx)
+			if err != nil {
+				return err
+			}
+			for _, rep := range rs {
+				if !rep.Running() {
+					return errkind.Errorf(errkind.FailedPrecondition, "replica %s is not running", rep.Name)
+				}
+				// A replica mid-upgrade from an interrupted run is expected
+				// to be out of the LB; its health is checked by its slot.
+				if inFlight(r, rep.Name) {
+					continue
+				}
+				if _, err := d.Probe(ctx, d.Provider.APIServerURL(rep), "/readyz"); err != nil {
+					return errkind.Errorf(errkind.FailedPrecondition, "replica %s is not healthy: %v", rep.Name, err)
+				}
+			}
+			cli, err := d.Provider.Etcd(ctx)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			ms, err := cli.Members(ctx)
+			if err != nil {
+				return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
+			}
+			voters := 0
+			for _, m := range ms {
+				if m.Learner {
+					return errkind.Errorf(errkind.FailedPrecondition, "learner %s is pending (an unfinished add-replica?); finish or remove it first", m.IDHex())
+				}
+				if !m.Healthy && !inFlight(r, m.Name) {
+					return errkind.Errorf(errkind.FailedPrecondition, "etcd voter %s is unhealthy: %s", m.Name, m.Err)
+				}
+				voters++
+			}
+			if p.Strategy == StrategyRecreate {
+				if len(rs) == 1 && !p.AllowDowntime {
+					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has one replica: recreating it means control-plane downtime; use --strategy surge (adds a new replica first) or pass --allow-downtime", d.Cluster)
+				}
+				if len(rs) > 1 && voters-1 < etcdmember.Quorum(voters) {
+					return errkind.Errorf(errkind.FailedPrecondition, "with %d etcd voters, one replica down leaves %d of a quorum of %d; add a replica first or use --strategy surge", voters, voters-1, etcdmember.Quorum(voters))
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// inFlight reports whether an interrupted slot of this run is upgrading name.
+func inFlight(r *Run, name string) bool {
+	for key, v := range r.journal.Data {
+		if v == name && strings.HasPrefix(key, "slot-") && !strings.Contains(strings.TrimPrefix(key, "slot-"), "-") {
+			if r.Get(key+"-done") == "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// pickNext chooses the next replica to upgrade: not at the target, not
+// the etcd leader while a follower still needs it.
+func pickNext(ctx context.Context, d *Deps, p UpgradeParams, exclude map[string]bool) (providers.Replica, bool, error) {
+	rs, err := d.Provider.Instances().List(ctx)
+	if err != nil {
+		return providers.Replica{}, false, err
+	}
+	var todo []providers.Replica
+	for _, rep := range rs {
+		if !p.atTarget(rep) && !exclude[rep.Name] {
+			todo = append(todo, rep)
+		}
+	}
+	if len(todo) == 0 {
+		return providers.Replica{}, false, nil
+	}
+	cli, err := d.Provider.Etcd(ctx)
+	if err != nil {
+		return providers.Replica{}, false, err
+	}
+	defer cli.Close()
+	ms, err := cli.Members(ctx)
+	if err != nil {
+		return providers.Replica{}, false, err
+	}
+	leader := ""
+	for _, m := range ms {
+		if m.Leader {
+			leader = m.Name
+		}
+	}
+	for _, rep := range todo {
+		if rep.Name != leader {
+			return rep, true, nil
+		}
+	}
+	return todo[0], true, nil
+}
+
+// slotReplica returns the replica slot k works on, choosing and recording
+// it the first time.
+func slotReplica(ctx context.Context, d *Deps, p UpgradeParams, r *Run, k int) (string, error) {
+	key := fmt.Sprintf("slot-%d", k)
+	if name := r.Get(key); name != "" {
+		return name, nil
+	}
+	rep, ok, err := pickNext(ctx, d, p, nil)
+	if err != nil || !ok {
+		return "", err
+	}
+	return rep.Name, r.Set(key, rep.Name)
+}
+
+func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
+	inst := d.Provider.Instances()
+	l := d.Provider.LoadBalancer()
+	name := func(r *Run) string { return r.Get(fmt.Sprintf("slot-%d", k)) }
+	lkgKey := func(n string) string { return "last-known-good:" + n }
+	prefix := fmt.Sprintf("replica-%d/", k)
+	return []Step{
+		{
+			Name: prefix + "drain", Plan: []string{"pick the next replica (followers first, the etcd leader last; move leadership to an upgraded replica first)", fmt.Sprintf("loadBalancer.DrainTarget, wait %s", p.DrainGrace)},
+			Run: func(ctx context.Context, r *Run) error {
+				n, err := slotReplica(ctx, d, p, r, k)
+				if err != nil || n == "" {
+					return err
+				}
+				r.Info("upgrading %s", n)
+				if err := moveLeaderOff(ctx, d, r, n); err != nil {
+					return err
+				}
+				exists, err := lb.Exists(ctx, l)
+				if err != nil || !exists {
+					return err
+				}
+				r.Waiting("drain grace period of %s for %s", p.DrainGrace, n)
+				return lb.Drain(ctx, l, n, p.DrainGrace)
+			},
+		},
+		{
+			Name: prefix + "record-last-known-good", Plan: []string{"store the replica's current template in the journal (kept out of the rollout's reach)"},
+			Run: func(ctx context.Context, r *Run) error {
+				n := name(r)
+				if n == "" || r.Get(lkgKey(n)) != "" {
+					return nil
+				}
+				rep, err := inst.Get(ctx, n)
+				if err != nil {
+					return err
+				}
+				if p.atTarget(rep) {
+					return fmt.Errorf("replica %s is already at the target template but its last known-good was not recorded", n)
+				}
+				b, err := json.Marshal(rep.Template)
+				if err != nil {
+					return err
+				}
+				if err := r.Set(lkgKey(n), string(b)); err != nil {
+					return err
+				}
+				return saveLastKnownGood(d, n, b)
+			},
+		},
+		{
+			Name: prefix + "recreate", Plan: []string{"instances.Recreate(replica, template with the new version/flags) on the same data disk"},
+			Run: func(ctx context.Context, r *Run) error {
+				n := name(r)
+				if n == "" {
+					return nil
+				}
+				rep, err := inst.Get(ctx, n)
+				if err != nil || p.atTarget(rep) {
+					return err
+				}
+				r.Waiting("recreating %s at %s", n, p.Version)
+				_, err = inst.Recreate(ctx, n, p.target(rep.Template))
+				return err
+			},
+		},
+		{
+			Name: prefix + "health-gate", Plan: []string{"etcd member healthy and caught up, /readyz 200, /version = " + p.Version, fmt.Sprintf("within %s, else restore the last known-good template and stop", p.HealthTimeout)},
+			Run: func(ctx context.Context, r *Run) error {
+				n := name(r)
+				if n == "" {
+					return nil
+				}
+				rep, err := inst.Get(ctx, n)
+				if err != nil {
+					return err
+				}
+				gerr := healthGate(ctx, d, r, rep, p.Version, p.HealthTimeout)
+				if gerr == nil {
+					return nil
+				}
+				return rollback(ctx, d, r, n, lkgKey(n), p, gerr)
+			},
+		},
+		{
+			Name: prefix + "back-in-lb", Plan: []string{"loadBalancer.AddTarget(replica)", "wait until the LB sees it healthy"},
+			Run: func(ctx context.Context, r *Run) error {
+				n := name(r)
+				if n == "" {
+					return nil
+				}
+				if err := undrain(ctx, d, r, n, p.HealthTimeout); err != nil {
+					return err
+				}
+				return r.Set(fmt.Sprintf("slot-%d-done", k), "true")
+			},
+		},
+	}
+}
+
+// moveLeaderOff moves etcd leadership away from name if it leads (the
+// leader is upgraded last, onto an already upgraded replica).
+func moveLeaderOff(ctx context.Context, d *Deps, r *Run, name string) error {
+	cli, err := d.Provider.Etcd(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ms, err := cli.Members(ctx)
+	if err != nil {
+		return err
+	}
+	m, ok := memberByName(ms, name, "")
+	if !ok || !m.Leader || len(ms) == 1 {
+		return nil
+	}
+	to, err := cli.MoveLeader(ctx, m.ID)
+	if err != nil {
+		return fmt.Errorf("move etcd leadership away from %s: %w", name, err)
+	}
+	r.Info("etcd leadership moved from %s to %x before touching it", name, to)
+	return nil
+}
+
+func undrain(ctx context.Context, d *Deps, r *Run, name string, timeout time.Duration) error {
+	l := d.Provider.LoadBalancer()
+	exists, err := lb.Exists(ctx, l)
+	if err != nil || !exists {
+		return err
+	}
+	rep, err := d.Provider.Instances().Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := l.AddTarget(ctx, lb.Target{Name: name, Address: rep.Address}); err != nil {
+		return err
+	}
+	r.Waiting("the load balancer to see %s healthy", name)
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return lb.WaitHealthy(wctx, l, name)
+}
+
+// healthGate waits until the replica's etcd member is a healthy voter
+// caught up with the leader, /readyz answers 200 and /version reports
+// version. The error names the check that failed last.
+func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, version string, timeout time.Duration) error {
+	gctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	base := d.Provider.APIServerURL(rep)
+	return waitFor(gctx, r, fmt.Sprintf("%s healthy: etcd caught up, /readyz, /version=%s", rep.Name, version), 100*time.Millisecond, func(cctx context.Context) error {
+		cli, err := d.Provider.Etcd(cctx)
+		if err != nil {
+			return fmt.Errorf("etcd member: %w", err)
+		}
+		ms, err := cli.Members(cctx)
+		cli.Close()
+		if err != nil {
+			return fmt.Errorf("etcd member: %w", err)
+		}
+		m, ok := memberByName(ms, rep.Name, "")
+		if !ok || m.Learner || !m.Healthy {
+			return fmt.Errorf("etcd member %s not a healthy voter (%s)", rep.Name, m.Err)
+		}
+		var leaderIndex uint64
+		for _, x := range ms {
+			if x.Leader {
+				leaderIndex = x.RaftIndex
+			}
+		}
+		if leaderIndex > m.RaftIndex+50 {
+			return fmt.Errorf("etcd member %s behind the leader (%d < %d)", rep.Name, m.RaftIndex, leaderIndex)
+		}
+		if _, err := d.Probe(cctx, base, "/readyz"); err != nil {
+			return fmt.Errorf("/readyz: %w", err)
+		}
+		v, err := d.ReplicaVersion(cctx, rep)
+		if err != nil {
+			return fmt.Errorf("/version: %w", err)
+		}
+		if v != version {
+			return fmt.Errorf("/version reports %s, want %s", v, version)
+		}
+		return nil
+	})
+}
+
+// rollback restores a replica that failed its health gate from its last
+// known-good template, waits until it is healthy again and back in the LB,
+// and concludes the run with an error naming what failed.
+func rollback(ctx context.Context, d *Deps, r *Run, name, lkgKey string, p UpgradeParams, cause error) error {
+	raw := r.Get(lkgKey)
+	if raw == "" {
+		return fmt.Errorf("replica %s failed its health gate (%v) and no last known-good template is recorded", name, cause)
+	}
+	var lkg providers.Template
+	if err := json.Unmarshal([]byte(raw), &lkg); err != nil {
+		return fmt.Errorf("replica %s: decode last known-good template: %w", name, err)
+	}
+	r.Info("%s failed its health gate: %v — restoring its last known-good template (%s)", name, cause, lkg.Version)
+	if _, err := d.Provider.Instances().Recreate(ctx, name, lkg); err != nil {
+		return fmt.Errorf("replica %s failed its health gate (%v); restoring %s failed too: %w", name, cause, lkg.Version, err)
+	}
+	rep, err := d.Provider.Instances().Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := healthGate(ctx, d, r, rep, lkg.Version, p.HealthTimeout); err != nil {
+		return fmt.Errorf("replica %s failed its health gate (%v) and is not healthy after restoring %s: %w", name, cause, lkg.Version, err)
+	}
+	if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: replica %s failed its health gate within %s (%v); it was restored to its last known-good template (version %s, flags %q) and is serving again; the other replicas were not touched",
+		ErrConcluded, name, p.HealthTimeout, cause, lkg.Version, strings.Join(lkg.ExtraArgs, " "))
+}
+
+// saveLastKnownGood keeps a copy of the template outside the journal too
+// (<state-dir>/<cluster>/last-known-good/<replica>.json).
+func saveLastKnownGood(d *Deps, name string, b []byte) error {
+	path := filepath.Join(d.clusterDir(), "last-known-good", name+".json")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+func surgeSteps(d *Deps, p UpgradeParams, k int) []Step {
+	prefix := fmt.Sprintf("replica-%d/", k)
+	return []Step{
+		{
+			Name: prefix + "surge-add", Plan: []string{"add-replica with the new template (its own journal; resumable)"},
+			Run: func(ctx context.Context, r *Run) error {
+				old := r.Get(fmt.Sprintf("slot-%d-old", k))
+				if old == "" {
+					rep, ok, err := pickNext(ctx, d, p, nil)
+					if err != nil || !ok {
+						return err
+					}
+					old = rep.Name
+					if err := r.Set(fmt.Sprintf("slot-%d-old", k), old); err != nil {
+						return err
+					}
+				}
+				newName := r.Get(fmt.Sprintf("slot-%d-new", k))
+				if newName == "" {
+					newName = NewReplicaName(d.Cluster)
+					if err := r.Set(fmt.Sprintf("slot-%d-new", k), newName); err != nil {
+						return err
+					}
+				}
+				if _, err := d.Provider.Instances().Get(ctx, old); err != nil {
+					return nil // old already removed: this slot finished
+				}
+				r.Info("surge: adding %s at %s before removing %s", newName, p.Version, old)
+				add := AddReplica(d, AddParams{Name: newName, Timeout: p.HealthTimeout, Template: func(t providers.Template) providers.Template { return p.target(t) }})
+				return runSub(ctx, d, fmt.Sprintf("surge-%d-add", k), add)
+			},
+		},
+		{
+			Name: prefix + "surge-remove", Plan: []string{"remove-replica of an old replica (its own journal; resumable)"},
+			Run: func(ctx context.Context, r *Run) error {
+				old := r.Get(fmt.Sprintf("slot-%d-old", k))
+				if old == "" {
+					return nil
+				}
+				rm := RemoveReplica(d, RemoveParams{Name: old, DrainGrace: p.DrainGrace, Timeout: p.HealthTimeout})
+				return runSub(ctx, d, fmt.Sprintf("surge-%d-remove", k), rm)
+			},
+		},
+	}
+}
+
+// runSub runs a nested workflow under the lock the outer one holds, with a
+// journal of its own so that it resumes too; the journal is removed once
+// the nested workflow finished.
+func runSub(ctx context.Context, d *Deps, key string, wf *Workflow) error {
+	store := &JournalStore{Path: filepath.Join(d.clusterDir(), "journal-"+key+".json")}
+	rn := &Runner{Store: store, Sink: d.Sink}
+	j, _, err := rn.Prepare(wf, nil)
+	if err != nil {
+		return err
+	}
+	if wf.Check != nil {
+		if err := wf.Check(ctx); err != nil {
+			return err
+		}
+	}
+	if err := rn.Execute(ctx, wf, j); err != nil {
+		return err
+	}
+	return store.Remove()
+}

@@ -1,0 +1,238 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/providers/local"
+	"github.com/hamaster/hamaster/workflows"
+)
+
+// recorder keeps progress events (for the order of upgrades).
+type recorder struct {
+	events []workflows.Event
+}
+
+func (r *recorder) Event(e workflows.Event) { r.events = append(r.events, e) }
+
+func (e *env) upgrade(ctx context.Context, p workflows.UpgradeParams, sink workflows.Sink, after func(string) error) error {
+	d := e.deps(after)
+	if sink != nil {
+		d.Sink = sink
+	}
+	if p.HealthTimeout == 0 {
+		p.HealthTimeout = time.Minute
+	}
+	if p.Strategy == "" {
+		p.Strategy = workflows.StrategyRecreate
+	}
+	rs, err := e.c.Provider.Instances().List(ctx)
+	if err != nil {
+		return err
+	}
+	return workflows.Execute(ctx, d, workflows.RollingUpgrade(d, p, len(rs)), workflows.Options{})
+}
+
+// grow adds n replicas named <cluster>-master-b0N.
+func (e *env) grow(ctx context.Context, n int) []string {
+	e.t.Helper()
+	names := []string{local.MasterName(e.name)}
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("%s-master-b%02d", e.name, i)
+		if err := e.add(ctx, name, nil); err != nil {
+			e.t.Fatalf("add %s: %v", name, err)
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+func (e *env) leader(ctx context.Context) string {
+	e.t.Helper()
+	cli, err := e.c.Provider.Etcd(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cli.Close()
+	ms, err := cli.Members(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Leader {
+			return m.Name
+		}
+	}
+	e.t.Fatal("no leader")
+	return ""
+}
+
+func (e *env) assertVersions(ctx context.Context, version string, want int) {
+	e.t.Helper()
+	rep, err := workflows.Status(ctx, e.deps(nil))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(rep.Replicas) != want {
+		e.t.Errorf("%d replicas, want %d", len(rep.Replicas), want)
+	}
+	for _, r := range rep.Replicas {
+		if r.Version != version || !r.Healthy {
+			e.t.Errorf("replica %s: version %s healthy %v (%s); want %s", r.Name, r.Version, r.Healthy, r.Error, version)
+		}
+	}
+	if rep.LB != nil {
+		for _, tg := range rep.LB.Targets {
+			if tg.Draining || !tg.Healthy {
+				e.t.Errorf("LB target %+v left drained or unhealthy", tg)
+			}
+		}
+	}
+}
+
+// upgradedOrder lists replicas in the order their recreate step ran.
+func upgradedOrder(events []workflows.Event) []string {
+	var out []string
+	for _, ev := range events {
+		if ev.State == "info" && strings.HasPrefix(ev.Message, "upgrading ") {
+			out = append(out, strings.TrimPrefix(ev.Message, "upgrading "))
+		}
+	}
+	return out
+}
+
+func TestRollingUpgradeRecreate(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprintf("%d replicas", n), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, fmt.Sprintf("upg%d", n))
+			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+			defer cancel()
+			e.grow(ctx, n-1)
+			leader := e.leader(ctx)
+			pr := startProber(t, e)
+			rec := &recorder{}
+			err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", DrainGrace: 500 * time.Millisecond}, rec, nil)
+			pr.finish()
+			if err != nil {
+				t.Fatalf("rolling-upgrade: %v", err)
+			}
+			e.assertVersions(ctx, "v1.31.0", n)
+			order := upgradedOrder(rec.events)
+			if len(order) != n || order[n-1] != leader {
+				t.Errorf("upgrade order %v; want %d replicas with the leader %s last", order, n, leader)
+			}
+			t.Logf("%d replicas upgraded in order %v (leader %s); readyz through the LB: %d ok, %d failed %v", n, order, leader, pr.ok.Load(), pr.failed.Load(), pr.failures)
+			if pr.failed.Load() != 0 {
+				t.Errorf("%d client failures through the LB during the upgrade", pr.failed.Load())
+			}
+			// A re-run finds nothing to do.
+			rec = &recorder{}
+			if err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0"}, rec, nil); err != nil || len(upgradedOrder(rec.events)) != 0 {
+				t.Errorf("second run: %v, upgraded %v", err, upgradedOrder(rec.events))
+			}
+		})
+	}
+}
+
+func TestRollingUpgradeBadFlagRollsBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "badflag")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	e.grow(ctx, 2)
+	pr := startProber(t, e)
+	err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", ExtraArgs: []string{"--no-such-flag"}, ExtraArgsSet: true, HealthTimeout: 3 * time.Second, DrainGrace: 300 * time.Millisecond}, nil, nil)
+	pr.finish()
+	if !errors.Is(err, workflows.ErrConcluded) || errkind.ExitCode(err) != 1 {
+		t.Fatalf("err = %v; want a concluded rollback (exit 1)", err)
+	}
+	for _, want := range []string{"/readyz", "restored", "v1.30.2"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q: %v", want, err)
+		}
+	}
+	e.assertVersions(ctx, "v1.30.2", 3)
+	if pr.failed.Load() != 0 {
+		t.Errorf("%d client failures during the failed upgrade: %v", pr.failed.Load(), pr.failures)
+	}
+	// The rollback closed the run: a corrected upgrade starts fresh.
+	if err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", ExtraArgs: []string{"--v=2"}, ExtraArgsSet: true}, nil, nil); err != nil {
+		t.Fatalf("corrected upgrade: %v", err)
+	}
+	e.assertVersions(ctx, "v1.31.0", 3)
+}
+
+// TestRollingUpgradeCrashAfterEveryStep crashes the same upgrade after
+// each step in turn; every re-run resumes one step further.
+func TestRollingUpgradeCrashAfterEveryStep(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "upgcrash")
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	e.grow(ctx, 2)
+	p := workflows.UpgradeParams{Version: "v1.31.0", DrainGrace: 100 * time.Millisecond}
+	crash := errors.New("simulated crash")
+	steps := 0
+	for i := 0; i < 40; i++ {
+		done := map[string]bool{}
+		err := e.upgrade(ctx, p, workflows.Discard{}, func(step string) error {
+			if !done[step] {
+				done[step] = true
+				return crash
+			}
+			return nil
+		})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, crash) {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		steps++
+	}
+	if steps < 17 {
+		t.Errorf("only %d crashes; the workflow has more steps", steps)
+	}
+	e.assertVersions(ctx, "v1.31.0", 3)
+	t.Logf("rolling-upgrade crashed after each of %d steps and finished", steps)
+}
+
+func TestRollingUpgradeSurge(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d replicas", n), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, fmt.Sprintf("surge%d", n))
+			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+			defer cancel()
+			e.grow(ctx, n-1)
+			if err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", Strategy: workflows.StrategySurge, DrainGrace: 200 * time.Millisecond}, nil, nil); err != nil {
+				t.Fatalf("surge: %v", err)
+			}
+			e.assertVersions(ctx, "v1.31.0", n)
+		})
+	}
+}
+
+func TestRollingUpgradeRecreateSingleReplicaRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "single")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0"}, nil, nil)
+	if !errors.Is(err, errkind.FailedPrecondition) || !strings.Contains(err.Error(), "--strategy surge") {
+		t.Fatalf("err = %v; want refusal suggesting surge", err)
+	}
+	e.assertVersions(ctx, "v1.30.2", 1)
+	if err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", AllowDowntime: true}, nil, nil); err != nil {
+		t.Fatalf("--allow-downtime: %v", err)
+	}
+	e.assertVersions(ctx, "v1.31.0", 1)
+}
