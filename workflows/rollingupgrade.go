@@ -330,6 +330,9 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 // moveLeaderOff moves etcd leadership away from name if it leads (the
 // leader is upgraded last, onto an already upgraded replica).
 func moveLeaderOff(ctx context.Context, d *Deps, r *Run, name string) error {
+	if rs, err := d.Provider.Instances().List(ctx); err != nil || len(rs) < 2 {
+		return err // a single replica has nobody to hand leadership to
+	}
 	cli, err := d.Provider.Etcd(ctx, name)
 	if err != nil {
 		return err

@@ -180,11 +180,11 @@ func TestRollingUpgradeCrashAfterEveryStep(t *testing.T) {
 	p := workflows.UpgradeParams{Version: "v1.31.0", DrainGrace: 100 * time.Millisecond}
 	crash := errors.New("simulated crash")
 	steps := 0
+	crashed := map[string]bool{}
 	for i := 0; i < 40; i++ {
-		done := map[string]bool{}
 		err := e.upgrade(ctx, p, workflows.Discard{}, func(step string) error {
-			if !done[step] {
-				done[step] = true
+			if !crashed[step] {
+				crashed[step] = true
 				return crash
 			}
 			return nil

@@ -203,6 +203,7 @@ Example:
 		removeReplicaCommand(e, g),
 		rollingUpgradeCommand(e, g),
 		statusCommand(e, g),
+		terraformCommand(e, g),
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/local/node"
 )
 
 // Name is the registry name of this provider.
@@ -244,7 +245,13 @@ func Up(ctx context.Context, s providers.Settings, o UpOptions, progress func(st
 			return nil, err
 		}
 	}
-	return p, nil
+	progress(fmt.Sprintf("waiting for %s to be ready", name))
+	statusPath := p.l.rfile(name, "status.json")
+	err = poll(ctx, name+" to be ready (its etcd member healthy)", func() (bool, error) {
+		st, err := node.ReadStatus(statusPath)
+		return err == nil && st.Ready, nil
+	})
+	return p, err
 }
 
 func (p *Provider) newClusterInfo(s providers.Settings) (ClusterInfo, error) {

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/tfexternal"
+	"github.com/hamaster/hamaster/workflows"
+)
+
+// knownProviders are the names --provider accepts; registry() holds the
+// ones built so far.
+var knownProviders = []string{"local", "gce", "aws"}
+
+func terraformCommand(e *env, g *globals) *cli.Command {
+	return &cli.Command{
+		Name:      "terraform",
+		Usage:     "Terraform external data source: read the HA state (endpoint, replicas, etcd initial cluster for the next replica) as JSON strings",
+		ArgsUsage: " ",
+		Description: `Implements the protocol of Terraform's "external" data source
+(hashicorp/external): reads ONE JSON object of strings on stdin (the data
+source's query) and prints ONE flat JSON object of strings on stdout (its
+result). Read-only: changes nothing, takes no lock, prints no progress.
+On an error it prints one line to stderr, nothing to stdout, and exits 1.
+
+Query keys: cluster, provider, state_dir (each defaults to --cluster,
+--provider, --state-dir), next_replica_name, next_replica_address (the
+IP reserved for the next replica, so etcd_initial_cluster can include
+it); any other key (project, region, zone, aws_region...) is passed to the
+provider as a setting.
+
+Result keys: cluster provider endpoint endpoint_kind static_ip dns_name
+replicas replica_addresses replica_map replica_count leader healthy
+etcd_initial_cluster etcd_initial_cluster_existing
+etcd_initial_cluster_state next_replica_name next_replica_peer_url
+versions ca_cert_sha256 cert_expiry. See examples/terraform.
+
+Example:
+  data "external" "hamaster" {
+    program = ["hamaster", "terraform"]
+    query   = { cluster = "prod", provider = "local", state_dir = "/var/lib/hamaster" }
+  }
+
+  echo '{"cluster":"demo"}' | hamaster terraform`,
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: "timeout", Value: 20 * time.Second, Usage: "overall timeout"},
+		},
+		Action: func(c *cli.Context) error {
+			out, err := terraformRead(c, e, g)
+			if err != nil {
+				// No error kind: Terraform only cares about non-zero, and
+				// the protocol's failure is exit 1 with one line on stderr.
+				return errors.New("terraform: " + tfexternal.OneLine(err.Error()))
+			}
+			_, err = e.stdout.Write(out)
+			return err
+		},
+	}
+}
+
+// terraformRead does the whole read and returns the result document; it
+// writes nothing, so stdout stays empty on any error.
+func terraformRead(c *cli.Context, e *env, g *globals) ([]byte, error) {
+	if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
+		return nil, err
+	}
+	if c.Args().Len() > 0 {
+		return nil, fmt.Errorf("takes no arguments (got %q); the query is read from stdin", c.Args().Slice())
+	}
+	if c.Duration("timeout") <= 0 {
+		return nil, errors.New("--timeout must be positive")
+	}
+	stdin := e.stdin
+	if stdin == nil {
+		stdin = strings.NewReader("")
+	}
+	q, err := tfexternal.ParseQuery(stdin)
+	if err != nil {
+		return nil, err
+	}
+	cluster, provider, stateDir := g.cluster, g.provider, g.stateDir
+	if q.Cluster != "" {
+		if validClusterName(q.Cluster) != nil {
+			return nil, fmt.Errorf("query key cluster: %q is not a cluster name (1-40 lower-case letters, digits and inner dashes)", q.Cluster)
+		}
+		cluster = q.Cluster
+	}
+	if q.Provider != "" {
+		provider = q.Provider
+	}
+	if q.StateDir != "" {
+		stateDir = q.StateDir
+	}
+	if n := q.NextReplicaName; n != "" && validClusterName(n) != nil {
+		return nil, fmt.Errorf("query key next_replica_name: %q is not a replica name (1-40 lower-case letters, digits and inner dashes, as add-replica --name takes)", n)
+	}
+	reg := registry()
+	if !slices.Contains(reg.Names(), provider) {
+		if slices.Contains(knownProviders, provider) {
+			return nil, fmt.Errorf("provider %q is not available in this build yet (available: %s)", provider, strings.Join(reg.Names(), ", "))
+		}
+		return nil, fmt.Errorf("unknown provider %q (valid: %s)", provider, strings.Join(reg.Names(), ", "))
+	}
+	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+	defer cancel()
+	p, err := reg.Open(ctx, provider, providers.Settings{Cluster: cluster, StateDir: stateDir, Options: q.Options})
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	d := &workflows.Deps{
+		Provider: p, Cluster: cluster, StateDir: stateDir,
+		Sink: &workflows.JSONSink{W: io.Discard}, Logger: slog.New(slog.DiscardHandler), Out: io.Discard,
+		Holder: "terraform",
+	}
+	rep, err := workflows.Status(ctx, d)
+	if err != nil {
+		return nil, fmt.Errorf("read the state of cluster %s: %w", cluster, err)
+	}
+	if ctx.Err() != nil {
+		// Parts read after the deadline are failures of our own making:
+		// report the timeout instead of a half-read state.
+		why := rep.MembersError
+		for _, r := range rep.Replicas {
+			if why == "" && r.Error != "" {
+				why = r.Name + ": " + r.Error
+			}
+		}
+		if why == "" {
+			why = ctx.Err().Error()
+		}
+		return nil, fmt.Errorf("cluster %s did not answer within --timeout %s (%s)", cluster, c.Duration("timeout"), why)
+	}
+	caFile := filepath.Join(workflows.PKIDir(stateDir, cluster), "ca.crt")
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("read the CA certificate of cluster %s: %w", cluster, err)
+	}
+	res, err := tfexternal.Result(rep, tfexternal.Inputs{CACertPEM: caPEM, NextReplicaName: q.NextReplicaName, NextReplicaAddress: q.NextReplicaAddress})
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
