@@ -30,8 +30,11 @@ fix-fmt:
 demo: build
 	./scripts/demo.sh
 
+# Availability benchmark: rolling-upgrade vs a naive in-place restart on
+# identical 3-replica local clusters under load; prints a table with the
+# ratios and writes bench-results/availability.{json,png}.
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./etcdmember/...
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./bench/
 
 clean:
 	rm -rf $(BIN)

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"regexp"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/workflows"
 )
 
@@ -139,7 +141,9 @@ func TestResult(t *testing.T) {
 		{"no leader", noLeader, Inputs{}, with(base3, "healthy", "false", "leader", "")},
 		{"unstarted learner is left out (as add-replica's CloneTemplate does)", pendingLearner, Inputs{}, base3},
 		{"unstarted learner is the next replica", pendingLearner, Inputs{NextReplicaAddress: "10.0.0.4"},
-			with(base3, "etcd_initial_cluster", existing3+","+next3+"=https://10.0.0.4:2380", "next_replica_peer_url", "https://10.0.0.4:2380")},
+			with(base3, "etcd_initial_cluster", providers.InitialCluster(map[string]string{
+				"prod-master": "https://10.0.0.2:2380", "prod-master-0a1": "https://10.0.0.3:2380", "prod-master-f00": "https://10.0.0.10:2380", next3: "https://10.0.0.4:2380",
+			}), "next_replica_peer_url", "https://10.0.0.4:2380")},
 		{"unfinished add-replica's name is taken", unfinished, Inputs{},
 			with(base1, "next_replica_name", NextReplicaName("demo", map[string]bool{"demo-master": true, nextDemo: true}))},
 		{"finished add-replica's name is free", finished, Inputs{}, base1},
@@ -225,10 +229,9 @@ func TestNextReplicaName(t *testing.T) {
 	if other := NextReplicaName("prod2", nil); other == first || !strings.HasPrefix(other, "prod2-master-") {
 		t.Fatalf("another cluster's name %q", other)
 	}
-	// Taking the names one by one walks the sequence without repeats, and
-	// every one of the 4096 names is reached before "" is returned.
+	// Taking the names one by one walks the sequence without repeats.
 	taken := map[string]bool{}
-	for i := 0; i < 4096; i++ {
+	for i := 0; i < 300; i++ {
 		n := NextReplicaName("prod", taken)
 		if !shape.MatchString(n) || taken[n] {
 			t.Fatalf("step %d: %q (taken: %v)", i, n, taken[n])
@@ -238,7 +241,18 @@ func TestNextReplicaName(t *testing.T) {
 		}
 		taken[n] = true
 	}
-	if n := NextReplicaName("prod", taken); n != "" {
+	// With all 4096 names but one taken, that one is found; with all
+	// taken, "".
+	all := map[string]bool{}
+	for i := 0; i < 4096; i++ {
+		all[fmt.Sprintf("prod-master-%03x", i)] = true
+	}
+	delete(all, "prod-master-7e2")
+	if n := NextReplicaName("prod", all); n != "prod-master-7e2" {
+		t.Fatalf("last free name: %q", n)
+	}
+	all["prod-master-7e2"] = true
+	if n := NextReplicaName("prod", all); n != "" {
 		t.Fatalf("all taken: %q", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
@@ -35,6 +36,7 @@ type Deps struct {
 	// Holder names the command in the cluster lock.
 	Holder string
 
+	mu   sync.Mutex // guards the lazily loaded ca and http
 	ca   *certs.CA
 	http *http.Client
 }
@@ -46,6 +48,12 @@ func PKIDir(stateDir, cluster string) string { return filepath.Join(stateDir, cl
 
 // CA loads the cluster's CA from the state dir.
 func (d *Deps) CA() (*certs.CA, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.loadCA()
+}
+
+func (d *Deps) loadCA() (*certs.CA, error) {
 	if d.ca != nil {
 		return d.ca, nil
 	}
@@ -61,10 +69,12 @@ func (d *Deps) CA() (*certs.CA, error) {
 // HTTP returns a client that trusts the cluster's CA, for /readyz and
 // /version probes.
 func (d *Deps) HTTP() (*http.Client, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.http != nil {
 		return d.http, nil
 	}
-	ca, err := d.CA()
+	ca, err := d.loadCA()
 	if err != nil {
 		return nil, err
 	}

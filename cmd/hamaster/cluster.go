@@ -105,10 +105,24 @@ func mutatingFlags() []cli.Flag {
 	}
 }
 
-// mutating merges the command-level --yes/--dry-run into the globals.
-func (g *globals) mutating(c *cli.Context) {
+// mutating merges the command-level --yes/--dry-run into the globals and,
+// unless it is a dry run, checks that the state dir is writable before
+// anything is changed.
+func (g *globals) mutating(c *cli.Context) error {
 	g.yes = g.yes || c.Bool("yes")
 	g.dryRun = g.dryRun || c.Bool("dry-run")
+	if g.dryRun {
+		return nil
+	}
+	if err := os.MkdirAll(g.stateDir, 0o700); err != nil {
+		return usageErr("--state-dir %s is not writable: %v", g.stateDir, err)
+	}
+	f, err := os.CreateTemp(g.stateDir, ".writable-*")
+	if err != nil {
+		return usageErr("--state-dir %s is not writable: %v", g.stateDir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 func nodeBinaryFlag() cli.Flag {
@@ -145,7 +159,9 @@ Example:
 						if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 							return err
 						}
-						g.mutating(c)
+						if err := g.mutating(c); err != nil {
+							return err
+						}
 						if g.provider != local.Name {
 							return usageErr("--provider: 'local up' needs --provider local, not %q", g.provider)
 						}
@@ -182,7 +198,9 @@ Example:
   hamaster --cluster demo local down`,
 					Flags: mutatingFlags()[1:],
 					Action: func(c *cli.Context) error {
-						g.mutating(c)
+						if err := g.mutating(c); err != nil {
+							return err
+						}
 						if g.provider != local.Name {
 							return usageErr("--provider: 'local down' needs --provider local, not %q", g.provider)
 						}
@@ -252,7 +270,9 @@ Example:
 			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 				return err
 			}
-			g.mutating(c)
+			if err := g.mutating(c); err != nil {
+				return err
+			}
 			if n := c.String("name"); n != "" {
 				if err := validClusterName(n); err != nil {
 					return usageErr("--name: %q must be lower-case letters, digits and inner dashes", n)
@@ -306,7 +326,9 @@ Example:
 			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 				return err
 			}
-			g.mutating(c)
+			if err := g.mutating(c); err != nil {
+				return err
+			}
 			if c.String("name") == "" {
 				return usageErr("--name: required: the replica to remove (see 'hamaster status')")
 			}
@@ -487,7 +509,9 @@ Example:
 			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 				return err
 			}
-			g.mutating(c)
+			if err := g.mutating(c); err != nil {
+				return err
+			}
 			v := c.String("version")
 			if v == "" {
 				return usageErr("--version: required: the target version, e.g. v1.31.0")

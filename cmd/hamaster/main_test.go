@@ -117,6 +117,9 @@ func TestBadInputExit2NamesTheFlag(t *testing.T) {
 		{"missing config", nil, []string{"--config", filepath.Join(dir, "nope.yaml"), "status"}, "--config"},
 		{"remove without name", nil, []string{"remove-replica"}, "name"},
 		{"negative drain grace", nil, []string{"--state-dir", dir, "remove-replica", "--name", "x", "--drain-grace", "-1s"}, "--drain-grace"},
+		{"state dir not writable", nil, []string{"--state-dir", filepath.Join(cfg, "sub"), "local", "up"}, "--state-dir"},
+		{"bad strategy", nil, []string{"--state-dir", dir, "rolling-upgrade", "--version", "v1.31.0", "--strategy", "blue-green"}, "--strategy"},
+		{"upgrade without version", nil, []string{"--state-dir", dir, "rolling-upgrade"}, "--version"},
 		{"provider not built yet", nil, []string{"--provider", "gce", "--state-dir", dir, "status"}, "--provider"},
 	}
 	for _, c := range cases {

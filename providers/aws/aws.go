@@ -1,0 +1,341 @@
+// Package aws is hamaster's AWS provider: replicas are EC2 instances cloned
+// from the existing master (AMI, type, subnet, security groups, instance
+// profile, key, user data) with a data volume of their own; the static IP
+// is the cluster's Elastic IP; the load balancer is an internet-facing
+// Network Load Balancer that takes the Elastic IP over through a subnet
+// mapping; managed DNS is Route53.
+//
+// Cluster membership is the tag hamaster.io/cluster=<cluster> on instances,
+// data volumes, the Elastic IP, the load balancer and its target group;
+// a replica's name is its Name tag.
+//
+// Clients come from config.LoadDefaultConfig (the standard credential chain
+// and region); OptEndpoint (or AWS_ENDPOINT_URL) points them at another
+// endpoint, e.g. moto in tests. Throttling (RequestLimitExceeded, Throttling)
+// and 5xx are retried by the SDK's standard retryer with a bound
+// (OptMaxAttempts); what escapes is mapped to errkind (see errors.go).
+//
+// User data: see userdata.go. Address view: see addrmap.go.
+package aws
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	"github.com/aws/aws-sdk-go-v2/service/route53"
+
+	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/dns"
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/lb"
+	"github.com/hamaster/hamaster/providers"
+)
+
+// Name is the registry name of this provider.
+const Name = "aws"
+
+// Option keys understood in providers.Settings.Options. Empty values mean
+// the default.
+const (
+	// OptRegion overrides the region of the default config chain.
+	OptRegion = "aws-region"
+	// OptEndpoint is a base endpoint for every service (tests: moto).
+	// AWS_ENDPOINT_URL is honoured too, by the SDK itself.
+	OptEndpoint = "aws-endpoint"
+	// OptSubnets maps availability zones to subnets for new replicas:
+	// "zone=subnet-id,zone=subnet-id". Without it a replica in the source
+	// master's zone uses the master's subnet and another zone's subnet is
+	// looked up in the master's VPC.
+	OptSubnets = "aws-subnets"
+	// OptHostedZoneID is the Route53 hosted zone of --dns route53.
+	OptHostedZoneID = "hosted-zone-id"
+	// OptAddressMap translates cloud addresses into the addresses hamaster
+	// dials ("cloudCIDR=netCIDR,..."; see addrmap.go). Tests only.
+	OptAddressMap = "address-map"
+	// OptPollInterval is the shortest delay between polls of the SDK
+	// waiters and of the LB's status (default 2s).
+	OptPollInterval = "aws-poll-interval"
+	// OptMaxAttempts bounds the SDK retryer's attempts per call (default 8).
+	OptMaxAttempts = "aws-max-attempts"
+	// OptMaxBackoff bounds the retryer's backoff between attempts
+	// (default 20s).
+	OptMaxBackoff = "aws-max-backoff"
+	// OptDeregistrationDelay is the target group's connection draining
+	// time (default 30s; AWS's own default is 300s).
+	OptDeregistrationDelay = "aws-deregistration-delay"
+)
+
+// Tags.
+const (
+	TagCluster = "hamaster.io/cluster"
+	TagName    = "Name"
+	// TagReplica names the replica a data volume belongs to.
+	TagReplica = "hamaster.io/replica"
+	// TagRole is "data" on a replica's data volume.
+	TagRole = "hamaster.io/role"
+	// tagDrainedPrefix + replica name marks a drained target on the target
+	// group (ELBv2 keeps no per-target metadata; a deregistered target
+	// leaves DescribeTargetHealth once its connections are drained).
+	tagDrainedPrefix = "hamaster.io/drained/"
+)
+
+// Provider is the AWS provider bound to one cluster.
+type Provider struct {
+	cluster  string
+	stateDir string
+	opts     map[string]string
+	log      *slog.Logger
+
+	ec2 *ec2.Client
+	elb *elb.Client
+	r53 *route53.Client
+
+	amap         addrMap
+	poll         time.Duration
+	maxWait      time.Duration
+	deregDelay   int
+	subnetByZone map[string]string
+
+	mu    sync.Mutex // address reservations file
+	inst  *instances
+	sip   *staticIP
+	lbal  *loadBalancer
+	names sync.Map // instance ID → Name tag (immutable)
+}
+
+// New is the providers.Factory of the AWS provider.
+func New(ctx context.Context, s providers.Settings) (providers.Provider, error) {
+	if s.Cluster == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--cluster: required")
+	}
+	if s.StateDir == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--state-dir: required")
+	}
+	opts := s.Options
+	if opts == nil {
+		opts = map[string]string{}
+	}
+	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: opts, log: slog.New(slog.DiscardHandler), poll: 2 * time.Second, maxWait: 15 * time.Minute, deregDelay: 30}
+	var err error
+	if p.amap, err = parseAddrMap(opts[OptAddressMap]); err != nil {
+		return nil, err
+	}
+	if v := opts[OptPollInterval]; v != "" {
+		if p.poll, err = time.ParseDuration(v); err != nil || p.poll <= 0 {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q is not a positive duration", OptPollInterval, v)
+		}
+	}
+	if v := opts[OptDeregistrationDelay]; v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > time.Hour {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q is not a duration 0-3600s", OptDeregistrationDelay, v)
+		}
+		p.deregDelay = int(d.Seconds())
+	}
+	if p.subnetByZone, err = parseSubnets(opts[OptSubnets]); err != nil {
+		return nil, err
+	}
+	maxAttempts := 8
+	if v := opts[OptMaxAttempts]; v != "" {
+		if maxAttempts, err = strconv.Atoi(v); err != nil || maxAttempts < 1 {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q is not a positive number", OptMaxAttempts, v)
+		}
+	}
+	maxBackoff := 20 * time.Second
+	if v := opts[OptMaxBackoff]; v != "" {
+		if maxBackoff, err = time.ParseDuration(v); err != nil || maxBackoff <= 0 {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q is not a positive duration", OptMaxBackoff, v)
+		}
+	}
+	lo := []func(*config.LoadOptions) error{
+		config.WithRetryer(func() aws.Retryer {
+			// The standard retryer retries throttling codes
+			// (RequestLimitExceeded, Throttling, ...), 5xx and transient
+			// connection errors, with exponential jittered backoff, a retry
+			// quota, and at most maxAttempts attempts.
+			return retry.NewStandard(func(o *retry.StandardOptions) {
+				o.MaxAttempts = maxAttempts
+				o.MaxBackoff = maxBackoff
+				o.Backoff = retry.NewExponentialJitterBackoff(maxBackoff)
+			})
+		}),
+	}
+	if v := opts[OptRegion]; v != "" {
+		lo = append(lo, config.WithRegion(v))
+	}
+	if v := opts[OptEndpoint]; v != "" {
+		lo = append(lo, config.WithBaseEndpoint(v))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, lo...)
+	if err != nil {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "aws config: %w", err)
+	}
+	if cfg.Region == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: no region (set it, or AWS_REGION, or a profile's region)", OptRegion)
+	}
+	p.ec2 = ec2.NewFromConfig(cfg)
+	p.elb = elb.NewFromConfig(cfg)
+	p.r53 = route53.NewFromConfig(cfg)
+	p.inst = &instances{p: p}
+	p.sip = &staticIP{p: p}
+	p.lbal = &loadBalancer{p: p}
+	return p, nil
+}
+
+func parseSubnets(v string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, kv := range strings.Split(v, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		z, s, ok := strings.Cut(kv, "=")
+		if !ok || z == "" || !strings.HasPrefix(s, "subnet-") {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q: want zone=subnet-id", OptSubnets, kv)
+		}
+		m[z] = s
+	}
+	return m, nil
+}
+
+// Name implements providers.Provider.
+func (p *Provider) Name() string { return Name }
+
+// Instances implements providers.Provider.
+func (p *Provider) Instances() providers.Instances { return p.inst }
+
+// StaticIP implements providers.Provider: the cluster's Elastic IP.
+func (p *Provider) StaticIP() lb.StaticIP { return p.sip }
+
+// LoadBalancer implements providers.Provider: a Network Load Balancer.
+func (p *Provider) LoadBalancer() lb.LoadBalancer { return p.lbal }
+
+// DNS implements providers.Provider: "static" and "route53".
+func (p *Provider) DNS(kind string) (dns.Records, error) {
+	switch kind {
+	case "", "static":
+		return dns.NewStatic(os.Stdout), nil
+	case "route53":
+		zone := p.opts[OptHostedZoneID]
+		if zone == "" {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--dns route53 needs --%s", OptHostedZoneID)
+		}
+		return &route53Records{p: p, zone: zone}, nil
+	}
+	return nil, errkind.Errorf(errkind.InvalidArgument, "--dns: %q is not available with the aws provider (valid: static, route53)", kind)
+}
+
+// APIServerURL implements providers.Provider.
+func (p *Provider) APIServerURL(r providers.Replica) string {
+	return "https://" + net.JoinHostPort(r.Address, strconv.Itoa(providers.APIServerPort))
+}
+
+// Close implements providers.Provider.
+func (p *Provider) Close() error { return nil }
+
+func (p *Provider) pki() string { return filepath.Join(p.stateDir, p.cluster, "pki") }
+
+// Etcd implements providers.Provider: mTLS to every running replica not
+// excluded, with the operator client certificate kept in the state dir's
+// pki (issued from the cluster CA on first use).
+func (p *Provider) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Client, error) {
+	is, err := p.inst.describe(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	skip := map[string]bool{}
+	for _, e := range exclude {
+		skip[e] = true
+	}
+	var eps []string
+	for _, i := range is {
+		if i.state == providers.StateRunning && !skip[i.name] && i.address != "" {
+			eps = append(eps, providers.ClientURL(i.address))
+		}
+	}
+	if len(eps) == 0 {
+		return nil, errkind.Errorf(errkind.FailedPrecondition, "cluster %s: no running replica to reach etcd through (excluding %v)", p.cluster, exclude)
+	}
+	crt, key, err := p.clientCert()
+	if err != nil {
+		return nil, err
+	}
+	return etcdmember.New(ctx, etcdmember.Config{
+		Endpoints: eps,
+		CACert:    filepath.Join(p.pki(), "ca.crt"),
+		Cert:      crt,
+		Key:       key,
+		Logger:    p.log,
+	})
+}
+
+// clientCert returns the operator's etcd client certificate, issuing it
+// from the cluster CA when missing.
+func (p *Provider) clientCert() (string, string, error) {
+	crt, key := filepath.Join(p.pki(), "etcd-client.crt"), filepath.Join(p.pki(), "etcd-client.key")
+	if _, err := os.Stat(crt); err == nil {
+		return crt, key, nil
+	}
+	ca, err := certs.LoadCA(filepath.Join(p.pki(), "ca.crt"), filepath.Join(p.pki(), "ca.key"))
+	if err != nil {
+		return "", "", errkind.Errorf(errkind.FailedPrecondition, "cluster %s: load the cluster CA from %s (copy the master's CA there): %w", p.cluster, p.pki(), err)
+	}
+	pair, err := ca.IssueClient("hamaster", nil, certs.ECDSA)
+	if err != nil {
+		return "", "", fmt.Errorf("issue etcd client certificate: %w", err)
+	}
+	if err := pair.Write(crt, key); err != nil {
+		return "", "", err
+	}
+	return crt, key, nil
+}
+
+// waitCtx bounds a waiter by ctx's deadline (the SDK waiters want an
+// explicit maximum duration).
+func (p *Provider) waitMax(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl); d > 0 {
+			return d
+		}
+		return time.Millisecond
+	}
+	return p.maxWait
+}
+
+// maxDelay is the waiters' longest delay between polls.
+func (p *Provider) maxDelay() time.Duration { return max(p.poll, min(30*time.Second, 8*p.poll)) }
+
+// poll calls check every p.poll until it returns true or an error, or ctx
+// ends; what names the wait in the error.
+func (p *Provider) pollUntil(ctx context.Context, what string, check func() (bool, error)) error {
+	t := time.NewTicker(p.poll)
+	defer t.Stop()
+	for {
+		ok, err := check()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errkind.Errorf(errkind.Unavailable, "wait for %s: %w", what, ctx.Err())
+		case <-t.C:
+		}
+	}
+}

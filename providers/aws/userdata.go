@@ -1,0 +1,167 @@
+package aws
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/textproto"
+	"sort"
+	"strings"
+
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/local/node"
+)
+
+// User data layout. A replica's user data is a MIME multipart document
+// (the form cloud-init accepts) with two parts, the AWS counterparts of
+// kube-up's "kube-env" and "kube-master-certs" metadata:
+//
+//   - "kube-env" (text/x-kube-env): KEY='value' lines, sorted: the
+//     template's Env plus KUBE_VERSION (Template.Version) and
+//     APISERVER_EXTRA_ARGS (Template.ExtraArgs, space-separated);
+//   - "kube-master-certs" (text/x-kube-master-certs): one line per
+//     certificate file, "<base name>: <base64 of the PEM>".
+//
+// EC2 limits user data to 16 KB before base64; a replica's certificates
+// and env are ~6 KB.
+const (
+	partEnv          = "kube-env"
+	partCerts        = "kube-master-certs"
+	userDataBoundary = "hamaster-user-data-boundary"
+	maxUserData      = 16 << 10
+)
+
+// EncodeUserData renders a template's user data (not base64-encoded).
+func EncodeUserData(t providers.Template) ([]byte, error) {
+	env := map[string]string{}
+	for k, v := range t.Env {
+		env[k] = v
+	}
+	env[node.KeyKubeVersion] = t.Version
+	if len(t.ExtraArgs) > 0 {
+		env[node.KeyAPIServerExtraArgs] = strings.Join(t.ExtraArgs, " ")
+	}
+	var buf bytes.Buffer
+	buf.WriteString("MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"" + userDataBoundary + "\"\r\n\r\n")
+	w := multipart.NewWriter(&buf)
+	if err := w.SetBoundary(userDataBoundary); err != nil {
+		return nil, err
+	}
+	part := func(name, ctype string, body []byte) error {
+		h := textproto.MIMEHeader{}
+		h.Set("Content-Type", ctype+"; charset=\"us-ascii\"")
+		h.Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
+		pw, err := w.CreatePart(h)
+		if err != nil {
+			return err
+		}
+		_, err = pw.Write(body)
+		return err
+	}
+	if err := part(partEnv, "text/x-kube-env", renderEnv(env)); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(t.Files))
+	for n := range t.Files {
+		if strings.ContainsAny(n, "/\\: \n") {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "template file name %q must be a base name", n)
+		}
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var cb strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&cb, "%s: %s\n", n, base64.StdEncoding.EncodeToString(t.Files[n]))
+	}
+	if err := part(partCerts, "text/x-kube-master-certs", []byte(cb.String())); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	if buf.Len() > maxUserData {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "user data is %d bytes; EC2 allows %d", buf.Len(), maxUserData)
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodeUserData parses user data written by EncodeUserData back into a
+// template (Machine left empty).
+func DecodeUserData(b []byte) (providers.Template, error) {
+	t := providers.Template{Env: map[string]string{}, Files: map[string][]byte{}, Machine: map[string]string{}}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return t, nil
+	}
+	hdr, body, ok := bytes.Cut(b, []byte("\r\n\r\n"))
+	if !ok {
+		return t, errkind.Errorf(errkind.InvalidArgument, "user data is not a MIME multipart document")
+	}
+	var boundary string
+	for _, line := range strings.Split(string(hdr), "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(k, "Content-Type") {
+			if _, params, err := mime.ParseMediaType(strings.TrimSpace(v)); err == nil {
+				boundary = params["boundary"]
+			}
+		}
+	}
+	if boundary == "" {
+		return t, errkind.Errorf(errkind.InvalidArgument, "user data: no multipart boundary")
+	}
+	r := multipart.NewReader(bytes.NewReader(body), boundary)
+	for {
+		part, err := r.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return t, errkind.Errorf(errkind.InvalidArgument, "user data: %w", err)
+		}
+		data, err := io.ReadAll(part)
+		if err != nil {
+			return t, errkind.Errorf(errkind.InvalidArgument, "user data part %s: %w", part.FileName(), err)
+		}
+		switch part.FileName() {
+		case partEnv:
+			env, err := node.ParseEnv(bytes.NewReader(data))
+			if err != nil {
+				return t, errkind.Errorf(errkind.InvalidArgument, "user data %s: %w", partEnv, err)
+			}
+			t.Version = env[node.KeyKubeVersion]
+			t.ExtraArgs = strings.Fields(env[node.KeyAPIServerExtraArgs])
+			delete(env, node.KeyKubeVersion)
+			delete(env, node.KeyAPIServerExtraArgs)
+			t.Env = env
+		case partCerts:
+			for _, line := range strings.Split(string(data), "\n") {
+				n, v, ok := strings.Cut(strings.TrimSpace(line), ": ")
+				if !ok {
+					continue
+				}
+				pem, err := base64.StdEncoding.DecodeString(v)
+				if err != nil {
+					return t, errkind.Errorf(errkind.InvalidArgument, "user data %s: %s: %w", partCerts, n, err)
+				}
+				t.Files[n] = pem
+			}
+		}
+	}
+	return t, nil
+}
+
+// renderEnv writes KEY='value' lines, sorted (kube-env style).
+func renderEnv(env map[string]string) []byte {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s='%s'\n", k, strings.ReplaceAll(env[k], "'", `'\''`))
+	}
+	return []byte(b.String())
+}
