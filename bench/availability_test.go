@@ -170,6 +170,7 @@ func report(b *testing.B, hm, naive *ArmResult) {
 	}
 	row("total requests", float64(hm.Total), float64(naive.Total), "%.0f")
 	row("failed requests", float64(hm.Failed), float64(naive.Failed), "%.0f")
+	row("failed requests %", 100*float64(hm.Failed)/float64(max(hm.Total, 1)), 100*float64(naive.Failed)/float64(max(naive.Total, 1)), "%.2f")
 	row("p50 latency ms", hm.P50MS, naive.P50MS, "%.1f")
 	row("p99 latency ms", hm.P99MS, naive.P99MS, "%.1f")
 	row("longest etcd write stall ms", hm.WriteStallMS, naive.WriteStallMS, "%.0f")

@@ -40,8 +40,9 @@ func timeline(samples []Sample) plotter.XYs {
 	return xys
 }
 
-func armPlot(r *ArmResult) (*plot.Plot, error) {
+func armPlot(r *ArmResult, xmax float64) (*plot.Plot, error) {
 	p := plot.New()
+	p.X.Min, p.X.Max = 0, xmax
 	p.Title.Text = fmt.Sprintf("%s: %d requests, %d failed, longest etcd write stall %.0f ms", r.Arm, r.Total, r.Failed, r.WriteStallMS)
 	p.X.Label.Text = "seconds since the load started"
 	p.Y.Label.Text = "requests OK (per 250 ms)"
@@ -101,8 +102,14 @@ func armPlot(r *ArmResult) (*plot.Plot, error) {
 // writePNG draws both arms' timelines, one above the other, into path.
 func writePNG(path string, arms []*ArmResult) error {
 	rows := make([][]*plot.Plot, len(arms))
+	xmax := 0.0 // one time scale for every arm, so they compare at a glance
+	for _, a := range arms {
+		for _, s := range a.Samples {
+			xmax = max(xmax, s.AtMS/1000)
+		}
+	}
 	for i, a := range arms {
-		p, err := armPlot(a)
+		p, err := armPlot(a, xmax)
 		if err != nil {
 			return err
 		}

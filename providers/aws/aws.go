@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -114,7 +115,9 @@ type Provider struct {
 	inst  *instances
 	sip   *staticIP
 	lbal  *loadBalancer
-	names sync.Map // instance ID → Name tag (immutable)
+	names sync.Map     // instance ID → Name tag (immutable)
+	addrs sync.Map     // instance ID → address (hamaster view)
+	eipIP atomic.Value // the Elastic IP's public address (string)
 }
 
 // New is the providers.Factory of the AWS provider.

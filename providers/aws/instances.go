@@ -138,6 +138,9 @@ func (p *Provider) toInstance(i types.Instance) instance {
 	if x.name != "" {
 		p.names.Store(x.id, x.name)
 	}
+	if x.address != "" {
+		p.addrs.Store(x.id, x.address)
+	}
 	return x
 }
 
@@ -491,7 +494,9 @@ func (in *instances) Create(ctx context.Context, name, _ string, tmpl providers.
 
 // Recreate implements providers.Instances: terminate the instance (its
 // data volume survives: it is not deleted on termination), launch one from
-// tmpl on the same address, attach the same data volume.
+// tmpl on the same address, attach the same data volume. An instance that
+// the replica's latest launch already booted from tmpl is kept (so a re-run
+// after a crash or a success converges instead of replacing it again).
 func (in *instances) Recreate(ctx context.Context, name string, tmpl providers.Template) (providers.Replica, error) {
 	is, err := in.describe(ctx, name)
 	if err != nil {
@@ -546,7 +551,7 @@ func (in *instances) launch(ctx context.Context, name string, tmpl providers.Tem
 		}
 	}
 	hash := launchHash(ud, m)
-	if res.LaunchToken == "" || res.LaunchHash != hash || !replace && res.LaunchToken != "" && res.LaunchHash != hash {
+	if res.LaunchToken == "" || res.LaunchHash != hash {
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
 		res.LaunchToken, res.LaunchHash = "hm-"+hex.EncodeToString(b), hash

@@ -1,0 +1,572 @@
+package aws
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	elbtypes "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
+
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/lb"
+	"github.com/hamaster/hamaster/providers"
+)
+
+// loadBalancer implements lb.LoadBalancer with an internet-facing Network
+// Load Balancer named hm-<cluster> that owns the cluster's Elastic IP
+// through its subnet mapping (SubnetMappings[].AllocationId: an NLB takes
+// one Elastic IP per subnet, one subnet per zone, and subnets and subnet
+// mappings cannot be mixed), a TCP listener on the apiserver port, and a
+// target group hm-<cluster>-api of instance targets health-checked with
+// HTTPS GET /readyz.
+//
+// Draining is deregistration: ELBv2 stops new connections at once and lets
+// open ones finish for the target group's deregistration delay. ELBv2 keeps
+// no per-target metadata, so a drained target is remembered as a tag
+// hamaster.io/drained/<name> on the target group, and reported draining
+// until AddTarget or RemoveTarget.
+//
+// Get serves a status at most the poll interval old (lb.WaitHealthy polls
+// every 100 ms; AWS's Describe APIs are rate limited); every mutation
+// invalidates it.
+type loadBalancer struct {
+	p *Provider
+
+	mu          sync.Mutex
+	lbARN       string
+	tgARN       string
+	cached      *lb.Status
+	cachedAt    time.Time
+	cachedError error
+}
+
+const healthCheckPath = "/readyz"
+
+var nameRE = regexp.MustCompile(`[^a-zA-Z0-9-]+`)
+
+// resourceName is an ELBv2 name (≤ 32 alphanumerics and hyphens).
+func (p *Provider) resourceName(suffix string) string {
+	base := "hm-" + strings.Trim(nameRE.ReplaceAllString(p.cluster, "-"), "-")
+	if len(base)+len(suffix) <= 32 {
+		return base + suffix
+	}
+	sum := sha256.Sum256([]byte(p.cluster))
+	h := hex.EncodeToString(sum[:])[:6]
+	return strings.TrimRight(base[:32-len(suffix)-7], "-") + "-" + h + suffix
+}
+
+func (b *loadBalancer) lbName() string { return b.p.resourceName("") }
+func (b *loadBalancer) tgName() string { return b.p.resourceName("-api") }
+
+func (b *loadBalancer) invalidate() {
+	b.mu.Lock()
+	b.cached, b.cachedError = nil, nil
+	b.mu.Unlock()
+}
+
+// findLB returns the LB's ARN or errkind.NotFound.
+func (b *loadBalancer) findLB(ctx context.Context) (string, error) {
+	out, err := b.p.elb.DescribeLoadBalancers(ctx, &elb.DescribeLoadBalancersInput{Names: []string{b.lbName()}})
+	if code(err) == "LoadBalancerNotFound" || err == nil && len(out.LoadBalancers) == 0 {
+		return "", errkind.Errorf(errkind.NotFound, "cluster %s has no load balancer (%s)", b.p.cluster, b.lbName())
+	}
+	if err != nil {
+		return "", mapErr(err, "describe load balancer %s", b.lbName())
+	}
+	return aws.ToString(out.LoadBalancers[0].LoadBalancerArn), nil
+}
+
+// findTG returns the target group's ARN or errkind.NotFound.
+func (b *loadBalancer) findTG(ctx context.Context) (string, error) {
+	b.mu.Lock()
+	arn := b.tgARN
+	b.mu.Unlock()
+	if arn != "" {
+		return arn, nil
+	}
+	out, err := b.p.elb.DescribeTargetGroups(ctx, &elb.DescribeTargetGroupsInput{Names: []string{b.tgName()}})
+	if code(err) == "TargetGroupNotFound" || err == nil && len(out.TargetGroups) == 0 {
+		return "", errkind.Errorf(errkind.NotFound, "cluster %s has no target group (%s)", b.p.cluster, b.tgName())
+	}
+	if err != nil {
+		return "", mapErr(err, "describe target group %s", b.tgName())
+	}
+	arn = aws.ToString(out.TargetGroups[0].TargetGroupArn)
+	b.mu.Lock()
+	b.tgARN = arn
+	b.mu.Unlock()
+	return arn, nil
+}
+
+func (b *loadBalancer) forgetTG() {
+	b.mu.Lock()
+	b.tgARN = ""
+	b.mu.Unlock()
+}
+
+// Get implements lb.LoadBalancer.
+func (b *loadBalancer) Get(ctx context.Context) (lb.Status, error) {
+	b.mu.Lock()
+	if b.cached != nil && time.Since(b.cachedAt) < b.p.poll {
+		st := *b.cached
+		b.mu.Unlock()
+		return st, nil
+	}
+	b.mu.Unlock()
+	st, err := b.get(ctx)
+	if err == nil {
+		b.mu.Lock()
+		b.cached, b.cachedAt = &st, time.Now()
+		b.mu.Unlock()
+	}
+	return st, err
+}
+
+func (b *loadBalancer) get(ctx context.Context) (lb.Status, error) {
+	if _, err := b.findLB(ctx); err != nil {
+		return lb.Status{}, err
+	}
+	ip, err := b.p.eipAddress(ctx)
+	if err != nil {
+		return lb.Status{}, err
+	}
+	st := lb.Status{IP: b.p.amap.toNet(ip)}
+	tg, err := b.findTG(ctx)
+	if errors.Is(err, errkind.NotFound) {
+		return st, nil
+	}
+	if err != nil {
+		return lb.Status{}, err
+	}
+	hs, err := b.health(ctx, tg)
+	if err != nil {
+		return lb.Status{}, err
+	}
+	drained, err := b.drained(ctx, tg)
+	if err != nil {
+		return lb.Status{}, err
+	}
+	seen := map[string]bool{}
+	for _, h := range hs {
+		name, err := b.p.nameOf(ctx, aws.ToString(h.Target.Id))
+		if err != nil {
+			name = aws.ToString(h.Target.Id)
+		}
+		th := lb.TargetHealth{Name: name, Address: b.p.addressOf(aws.ToString(h.Target.Id))}
+		if h.TargetHealth != nil {
+			switch h.TargetHealth.State {
+			case elbtypes.TargetHealthStateEnumHealthy:
+				th.Healthy = true
+			case elbtypes.TargetHealthStateEnumDraining:
+				th.Draining = true
+			case elbtypes.TargetHealthStateEnumUnused:
+				continue // not registered
+			}
+			if r := string(h.TargetHealth.Reason); r != "" {
+				th.Reason = strings.TrimSpace(r + " " + aws.ToString(h.TargetHealth.Description))
+			}
+		}
+		if drained[name] {
+			th.Draining, th.Healthy = true, false
+		}
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		st.Targets = append(st.Targets, th)
+	}
+	for name := range drained {
+		if !seen[name] {
+			st.Targets = append(st.Targets, lb.TargetHealth{Name: name, Draining: true, Reason: "deregistered: connections draining"})
+		}
+	}
+	sort.Slice(st.Targets, func(i, j int) bool { return st.Targets[i].Name < st.Targets[j].Name })
+	return st, nil
+}
+
+func (b *loadBalancer) health(ctx context.Context, tg string) ([]elbtypes.TargetHealthDescription, error) {
+	out, err := b.p.elb.DescribeTargetHealth(ctx, &elb.DescribeTargetHealthInput{TargetGroupArn: aws.String(tg)})
+	if code(err) == "TargetGroupNotFound" {
+		b.forgetTG()
+		return nil, nil
+	}
+	if err != nil {
+		return nil, mapErr(err, "describe target health of %s", b.tgName())
+	}
+	return out.TargetHealthDescriptions, nil
+}
+
+func (b *loadBalancer) drained(ctx context.Context, tg string) (map[string]bool, error) {
+	out, err := b.p.elb.DescribeTags(ctx, &elb.DescribeTagsInput{ResourceArns: []string{tg}})
+	if code(err) == "TargetGroupNotFound" {
+		b.forgetTG()
+		return nil, nil
+	}
+	if err != nil {
+		return nil, mapErr(err, "describe tags of %s", b.tgName())
+	}
+	m := map[string]bool{}
+	for _, d := range out.TagDescriptions {
+		for _, t := range d.Tags {
+			if n, ok := strings.CutPrefix(aws.ToString(t.Key), tagDrainedPrefix); ok {
+				m[n] = true
+			}
+		}
+	}
+	return m, nil
+}
+
+// eipAddress is the Elastic IP's public address (cached: it never changes
+// for an allocation).
+func (p *Provider) eipAddress(ctx context.Context) (string, error) {
+	if v, ok := p.eipIP.Load().(string); ok && v != "" {
+		return v, nil
+	}
+	e, err := p.sip.describe(ctx)
+	if err != nil {
+		return "", err
+	}
+	p.eipIP.Store(e.publicIP)
+	return e.publicIP, nil
+}
+
+func (p *Provider) addressOf(id string) string {
+	if v, ok := p.addrs.Load(id); ok {
+		return v.(string)
+	}
+	return ""
+}
+
+// Create implements lb.LoadBalancer.
+func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Target) error {
+	defer b.invalidate()
+	e, err := b.p.sip.describe(ctx)
+	if err != nil {
+		return err
+	}
+	if b.p.amap.toNet(e.publicIP) != ip {
+		return errkind.Errorf(errkind.InvalidArgument, "load balancer IP %s is not the cluster's Elastic IP %s", ip, b.p.amap.toNet(e.publicIP))
+	}
+	if e.instanceID != "" {
+		return errkind.Errorf(errkind.FailedPrecondition, "Elastic IP %s is still attached to instance %s; detach it first", ip, e.instanceID)
+	}
+	if len(targets) == 0 {
+		return errkind.Errorf(errkind.InvalidArgument, "load balancer: at least one target is needed (its subnet places the load balancer)")
+	}
+	first, err := b.p.inst.describe(ctx, targets[0].Name)
+	if err != nil {
+		return err
+	}
+	if len(first) == 0 {
+		return errkind.Errorf(errkind.NotFound, "target %s: no such replica", targets[0].Name)
+	}
+	tg, err := b.ensureTG(ctx, first[0].vpc)
+	if err != nil {
+		return err
+	}
+	arn, err := b.findLB(ctx)
+	if errors.Is(err, errkind.NotFound) {
+		arn, err = b.createLB(ctx, first[0].subnet, e.allocationID)
+	}
+	if err != nil {
+		return err
+	}
+	w := elb.NewLoadBalancerAvailableWaiter(b.p.elb, func(o *elb.LoadBalancerAvailableWaiterOptions) { o.MinDelay, o.MaxDelay = b.p.poll, b.p.maxDelay() })
+	if err := w.Wait(ctx, &elb.DescribeLoadBalancersInput{LoadBalancerArns: []string{arn}}, b.p.waitMax(ctx)); err != nil {
+		return mapErr(err, "wait until load balancer %s is active", b.lbName())
+	}
+	ls, err := b.p.elb.DescribeListeners(ctx, &elb.DescribeListenersInput{LoadBalancerArn: aws.String(arn)})
+	if err != nil {
+		return mapErr(err, "describe listeners of %s", b.lbName())
+	}
+	has := false
+	for _, l := range ls.Listeners {
+		has = has || aws.ToInt32(l.Port) == providers.APIServerPort
+	}
+	if !has {
+		_, err := b.p.elb.CreateListener(ctx, &elb.CreateListenerInput{
+			LoadBalancerArn: aws.String(arn),
+			Protocol:        elbtypes.ProtocolEnumTcp,
+			Port:            aws.Int32(providers.APIServerPort),
+			DefaultActions:  []elbtypes.Action{{Type: elbtypes.ActionTypeEnumForward, TargetGroupArn: aws.String(tg)}},
+			Tags:            b.tags(),
+		})
+		if err != nil && code(err) != "DuplicateListener" {
+			return mapErr(err, "create TCP listener :%d on %s", providers.APIServerPort, b.lbName())
+		}
+	}
+	for _, t := range targets {
+		if err := b.register(ctx, tg, t.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *loadBalancer) tags() []elbtypes.Tag {
+	return []elbtypes.Tag{{Key: aws.String(TagCluster), Value: aws.String(b.p.cluster)}}
+}
+
+func (b *loadBalancer) ensureTG(ctx context.Context, vpc string) (string, error) {
+	tg, err := b.findTG(ctx)
+	if !errors.Is(err, errkind.NotFound) {
+		return tg, err
+	}
+	port := strconv.Itoa(providers.APIServerPort)
+	out, err := b.p.elb.CreateTargetGroup(ctx, &elb.CreateTargetGroupInput{
+		Name:                       aws.String(b.tgName()),
+		Protocol:                   elbtypes.ProtocolEnumTcp,
+		Port:                       aws.Int32(providers.APIServerPort),
+		VpcId:                      aws.String(vpc),
+		TargetType:                 elbtypes.TargetTypeEnumInstance,
+		HealthCheckEnabled:         aws.Bool(true),
+		HealthCheckProtocol:        elbtypes.ProtocolEnumHttps,
+		HealthCheckPath:            aws.String(healthCheckPath),
+		HealthCheckPort:            aws.String(port),
+		HealthCheckIntervalSeconds: aws.Int32(10),
+		HealthyThresholdCount:      aws.Int32(2),
+		UnhealthyThresholdCount:    aws.Int32(2),
+		Tags:                       b.tags(),
+	})
+	if code(err) == "DuplicateTargetGroupName" {
+		return b.findTG(ctx)
+	}
+	if err != nil {
+		return "", mapErr(err, "create target group %s", b.tgName())
+	}
+	tg = aws.ToString(out.TargetGroups[0].TargetGroupArn)
+	_, err = b.p.elb.ModifyTargetGroupAttributes(ctx, &elb.ModifyTargetGroupAttributesInput{
+		TargetGroupArn: aws.String(tg),
+		Attributes:     []elbtypes.TargetGroupAttribute{{Key: aws.String("deregistration_delay.timeout_seconds"), Value: aws.String(strconv.Itoa(b.p.deregDelay))}},
+	})
+	if err != nil {
+		return "", mapErr(err, "set the deregistration delay of %s", b.tgName())
+	}
+	b.mu.Lock()
+	b.tgARN = tg
+	b.mu.Unlock()
+	return tg, nil
+}
+
+// createLB creates the NLB with the Elastic IP in the subnet mapping of
+// the first target's subnet, and turns cross-zone load balancing on (the
+// Elastic IP lives in one zone; replicas may live in others).
+func (b *loadBalancer) createLB(ctx context.Context, subnet, allocationID string) (string, error) {
+	out, err := b.p.elb.CreateLoadBalancer(ctx, &elb.CreateLoadBalancerInput{
+		Name:           aws.String(b.lbName()),
+		Type:           elbtypes.LoadBalancerTypeEnumNetwork,
+		Scheme:         elbtypes.LoadBalancerSchemeEnumInternetFacing,
+		IpAddressType:  elbtypes.IpAddressTypeIpv4,
+		SubnetMappings: []elbtypes.SubnetMapping{{SubnetId: aws.String(subnet), AllocationId: aws.String(allocationID)}},
+		Tags:           b.tags(),
+	})
+	if code(err) == "DuplicateLoadBalancerName" {
+		return b.findLB(ctx)
+	}
+	if err != nil {
+		return "", mapErr(err, "create network load balancer %s", b.lbName())
+	}
+	arn := aws.ToString(out.LoadBalancers[0].LoadBalancerArn)
+	_, err = b.p.elb.ModifyLoadBalancerAttributes(ctx, &elb.ModifyLoadBalancerAttributesInput{
+		LoadBalancerArn: aws.String(arn),
+		Attributes:      []elbtypes.LoadBalancerAttribute{{Key: aws.String("load_balancing.cross_zone.enabled"), Value: aws.String("true")}},
+	})
+	if err != nil {
+		return "", mapErr(err, "enable cross-zone load balancing on %s", b.lbName())
+	}
+	return arn, nil
+}
+
+// targetIDs are the instance IDs that stand for replica name: its live
+// instance and any registered target carrying its name.
+func (b *loadBalancer) targetIDs(ctx context.Context, tg, name string) ([]string, error) {
+	is, err := b.p.inst.describe(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	ids := map[string]bool{}
+	for _, i := range is {
+		ids[i.id] = true
+	}
+	hs, err := b.health(ctx, tg)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range hs {
+		id := aws.ToString(h.Target.Id)
+		if n, err := b.p.nameOf(ctx, id); err == nil && n == name {
+			ids[id] = true
+		}
+	}
+	out := make([]string, 0, len(ids))
+	for id := range ids {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (b *loadBalancer) register(ctx context.Context, tg, name string) error {
+	is, err := b.p.inst.describe(ctx, name)
+	if err != nil {
+		return err
+	}
+	if len(is) == 0 {
+		return errkind.Errorf(errkind.NotFound, "target %s: no such replica", name)
+	}
+	if _, err := b.p.elb.RegisterTargets(ctx, &elb.RegisterTargetsInput{TargetGroupArn: aws.String(tg), Targets: []elbtypes.TargetDescription{{Id: aws.String(is[0].id)}}}); err != nil {
+		return mapErr(err, "register %s (%s) with %s", name, is[0].id, b.tgName())
+	}
+	if _, err := b.p.elb.RemoveTags(ctx, &elb.RemoveTagsInput{ResourceArns: []string{tg}, TagKeys: []string{tagDrainedPrefix + name}}); err != nil {
+		return mapErr(err, "untag drained target %s", name)
+	}
+	return nil
+}
+
+// AddTarget implements lb.LoadBalancer.
+func (b *loadBalancer) AddTarget(ctx context.Context, t lb.Target) error {
+	defer b.invalidate()
+	tg, err := b.findTG(ctx)
+	if err != nil {
+		return err
+	}
+	return b.register(ctx, tg, t.Name)
+}
+
+// deregister deregisters the replica's targets; a target not registered
+// (InvalidTarget) is success.
+func (b *loadBalancer) deregister(ctx context.Context, tg, name string) ([]string, error) {
+	ids, err := b.targetIDs(ctx, tg, name)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	ts := make([]elbtypes.TargetDescription, 0, len(ids))
+	for _, id := range ids {
+		ts = append(ts, elbtypes.TargetDescription{Id: aws.String(id)})
+	}
+	if _, err := b.p.elb.DeregisterTargets(ctx, &elb.DeregisterTargetsInput{TargetGroupArn: aws.String(tg), Targets: ts}); err != nil && code(err) != "InvalidTarget" {
+		return nil, mapErr(err, "deregister %s from %s", name, b.tgName())
+	}
+	return ids, nil
+}
+
+// DrainTarget implements lb.LoadBalancer: deregister (ELBv2 then drains
+// open connections for the deregistration delay) and mark it drained.
+func (b *loadBalancer) DrainTarget(ctx context.Context, name string) error {
+	defer b.invalidate()
+	tg, err := b.findTG(ctx)
+	if errors.Is(err, errkind.NotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ids, err := b.deregister(ctx, tg, name)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	if _, err := b.p.elb.AddTags(ctx, &elb.AddTagsInput{ResourceArns: []string{tg}, Tags: []elbtypes.Tag{{Key: aws.String(tagDrainedPrefix + name), Value: aws.String(time.Now().UTC().Format(time.RFC3339))}}}); err != nil {
+		return mapErr(err, "mark %s drained", name)
+	}
+	return nil
+}
+
+// RemoveTarget implements lb.LoadBalancer: deregister and wait until
+// ELBv2 no longer lists the target.
+func (b *loadBalancer) RemoveTarget(ctx context.Context, name string) error {
+	defer b.invalidate()
+	tg, err := b.findTG(ctx)
+	if errors.Is(err, errkind.NotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ids, err := b.deregister(ctx, tg, name)
+	if err != nil {
+		return err
+	}
+	if _, err := b.p.elb.RemoveTags(ctx, &elb.RemoveTagsInput{ResourceArns: []string{tg}, TagKeys: []string{tagDrainedPrefix + name}}); err != nil && code(err) != "TargetGroupNotFound" {
+		return mapErr(err, "untag drained target %s", name)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	ts := make([]elbtypes.TargetDescription, 0, len(ids))
+	for _, id := range ids {
+		ts = append(ts, elbtypes.TargetDescription{Id: aws.String(id)})
+	}
+	w := elb.NewTargetDeregisteredWaiter(b.p.elb, func(o *elb.TargetDeregisteredWaiterOptions) { o.MinDelay, o.MaxDelay = b.p.poll, b.p.maxDelay() })
+	if err := w.Wait(ctx, &elb.DescribeTargetHealthInput{TargetGroupArn: aws.String(tg), Targets: ts}, b.p.waitMax(ctx)); err != nil {
+		return mapErr(err, "wait until %s is deregistered from %s", name, b.tgName())
+	}
+	return nil
+}
+
+// Delete implements lb.LoadBalancer: listeners, the load balancer (waiting
+// until it is gone, which frees the Elastic IP), then the target group.
+func (b *loadBalancer) Delete(ctx context.Context) error {
+	defer b.invalidate()
+	arn, err := b.findLB(ctx)
+	switch {
+	case errors.Is(err, errkind.NotFound):
+	case err != nil:
+		return err
+	default:
+		ls, err := b.p.elb.DescribeListeners(ctx, &elb.DescribeListenersInput{LoadBalancerArn: aws.String(arn)})
+		if err != nil && code(err) != "LoadBalancerNotFound" {
+			return mapErr(err, "describe listeners of %s", b.lbName())
+		}
+		if ls != nil {
+			for _, l := range ls.Listeners {
+				if _, err := b.p.elb.DeleteListener(ctx, &elb.DeleteListenerInput{ListenerArn: l.ListenerArn}); err != nil && code(err) != "ListenerNotFound" {
+					return mapErr(err, "delete listener of %s", b.lbName())
+				}
+			}
+		}
+		if _, err := b.p.elb.DeleteLoadBalancer(ctx, &elb.DeleteLoadBalancerInput{LoadBalancerArn: aws.String(arn)}); err != nil && code(err) != "LoadBalancerNotFound" {
+			return mapErr(err, "delete load balancer %s", b.lbName())
+		}
+		w := elb.NewLoadBalancersDeletedWaiter(b.p.elb, func(o *elb.LoadBalancersDeletedWaiterOptions) { o.MinDelay, o.MaxDelay = b.p.poll, b.p.maxDelay() })
+		if err := w.Wait(ctx, &elb.DescribeLoadBalancersInput{LoadBalancerArns: []string{arn}}, b.p.waitMax(ctx)); err != nil {
+			return mapErr(err, "wait until load balancer %s is deleted", b.lbName())
+		}
+	}
+	b.forgetTG()
+	tg, err := b.findTG(ctx)
+	if errors.Is(err, errkind.NotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// A target group stays in use for a moment after its load balancer is
+	// gone (ResourceInUse): try again until it goes.
+	err = b.p.pollUntil(ctx, "target group "+b.tgName()+" to be deletable", func() (bool, error) {
+		_, err := b.p.elb.DeleteTargetGroup(ctx, &elb.DeleteTargetGroupInput{TargetGroupArn: aws.String(tg)})
+		switch code(err) {
+		case "":
+			return true, nil
+		case "TargetGroupNotFound":
+			return true, nil
+		case "ResourceInUse":
+			return false, nil
+		}
+		return false, mapErr(err, "delete target group %s", b.tgName())
+	})
+	b.forgetTG()
+	if err != nil {
+		return fmt.Errorf("delete load balancer: %w", err)
+	}
+	return nil
+}
