@@ -2,7 +2,7 @@
 GO       ?= go
 BIN      ?= bin
 PKGS     ?= ./...
-STATICCHECK_VERSION ?= 2025.1.1
+STATICCHECK_VERSION ?= v0.8.2
 
 .PHONY: build test lint demo bench verify-fmt fix-fmt clean
 

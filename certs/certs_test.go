@@ -954,7 +954,7 @@ func TestInspect(t *testing.T) {
 // handshake runs a TLS server on a loopback listener, connects a client,
 // and exchanges one message. It returns the server's and the client's error
 // and the common name of the client certificate the server saw.
-func handshake(t *testing.T, server, client *tls.Config) (serverErr, clientErr error, peerCN string) {
+func handshake(t *testing.T, server, client *tls.Config) (peerCN string, serverErr, clientErr error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -1013,7 +1013,7 @@ func handshake(t *testing.T, server, client *tls.Config) (serverErr, clientErr e
 		return nil
 	}()
 	r := <-done
-	return r.err, clientErr, r.cn
+	return r.cn, r.err, clientErr
 }
 
 func TestMutualTLS(t *testing.T) {
@@ -1076,7 +1076,7 @@ func TestMutualTLS(t *testing.T) {
 				ServerName:   tt.serverName,
 				MinVersion:   tls.VersionTLS12,
 			}
-			serverErr, clientErr, cn := handshake(t, serverCfg, clientCfg)
+			cn, serverErr, clientErr := handshake(t, serverCfg, clientCfg)
 			if tt.wantOK {
 				if serverErr != nil || clientErr != nil {
 					t.Fatalf("handshake failed: server %v, client %v", serverErr, clientErr)

@@ -27,15 +27,14 @@ func (e *env) get(k string) string { return e.vars[k] }
 // globals are the flags every command shares, resolved with the precedence
 // flag > HAMASTER_<NAME> environment variable > --config file > default.
 type globals struct {
-	cluster   string
-	provider  string
-	stateDir  string
-	output    string
-	logLevel  string
-	dryRun    bool
-	yes       bool
-	logger    *slog.Logger
-	providers []string
+	cluster  string
+	provider string
+	stateDir string
+	output   string
+	logLevel string
+	dryRun   bool
+	yes      bool
+	logger   *slog.Logger
 }
 
 func (g *globals) json() bool { return g.output == "json" }
@@ -80,14 +79,16 @@ or cluster unhealthy.
 Every global flag can also be set by an environment variable
 HAMASTER_<NAME> or a key of the --config YAML file; flags beat the
 environment, which beats the file.`,
-		Reader:          e.stdin,
-		Writer:          e.stdout,
-		ErrWriter:       e.stderr,
-		HideVersion:     true,
-		ExitErrHandler:  func(*cli.Context, error) {},
-		Flags:           globalFlags(e),
-		Before:          func(c *cli.Context) error { return g.load(c, e) },
-		CommandNotFound: func(c *cli.Context, name string) { notFound = usageErr("unknown command %q; see 'hamaster --help'", name) },
+		Reader:         e.stdin,
+		Writer:         e.stdout,
+		ErrWriter:      e.stderr,
+		HideVersion:    true,
+		ExitErrHandler: func(*cli.Context, error) {},
+		Flags:          globalFlags(e),
+		Before:         func(c *cli.Context) error { return g.load(c, e) },
+		CommandNotFound: func(c *cli.Context, name string) {
+			notFound = usageErr("unknown command %q; see 'hamaster --help'", name)
+		},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return errkind.Mark(errkind.InvalidArgument, err)
 		},

@@ -5,9 +5,10 @@ terraform {
   required_providers {
     external = {
       source = "hashicorp/external"
-      # 2.3.2 is the first 2.x that leaves null query values out instead of
-      # sending "" or refusing them; the protocol is unchanged within 2.x.
-      version = ">= 2.3.2, < 3.0.0"
+      # Any 2.3.x or later 2.x (tested with 2.3.5). A 3.0 may change the
+      # protocol: sending null query values is the known breaking change
+      # (hashicorp/terraform-provider-external#209).
+      version = "~> 2.3"
     }
   }
 }

@@ -1,0 +1,344 @@
+package awstest
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Call is one API request seen by the proxy.
+type Call struct {
+	Service string // ec2, elasticloadbalancing, route53
+	Action  string
+	Params  url.Values // form parameters of query-protocol calls
+	Path    string
+	Status  int
+	Fault   string // the injected fault, if any
+}
+
+// Fault kinds.
+const (
+	FaultThrottle = "throttle" // RequestLimitExceeded (EC2) / Throttling
+	Fault5xx      = "5xx"      // 500 InternalError
+)
+
+type rule struct {
+	action string
+	kind   string
+	left   int
+}
+
+// Proxy is a reverse proxy in front of moto that records every call,
+// injects faults on a schedule set by the test, and adds what moto does
+// not model: a new instance invisible to Describe calls for a while,
+// Route53 changes PENDING before INSYNC, and target health taken from the
+// test's load balancer process instead of moto's constant "healthy".
+type Proxy struct {
+	URL string
+
+	mu       sync.Mutex
+	calls    []Call
+	rules    []*rule
+	invisN   int
+	invis    map[string]int // instance ID → Describe calls still answered NotFound
+	pendingN int
+	pending  map[string]int // change ID → GetChange calls still PENDING
+	health   func(instanceID string) (state, reason, desc string)
+}
+
+// NewProxy starts the proxy in front of target.
+func NewProxy(t testing.TB, target string) *Proxy {
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{invis: map[string]int{}, pending: map[string]int{}}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = p.modify
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		c := classify(r, body)
+		if f, ok := p.fault(&c); ok {
+			c.Fault, c.Status = f.kind, f.status
+			p.record(c)
+			w.Header().Set("Content-Type", "text/xml")
+			w.WriteHeader(f.status)
+			_, _ = w.Write([]byte(f.body))
+			return
+		}
+		r.Header.Set("X-Awstest-Call", fmt.Sprint(p.record(c)))
+		rp.ServeHTTP(w, r)
+	}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	p.URL = srv.URL
+	return p
+}
+
+var credScope = regexp.MustCompile(`Credential=[^/]+/[^/]+/[^/]+/([^/]+)/`)
+
+func classify(r *http.Request, body []byte) Call {
+	c := Call{Path: r.URL.Path}
+	if m := credScope.FindStringSubmatch(r.Header.Get("Authorization")); m != nil {
+		c.Service = m[1]
+	}
+	if c.Service == "route53" {
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/rrset") && r.Method == http.MethodPost, strings.HasSuffix(r.URL.Path, "/rrset/") && r.Method == http.MethodPost:
+			c.Action = "ChangeResourceRecordSets"
+		case strings.HasSuffix(r.URL.Path, "/rrset") || strings.HasSuffix(r.URL.Path, "/rrset/"):
+			c.Action = "ListResourceRecordSets"
+		case strings.Contains(r.URL.Path, "/change/"):
+			c.Action = "GetChange"
+		default:
+			c.Action = r.Method + " " + r.URL.Path
+		}
+		return c
+	}
+	if v, err := url.ParseQuery(string(body)); err == nil {
+		c.Params = v
+		c.Action = v.Get("Action")
+	}
+	return c
+}
+
+func (p *Proxy) record(c Call) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, c)
+	return len(p.calls) - 1
+}
+
+type injected struct {
+	kind   string
+	status int
+	body   string
+}
+
+func errorBody(service, code, msg string) string {
+	if service == "ec2" {
+		return fmt.Sprintf(`<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>%s</Code><Message>%s</Message></Error></Errors><RequestID>injected</RequestID></Response>`, code, msg)
+	}
+	ns := "http://elasticloadbalancing.amazonaws.com/doc/2015-12-01/"
+	if service == "route53" {
+		ns = "https://route53.amazonaws.com/doc/2013-04-01/"
+	}
+	return fmt.Sprintf(`<ErrorResponse xmlns="%s"><Error><Type>Sender</Type><Code>%s</Code><Message>%s</Message></Error><RequestId>injected</RequestId></ErrorResponse>`, ns, code, msg)
+}
+
+func (p *Proxy) fault(c *Call) (injected, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.Action == "DescribeInstances" {
+		for k, v := range c.Params {
+			if strings.HasPrefix(k, "InstanceId.") && len(v) == 1 && p.invis[v[0]] > 0 {
+				p.invis[v[0]]--
+				return injected{"invisible", 400, errorBody("ec2", "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", v[0]))}, true
+			}
+		}
+	}
+	for _, r := range p.rules {
+		if r.left <= 0 || (r.action != "*" && r.action != c.Action) {
+			continue
+		}
+		r.left--
+		switch r.kind {
+		case FaultThrottle:
+			if c.Service == "ec2" {
+				return injected{r.kind, 503, errorBody("ec2", "RequestLimitExceeded", "Request limit exceeded.")}, true
+			}
+			return injected{r.kind, 400, errorBody(c.Service, "Throttling", "Rate exceeded")}, true
+		default:
+			return injected{r.kind, 500, errorBody(c.Service, "InternalError", "injected internal error")}, true
+		}
+	}
+	return injected{}, false
+}
+
+// Inject makes the next n calls of action ("*": any) fail with kind.
+func (p *Proxy) Inject(action, kind string, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rules = append(p.rules, &rule{action: action, kind: kind, left: n})
+}
+
+// InvisibleAfterRun makes every instance RunInstances returns answer
+// InvalidInstanceID.NotFound to its next n DescribeInstances-by-ID calls,
+// as EC2's eventual consistency does.
+func (p *Proxy) InvisibleAfterRun(n int) {
+	p.mu.Lock()
+	p.invisN = n
+	p.mu.Unlock()
+}
+
+// PendingChanges makes every Route53 change answer PENDING to its first n
+// GetChange calls.
+func (p *Proxy) PendingChanges(n int) {
+	p.mu.Lock()
+	p.pendingN = n
+	p.mu.Unlock()
+}
+
+// SetHealth sets where DescribeTargetHealth's healthy states come from.
+func (p *Proxy) SetHealth(f func(instanceID string) (state, reason, desc string)) {
+	p.mu.Lock()
+	p.health = f
+	p.mu.Unlock()
+}
+
+var (
+	instanceIDRE  = regexp.MustCompile(`<instanceId>(i-[0-9a-f]+)</instanceId>`)
+	changeIDRE    = regexp.MustCompile(`<Id>([^<]+)</Id>`)
+	memberRE      = regexp.MustCompile(`(?s)<member>.*?</member>`)
+	targetIDRE    = regexp.MustCompile(`<Target>\s*<Id>(i-[0-9a-f]+)</Id>`)
+	healthBlockRE = regexp.MustCompile(`(?s)<TargetHealth>.*?</TargetHealth>`)
+)
+
+func (p *Proxy) modify(resp *http.Response) error {
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	out := p.rewrite(resp.Request, body, resp.StatusCode)
+	resp.Body = io.NopCloser(bytes.NewReader(out))
+	resp.ContentLength = int64(len(out))
+	resp.Header.Del("Content-Length")
+	resp.Header.Set("Content-Length", fmt.Sprint(len(out)))
+	return nil
+}
+
+func (p *Proxy) rewrite(r *http.Request, body []byte, status int) []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i, err := strconv.Atoi(r.Header.Get("X-Awstest-Call")); err == nil && i < len(p.calls) {
+		p.calls[i].Status = status
+	}
+	if status != http.StatusOK {
+		return body
+	}
+	s := string(body)
+	switch {
+	case bytes.Contains(body, []byte("<RunInstancesResponse")):
+		for _, m := range instanceIDRE.FindAllStringSubmatch(s, -1) {
+			if p.invisN > 0 {
+				p.invis[m[1]] = p.invisN
+			}
+		}
+	case bytes.Contains(body, []byte("<ChangeResourceRecordSetsResponse")):
+		if m := changeIDRE.FindStringSubmatch(s); m != nil && p.pendingN > 0 {
+			p.pending[strings.TrimPrefix(m[1], "/change/")] = p.pendingN
+		}
+	case bytes.Contains(body, []byte("<GetChangeResponse")):
+		if m := changeIDRE.FindStringSubmatch(s); m != nil {
+			id := strings.TrimPrefix(m[1], "/change/")
+			if p.pending[id] > 0 {
+				p.pending[id]--
+				s = strings.Replace(s, "<Status>INSYNC</Status>", "<Status>PENDING</Status>", 1)
+			}
+		}
+	case bytes.Contains(body, []byte("<DescribeTargetHealthResponse")) && p.health != nil:
+		s = memberRE.ReplaceAllStringFunc(s, func(m string) string {
+			id := targetIDRE.FindStringSubmatch(m)
+			if id == nil || !strings.Contains(m, "<State>healthy</State>") {
+				return m
+			}
+			state, reason, desc := p.health(id[1])
+			th := "<TargetHealth><State>" + state + "</State>"
+			if reason != "" {
+				th += "<Reason>" + reason + "</Reason><Description>" + xmlEscape(desc) + "</Description>"
+			}
+			th += "</TargetHealth>"
+			return healthBlockRE.ReplaceAllLiteralString(m, th)
+		})
+	}
+	return []byte(s)
+}
+
+func xmlEscape(s string) string {
+	var b bytes.Buffer
+	for _, r := range s {
+		switch r {
+		case '<':
+			b.WriteString("&lt;")
+		case '>':
+			b.WriteString("&gt;")
+		case '&':
+			b.WriteString("&amp;")
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// Calls returns the calls recorded so far.
+func (p *Proxy) Calls() []Call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Call(nil), p.calls...)
+}
+
+// Mark returns the number of calls so far, for CountsSince.
+func (p *Proxy) Mark() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.calls)
+}
+
+// CountsSince counts calls by action since mark.
+func (p *Proxy) CountsSince(mark int) map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := map[string]int{}
+	for _, c := range p.calls[mark:] {
+		m[c.Action]++
+	}
+	return m
+}
+
+// FormatCounts renders counts as "total N: A×n, B×m".
+func FormatCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	total := 0
+	for k, v := range m {
+		keys = append(keys, k)
+		total += v
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s×%d", k, m[k]))
+	}
+	return fmt.Sprintf("total %d: %s", total, strings.Join(parts, ", "))
+}
+
+// Last returns the last recorded successful call of action.
+func (p *Proxy) Last(action string) (Call, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := len(p.calls) - 1; i >= 0; i-- {
+		if c := p.calls[i]; c.Action == action && c.Fault == "" && c.Status == http.StatusOK {
+			return c, true
+		}
+	}
+	return Call{}, false
+}
