@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -167,6 +168,9 @@ Example:
 				Flags: etcdFlags(),
 				Action: func(c *cli.Context) error {
 					cli, err := connect(c)
+					if errors.Is(err, errkind.Unavailable) {
+						return errkind.Errorf(errkind.FailedPrecondition, "etcd unhealthy: unreachable: %w", err)
+					}
 					if err != nil {
 						return err
 					}
@@ -175,7 +179,7 @@ Example:
 					defer cancel()
 					ms, err := cli.Members(ctx)
 					if err != nil {
-						return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
+						return errkind.Errorf(errkind.FailedPrecondition, "etcd unhealthy: unreachable: %w", err)
 					}
 					problems := healthProblems(ms)
 					if g.json() {

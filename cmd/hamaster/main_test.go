@@ -89,6 +89,17 @@ func TestEtcdHealthExit3WhenAVoterIsDown(t *testing.T) {
 	}
 }
 
+func TestEtcdHealthExit3WhenUnreachable(t *testing.T) {
+	t.Parallel()
+	ln := etcdtest.Start(t, 1, etcdtest.Options{})
+	ep := ln.Endpoints()[0]
+	ln.Stop(t, ln.Members[0].Name)
+	code, out, errs := hm(t, nil, "etcd", "health", "--endpoints", ep, "--timeout", "5s")
+	if code != 3 || !strings.Contains(errs, "unreachable") {
+		t.Fatalf("exit %d, want 3:\n%s\n%s", code, out, errs)
+	}
+}
+
 func TestBadInputExit2NamesTheFlag(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
