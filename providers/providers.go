@@ -19,7 +19,9 @@ package providers
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/hamaster/hamaster/dns"
@@ -140,6 +142,9 @@ type Provider interface {
 type Settings struct {
 	Cluster  string
 	StateDir string
+	// Out receives instructions for the operator (the static DNS
+	// driver's records); nil discards them.
+	Out io.Writer
 	// Options are provider-specific settings (project, region, ...).
 	Options map[string]string
 }
@@ -188,7 +193,7 @@ func (r *Registry) Open(ctx context.Context, name string, s Settings) (Provider,
 	f, ok := r.factories[name]
 	r.mu.Unlock()
 	if !ok {
-		return nil, errkind.Errorf(errkind.InvalidArgument, "--provider: unknown provider %q (valid: %v)", name, r.Names())
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--provider: unknown provider %q (valid: %s)", name, strings.Join(r.Names(), ", "))
 	}
 	return f(ctx, s)
 }

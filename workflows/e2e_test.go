@@ -376,6 +376,25 @@ func TestConcurrentAddsOneWins(t *testing.T) {
 	if won != 1 || refused != 1 {
 		t.Fatalf("won=%d refused=%d, want 1 and 1 (%v)", won, refused, errs)
 	}
+
+	// Unmanaged DNS: the static driver prints the record to set, and the
+	// endpoint becomes the DNS name.
+	d := e.deps(nil)
+	wf := workflows.AddReplica(d, workflows.AddParams{Name: "race-master-dns", DNSKind: "static", DNSName: "api.race.example.com", Timeout: time.Minute})
+	if err := workflows.Execute(ctx, d, wf, workflows.Options{}); err != nil {
+		t.Fatalf("add with --dns-name: %v", err)
+	}
+	ip := e.c.Provider.Info().StaticIP
+	e.mu.Lock()
+	out := e.out.String()
+	e.mu.Unlock()
+	if !strings.Contains(out, "set api.race.example.com. A "+ip) {
+		t.Errorf("static DNS driver did not print the record for %s:\n%s", ip, out)
+	}
+	rep, err := workflows.Status(ctx, d)
+	if err != nil || rep.EndpointKind != "dns" || rep.Endpoint != "api.race.example.com" {
+		t.Errorf("status endpoint = %q (%s), %v; want the DNS name", rep.Endpoint, rep.EndpointKind, err)
+	}
 }
 
 func TestBadInputChangesNothing(t *testing.T) {

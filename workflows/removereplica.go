@@ -177,6 +177,29 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 			},
 		},
 		{
+			Name: StepDNS, Plan: []string{"when the cluster has a DNS name: dns.Upsert(name A <static IP>) so no record names the victim", "wait until in sync"},
+			Run: func(ctx context.Context, r *Run) error {
+				ep, err := LoadEndpoint(d.StateDir, d.Cluster)
+				if err != nil || ep.DNSName == "" {
+					return err
+				}
+				recs, err := d.Provider.DNS(ep.DNSKind)
+				if err != nil {
+					return err
+				}
+				ip, _, err := d.Provider.StaticIP().Get(ctx)
+				if err != nil {
+					return err
+				}
+				id, err := recs.Upsert(ctx, ep.DNSName, []string{ip})
+				if err != nil {
+					return fmt.Errorf("dns upsert %s: %w", ep.DNSName, err)
+				}
+				r.Waiting("DNS change %s for %s", id, ep.DNSName)
+				return recs.Wait(ctx, id)
+			},
+		},
+		{
 			Name: StepMoveLeader, Plan: []string{"etcd MoveLeader to the most up-to-date healthy voter, if the victim leads"},
 			Run: func(ctx context.Context, r *Run) error {
 				cli, err := d.Provider.Etcd(ctx, victim)

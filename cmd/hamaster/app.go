@@ -184,6 +184,19 @@ func (g *globals) load(c *cli.Context, e *env) error {
 	return nil
 }
 
+// validReplicaName: a DNS label (VM, disk and etcd member names).
+func validReplicaName(name string) error {
+	if name == "" || len(name) > 63 {
+		return usageErr("--name: %q must be 1-63 characters", name)
+	}
+	for i, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' && i > 0 && i < len(name)-1) {
+			return usageErr("--name: %q must be lower-case letters, digits and inner dashes (a DNS label)", name)
+		}
+	}
+	return nil
+}
+
 // validClusterName: DNS-label-like, since it becomes part of VM, LB and
 // record names in every cloud.
 func validClusterName(name string) error {

@@ -27,7 +27,7 @@ func registry() *providers.Registry {
 }
 
 func (g *globals) settings(c *cli.Context) providers.Settings {
-	return providers.Settings{Cluster: g.cluster, StateDir: g.stateDir, Options: map[string]string{
+	return providers.Settings{Cluster: g.cluster, StateDir: g.stateDir, Out: c.App.Writer, Options: map[string]string{
 		local.OptNodeBinary: c.String("node-binary"),
 		local.OptSubnet:     c.String("subnet"),
 	}}
@@ -51,8 +51,7 @@ func (g *globals) deps(c *cli.Context, e *env, p providers.Provider) *workflows.
 	if g.json() {
 		sink = &workflows.JSONSink{W: e.stdout}
 	}
-	d := &workflows.Deps{Provider: p, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: e.stdout, Holder: strings.Join(c.Lineage()[0].Args().Slice(), " ")}
-	d.Holder = c.Command.Name
+	d := &workflows.Deps{Provider: p, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: e.stdout, Holder: c.Command.Name}
 	if step := e.get("HAMASTER_FAULT_CRASH_AFTER_STEP"); step != "" {
 		// Test-only fault hook: die like a killed process right after the
 		// named step is journaled, so crash-resume can be tested for real.
@@ -274,8 +273,8 @@ Example:
 				return err
 			}
 			if n := c.String("name"); n != "" {
-				if err := validClusterName(n); err != nil {
-					return usageErr("--name: %q must be lower-case letters, digits and inner dashes", n)
+				if err := validReplicaName(n); err != nil {
+					return err
 				}
 			}
 			p, err := g.openProvider(c)

@@ -7,15 +7,22 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hamaster/hamaster/etcdmember/etcdtest"
 )
 
+// inProcess serialises in-process runs: urfave/cli v2 mutates its shared
+// cli.HelpFlag on every App.Run, a race when tests run the CLI in parallel.
+var inProcess sync.Mutex
+
 // hm runs the CLI in-process and returns exit code, stdout, stderr.
 func hm(t *testing.T, environ []string, args ...string) (int, string, string) {
 	t.Helper()
+	inProcess.Lock()
+	defer inProcess.Unlock()
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -331,7 +331,12 @@ func TestTerraformMatchesStatusOnLiveClusters(t *testing.T) {
 	t.Parallel()
 	const cluster = "tf"
 	c := newCLIEnv(t, cluster)
-	stateDir := strings.TrimPrefix(c.env[len(c.env)-3], "HAMASTER_STATE_DIR=")
+	var stateDir string
+	for _, kv := range c.env { // the last one wins, as in the process
+		if v, ok := strings.CutPrefix(kv, "HAMASTER_STATE_DIR="); ok {
+			stateDir = v
+		}
+	}
 	subnet := localtest.AllocSubnet(t)
 	if code, out, errs := c.run(nil, "local", "up", "--subnet", strconv.Itoa(subnet), "--etcd-heartbeat-ms", "50", "--etcd-election-ms", "500"); code != 0 {
 		t.Fatalf("local up: exit %d\n%s\n%s", code, out, errs)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -44,7 +45,7 @@ type Provider struct {
 	log     *slog.Logger
 	mu      sync.Mutex
 	inst    *instances
-	dnsOut  *os.File
+	dnsOut  io.Writer
 }
 
 // New is the providers.Factory of the local provider. The cluster must
@@ -67,7 +68,10 @@ func open(s providers.Settings) (*Provider, error) {
 	if s.StateDir == "" {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--state-dir: required")
 	}
-	p := &Provider{cluster: s.Cluster, l: layout{dir: filepath.Join(s.StateDir, s.Cluster)}, opts: s.Options, log: slog.New(slog.DiscardHandler), dnsOut: os.Stdout}
+	p := &Provider{cluster: s.Cluster, l: layout{dir: filepath.Join(s.StateDir, s.Cluster)}, opts: s.Options, log: slog.New(slog.DiscardHandler), dnsOut: s.Out}
+	if p.dnsOut == nil {
+		p.dnsOut = io.Discard
+	}
 	if p.opts == nil {
 		p.opts = map[string]string{}
 	}
