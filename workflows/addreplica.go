@@ -413,7 +413,7 @@ func dnsStep(d *Deps, kind, name string) Step {
 			if name == "" {
 				return nil
 			}
-			recs, err := d.Provider.DNS(kind)
+			recs, err := d.records(kind)
 			if err != nil {
 				return err
 			}

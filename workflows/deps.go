@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/dns"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/internal/fsutil"
@@ -156,6 +157,19 @@ func waitFor(ctx context.Context, r *Run, what string, interval time.Duration, c
 		case <-tick.C:
 		}
 	}
+}
+
+// records returns the DNS driver of kind: the static driver prints to
+// d.Out; managed DNS comes from the provider.
+func (d *Deps) records(kind string) (dns.Records, error) {
+	if kind == "" || kind == "static" {
+		out := d.Out
+		if out == nil {
+			out = io.Discard
+		}
+		return dns.NewStatic(out), nil
+	}
+	return d.Provider.DNS(kind)
 }
 
 // Endpoint is the cluster's recorded client endpoint settings.

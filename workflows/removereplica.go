@@ -183,7 +183,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 				if err != nil || ep.DNSName == "" {
 					return err
 				}
-				recs, err := d.Provider.DNS(ep.DNSKind)
+				recs, err := d.records(ep.DNSKind)
 				if err != nil {
 					return err
 				}
