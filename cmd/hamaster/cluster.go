@@ -15,6 +15,7 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
+	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/local"
 	"github.com/hamaster/hamaster/workflows"
 )
@@ -23,6 +24,7 @@ import (
 func registry() *providers.Registry {
 	r := providers.NewRegistry()
 	r.Register(local.Name, local.New)
+	r.Register(awsp.Name, awsp.New)
 	return r
 }
 
@@ -30,6 +32,12 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 	return providers.Settings{Cluster: g.cluster, StateDir: g.stateDir, Out: c.App.Writer, Options: map[string]string{
 		local.OptNodeBinary: c.String("node-binary"),
 		local.OptSubnet:     c.String("subnet"),
+
+		// aws provider (--dns route53 needs --hosted-zone-id)
+		awsp.OptRegion:       c.String("aws-region"),
+		awsp.OptEndpoint:     c.String("aws-endpoint"),
+		awsp.OptSubnets:      c.String("aws-subnets"),
+		awsp.OptHostedZoneID: c.String("hosted-zone-id"),
 	}}
 }
 
@@ -126,6 +134,17 @@ func (g *globals) mutating(c *cli.Context) error {
 
 func nodeBinaryFlag() cli.Flag {
 	return &cli.StringFlag{Name: "node-binary", EnvVars: []string{"HAMASTER_NODE_BINARY"}, Usage: "local provider: `PATH` of hamaster-node (default: next to hamaster, then $PATH)"}
+}
+
+// awsFlags are the aws provider's settings (HAMASTER_<NAME> too; the SDK
+// also reads AWS_REGION, AWS_ENDPOINT_URL and the credential chain).
+func awsFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "aws-region", EnvVars: []string{"HAMASTER_AWS_REGION"}, Usage: "aws provider: `REGION` (default: the SDK's chain, e.g. AWS_REGION)"},
+		&cli.StringFlag{Name: "aws-endpoint", EnvVars: []string{"HAMASTER_AWS_ENDPOINT"}, Usage: "aws provider: base endpoint `URL` of every service (tests: moto; AWS_ENDPOINT_URL works too)"},
+		&cli.StringFlag{Name: "aws-subnets", EnvVars: []string{"HAMASTER_AWS_SUBNETS"}, Usage: "aws provider: subnets of new replicas by zone, `zone=subnet-id,...`"},
+		&cli.StringFlag{Name: "hosted-zone-id", EnvVars: []string{"HAMASTER_HOSTED_ZONE_ID"}, Usage: "aws provider, --dns route53: the hosted zone `ID`"},
+	}
 }
 
 func clusterCommands(e *env, g *globals) []*cli.Command {
@@ -263,6 +282,7 @@ Example:
 			&cli.StringFlag{Name: "dns-name", Usage: "DNS `NAME` of the endpoint; its A record is kept on the static IP"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait (caught up, LB healthy)"},
 			nodeBinaryFlag(),
+			awsFlags()[0], awsFlags()[1], awsFlags()[2], awsFlags()[3],
 			mutatingFlags()[0], mutatingFlags()[1],
 		},
 		Action: func(c *cli.Context) error {
@@ -319,6 +339,7 @@ Example:
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining from the LB before touching the replica"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait"},
 			nodeBinaryFlag(),
+			awsFlags()[0], awsFlags()[1], awsFlags()[2], awsFlags()[3],
 			mutatingFlags()[0], mutatingFlags()[1],
 		},
 		Action: func(c *cli.Context) error {
@@ -359,6 +380,7 @@ Example:
   hamaster --cluster demo status --output json`,
 		Flags: []cli.Flag{
 			nodeBinaryFlag(),
+			awsFlags()[0], awsFlags()[1], awsFlags()[2], awsFlags()[3],
 			&cli.DurationFlag{Name: "timeout", Value: 20 * time.Second, Usage: "overall timeout"},
 		},
 		Action: func(c *cli.Context) error {
@@ -502,6 +524,7 @@ Example:
 			&cli.DurationFlag{Name: "health-timeout", Value: 5 * time.Minute, Usage: "how long a replacement may take to become healthy before it is rolled back"},
 			&cli.BoolFlag{Name: "allow-downtime", Usage: "allow recreating a single replica (the control plane is down meanwhile)"},
 			nodeBinaryFlag(),
+			awsFlags()[0], awsFlags()[1], awsFlags()[2], awsFlags()[3],
 			mutatingFlags()[0], mutatingFlags()[1],
 		},
 		Action: func(c *cli.Context) error {

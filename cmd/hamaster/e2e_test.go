@@ -17,11 +17,15 @@ type cliEnv struct {
 	t   *testing.T
 	bin string
 	env []string
+	// subnet is the cluster's 127.0.N.0/24, claimed before the teardown is
+	// registered so that it is released only after it.
+	subnet int
 }
 
 func newCLIEnv(t *testing.T, cluster string) *cliEnv {
 	dir := t.TempDir()
-	c := &cliEnv{t: t, bin: localtest.HamasterBinary(t), env: append(os.Environ(),
+	subnet := localtest.AllocSubnet(t)
+	c := &cliEnv{t: t, subnet: subnet, bin: localtest.HamasterBinary(t), env: append(os.Environ(),
 		"HAMASTER_STATE_DIR="+dir, "HAMASTER_CLUSTER="+cluster, "HAMASTER_NODE_BINARY="+localtest.NodeBinary(t))}
 	t.Cleanup(func() { c.run(nil, "local", "down") })
 	return c
@@ -55,7 +59,7 @@ func (c *cliEnv) status() map[string]any {
 func TestCLIEndToEndWithRealCrash(t *testing.T) {
 	t.Parallel()
 	c := newCLIEnv(t, "cli")
-	subnet := strconv.Itoa(localtest.AllocSubnet(t))
+	subnet := strconv.Itoa(c.subnet)
 	if code, out, errs := c.run(nil, "local", "up", "--subnet", subnet, "--etcd-heartbeat-ms", "50", "--etcd-election-ms", "500"); code != 0 {
 		t.Fatalf("local up: exit %d\n%s\n%s", code, out, errs)
 	}

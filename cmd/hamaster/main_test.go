@@ -138,7 +138,6 @@ func TestBadInputExit2NamesTheFlag(t *testing.T) {
 		{"state dir not writable", nil, []string{"--state-dir", filepath.Join(cfg, "sub"), "local", "up"}, "--state-dir"},
 		{"bad strategy", nil, []string{"--state-dir", dir, "rolling-upgrade", "--version", "v1.31.0", "--strategy", "blue-green"}, "--strategy"},
 		{"upgrade without version", nil, []string{"--state-dir", dir, "rolling-upgrade"}, "--version"},
-		{"provider not built yet", nil, []string{"--provider", "gce", "--state-dir", dir, "status"}, "--provider"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,11 +86,33 @@ func AllocSubnet(t testing.TB) int {
 		}
 		fmt.Fprint(f, os.Getpid())
 		f.Close()
+		if !subnetFree(n) {
+			// Still in use by a cluster being torn down (or by something
+			// else on this machine): keep the claim until the test ends so
+			// nobody else picks it either, and try the next one.
+			t.Cleanup(func() { os.Remove(path) })
+			continue
+		}
+		// Registered before the caller's teardown, so it runs after it:
+		// the subnet is released only once its processes are gone.
 		t.Cleanup(func() { os.Remove(path) })
 		return n
 	}
 	t.Fatal("no free test subnet")
 	return 0
+}
+
+// subnetFree reports whether the addresses a local cluster on 127.0.n.0/24
+// binds first are free.
+func subnetFree(n int) bool {
+	for _, addr := range []string{"1:6443", "2:2379", "2:2380", "2:6443", "3:2380"} {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.%d.%s", n, addr))
+		if err != nil {
+			return false
+		}
+		ln.Close()
+	}
+	return true
 }
 
 // Cluster is a running local cluster.
