@@ -146,14 +146,19 @@ func waitFor(ctx context.Context, r *Run, what string, interval time.Duration, c
 	var last error
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		last = check(cctx)
+		err := check(cctx)
 		cancel()
-		if last == nil {
+		if err == nil {
 			return nil
+		}
+		// A check cut short by the overall deadline says nothing about
+		// the thing checked: keep the last real answer.
+		if ctx.Err() == nil || last == nil {
+			last = err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("wait for %s: %w (last: %v)", what, ctx.Err(), last)
+			return &WaitError{What: what, Last: last, Err: ctx.Err()}
 		case <-tick.C:
 		}
 	}
@@ -171,6 +176,19 @@ func (d *Deps) records(kind string) (dns.Records, error) {
 	}
 	return d.Provider.DNS(kind)
 }
+
+// WaitError is a wait that ran out: what was awaited and the last answer.
+type WaitError struct {
+	What string
+	Last error
+	Err  error
+}
+
+func (e *WaitError) Error() string {
+	return fmt.Sprintf("wait for %s: %v (last: %v)", e.What, e.Err, e.Last)
+}
+
+func (e *WaitError) Unwrap() error { return e.Err }
 
 // Endpoint is the cluster's recorded client endpoint settings.
 type Endpoint struct {

@@ -116,7 +116,7 @@ type Runner struct {
 // ErrConcluded marks a step failure after which the workflow cleaned up
 // (a rollback completed): the run is over and the journal is closed, so the
 // next command starts fresh instead of resuming.
-var ErrConcluded = errors.New("workflow concluded after a rollback")
+var ErrConcluded = errors.New("rolled back")
 
 // ErrUnfinished marks a refusal because another workflow is half-done.
 var ErrUnfinished = errors.New("unfinished workflow in the journal")

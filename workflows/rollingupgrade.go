@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -380,7 +381,17 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 	gctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	base := d.Provider.APIServerURL(rep)
-	return waitFor(gctx, r, fmt.Sprintf("%s healthy: etcd caught up, /readyz, /version=%s", rep.Name, version), 100*time.Millisecond, func(cctx context.Context) error {
+	err := waitFor(gctx, r, fmt.Sprintf("%s healthy: /readyz, /version=%s, etcd caught up", rep.Name, version), 100*time.Millisecond, func(cctx context.Context) error {
+		if _, err := d.Probe(cctx, base, "/readyz"); err != nil {
+			return fmt.Errorf("/readyz: %w", err)
+		}
+		v, err := d.ReplicaVersion(cctx, rep)
+		if err != nil {
+			return fmt.Errorf("/version: %w", err)
+		}
+		if v != version {
+			return fmt.Errorf("/version reports %s, want %s", v, version)
+		}
 		cli, err := d.Provider.Etcd(cctx)
 		if err != nil {
 			return fmt.Errorf("etcd member: %w", err)
@@ -403,18 +414,13 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 		if leaderIndex > m.RaftIndex+50 {
 			return fmt.Errorf("etcd member %s behind the leader (%d < %d)", rep.Name, m.RaftIndex, leaderIndex)
 		}
-		if _, err := d.Probe(cctx, base, "/readyz"); err != nil {
-			return fmt.Errorf("/readyz: %w", err)
-		}
-		v, err := d.ReplicaVersion(cctx, rep)
-		if err != nil {
-			return fmt.Errorf("/version: %w", err)
-		}
-		if v != version {
-			return fmt.Errorf("/version reports %s, want %s", v, version)
-		}
 		return nil
 	})
+	var we *WaitError
+	if errors.As(err, &we) {
+		return fmt.Errorf("check failed: %v", we.Last)
+	}
+	return err
 }
 
 // rollback restores a replica that failed its health gate from its last
@@ -443,7 +449,7 @@ func rollback(ctx context.Context, d *Deps, r *Run, name, lkgKey string, p Upgra
 	if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: replica %s failed its health gate within %s (%v); it was restored to its last known-good template (version %s, flags %q) and is serving again; the other replicas were not touched",
+	return fmt.Errorf("%w: replica %s was not healthy within %s (%v); restored its last known-good template (version %s, flags %q): it is serving again and the other replicas were not touched",
 		ErrConcluded, name, p.HealthTimeout, cause, lkg.Version, strings.Join(lkg.ExtraArgs, " "))
 }
 
