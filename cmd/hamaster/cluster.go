@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -16,6 +17,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
+	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/providers/local"
 	"github.com/hamaster/hamaster/workflows"
 )
@@ -24,6 +26,7 @@ import (
 func registry() *providers.Registry {
 	r := providers.NewRegistry()
 	r.Register(local.Name, local.New)
+	r.Register(gce.Name, gce.New)
 	r.Register(awsp.Name, awsp.New)
 	return r
 }
@@ -32,6 +35,18 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 	return providers.Settings{Cluster: g.cluster, StateDir: g.stateDir, Out: c.App.Writer, Options: map[string]string{
 		local.OptNodeBinary: c.String("node-binary"),
 		local.OptSubnet:     c.String("subnet"),
+
+		// gce provider (Application Default Credentials; --dns clouddns needs --dns-zone)
+		gce.OptProject:       c.String("gce-project"),
+		gce.OptRegion:        c.String("gce-region"),
+		gce.OptZones:         c.String("gce-zone"),
+		gce.OptNetwork:       c.String("gce-network"),
+		gce.OptSubnetwork:    c.String("gce-subnetwork"),
+		gce.OptDNSZone:       c.String("dns-zone"),
+		gce.OptSSHUser:       c.String("ssh-user"),
+		gce.OptSSHKey:        c.String("ssh-key"),
+		gce.OptSSHKnownHosts: c.String("ssh-known-hosts"),
+		gce.OptSSHInsecure:   strconv.FormatBool(c.Bool("ssh-insecure-skip-host-key-check")),
 
 		// aws provider (--dns route53 needs --hosted-zone-id)
 		awsp.OptRegion:       c.String("aws-region"),
@@ -144,6 +159,22 @@ func awsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "aws-endpoint", EnvVars: []string{"HAMASTER_AWS_ENDPOINT"}, Usage: "aws provider: base endpoint `URL` of every service (tests: moto; AWS_ENDPOINT_URL works too)"},
 		&cli.StringFlag{Name: "aws-subnets", EnvVars: []string{"HAMASTER_AWS_SUBNETS"}, Usage: "aws provider: subnets of new replicas by zone, `zone=subnet-id,...`"},
 		&cli.StringFlag{Name: "hosted-zone-id", EnvVars: []string{"HAMASTER_HOSTED_ZONE_ID"}, Usage: "aws provider, --dns route53: the hosted zone `ID`"},
+	}
+}
+
+// gceFlags are the gce provider's settings (HAMASTER_<NAME> too).
+func gceFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "gce-project", EnvVars: []string{"HAMASTER_GCE_PROJECT"}, Usage: "gce provider: `PROJECT` id"},
+		&cli.StringFlag{Name: "gce-region", EnvVars: []string{"HAMASTER_GCE_REGION"}, Usage: "gce provider: `REGION` (default: from the first zone)"},
+		&cli.StringFlag{Name: "gce-zone", EnvVars: []string{"HAMASTER_GCE_ZONE"}, Usage: "gce provider: `ZONE[,ZONE...]` of the replicas (new replicas go to the least used)"},
+		&cli.StringFlag{Name: "gce-network", EnvVars: []string{"HAMASTER_GCE_NETWORK"}, Usage: "gce provider: `NETWORK` (default global/networks/default)"},
+		&cli.StringFlag{Name: "gce-subnetwork", EnvVars: []string{"HAMASTER_GCE_SUBNETWORK"}, Usage: "gce provider: `SUBNETWORK` of the internal addresses (default regions/<region>/subnetworks/default)"},
+		&cli.StringFlag{Name: "dns-zone", EnvVars: []string{"HAMASTER_DNS_ZONE"}, Usage: "gce provider, --dns clouddns: the Cloud DNS managed `ZONE`"},
+		&cli.StringFlag{Name: "ssh-user", EnvVars: []string{"HAMASTER_SSH_USER"}, Usage: "gce provider: reach etcd through SSH to a master as `USER` (with --ssh-key)"},
+		&cli.StringFlag{Name: "ssh-key", EnvVars: []string{"HAMASTER_SSH_KEY"}, Usage: "gce provider: SSH private key `FILE`"},
+		&cli.StringFlag{Name: "ssh-known-hosts", EnvVars: []string{"HAMASTER_SSH_KNOWN_HOSTS"}, Usage: "gce provider: known_hosts `FILE` (default ~/.ssh/known_hosts)"},
+		&cli.BoolFlag{Name: "ssh-insecure-skip-host-key-check", Usage: "gce provider: accept any SSH host key (anyone on the path can then read etcd traffic)"},
 	}
 }
 
@@ -282,6 +313,7 @@ Example:
 			&cli.StringFlag{Name: "dns-name", Usage: "DNS `NAME` of the endpoint; its A record is kept on the static IP"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait (caught up, LB healthy)"},
 			nodeBinaryFlag(),
+			gceFlags()[0], gceFlags()[1], gceFlags()[2], gceFlags()[3], gceFlags()[4], gceFlags()[5], gceFlags()[6], gceFlags()[7], gceFlags()[8], gceFlags()[9],
 			awsFlags()[0], awsFlags()[1], awsFlags()[2], awsFlags()[3],
 			mutatingFlags()[0], mutatingFlags()[1],
 		},
@@ -339,6 +371,7 @@ Example:
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining from the LB before touching the replica"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait"},
 			nodeBinaryFlag(),
+			gceFlags()[0], gceFlags()[1], gceFlags()[2], gceFlags()[3], gceFlags()[4], gceFlags()[5], gceFlags()[6], gceFlags()[7], gceFlags()[8], gceFlags()[9],
 			awsFlags()[0], awsFlags()[1], awsFlags()[2], awsFlags()[3],
 			mutatingFlags()[0], mutatingFlags()[1],
 		},
@@ -380,6 +413,7 @@ Example:
   hamaster --cluster demo status --output json`,
 		Flags: []cli.Flag{
 			nodeBinaryFlag(),
+			gceFlags()[0], gceFlags()[1], gceFlags()[2], gceFlags()[3], gceFlags()[4], gceFlags()[5], gceFlags()[6], gceFlags()[7], gceFlags()[8], gceFlags()[9],
 			awsFlags()[0], awsFlags()[1], awsFlags()[2], awsFlags()[3],
 			&cli.DurationFlag{Name: "timeout", Value: 20 * time.Second, Usage: "overall timeout"},
 		},
@@ -524,6 +558,7 @@ Example:
 			&cli.DurationFlag{Name: "health-timeout", Value: 5 * time.Minute, Usage: "how long a replacement may take to become healthy before it is rolled back"},
 			&cli.BoolFlag{Name: "allow-downtime", Usage: "allow recreating a single replica (the control plane is down meanwhile)"},
 			nodeBinaryFlag(),
+			gceFlags()[0], gceFlags()[1], gceFlags()[2], gceFlags()[3], gceFlags()[4], gceFlags()[5], gceFlags()[6], gceFlags()[7], gceFlags()[8], gceFlags()[9],
 			awsFlags()[0], awsFlags()[1], awsFlags()[2], awsFlags()[3],
 			mutatingFlags()[0], mutatingFlags()[1],
 		},

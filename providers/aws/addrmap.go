@@ -2,6 +2,7 @@ package aws
 
 import (
 	"net/netip"
+	"sort"
 	"strings"
 
 	"github.com/hamaster/hamaster/errkind"
@@ -34,6 +35,9 @@ func parseAddrMap(v string) (addrMap, error) {
 		}
 		m = append(m, struct{ cloud, net netip.Prefix }{ca.Masked(), nb.Masked()})
 	}
+	// The most specific prefix wins (a /32 for the Elastic IP inside a
+	// mapped range).
+	sort.SliceStable(m, func(i, j int) bool { return m[i].cloud.Bits() > m[j].cloud.Bits() })
 	return m, nil
 }
 

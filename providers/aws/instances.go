@@ -583,21 +583,29 @@ func (in *instances) launch(ctx context.Context, name string, tmpl providers.Tem
 	}
 	if ours == "" {
 		input := &ec2.RunInstancesInput{
-			ImageId:          aws.String(m[MachineAMI]),
-			InstanceType:     types.InstanceType(m[MachineInstanceType]),
-			MinCount:         aws.Int32(1),
-			MaxCount:         aws.Int32(1),
-			SubnetId:         aws.String(res.Subnet),
-			PrivateIpAddress: aws.String(res.IP),
-			UserData:         aws.String(base64.StdEncoding.EncodeToString(ud)),
-			ClientToken:      aws.String(res.LaunchToken),
+			ImageId:      aws.String(m[MachineAMI]),
+			InstanceType: types.InstanceType(m[MachineInstanceType]),
+			MinCount:     aws.Int32(1),
+			MaxCount:     aws.Int32(1),
+			// The primary interface is spelled out (subnet, reserved IP,
+			// security groups, deleted with the instance) so that the
+			// address is free again as soon as the instance is terminated
+			// (Recreate launches on the same address).
+			NetworkInterfaces: []types.InstanceNetworkInterfaceSpecification{{
+				DeviceIndex:         aws.Int32(0),
+				SubnetId:            aws.String(res.Subnet),
+				PrivateIpAddress:    aws.String(res.IP),
+				DeleteOnTermination: aws.Bool(true),
+			}},
+			UserData:    aws.String(base64.StdEncoding.EncodeToString(ud)),
+			ClientToken: aws.String(res.LaunchToken),
 			TagSpecifications: []types.TagSpecification{{
 				ResourceType: types.ResourceTypeInstance,
 				Tags:         []types.Tag{{Key: aws.String(TagCluster), Value: aws.String(in.p.cluster)}, {Key: aws.String(TagName), Value: aws.String(name)}},
 			}},
 		}
 		if sg := m[MachineSecurityGroups]; sg != "" {
-			input.SecurityGroupIds = strings.Split(sg, ",")
+			input.NetworkInterfaces[0].Groups = strings.Split(sg, ",")
 		}
 		if v := m[MachineInstanceProfile]; v != "" {
 			input.IamInstanceProfile = &types.IamInstanceProfileSpecification{Arn: aws.String(v)}

@@ -43,7 +43,6 @@ type loadBalancer struct {
 	p *Provider
 
 	mu          sync.Mutex
-	lbARN       string
 	tgARN       string
 	cached      *lb.Status
 	cachedAt    time.Time
@@ -569,4 +568,10 @@ func (b *loadBalancer) Delete(ctx context.Context) error {
 		return fmt.Errorf("delete load balancer: %w", err)
 	}
 	return nil
+}
+
+// LoadBalancerName is the name of a cluster's NLB (and, with "-api", of
+// its target group).
+func LoadBalancerName(cluster string) string {
+	return (&Provider{cluster: cluster}).resourceName("")
 }

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -44,7 +45,12 @@ func StartMoto(t testing.TB) *Moto {
 	ln.Close()
 	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", fmt.Sprint(port))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	logf, err := os.Create(t.TempDir() + "/moto.log")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AWS_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	logf, err := os.CreateTemp("", "moto-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +69,11 @@ func StartMoto(t testing.TB) *Moto {
 			<-exited
 		}
 		logf.Close()
+		if !t.Failed() {
+			os.Remove(logf.Name())
+		} else {
+			t.Logf("moto_server log: %s", logf.Name())
+		}
 	})
 	m := &Moto{URL: fmt.Sprintf("http://127.0.0.1:%d", port)}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

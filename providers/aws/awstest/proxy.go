@@ -55,6 +55,9 @@ type Proxy struct {
 	pendingN int
 	pending  map[string]int // change ID → GetChange calls still PENDING
 	health   func(instanceID string) (state, reason, desc string)
+	// Served counts what the proxy added: "invisible", "PENDING" and the
+	// target states it reported ("healthy", "initial", "unhealthy").
+	served map[string]int
 }
 
 // NewProxy starts the proxy in front of target.
@@ -63,7 +66,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{invis: map[string]int{}, pending: map[string]int{}}
+	p := &Proxy{invis: map[string]int{}, pending: map[string]int{}, served: map[string]int{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.ModifyResponse = p.modify
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -151,6 +154,7 @@ func (p *Proxy) fault(c *Call) (injected, bool) {
 		for k, v := range c.Params {
 			if strings.HasPrefix(k, "InstanceId.") && len(v) == 1 && p.invis[v[0]] > 0 {
 				p.invis[v[0]]--
+				p.served["invisible"]++
 				return injected{"invisible", 400, errorBody("ec2", "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", v[0]))}, true
 			}
 		}
@@ -252,6 +256,7 @@ func (p *Proxy) rewrite(r *http.Request, body []byte, status int) []byte {
 			id := strings.TrimPrefix(m[1], "/change/")
 			if p.pending[id] > 0 {
 				p.pending[id]--
+				p.served["PENDING"]++
 				s = strings.Replace(s, "<Status>INSYNC</Status>", "<Status>PENDING</Status>", 1)
 			}
 		}
@@ -262,6 +267,7 @@ func (p *Proxy) rewrite(r *http.Request, body []byte, status int) []byte {
 				return m
 			}
 			state, reason, desc := p.health(id[1])
+			p.served[state]++
 			th := "<TargetHealth><State>" + state + "</State>"
 			if reason != "" {
 				th += "<Reason>" + reason + "</Reason><Description>" + xmlEscape(desc) + "</Description>"
@@ -341,4 +347,28 @@ func (p *Proxy) Last(action string) (Call, bool) {
 		}
 	}
 	return Call{}, false
+}
+
+// Served returns how often the proxy served each added behaviour.
+func (p *Proxy) Served() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := map[string]int{}
+	for k, v := range p.served {
+		m[k] = v
+	}
+	return m
+}
+
+// Faults counts the injected faults by kind.
+func (p *Proxy) Faults() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := map[string]int{}
+	for _, c := range p.calls {
+		if c.Fault != "" {
+			m[c.Fault]++
+		}
+	}
+	return m
 }

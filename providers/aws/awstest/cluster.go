@@ -1,0 +1,185 @@
+package awstest
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	"github.com/aws/aws-sdk-go-v2/service/route53"
+
+	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/providers"
+	awsp "github.com/hamaster/hamaster/providers/aws"
+	"github.com/hamaster/hamaster/providers/local/localtest"
+)
+
+// Region is the region tests use.
+const Region = "us-east-1"
+
+// Cluster is a kube-up-style single-master cluster in moto, with its VMs
+// played by hamaster-node processes.
+type Cluster struct {
+	Name     string
+	Settings providers.Settings
+	Provider providers.Provider
+	Moto     *Moto
+	Proxy    *Proxy
+	VMs      *VMs
+	// Direct clients to moto (not through the proxy).
+	EC2 *ec2.Client
+	ELB *elb.Client
+	R53 *route53.Client
+
+	ZoneID, VPC, Subnet, SecurityGroup string
+	EIPAllocation, EIPPublicIP         string
+	// Net is N of the loopback 127.0.N.0/24 standing for the subnet;
+	// StaticIP (127.0.N.1) stands for the Elastic IP.
+	Net      int
+	StaticIP string
+	CA       *certs.CA
+	Master   string
+}
+
+// Options for Up.
+type Options struct {
+	Version string
+}
+
+// Up creates the cluster and registers its teardown.
+func Up(t *testing.T, name string, o Options) *Cluster {
+	t.Helper()
+	if o.Version == "" {
+		o.Version = "v1.30.2"
+	}
+	m := StartMoto(t)
+	px := NewProxy(t, m.URL)
+	cfg := aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", ""), BaseEndpoint: aws.String(m.URL)}
+	c := &Cluster{Name: name, Moto: m, Proxy: px, EC2: ec2.NewFromConfig(cfg), ELB: elb.NewFromConfig(cfg), R53: route53.NewFromConfig(cfg), Master: name + "-master"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	must := func(err error, what string) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("moto setup: %s: %v", what, err)
+		}
+	}
+	clusterTag := ec2types.Tag{Key: aws.String(awsp.TagCluster), Value: aws.String(name)}
+	vpc, err := c.EC2.CreateVpc(ctx, &ec2.CreateVpcInput{CidrBlock: aws.String("10.0.0.0/16")})
+	must(err, "CreateVpc")
+	c.VPC = aws.ToString(vpc.Vpc.VpcId)
+	sn, err := c.EC2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: aws.String(c.VPC), CidrBlock: aws.String("10.0.1.0/24"), AvailabilityZone: aws.String(Region + "a")})
+	must(err, "CreateSubnet")
+	c.Subnet = aws.ToString(sn.Subnet.SubnetId)
+	sg, err := c.EC2.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{GroupName: aws.String(name + "-master"), Description: aws.String("masters"), VpcId: aws.String(c.VPC)})
+	must(err, "CreateSecurityGroup")
+	c.SecurityGroup = aws.ToString(sg.GroupId)
+	_, err = c.EC2.CreateKeyPair(ctx, &ec2.CreateKeyPairInput{KeyName: aws.String("kube-" + name)})
+	must(err, "CreateKeyPair")
+	imgs, err := c.EC2.DescribeImages(ctx, &ec2.DescribeImagesInput{})
+	must(err, "DescribeImages")
+	if len(imgs.Images) == 0 {
+		t.Fatal("moto has no AMI")
+	}
+	ami := aws.ToString(imgs.Images[0].ImageId)
+	eip, err := c.EC2.AllocateAddress(ctx, &ec2.AllocateAddressInput{Domain: ec2types.DomainTypeVpc, TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeElasticIp, Tags: []ec2types.Tag{clusterTag}}}})
+	must(err, "AllocateAddress")
+	c.EIPAllocation, c.EIPPublicIP = aws.ToString(eip.AllocationId), aws.ToString(eip.PublicIp)
+	hz, err := c.R53.CreateHostedZone(ctx, &route53.CreateHostedZoneInput{Name: aws.String(name + ".example.test"), CallerReference: aws.String(name + strconv.FormatInt(time.Now().UnixNano(), 36))})
+	must(err, "CreateHostedZone")
+	c.ZoneID = aws.ToString(hz.HostedZone.Id)
+
+	c.Net = localtest.AllocSubnet(t)
+	c.StaticIP = fmt.Sprintf("127.0.%d.1", c.Net)
+	addrMap := fmt.Sprintf("10.0.1.0/24=127.0.%d.0/24,%s/32=%s/32", c.Net, c.EIPPublicIP, c.StaticIP)
+	stateDir := t.TempDir()
+	c.Settings = providers.Settings{Cluster: name, StateDir: stateDir, Options: map[string]string{
+		awsp.OptRegion:              Region,
+		awsp.OptEndpoint:            px.URL,
+		awsp.OptAddressMap:          addrMap,
+		awsp.OptPollInterval:        "50ms",
+		awsp.OptMaxAttempts:         "10",
+		awsp.OptMaxBackoff:          "100ms",
+		awsp.OptDeregistrationDelay: "0s",
+		awsp.OptHostedZoneID:        c.ZoneID,
+	}}
+	pki := filepath.Join(stateDir, name, "pki")
+	ca, _, err := certs.LoadOrCreateCA(pki, name+"-ca", certs.ECDSA)
+	must(err, "cluster CA")
+	c.CA = ca
+
+	// Master 0, as kube-up would have made it.
+	const masterIP = "10.0.1.10"
+	netIP := fmt.Sprintf("127.0.%d.10", c.Net)
+	files, err := providers.ReplicaFiles(ca, c.Master, netIP, certs.APIServerSANs{StaticIP: c.StaticIP})
+	must(err, "master certificates")
+	tmpl := providers.Template{Version: o.Version, Files: files, Env: map[string]string{
+		providers.EnvInitialEtcdCluster:      c.Master + "=" + providers.PeerURL(netIP),
+		providers.EnvEtcdInitialClusterState: "new",
+		"ETCD_UNSAFE_NO_FSYNC":               "true",
+	}}
+	ud, err := awsp.EncodeUserData(tmpl)
+	must(err, "user data")
+	vol, err := c.EC2.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String(Region + "a"), Size: aws.Int32(10), VolumeType: ec2types.VolumeTypeGp3,
+		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeVolume, Tags: []ec2types.Tag{clusterTag,
+			{Key: aws.String(awsp.TagName), Value: aws.String(c.Master + "-data")},
+			{Key: aws.String(awsp.TagReplica), Value: aws.String(c.Master)},
+			{Key: aws.String(awsp.TagRole), Value: aws.String("data")}}}}})
+	must(err, "CreateVolume")
+	run, err := c.EC2.RunInstances(ctx, &ec2.RunInstancesInput{
+		ImageId: aws.String(ami), InstanceType: ec2types.InstanceTypeT3Medium, MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
+		NetworkInterfaces: []ec2types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: aws.String(c.Subnet), PrivateIpAddress: aws.String(masterIP), Groups: []string{c.SecurityGroup}, DeleteOnTermination: aws.Bool(true)}},
+		KeyName:           aws.String("kube-" + name), UserData: aws.String(base64.StdEncoding.EncodeToString(ud)),
+		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeInstance, Tags: []ec2types.Tag{clusterTag, {Key: aws.String(awsp.TagName), Value: aws.String(c.Master)}}}},
+	})
+	must(err, "RunInstances")
+	id := run.Instances[0].InstanceId
+	_, err = c.EC2.AttachVolume(ctx, &ec2.AttachVolumeInput{VolumeId: vol.VolumeId, InstanceId: id, Device: aws.String("/dev/xvdb")})
+	must(err, "AttachVolume")
+	_, err = c.EC2.AssociateAddress(ctx, &ec2.AssociateAddressInput{AllocationId: eip.AllocationId, InstanceId: id})
+	must(err, "AssociateAddress")
+
+	c.VMs = &VMs{cluster: name, root: t.TempDir(), bin: localtest.NodeBinary(t), caFile: filepath.Join(pki, "ca.crt"), toNet: func(ip string) string {
+		switch {
+		case ip == c.EIPPublicIP:
+			return c.StaticIP
+		case len(ip) > 7 && ip[:7] == "10.0.1.":
+			return fmt.Sprintf("127.0.%d.%s", c.Net, ip[7:])
+		}
+		return "0.0.0.0" // never dial what is not mapped
+	}, ec2: c.EC2, elb: c.ELB, proxy: px, nodes: map[string]*proc{}, stop: make(chan struct{}), done: make(chan struct{})}
+	px.SetHealth(c.VMs.Health)
+	c.VMs.start()
+	t.Cleanup(c.VMs.Close)
+
+	p, err := awsp.New(ctx, c.Settings)
+	must(err, "open provider")
+	c.Provider = p
+	c.WaitReady(t, ctx, c.Master)
+	return c
+}
+
+// WaitReady waits until the named replica's node reports ready.
+func (c *Cluster) WaitReady(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if st, ok := c.VMs.NodeStatus(name); ok && st.Ready {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s not ready: %v (vms: %v)", name, ctx.Err(), c.VMs.LastError())
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,463 @@
+package awstest
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+
+	"github.com/hamaster/hamaster/providers"
+	awsp "github.com/hamaster/hamaster/providers/aws"
+	"github.com/hamaster/hamaster/providers/local/lbproxy"
+	"github.com/hamaster/hamaster/providers/local/node"
+)
+
+// VMs plays EC2's and ELBv2's data plane for one cluster: it polls moto
+// (directly, not through the proxy) and keeps one hamaster-node replica
+// process per running instance whose data volume is attached, the Elastic
+// IP bound on the node of the instance it is associated with, and a
+// hamaster-node lb process while the cluster's NLB has a listener and was
+// handed the Elastic IP (as the proxy recorded: moto ignores it).
+type VMs struct {
+	cluster string
+	root    string
+	bin     string
+	caFile  string
+	toNet   func(string) string
+	ec2     *ec2.Client
+	elb     *elb.Client
+	proxy   *Proxy
+
+	mu      sync.Mutex
+	nodes   map[string]*proc // instance ID → replica process
+	lb      *proc
+	lbCfg   lbproxy.Config
+	lastErr error
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+type proc struct {
+	name, dir, volume string
+	cmd               *exec.Cmd
+	exited            chan struct{}
+	static            string
+}
+
+func (p *proc) running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM and waits (SIGKILL after 10 s).
+func (p *proc) stop() {
+	if !p.running() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-t.C:
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+func startProc(dir, logName, bin string, args ...string) (*proc, error) {
+	logf, err := os.OpenFile(filepath.Join(dir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{dir: dir, cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.exited) }()
+	return p, nil
+}
+
+func (v *VMs) start() {
+	go func() {
+		defer close(v.done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := v.reconcile(ctx)
+			cancel()
+			v.mu.Lock()
+			v.lastErr = err
+			v.mu.Unlock()
+			select {
+			case <-v.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+}
+
+// Close stops the loop and every process it started.
+func (v *VMs) Close() {
+	close(v.stop)
+	<-v.done
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.lb != nil {
+		v.lb.stop()
+	}
+	var wg sync.WaitGroup
+	for _, n := range v.nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.stop() }()
+	}
+	wg.Wait()
+}
+
+// LastError is the last reconcile error (for test failure messages).
+func (v *VMs) LastError() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.lastErr
+}
+
+// Nodes returns the names of the replica processes running now.
+func (v *VMs) Nodes() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []string
+	for _, n := range v.nodes {
+		if n.running() {
+			out = append(out, n.name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// NodeStatus reads the status of the replica process named name.
+func (v *VMs) NodeStatus(name string) (node.Status, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, n := range v.nodes {
+		if n.name == name && n.running() {
+			st, err := node.ReadStatus(filepath.Join(n.dir, "status.json"))
+			return st, err == nil
+		}
+	}
+	return node.Status{}, false
+}
+
+// LBRunning reports whether the load balancer process runs.
+func (v *VMs) LBRunning() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.lb != nil && v.lb.running()
+}
+
+// Health is the proxy's source of target health: the lb process's own
+// checks, "initial" until it has checked a target.
+func (v *VMs) Health(id string) (string, string, string) {
+	v.mu.Lock()
+	lbp := v.lb
+	v.mu.Unlock()
+	if lbp == nil || !lbp.running() {
+		return "initial", "Elb.RegistrationInProgress", "Target registration is in progress"
+	}
+	st, err := lbproxy.ReadStatus(filepath.Join(v.root, "lb", "status.json"))
+	if err != nil {
+		return "initial", "Elb.RegistrationInProgress", "Target registration is in progress"
+	}
+	t, ok := st.Target(id)
+	if !ok || t.LastChecked.IsZero() {
+		return "initial", "Elb.InitialHealthChecking", "Initial health checks in progress"
+	}
+	if t.Healthy {
+		return "healthy", "", ""
+	}
+	return "unhealthy", "Target.FailedHealthChecks", "Health checks failed: " + t.LastError
+}
+
+type observed struct {
+	instances map[string]ec2types.Instance // running, with data volume attached
+	volumeOf  map[string]string
+	eipIP     string
+	eipAlloc  string
+	eipHolder string
+	lbTargets []string // registered instance IDs
+	lbPort    int32
+	lbOK      bool
+	hcPath    string
+}
+
+func (v *VMs) observe(ctx context.Context) (observed, error) {
+	o := observed{instances: map[string]ec2types.Instance{}, volumeOf: map[string]string{}}
+	vols, err := v.ec2.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{Filters: []ec2types.Filter{{Name: aws.String("tag:" + awsp.TagCluster), Values: []string{v.cluster}}}})
+	if err != nil {
+		return o, err
+	}
+	for _, vol := range vols.Volumes {
+		for _, a := range vol.Attachments {
+			if a.State == ec2types.VolumeAttachmentStateAttached {
+				o.volumeOf[aws.ToString(a.InstanceId)] = aws.ToString(vol.VolumeId)
+			}
+		}
+	}
+	is, err := v.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{{Name: aws.String("tag:" + awsp.TagCluster), Values: []string{v.cluster}}, {Name: aws.String("instance-state-name"), Values: []string{"running"}}}})
+	if err != nil {
+		return o, err
+	}
+	for _, r := range is.Reservations {
+		for _, i := range r.Instances {
+			if o.volumeOf[aws.ToString(i.InstanceId)] != "" {
+				o.instances[aws.ToString(i.InstanceId)] = i
+			}
+		}
+	}
+	as, err := v.ec2.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{Filters: []ec2types.Filter{{Name: aws.String("tag:" + awsp.TagCluster), Values: []string{v.cluster}}}})
+	if err != nil {
+		return o, err
+	}
+	if len(as.Addresses) == 1 {
+		a := as.Addresses[0]
+		o.eipIP, o.eipAlloc, o.eipHolder = aws.ToString(a.PublicIp), aws.ToString(a.AllocationId), aws.ToString(a.InstanceId)
+	}
+	name := awsp.LoadBalancerName(v.cluster)
+	lbs, err := v.elb.DescribeLoadBalancers(ctx, &elb.DescribeLoadBalancersInput{Names: []string{name}})
+	if err != nil || len(lbs.LoadBalancers) == 0 {
+		return o, nil // no load balancer
+	}
+	// What moto ignores, the proxy recorded: was the Elastic IP handed over?
+	create, ok := v.proxy.Last("CreateLoadBalancer")
+	if !ok || create.Params.Get("Name") != name || create.Params.Get("SubnetMappings.member.1.AllocationId") != o.eipAlloc || create.Params.Get("Type") != "network" {
+		return o, nil
+	}
+	ls, err := v.elb.DescribeListeners(ctx, &elb.DescribeListenersInput{LoadBalancerArn: lbs.LoadBalancers[0].LoadBalancerArn})
+	if err != nil || len(ls.Listeners) == 0 || len(ls.Listeners[0].DefaultActions) == 0 {
+		return o, nil
+	}
+	o.lbPort = aws.ToInt32(ls.Listeners[0].Port)
+	tg := ls.Listeners[0].DefaultActions[0].TargetGroupArn
+	th, err := v.elb.DescribeTargetHealth(ctx, &elb.DescribeTargetHealthInput{TargetGroupArn: tg})
+	if err != nil {
+		return o, nil
+	}
+	for _, d := range th.TargetHealthDescriptions {
+		if d.TargetHealth != nil && d.TargetHealth.State == "healthy" { // moto: "healthy" = registered
+			o.lbTargets = append(o.lbTargets, aws.ToString(d.Target.Id))
+		}
+	}
+	sort.Strings(o.lbTargets)
+	o.hcPath = "/"
+	if c, ok := v.proxy.Last("CreateTargetGroup"); ok && c.Params.Get("HealthCheckProtocol") == "HTTPS" {
+		o.hcPath = c.Params.Get("HealthCheckPath")
+	}
+	o.lbOK = true
+	return o, nil
+}
+
+func (v *VMs) reconcile(ctx context.Context) error {
+	o, err := v.observe(ctx)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	// 1. Stop what must not run: nodes of gone instances, the LB.
+	for id, n := range v.nodes {
+		if _, ok := o.instances[id]; !ok || !n.running() {
+			n.stop()
+			delete(v.nodes, id)
+		}
+	}
+	if v.lb != nil && (!o.lbOK || !v.lb.running()) {
+		v.lb.stop()
+		v.lb = nil
+	}
+	// 2. The Elastic IP on the node of the instance it is associated with.
+	eip := ""
+	if o.eipIP != "" {
+		eip = v.toNet(o.eipIP)
+	}
+	for id, n := range v.nodes {
+		want := ""
+		if id == o.eipHolder {
+			want = eip
+		}
+		if n.static != want {
+			if err := os.WriteFile(filepath.Join(n.dir, "static-ip"), []byte(want), 0o600); err != nil {
+				return err
+			}
+			_ = n.cmd.Process.Signal(syscall.SIGHUP)
+			n.static = want
+		}
+	}
+	// 3. Start nodes of new instances.
+	for id, i := range o.instances {
+		if _, ok := v.nodes[id]; ok {
+			continue
+		}
+		n, err := v.startNode(ctx, i, o.volumeOf[id], id == o.eipHolder, eip)
+		if err != nil {
+			return fmt.Errorf("start node for %s: %w", id, err)
+		}
+		v.nodes[id] = n
+	}
+	// 4. The load balancer process.
+	if !o.lbOK {
+		return nil
+	}
+	cfg := lbproxy.Config{
+		Listen:     net.JoinHostPort(eip, strconv.Itoa(int(o.lbPort))),
+		Health:     lbproxy.HealthConfig{Path: o.hcPath, Interval: lbproxy.Duration{Duration: 100 * time.Millisecond}, Timeout: lbproxy.Duration{Duration: time.Second}, HealthyThreshold: 1, UnhealthyThreshold: 2, CAFile: v.caFile},
+		StatusFile: filepath.Join(v.root, "lb", "status.json"),
+		PIDFile:    filepath.Join(v.root, "lb", "lb.pid"),
+	}
+	for _, id := range o.lbTargets {
+		i, ok := o.instances[id]
+		if !ok {
+			continue
+		}
+		cfg.Targets = append(cfg.Targets, lbproxy.Target{Name: id, Address: net.JoinHostPort(v.toNet(aws.ToString(i.PrivateIpAddress)), strconv.Itoa(providers.APIServerPort))})
+	}
+	path := filepath.Join(v.root, "lb", "config.json")
+	changed := !slices.Equal(cfg.Targets, v.lbCfg.Targets) || cfg.Listen != v.lbCfg.Listen || cfg.Health.Path != v.lbCfg.Health.Path
+	if changed || v.lb == nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return err
+		}
+		if err := lbproxy.WriteConfig(path, cfg); err != nil {
+			return err
+		}
+		v.lbCfg = cfg
+	}
+	if v.lb == nil {
+		for _, n := range v.nodes {
+			if n.static == eip && eip != "" {
+				return nil // a node still holds the address
+			}
+		}
+		p, err := startProc(filepath.Dir(path), "lb.log", v.bin, "lb", "--config", path)
+		if err != nil {
+			return err
+		}
+		v.lb = p
+	} else if changed {
+		_ = v.lb.cmd.Process.Signal(syscall.SIGHUP)
+	}
+	return nil
+}
+
+func (v *VMs) startNode(ctx context.Context, i ec2types.Instance, vol string, holder bool, eip string) (*proc, error) {
+	id := aws.ToString(i.InstanceId)
+	attr, err := v.ec2.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: aws.String(id), Attribute: ec2types.InstanceAttributeNameUserData})
+	if err != nil {
+		return nil, err
+	}
+	ud, err := base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value))
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := awsp.DecodeUserData(ud)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(v.root, "instances", id)
+	certDir := filepath.Join(dir, "certs")
+	dataDir := filepath.Join(v.root, "volumes", vol)
+	for _, d := range []string{certDir, dataDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	for f, b := range tmpl.Files {
+		if err := os.WriteFile(filepath.Join(certDir, f), b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	name := ""
+	for _, t := range i.Tags {
+		if aws.ToString(t.Key) == awsp.TagName {
+			name = aws.ToString(t.Value)
+		}
+	}
+	static := ""
+	if holder {
+		static = eip
+	}
+	if err := os.WriteFile(filepath.Join(dir, "static-ip"), []byte(static), 0o600); err != nil {
+		return nil, err
+	}
+	env := map[string]string{}
+	for k, val := range tmpl.Env {
+		env[k] = val
+	}
+	file := func(f string) string { return filepath.Join(certDir, f) }
+	for k, val := range map[string]string{
+		node.KeyNodeName:           name,
+		node.KeyNodeAddress:        v.toNet(aws.ToString(i.PrivateIpAddress)),
+		node.KeyEtcdCACert:         file(providers.FileCACert),
+		node.KeyEtcdPeerCert:       file(providers.FileEtcdPeerCert),
+		node.KeyEtcdPeerKey:        file(providers.FileEtcdPeerKey),
+		node.KeyEtcdServerCert:     file(providers.FileEtcdServerCert),
+		node.KeyEtcdServerKey:      file(providers.FileEtcdServerKey),
+		node.KeyAPIServerCert:      file(providers.FileAPIServerCert),
+		node.KeyAPIServerKey:       file(providers.FileAPIServerKey),
+		node.KeyKubeVersion:        tmpl.Version,
+		node.KeyAPIServerExtraArgs: strings.Join(tmpl.ExtraArgs, " "),
+		node.KeyDataDir:            dataDir,
+		node.KeyStaticIPFile:       filepath.Join(dir, "static-ip"),
+		node.KeyPIDFile:            filepath.Join(dir, "node.pid"),
+		node.KeyStatusFile:         filepath.Join(dir, "status.json"),
+		node.KeyEtcdClientPort:     strconv.Itoa(providers.EtcdClientPort),
+		node.KeyEtcdPeerPort:       strconv.Itoa(providers.EtcdPeerPort),
+		node.KeyAPIServerPort:      strconv.Itoa(providers.APIServerPort),
+	} {
+		env[k] = val
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s='%s'\n", k, strings.ReplaceAll(env[k], "'", `'\''`))
+	}
+	envPath := filepath.Join(dir, "env")
+	if err := os.WriteFile(envPath, []byte(b.String()), 0o600); err != nil {
+		return nil, err
+	}
+	p, err := startProc(dir, "node.log", v.bin, "replica", "--env-file", envPath)
+	if err != nil {
+		return nil, err
+	}
+	p.name, p.volume, p.static = name, vol, static
+	return p, nil
+}

@@ -1,0 +1,358 @@
+package aws_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
+	"github.com/aws/aws-sdk-go-v2/service/route53"
+
+	awsp "github.com/hamaster/hamaster/providers/aws"
+	"github.com/hamaster/hamaster/providers/aws/awstest"
+	"github.com/hamaster/hamaster/workflows"
+)
+
+// env is one moto cluster plus what the workflows need.
+type env struct {
+	t   *testing.T
+	c   *awstest.Cluster
+	mu  sync.Mutex
+	out strings.Builder
+}
+
+const dnsKind = "route53"
+
+func (e *env) dnsName() string { return "api." + e.c.Name + ".example.test." }
+
+func (e *env) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.out.Write(p)
+}
+
+func (e *env) deps(after func(string) error) *workflows.Deps {
+	return &workflows.Deps{Provider: e.c.Provider, Cluster: e.c.Name, StateDir: e.c.Settings.StateDir, Sink: workflows.Discard{}, Out: e, AfterStep: after, Holder: "test"}
+}
+
+func (e *env) add(ctx context.Context, name string, after func(string) error) error {
+	d := e.deps(after)
+	return workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: name, DNSKind: dnsKind, DNSName: e.dnsName(), Timeout: time.Minute}), workflows.Options{})
+}
+
+func (e *env) remove(ctx context.Context, name string, after func(string) error) error {
+	d := e.deps(after)
+	return workflows.Execute(ctx, d, workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Timeout: time.Minute}),
+		workflows.Options{Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}})
+}
+
+// assertConverged checks the workflows' view (replicas, members, LB
+// targets, static IP holder, journal) and AWS's (nothing orphaned: live
+// instances, data volumes, Elastic IP association, load balancer, target
+// group, DNS record) against want, and that one node runs per replica.
+func (e *env) assertConverged(ctx context.Context, want ...string) {
+	t := e.t
+	t.Helper()
+	sort.Strings(want)
+	rep, err := workflows.Status(ctx, e.deps(nil))
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	var names, members []string
+	for _, r := range rep.Replicas {
+		names = append(names, r.Name)
+		if !r.Healthy {
+			t.Errorf("replica %s unhealthy: %s", r.Name, r.Error)
+		}
+	}
+	for _, m := range rep.Members {
+		members = append(members, m.Name)
+		if m.Learner || !m.Healthy {
+			t.Errorf("member %s learner=%v healthy=%v", m.Name, m.Learner, m.Healthy)
+		}
+	}
+	sort.Strings(members)
+	if !slices.Equal(names, want) || !slices.Equal(members, want) {
+		t.Errorf("replicas %v, members %v, want %v (%s)", names, members, want, rep.MembersError)
+	}
+	c := e.c
+	lbs, _ := c.ELB.DescribeLoadBalancers(ctx, &elb.DescribeLoadBalancersInput{})
+	tgs, _ := c.ELB.DescribeTargetGroups(ctx, &elb.DescribeTargetGroupsInput{})
+	addrs, err := c.EC2.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{AllocationIds: []string{c.EIPAllocation}})
+	if err != nil || len(addrs.Addresses) != 1 {
+		t.Fatalf("Elastic IP: %v", err)
+	}
+	eip := addrs.Addresses[0]
+	switch {
+	case len(want) == 1:
+		if len(lbs.LoadBalancers) != 0 || len(tgs.TargetGroups) != 0 {
+			t.Errorf("one replica but %d load balancers and %d target groups", len(lbs.LoadBalancers), len(tgs.TargetGroups))
+		}
+		if rep.StaticIPHolder != want[0] || aws.ToString(eip.InstanceId) == "" {
+			t.Errorf("static IP held by %q (instance %q), want %s", rep.StaticIPHolder, aws.ToString(eip.InstanceId), want[0])
+		}
+	default:
+		if len(lbs.LoadBalancers) != 1 || len(tgs.TargetGroups) != 1 {
+			t.Errorf("%d replicas but %d load balancers and %d target groups", len(want), len(lbs.LoadBalancers), len(tgs.TargetGroups))
+		}
+		if aws.ToString(eip.AssociationId) != "" {
+			t.Errorf("Elastic IP still associated with %s while the NLB owns it", aws.ToString(eip.InstanceId))
+		}
+		if rep.LB == nil {
+			t.Fatalf("no load balancer in status")
+		}
+		var targets []string
+		for _, tg := range rep.LB.Targets {
+			targets = append(targets, tg.Name)
+			if !tg.Healthy || tg.Draining {
+				t.Errorf("LB target %+v not serving", tg)
+			}
+		}
+		sort.Strings(targets)
+		if !slices.Equal(targets, want) {
+			t.Errorf("LB targets %v, want %v", targets, want)
+		}
+	}
+	is, err := c.EC2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
+		{Name: aws.String("tag:" + awsp.TagCluster), Values: []string{c.Name}},
+		{Name: aws.String("instance-state-name"), Values: []string{"pending", "running", "stopping", "stopped"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live []string
+	for _, r := range is.Reservations {
+		for _, i := range r.Instances {
+			for _, tg := range i.Tags {
+				if aws.ToString(tg.Key) == awsp.TagName {
+					live = append(live, aws.ToString(tg.Value))
+				}
+			}
+		}
+	}
+	sort.Strings(live)
+	if !slices.Equal(live, want) {
+		t.Errorf("live instances %v, want %v", live, want)
+	}
+	vols, err := c.EC2.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{Filters: []ec2types.Filter{{Name: aws.String("tag:" + awsp.TagRole), Values: []string{"data"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var volOf []string
+	for _, v := range vols.Volumes {
+		for _, tg := range v.Tags {
+			if aws.ToString(tg.Key) == awsp.TagReplica {
+				volOf = append(volOf, aws.ToString(tg.Value))
+			}
+		}
+		if v.State != ec2types.VolumeStateInUse {
+			t.Errorf("data volume %s is %s, not in use", aws.ToString(v.VolumeId), v.State)
+		}
+	}
+	sort.Strings(volOf)
+	if !slices.Equal(volOf, want) {
+		t.Errorf("data volumes of %v, want %v", volOf, want)
+	}
+	if ep, _ := workflows.LoadEndpoint(c.Settings.StateDir, c.Name); ep.DNSName != "" {
+		rr, err := c.R53.ListResourceRecordSets(ctx, &route53.ListResourceRecordSetsInput{HostedZoneId: aws.String(c.ZoneID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a []string
+		for _, r := range rr.ResourceRecordSets {
+			if r.Type == "A" {
+				for _, v := range r.ResourceRecords {
+					a = append(a, aws.ToString(r.Name)+"="+aws.ToString(v.Value))
+				}
+			}
+		}
+		if w := []string{e.dnsName() + "=" + c.EIPPublicIP}; !slices.Equal(a, w) {
+			t.Errorf("A records %v, want %v", a, w)
+		}
+	}
+	if got := c.VMs.Nodes(); !slices.Equal(got, want) {
+		t.Errorf("node processes %v, want %v (vms: %v)", got, want, c.VMs.LastError())
+	}
+	b, _ := os.ReadFile(filepath.Join(c.Settings.StateDir, c.Name, "aws", "addresses.json"))
+	for _, n := range want {
+		if n != c.Master && !strings.Contains(string(b), `"`+n+`"`) {
+			t.Errorf("no address reservation for %s", n)
+		}
+	}
+	if j, _ := workflows.NewJournalStore(c.Settings.StateDir, c.Name).Load(); j != nil && !j.Finished {
+		t.Errorf("journal unfinished: %s at %+v", j.Workflow, j.Steps)
+	}
+}
+
+// TestAddRemove1to3to1 grows the cluster 1→3 (the first add promotes the
+// Elastic IP to an NLB) and shrinks it 3→1 (the last remove demotes it),
+// with throttling, 5xx, an invisible new instance, PENDING DNS changes and
+// targets initial/unhealthy before healthy injected, and checks what moto
+// ignores from the recorded requests.
+func TestAddRemove1to3to1(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, c: awstest.Up(t, "e2e", awstest.Options{})}
+	c := e.c
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	px := c.Proxy
+	px.InvisibleAfterRun(3)
+	px.PendingChanges(2)
+	for _, f := range []struct {
+		action, kind string
+		n            int
+	}{
+		{"DescribeInstances", awstest.FaultThrottle, 2},
+		{"RunInstances", awstest.Fault5xx, 1},
+		{"CreateLoadBalancer", awstest.FaultThrottle, 1},
+		{"RegisterTargets", awstest.Fault5xx, 1},
+		{"DescribeTargetHealth", awstest.FaultThrottle, 2},
+		{"ChangeResourceRecordSets", awstest.FaultThrottle, 1},
+		{"GetChange", awstest.Fault5xx, 1},
+		{"DisassociateAddress", awstest.Fault5xx, 1},
+	} {
+		px.Inject(f.action, f.kind, f.n)
+	}
+	names := []string{"e2e-master-a01", "e2e-master-a02"}
+	for _, n := range names {
+		mark := px.Mark()
+		start := time.Now()
+		if err := e.add(ctx, n, nil); err != nil {
+			t.Fatalf("add %s: %v (vms: %v)", n, err, c.VMs.LastError())
+		}
+		t.Logf("add %s: %s, API calls %s", n, time.Since(start).Round(time.Millisecond), awstest.FormatCounts(px.CountsSince(mark)))
+	}
+	e.assertConverged(ctx, c.Master, names[0], names[1])
+
+	// What moto ignores, checked on the requests themselves.
+	lbc, ok := px.Last("CreateLoadBalancer")
+	if !ok {
+		t.Fatal("no CreateLoadBalancer call")
+	}
+	for k, want := range map[string]string{
+		"Type": "network", "Scheme": "internet-facing",
+		"SubnetMappings.member.1.AllocationId": c.EIPAllocation,
+		"SubnetMappings.member.1.SubnetId":     c.Subnet,
+		"Subnets.member.1":                     "",
+		"SubnetMappings.member.2.SubnetId":     "",
+	} {
+		if got := lbc.Params.Get(k); got != want {
+			t.Errorf("CreateLoadBalancer %s = %q, want %q", k, got, want)
+		}
+	}
+	tgc, _ := px.Last("CreateTargetGroup")
+	for k, want := range map[string]string{
+		"Protocol": "TCP", "Port": "6443", "TargetType": "instance",
+		"HealthCheckProtocol": "HTTPS", "HealthCheckPath": "/readyz", "HealthCheckPort": "6443",
+	} {
+		if got := tgc.Params.Get(k); got != want {
+			t.Errorf("CreateTargetGroup %s = %q, want %q", k, got, want)
+		}
+	}
+	if assoc, ok := px.Last("AssociateAddress"); ok && assoc.Params.Get("AllowReassociation") == "true" {
+		t.Errorf("AssociateAddress with AllowReassociation=true")
+	}
+	served, faults := px.Served(), px.Faults()
+	t.Logf("injected faults %v; served by the proxy %v", faults, served)
+	if served["invisible"] == 0 || served["PENDING"] == 0 || served["initial"] == 0 || served["healthy"] == 0 {
+		t.Errorf("the proxy did not serve every production behaviour: %v", served)
+	}
+	if faults[awstest.FaultThrottle] == 0 || faults[awstest.Fault5xx] == 0 {
+		t.Errorf("faults not injected: %v", faults)
+	}
+
+	for i := len(names) - 1; i >= 0; i-- {
+		mark := px.Mark()
+		start := time.Now()
+		if err := e.remove(ctx, names[i], nil); err != nil {
+			t.Fatalf("remove %s: %v", names[i], err)
+		}
+		t.Logf("remove %s: %s, API calls %s", names[i], time.Since(start).Round(time.Millisecond), awstest.FormatCounts(px.CountsSince(mark)))
+	}
+	e.assertConverged(ctx, c.Master)
+	if _, err := os.Stat(filepath.Join(c.Settings.StateDir, c.Name, "aws", "addresses.json")); err == nil {
+		b, _ := os.ReadFile(filepath.Join(c.Settings.StateDir, c.Name, "aws", "addresses.json"))
+		for _, n := range names {
+			if strings.Contains(string(b), n) {
+				t.Errorf("address reservation of %s left behind: %s", n, b)
+			}
+		}
+	}
+}
+
+// TestCrashResume kills add-replica right after each of its steps (and
+// remove-replica after each of its), re-runs it, and checks that the
+// cluster converges with nothing orphaned.
+func TestCrashResume(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, c: awstest.Up(t, "crash", awstest.Options{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	d := e.deps(nil)
+	addSteps := stepNames(workflows.AddReplica(d, workflows.AddParams{}))
+	removeSteps := stepNames(workflows.RemoveReplica(d, workflows.RemoveParams{}))
+	crash := errors.New("simulated crash")
+	crashAfter := func(step string) func(string) error {
+		return func(s string) error {
+			if s == step {
+				return crash
+			}
+			return nil
+		}
+	}
+	// By default the steps that touch AWS; HAMASTER_AWS_FULL_CRASH_MATRIX=1
+	// crashes after every step of both workflows (12 cycles, ~3 min).
+	type pair struct{ add, remove string }
+	pairs := []pair{
+		{workflows.StepCreateVM, "delete-vm"},
+		{workflows.StepPromoteLB, "demote-lb-to-static-ip"},
+		{workflows.StepAddToLB, workflows.StepRemoveFromLB},
+		{workflows.StepDNS, workflows.StepDNS},
+	}
+	if os.Getenv("HAMASTER_AWS_FULL_CRASH_MATRIX") != "" {
+		pairs = nil
+		for i := 0; i < max(len(addSteps), len(removeSteps)); i++ {
+			pairs = append(pairs, pair{addSteps[i%len(addSteps)], removeSteps[i%len(removeSteps)]})
+		}
+	}
+	for i, pr := range pairs {
+		if !slices.Contains(addSteps, pr.add) || !slices.Contains(removeSteps, pr.remove) {
+			t.Fatalf("unknown step in %+v (add %v, remove %v)", pr, addSteps, removeSteps)
+		}
+		name := fmt.Sprintf("crash-master-%03x", i)
+		as, rs := pr.add, pr.remove
+		if err := e.add(ctx, name, crashAfter(as)); !errors.Is(err, crash) {
+			t.Fatalf("add %s crashing after %s: %v", name, as, err)
+		}
+		if err := e.add(ctx, "", nil); err != nil {
+			t.Fatalf("resume add after crash at %s: %v", as, err)
+		}
+		e.assertConverged(ctx, e.c.Master, name)
+		if err := e.remove(ctx, name, crashAfter(rs)); !errors.Is(err, crash) {
+			t.Fatalf("remove %s crashing after %s: %v", name, rs, err)
+		}
+		if err := e.remove(ctx, name, nil); err != nil {
+			t.Fatalf("resume remove after crash at %s: %v", rs, err)
+		}
+		e.assertConverged(ctx, e.c.Master)
+		t.Logf("crash after add step %-24s and remove step %-24s: converged", as, rs)
+	}
+}
+
+func stepNames(wf *workflows.Workflow) []string {
+	var out []string
+	for _, s := range wf.Steps {
+		out = append(out, s.Name)
+	}
+	return out
+}
