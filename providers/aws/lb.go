@@ -423,11 +423,50 @@ func (b *loadBalancer) register(ctx context.Context, tg, name string) error {
 	if len(is) == 0 {
 		return errkind.Errorf(errkind.NotFound, "target %s: no such replica", name)
 	}
+	if err := b.ensureZone(ctx, is[0].zone, is[0].subnet); err != nil {
+		return err
+	}
 	if _, err := b.p.elb.RegisterTargets(ctx, &elb.RegisterTargetsInput{TargetGroupArn: aws.String(tg), Targets: []elbtypes.TargetDescription{{Id: aws.String(is[0].id)}}}); err != nil {
 		return mapErr(err, "register %s (%s) with %s", name, is[0].id, b.tgName())
 	}
 	if _, err := b.p.elb.RemoveTags(ctx, &elb.RemoveTagsInput{ResourceArns: []string{tg}, TagKeys: []string{tagDrainedPrefix + name}}); err != nil {
 		return mapErr(err, "untag drained target %s", name)
+	}
+	return nil
+}
+
+// ensureZone enables the NLB in zone (through subnet) when a target lives
+// there: an NLB only routes to targets in zones it is enabled in (others
+// report Target.NotInUse). The zone is added with SetSubnets, keeping every
+// existing mapping as it is — the Elastic IP stays on the mapping of its
+// own zone, and the new zone's node gets an AWS-assigned address (one
+// Elastic IP per zone at most; clients keep using the cluster's one, and
+// cross-zone load balancing spreads its traffic over every zone).
+func (b *loadBalancer) ensureZone(ctx context.Context, zone, subnet string) error {
+	out, err := b.p.elb.DescribeLoadBalancers(ctx, &elb.DescribeLoadBalancersInput{Names: []string{b.lbName()}})
+	if err != nil || len(out.LoadBalancers) == 0 {
+		return mapErr(err, "describe load balancer %s", b.lbName())
+	}
+	l := out.LoadBalancers[0]
+	var mappings []elbtypes.SubnetMapping
+	for _, az := range l.AvailabilityZones {
+		if aws.ToString(az.ZoneName) == zone || aws.ToString(az.SubnetId) == subnet {
+			return nil
+		}
+		m := elbtypes.SubnetMapping{SubnetId: az.SubnetId}
+		for _, a := range az.LoadBalancerAddresses {
+			if a.AllocationId != nil {
+				m.AllocationId = a.AllocationId
+			}
+		}
+		mappings = append(mappings, m)
+	}
+	if zone == "" || subnet == "" || len(mappings) == 0 {
+		return nil // nothing known to compare: leave the LB as it is
+	}
+	mappings = append(mappings, elbtypes.SubnetMapping{SubnetId: aws.String(subnet)})
+	if _, err := b.p.elb.SetSubnets(ctx, &elb.SetSubnetsInput{LoadBalancerArn: l.LoadBalancerArn, SubnetMappings: mappings}); err != nil {
+		return mapErr(err, "enable %s in zone %s (subnet %s)", b.lbName(), zone, subnet)
 	}
 	return nil
 }
