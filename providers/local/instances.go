@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/local/node"
+	"github.com/hamaster/hamaster/providers/local/vm"
 )
 
 // instances implements providers.Instances with hamaster-node processes.
@@ -195,17 +194,8 @@ func (in *instances) boot(ctx context.Context, name string, tmpl providers.Templ
 		return err
 	}
 	dir := in.p.l.replica(name)
-	certDir := filepath.Join(dir, "certs")
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("state dir not writable: %w", err)
-	}
-	for fname, data := range tmpl.Files {
-		if strings.ContainsAny(fname, "/\\") {
-			return errkind.Errorf(errkind.InvalidArgument, "template file name %q must be a base name", fname)
-		}
-		if err := fsutil.WriteFileAtomic(filepath.Join(certDir, fname), data, 0o600); err != nil {
-			return err
-		}
 	}
 	b, err := json.MarshalIndent(tmpl, "", "  ")
 	if err != nil {
@@ -214,41 +204,11 @@ func (in *instances) boot(ctx context.Context, name string, tmpl providers.Templ
 	if err := fsutil.WriteFileAtomic(in.p.l.rfile(name, "template.json"), b, 0o600); err != nil {
 		return err
 	}
-	env := map[string]string{}
-	for k, v := range tmpl.Env {
-		env[k] = v
-	}
-	file := func(f string) string { return filepath.Join(certDir, f) }
-	for k, v := range map[string]string{
-		node.KeyNodeName:           name,
-		node.KeyNodeAddress:        addr,
-		node.KeyEtcdCACert:         file(providers.FileCACert),
-		node.KeyEtcdPeerCert:       file(providers.FileEtcdPeerCert),
-		node.KeyEtcdPeerKey:        file(providers.FileEtcdPeerKey),
-		node.KeyEtcdServerCert:     file(providers.FileEtcdServerCert),
-		node.KeyEtcdServerKey:      file(providers.FileEtcdServerKey),
-		node.KeyAPIServerCert:      file(providers.FileAPIServerCert),
-		node.KeyAPIServerKey:       file(providers.FileAPIServerKey),
-		node.KeyKubeVersion:        tmpl.Version,
-		node.KeyAPIServerExtraArgs: strings.Join(tmpl.ExtraArgs, " "),
-		node.KeyDataDir:            filepath.Join(dir, "data"),
-		node.KeyStaticIPFile:       in.p.l.rfile(name, "static-ip"),
-		node.KeyPIDFile:            in.p.l.rfile(name, "node.pid"),
-		node.KeyStatusFile:         in.p.l.rfile(name, "status.json"),
-		node.KeyEtcdClientPort:     strconv.Itoa(providers.EtcdClientPort),
-		node.KeyEtcdPeerPort:       strconv.Itoa(providers.EtcdPeerPort),
-		node.KeyAPIServerPort:      strconv.Itoa(providers.APIServerPort),
-	} {
-		env[k] = v
-	}
-	envPath := in.p.l.rfile(name, "env")
-	if err := fsutil.WriteFileAtomic(envPath, renderEnv(env), 0o600); err != nil {
+	layout := vm.Layout{Dir: dir, DataDir: filepath.Join(dir, "data")}
+	envPath, err := vm.Prepare(layout, name, addr, tmpl)
+	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
-		return err
-	}
-	_ = os.Remove(in.p.l.rfile(name, "status.json"))
 	bin, err := in.p.nodeBinary()
 	if err != nil {
 		return err
@@ -277,20 +237,4 @@ func (in *instances) boot(ctx context.Context, name string, tmpl providers.Templ
 		}
 		return false, nil
 	})
-}
-
-// renderEnv writes KEY='value' lines, sorted, in the kube-env style the
-// node reads.
-func renderEnv(env map[string]string) []byte {
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	b.WriteString("# written by hamaster's local provider: this replica's \"kube-env\"\n")
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s='%s'\n", k, strings.ReplaceAll(env[k], "'", `'\''`))
-	}
-	return []byte(b.String())
 }

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -25,6 +24,7 @@ import (
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/local/lbproxy"
 	"github.com/hamaster/hamaster/providers/local/node"
+	"github.com/hamaster/hamaster/providers/local/vm"
 )
 
 // VMs plays EC2's and ELBv2's data plane for one cluster: it polls moto
@@ -389,18 +389,6 @@ func (v *VMs) startNode(ctx context.Context, i ec2types.Instance, vol string, ho
 		return nil, err
 	}
 	dir := filepath.Join(v.root, "instances", id)
-	certDir := filepath.Join(dir, "certs")
-	dataDir := filepath.Join(v.root, "volumes", vol)
-	for _, d := range []string{certDir, dataDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, err
-		}
-	}
-	for f, b := range tmpl.Files {
-		if err := os.WriteFile(filepath.Join(certDir, f), b, 0o600); err != nil {
-			return nil, err
-		}
-	}
 	name := ""
 	for _, t := range i.Tags {
 		if aws.ToString(t.Key) == awsp.TagName {
@@ -411,47 +399,12 @@ func (v *VMs) startNode(ctx context.Context, i ec2types.Instance, vol string, ho
 	if holder {
 		static = eip
 	}
-	if err := os.WriteFile(filepath.Join(dir, "static-ip"), []byte(static), 0o600); err != nil {
+	layout := vm.Layout{Dir: dir, DataDir: filepath.Join(v.root, "volumes", vol)}
+	envPath, err := vm.Prepare(layout, name, v.toNet(aws.ToString(i.PrivateIpAddress)), tmpl)
+	if err != nil {
 		return nil, err
 	}
-	env := map[string]string{}
-	for k, val := range tmpl.Env {
-		env[k] = val
-	}
-	file := func(f string) string { return filepath.Join(certDir, f) }
-	for k, val := range map[string]string{
-		node.KeyNodeName:           name,
-		node.KeyNodeAddress:        v.toNet(aws.ToString(i.PrivateIpAddress)),
-		node.KeyEtcdCACert:         file(providers.FileCACert),
-		node.KeyEtcdPeerCert:       file(providers.FileEtcdPeerCert),
-		node.KeyEtcdPeerKey:        file(providers.FileEtcdPeerKey),
-		node.KeyEtcdServerCert:     file(providers.FileEtcdServerCert),
-		node.KeyEtcdServerKey:      file(providers.FileEtcdServerKey),
-		node.KeyAPIServerCert:      file(providers.FileAPIServerCert),
-		node.KeyAPIServerKey:       file(providers.FileAPIServerKey),
-		node.KeyKubeVersion:        tmpl.Version,
-		node.KeyAPIServerExtraArgs: strings.Join(tmpl.ExtraArgs, " "),
-		node.KeyDataDir:            dataDir,
-		node.KeyStaticIPFile:       filepath.Join(dir, "static-ip"),
-		node.KeyPIDFile:            filepath.Join(dir, "node.pid"),
-		node.KeyStatusFile:         filepath.Join(dir, "status.json"),
-		node.KeyEtcdClientPort:     strconv.Itoa(providers.EtcdClientPort),
-		node.KeyEtcdPeerPort:       strconv.Itoa(providers.EtcdPeerPort),
-		node.KeyAPIServerPort:      strconv.Itoa(providers.APIServerPort),
-	} {
-		env[k] = val
-	}
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s='%s'\n", k, strings.ReplaceAll(env[k], "'", `'\''`))
-	}
-	envPath := filepath.Join(dir, "env")
-	if err := os.WriteFile(envPath, []byte(b.String()), 0o600); err != nil {
+	if err := os.WriteFile(layout.StaticIPFile(), []byte(static), 0o600); err != nil {
 		return nil, err
 	}
 	p, err := startProc(dir, "node.log", v.bin, "replica", "--env-file", envPath)

@@ -1,0 +1,111 @@
+// Package vm prepares what a hamaster-node replica boots from — what a
+// cloud VM's boot scripts derive from its metadata: the certificate files
+// and the env file (the template's kube-env plus the runtime keys: name,
+// address, file paths, ports). The local provider and the cloud fakes'
+// test harnesses boot replicas through it, so every "VM" boots the same way.
+package vm
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/fsutil"
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/local/node"
+)
+
+// Layout names the files of one booted replica.
+type Layout struct {
+	// Dir holds certs/, env, static-ip, node.pid, status.json, node.log.
+	Dir string
+	// DataDir is the persistent disk (etcd's data lives under it).
+	DataDir string
+}
+
+// EnvFile is the env file the node reads (--env-file).
+func (l Layout) EnvFile() string { return filepath.Join(l.Dir, "env") }
+
+// StaticIPFile is the "access config": the static IP the node also binds.
+func (l Layout) StaticIPFile() string { return filepath.Join(l.Dir, "static-ip") }
+
+// PIDFile is written by the node at start.
+func (l Layout) PIDFile() string { return filepath.Join(l.Dir, "node.pid") }
+
+// StatusFile is the node's JSON status.
+func (l Layout) StatusFile() string { return filepath.Join(l.Dir, "status.json") }
+
+// LogFile receives the node's output.
+func (l Layout) LogFile() string { return filepath.Join(l.Dir, "node.log") }
+
+func (l Layout) certDir() string { return filepath.Join(l.Dir, "certs") }
+
+// Prepare writes tmpl's certificate files and the env file for replica
+// name on address, creates the data dir, and removes a stale status file.
+// It returns the env file's path.
+func Prepare(l Layout, name, address string, tmpl providers.Template) (string, error) {
+	for _, d := range []string{l.certDir(), l.DataDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return "", fmt.Errorf("prepare replica %s: %w", name, err)
+		}
+	}
+	for fname, data := range tmpl.Files {
+		if fname == "" || strings.ContainsAny(fname, "/\\") || fname == "." || fname == ".." {
+			return "", errkind.Errorf(errkind.InvalidArgument, "template file name %q must be a base name", fname)
+		}
+		if err := fsutil.WriteFileAtomic(filepath.Join(l.certDir(), fname), data, 0o600); err != nil {
+			return "", err
+		}
+	}
+	env := make(map[string]string, len(tmpl.Env)+20)
+	for k, v := range tmpl.Env {
+		env[k] = v
+	}
+	file := func(f string) string { return filepath.Join(l.certDir(), f) }
+	for k, v := range map[string]string{
+		node.KeyNodeName:           name,
+		node.KeyNodeAddress:        address,
+		node.KeyEtcdCACert:         file(providers.FileCACert),
+		node.KeyEtcdPeerCert:       file(providers.FileEtcdPeerCert),
+		node.KeyEtcdPeerKey:        file(providers.FileEtcdPeerKey),
+		node.KeyEtcdServerCert:     file(providers.FileEtcdServerCert),
+		node.KeyEtcdServerKey:      file(providers.FileEtcdServerKey),
+		node.KeyAPIServerCert:      file(providers.FileAPIServerCert),
+		node.KeyAPIServerKey:       file(providers.FileAPIServerKey),
+		node.KeyKubeVersion:        tmpl.Version,
+		node.KeyAPIServerExtraArgs: strings.Join(tmpl.ExtraArgs, " "),
+		node.KeyDataDir:            l.DataDir,
+		node.KeyStaticIPFile:       l.StaticIPFile(),
+		node.KeyPIDFile:            l.PIDFile(),
+		node.KeyStatusFile:         l.StatusFile(),
+		node.KeyEtcdClientPort:     strconv.Itoa(providers.EtcdClientPort),
+		node.KeyEtcdPeerPort:       strconv.Itoa(providers.EtcdPeerPort),
+		node.KeyAPIServerPort:      strconv.Itoa(providers.APIServerPort),
+	} {
+		env[k] = v
+	}
+	if err := fsutil.WriteFileAtomic(l.EnvFile(), RenderEnv(env), 0o600); err != nil {
+		return "", err
+	}
+	_ = os.Remove(l.StatusFile())
+	return l.EnvFile(), nil
+}
+
+// RenderEnv writes KEY='value' lines, sorted, in the kube-env style the
+// node reads (single quotes escaped as '\'').
+func RenderEnv(env map[string]string) []byte {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s='%s'\n", k, strings.ReplaceAll(env[k], "'", `'\''`))
+	}
+	return []byte(b.String())
+}

@@ -1,0 +1,62 @@
+package vm
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/local/node"
+)
+
+func TestPrepareWritesWhatTheNodeReads(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l := Layout{Dir: filepath.Join(dir, "inst"), DataDir: filepath.Join(dir, "disk")}
+	tmpl := providers.Template{
+		Version: "v1.30.2", ExtraArgs: []string{"--v=2", "--feature-gates=A=true"},
+		Env:   map[string]string{providers.EnvInitialEtcdCluster: "m=https://127.0.9.2:2380", "QUOTED": "it's"},
+		Files: map[string][]byte{providers.FileCACert: []byte("ca")},
+	}
+	path, err := Prepare(l, "m", "127.0.9.2", tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	env, err := node.ParseEnv(f)
+	if err != nil {
+		t.Fatalf("the node cannot parse the env file: %v", err)
+	}
+	want := map[string]string{
+		node.KeyNodeName: "m", node.KeyNodeAddress: "127.0.9.2", node.KeyKubeVersion: "v1.30.2",
+		node.KeyAPIServerExtraArgs: "--v=2 --feature-gates=A=true", node.KeyDataDir: l.DataDir,
+		providers.EnvInitialEtcdCluster: "m=https://127.0.9.2:2380", "QUOTED": "it's",
+		node.KeyEtcdCACert: filepath.Join(l.Dir, "certs", providers.FileCACert),
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+	if b, err := os.ReadFile(env[node.KeyEtcdCACert]); err != nil || string(b) != "ca" {
+		t.Errorf("certificate file: %q %v", b, err)
+	}
+	if st, err := os.Stat(l.DataDir); err != nil || !st.IsDir() {
+		t.Errorf("data dir: %v", err)
+	}
+}
+
+func TestPrepareRefusesPathsInFileNames(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, bad := range []string{"../x", "a/b", "..", ""} {
+		_, err := Prepare(Layout{Dir: dir, DataDir: filepath.Join(dir, "d")}, "m", "127.0.0.2", providers.Template{Files: map[string][]byte{bad: nil}})
+		if err == nil {
+			t.Errorf("file name %q accepted", bad)
+		}
+	}
+}
