@@ -62,7 +62,7 @@ func EncodeUserData(t providers.Template) ([]byte, error) {
 		_, err = pw.Write(body)
 		return err
 	}
-	if err := part(partEnv, "text/x-kube-env", renderEnv(env)); err != nil {
+	if err := part(partEnv, "text/x-kube-env", node.RenderEnv(env)); err != nil {
 		return nil, err
 	}
 	names := make([]string, 0, len(t.Files))
@@ -150,18 +150,4 @@ func DecodeUserData(b []byte) (providers.Template, error) {
 		}
 	}
 	return t, nil
-}
-
-// renderEnv writes KEY='value' lines, sorted (kube-env style).
-func renderEnv(env map[string]string) []byte {
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s='%s'\n", k, strings.ReplaceAll(env[k], "'", `'\''`))
-	}
-	return []byte(b.String())
 }

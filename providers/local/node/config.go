@@ -270,21 +270,25 @@ func (c Config) Env() map[string]string {
 // WriteEnvFile writes c as an env file (sorted keys, values single-quoted)
 // atomically: a temporary file in the same directory renamed over path.
 func WriteEnvFile(path string, c Config) error {
-	env := c.Env()
+	if err := writeFileAtomic(path, RenderEnv(c.Env()), 0o600); err != nil {
+		return fmt.Errorf("write env file: %w", err)
+	}
+	return nil
+}
+
+// RenderEnv renders env as sorted KEY='value' lines (single quotes written
+// as '\”), the kube-env form ParseEnv reads back.
+func RenderEnv(env map[string]string) []byte {
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	var b bytes.Buffer
-	b.WriteString("# hamaster replica environment (kube-env)\n")
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s='%s'\n", k, strings.ReplaceAll(env[k], `'`, `'\''`))
 	}
-	if err := writeFileAtomic(path, b.Bytes(), 0o600); err != nil {
-		return fmt.Errorf("write env file: %w", err)
-	}
-	return nil
+	return b.Bytes()
 }
 
 // ConfigFromEnv builds and validates a Config from env-file keys. Unknown

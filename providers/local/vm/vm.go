@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -88,24 +87,9 @@ func Prepare(l Layout, name, address string, tmpl providers.Template) (string, e
 	} {
 		env[k] = v
 	}
-	if err := fsutil.WriteFileAtomic(l.EnvFile(), RenderEnv(env), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(l.EnvFile(), node.RenderEnv(env), 0o600); err != nil {
 		return "", err
 	}
 	_ = os.Remove(l.StatusFile())
 	return l.EnvFile(), nil
-}
-
-// RenderEnv writes KEY='value' lines, sorted, in the kube-env style the
-// node reads (single quotes escaped as '\'').
-func RenderEnv(env map[string]string) []byte {
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s='%s'\n", k, strings.ReplaceAll(env[k], "'", `'\''`))
-	}
-	return []byte(b.String())
 }
