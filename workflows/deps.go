@@ -45,7 +45,7 @@ type Deps struct {
 func (d *Deps) clusterDir() string { return filepath.Join(d.StateDir, d.Cluster) }
 
 // PKIDir is where the cluster's CA and issued certificates are kept.
-func PKIDir(stateDir, cluster string) string { return filepath.Join(stateDir, cluster, "pki") }
+func PKIDir(stateDir, cluster string) string { return providers.PKIDir(stateDir, cluster) }
 
 // CA loads the cluster's CA from the state dir.
 func (d *Deps) CA() (*certs.CA, error) {

@@ -20,7 +20,6 @@ package aws
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -38,7 +37,6 @@ import (
 	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/aws/aws-sdk-go-v2/service/route53"
 
-	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/dns"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
@@ -256,55 +254,15 @@ func (p *Provider) pki() string { return filepath.Join(p.stateDir, p.cluster, "p
 // excluded, with the operator client certificate kept in the state dir's
 // pki (issued from the cluster CA on first use).
 func (p *Provider) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Client, error) {
-	is, err := p.inst.describe(ctx, "")
+	is, err := p.inst.describe(ctx, "") // no user data needed: cheaper than List
 	if err != nil {
 		return nil, err
 	}
-	skip := map[string]bool{}
-	for _, e := range exclude {
-		skip[e] = true
-	}
-	var eps []string
+	rs := make([]providers.Replica, 0, len(is))
 	for _, i := range is {
-		if i.state == providers.StateRunning && !skip[i.name] && i.address != "" {
-			eps = append(eps, providers.ClientURL(i.address))
-		}
+		rs = append(rs, providers.Replica{Name: i.name, Address: i.address, State: i.state})
 	}
-	if len(eps) == 0 {
-		return nil, errkind.Errorf(errkind.FailedPrecondition, "cluster %s: no running replica to reach etcd through (excluding %v)", p.cluster, exclude)
-	}
-	crt, key, err := p.clientCert()
-	if err != nil {
-		return nil, err
-	}
-	return etcdmember.New(ctx, etcdmember.Config{
-		Endpoints: eps,
-		CACert:    filepath.Join(p.pki(), "ca.crt"),
-		Cert:      crt,
-		Key:       key,
-		Logger:    p.log,
-	})
-}
-
-// clientCert returns the operator's etcd client certificate, issuing it
-// from the cluster CA when missing.
-func (p *Provider) clientCert() (string, string, error) {
-	crt, key := filepath.Join(p.pki(), "etcd-client.crt"), filepath.Join(p.pki(), "etcd-client.key")
-	if _, err := os.Stat(crt); err == nil {
-		return crt, key, nil
-	}
-	ca, err := certs.LoadCA(filepath.Join(p.pki(), "ca.crt"), filepath.Join(p.pki(), "ca.key"))
-	if err != nil {
-		return "", "", errkind.Errorf(errkind.FailedPrecondition, "cluster %s: load the cluster CA from %s (copy the master's CA there): %w", p.cluster, p.pki(), err)
-	}
-	pair, err := ca.IssueClient("hamaster", nil, certs.ECDSA)
-	if err != nil {
-		return "", "", fmt.Errorf("issue etcd client certificate: %w", err)
-	}
-	if err := pair.Write(crt, key); err != nil {
-		return "", "", err
-	}
-	return crt, key, nil
+	return providers.OperatorEtcd(ctx, p.stateDir, p.cluster, rs, exclude, p.log)
 }
 
 // waitCtx bounds a waiter by ctx's deadline (the SDK waiters want an

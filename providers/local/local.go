@@ -119,26 +119,7 @@ func (p *Provider) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Cli
 	if err != nil {
 		return nil, err
 	}
-	skip := map[string]bool{}
-	for _, e := range exclude {
-		skip[e] = true
-	}
-	var eps []string
-	for _, r := range rs {
-		if r.Running() && !skip[r.Name] {
-			eps = append(eps, providers.ClientURL(r.Address))
-		}
-	}
-	if len(eps) == 0 {
-		return nil, errkind.Errorf(errkind.FailedPrecondition, "cluster %s: no running replica to reach etcd through (excluding %v)", p.cluster, exclude)
-	}
-	return etcdmember.New(ctx, etcdmember.Config{
-		Endpoints: eps,
-		CACert:    p.caFile(),
-		Cert:      filepath.Join(p.l.pki(), "etcd-client.crt"),
-		Key:       filepath.Join(p.l.pki(), "etcd-client.key"),
-		Logger:    p.log,
-	})
+	return providers.OperatorEtcd(ctx, filepath.Dir(p.l.dir), p.cluster, rs, exclude, p.log)
 }
 
 // nodeBinary finds hamaster-node.

@@ -1,0 +1,395 @@
+package gce_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/providers/gce"
+	"github.com/hamaster/hamaster/providers/gce/gcefake"
+	"github.com/hamaster/hamaster/providers/gce/gcetest"
+	"github.com/hamaster/hamaster/workflows"
+)
+
+const dnsName = "api.example.test."
+
+// env is one cluster on a fake plus what the workflows need.
+type env struct {
+	t  *testing.T
+	c  *gcetest.Cluster
+	mu sync.Mutex
+	sb strings.Builder
+}
+
+func newEnv(t *testing.T, name string, o gcetest.Options) *env {
+	return &env{t: t, c: gcetest.Up(t, name, o)}
+}
+
+func (e *env) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sb.Write(p)
+}
+
+func (e *env) deps(after func(string) error) *workflows.Deps {
+	return &workflows.Deps{Provider: e.c.Provider, Cluster: e.c.Name, StateDir: e.c.Settings.StateDir, Sink: workflows.Discard{}, Out: e, AfterStep: after, Holder: "test"}
+}
+
+func (e *env) add(ctx context.Context, name string, after func(string) error) error {
+	d := e.deps(after)
+	return workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: name, Timeout: time.Minute, DNSKind: "clouddns", DNSName: dnsName}), workflows.Options{})
+}
+
+func (e *env) remove(ctx context.Context, name string, after func(string) error) error {
+	d := e.deps(after)
+	return workflows.Execute(ctx, d, workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Timeout: time.Minute, DrainGrace: 200 * time.Millisecond}),
+		workflows.Options{Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}})
+}
+
+// assertConverged checks replicas, etcd members, LB targets, the DNS
+// record, and that the fake holds exactly the resources and processes of
+// want: nothing leaked.
+func (e *env) assertConverged(ctx context.Context, want ...string) {
+	e.t.Helper()
+	sort.Strings(want)
+	rep, err := workflows.Status(ctx, e.deps(nil))
+	if err != nil {
+		e.t.Fatalf("status: %v", err)
+	}
+	var names, members []string
+	for _, r := range rep.Replicas {
+		names = append(names, r.Name)
+		if !r.Healthy {
+			e.t.Errorf("replica %s unhealthy: %s", r.Name, r.Error)
+		}
+	}
+	for _, m := range rep.Members {
+		members = append(members, m.Name)
+		if m.Learner || !m.Healthy {
+			e.t.Errorf("member %s learner=%v healthy=%v", m.Name, m.Learner, m.Healthy)
+		}
+	}
+	sort.Strings(members)
+	if !slices.Equal(names, want) {
+		e.t.Errorf("replicas %v, want %v", names, want)
+	}
+	if !slices.Equal(members, want) {
+		e.t.Errorf("etcd members %v, want %v (%s)", members, want, rep.MembersError)
+	}
+	f := e.c.Fake
+	lbParts := [][2]string{{"forwardingRules", ""}, {"backendServices", ""}, {"healthChecks", ""}, {"instanceGroups", ""}}
+	switch {
+	case len(want) == 1:
+		if rep.LB != nil {
+			e.t.Errorf("one replica but a load balancer exists: %+v", rep.LB)
+		}
+		if rep.StaticIPHolder != want[0] {
+			e.t.Errorf("static IP attached to %q, want %s", rep.StaticIPHolder, want[0])
+		}
+		for _, part := range lbParts {
+			if got := f.Names(part[0]); len(got) != 0 {
+				e.t.Errorf("LB demoted but %s %v left", part[0], got)
+			}
+		}
+	default:
+		if rep.LB == nil {
+			e.t.Fatalf("%d replicas but no load balancer", len(want))
+		}
+		var targets []string
+		for _, tg := range rep.LB.Targets {
+			targets = append(targets, tg.Name)
+			if !tg.Healthy || tg.Draining {
+				e.t.Errorf("LB target %+v not serving", tg)
+			}
+		}
+		sort.Strings(targets)
+		if !slices.Equal(targets, want) {
+			e.t.Errorf("LB targets %v, want %v", targets, want)
+		}
+	}
+	var disks, addrs []string
+	for _, n := range want {
+		disks = append(disks, n, n+"-pd")
+		addrs = append(addrs, n+"-internal")
+	}
+	addrs = append(addrs, e.c.Name+"-master-ip")
+	sort.Strings(disks)
+	sort.Strings(addrs)
+	if got := f.Names("instances"); !slices.Equal(got, want) {
+		e.t.Errorf("fake instances %v, want %v", got, want)
+	}
+	if got := f.Names("disks"); !slices.Equal(got, disks) {
+		e.t.Errorf("fake disks %v, want %v", got, disks)
+	}
+	if got := f.Names("addresses"); !slices.Equal(got, addrs) {
+		e.t.Errorf("fake addresses %v, want %v", got, addrs)
+	}
+	if nodes, lbs := f.RunningProcesses(); nodes != len(want) || (lbs == 1) != (len(want) > 1) {
+		e.t.Errorf("data plane: %d nodes, %d LB processes; want %d nodes", nodes, lbs, len(want))
+	}
+	if got := f.Records("example-zone", dnsName, "A"); len(got) != 1 || got[0] != e.c.StaticIP {
+		e.t.Errorf("DNS %s A = %v, want [%s]", dnsName, got, e.c.StaticIP)
+	}
+	if j, _ := workflows.NewJournalStore(e.c.Settings.StateDir, e.c.Name).Load(); j != nil && !j.Finished {
+		e.t.Errorf("journal unfinished: %s at %+v", j.Workflow, j.Steps)
+	}
+}
+
+// prober reads /readyz through the static IP in a loop.
+type prober struct {
+	ok, failed atomic.Int64
+	stop, done chan struct{}
+}
+
+func startProber(e *env) *prober {
+	p := &prober{stop: make(chan struct{}), done: make(chan struct{})}
+	client := e.c.HTTP()
+	url := fmt.Sprintf("https://%s:6443/readyz", e.c.StaticIP)
+	go func() {
+		defer close(p.done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+			}
+			resp, err := client.Get(url)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					err = fmt.Errorf("%s", resp.Status)
+				}
+			}
+			if err != nil {
+				p.failed.Add(1)
+			} else {
+				p.ok.Add(1)
+			}
+		}
+	}()
+	return p
+}
+
+func (p *prober) finish() { close(p.stop); <-p.done }
+
+// opWindow is the wall time during which at least one operation of the
+// fake was in flight (the union of their intervals): the critical path
+// of a workflow that waits on each operation in turn.
+func opWindow(stats []gcefake.OpStat) (union, sum time.Duration) {
+	sort.Slice(stats, func(i, j int) bool { return stats[i].Start.Before(stats[j].Start) })
+	var end time.Time
+	for _, s := range stats {
+		sum += s.End.Sub(s.Start)
+		switch {
+		case s.Start.After(end):
+			union += s.End.Sub(s.Start)
+			end = s.End
+		case s.End.After(end):
+			union += s.End.Sub(end)
+			end = s.End
+		}
+	}
+	return union, sum
+}
+
+func total(calls map[string]int) int {
+	n := 0
+	for _, v := range calls {
+		n += v
+	}
+	return n
+}
+
+func callSummary(calls map[string]int) string {
+	var keys []string
+	for k := range calls {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%d", strings.TrimPrefix(k, "compute."), calls[k])
+	}
+	return b.String()
+}
+
+// growShrink runs add 1→3 and remove 3→1 and reports calls and timings.
+func growShrink(t *testing.T, e *env) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	master := e.c.Master
+	names := []string{e.c.Name + "-master-a01", e.c.Name + "-master-a02"}
+	pr := startProber(e)
+	var failedAt []int64
+	for i, n := range names {
+		e.c.Fake.ResetStats()
+		start := time.Now()
+		if err := e.add(ctx, n, nil); err != nil {
+			t.Fatalf("add %s: %v", n, err)
+		}
+		wall := time.Since(start)
+		calls := e.c.Fake.Calls()
+		union, sum := opWindow(e.c.Fake.OpStats())
+		t.Logf("add-replica #%d (%s): %d API calls, wall %v, operations in flight %v (sum %v), wall/critical-path %.2f;%s",
+			i+1, n, total(calls), wall.Round(time.Millisecond), union.Round(time.Millisecond), sum.Round(time.Millisecond), float64(wall)/float64(union), callSummary(calls))
+		failedAt = append(failedAt, pr.failed.Load())
+	}
+	e.assertConverged(ctx, append([]string{master}, names...)...)
+	for i := len(names) - 1; i >= 0; i-- {
+		e.c.Fake.ResetStats()
+		start := time.Now()
+		if err := e.remove(ctx, names[i], nil); err != nil {
+			t.Fatalf("remove %s: %v", names[i], err)
+		}
+		wall := time.Since(start)
+		calls := e.c.Fake.Calls()
+		union, _ := opWindow(e.c.Fake.OpStats())
+		t.Logf("remove-replica (%s): %d API calls, wall %v, operations in flight %v;%s", names[i], total(calls), wall.Round(time.Millisecond), union.Round(time.Millisecond), callSummary(calls))
+		failedAt = append(failedAt, pr.failed.Load())
+	}
+	pr.finish()
+	e.assertConverged(ctx, master)
+	t.Logf("readyz through the static IP: %d ok, %d failed (cumulative failures after each command: %v)", pr.ok.Load(), pr.failed.Load(), failedAt)
+	// Only promotion (first add) and demotion (last remove) may drop requests.
+	if failedAt[1] != failedAt[0] || failedAt[2] != failedAt[1] {
+		t.Errorf("client failures outside promotion/demotion: %v", failedAt)
+	}
+}
+
+func TestGrowAndShrink1to3to1(t *testing.T) {
+	t.Parallel()
+	growShrink(t, newEnv(t, "grow", gcetest.Options{}))
+}
+
+// TestGrowAndShrinkUnderFaults fails every distinct call once, with 429
+// rateLimitExceeded or 503 backendError in turn.
+func TestGrowAndShrinkUnderFaults(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "faults", gcetest.Options{})
+	var n atomic.Int64
+	e.c.Fake.SetFaults(func(c gcefake.Call) *gcefake.Fault {
+		if c.Attempt != 1 {
+			return nil
+		}
+		if n.Add(1)%2 == 0 {
+			return &gcefake.Fault{Code: 503}
+		}
+		return &gcefake.Fault{Code: 429, Reason: "rateLimitExceeded"}
+	})
+	growShrink(t, e)
+	if n.Load() == 0 {
+		t.Fatal("no fault was injected")
+	}
+	t.Logf("%d faults injected", n.Load())
+}
+
+// TestCrashResumeMatrix crashes add-replica and remove-replica right after
+// each step that changes the cloud and re-runs them: the result must be
+// an uninterrupted run's, with nothing leaked in the fake.
+func TestCrashResumeMatrix(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "crash", gcetest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	crash := errors.New("simulated crash")
+	crashAfter := func(step string) func(string) error {
+		return func(s string) error {
+			if s == step {
+				return crash
+			}
+			return nil
+		}
+	}
+	addSteps := []string{workflows.StepReserveAddress, workflows.StepCreateVM, workflows.StepPromoteLB, workflows.StepAddToLB, workflows.StepDNS}
+	removeSteps := []string{workflows.StepRemoveFromLB, workflows.StepRemoveMember, workflows.StepDeleteVM, workflows.StepDemote, workflows.StepDemote}
+	for i, as := range addSteps {
+		rs := removeSteps[i]
+		name := fmt.Sprintf("crash-master-%03x", i)
+		if err := e.add(ctx, name, crashAfter(as)); !errors.Is(err, crash) {
+			t.Fatalf("add %s crashing after %s: %v", name, as, err)
+		}
+		if err := e.add(ctx, "", nil); err != nil {
+			t.Fatalf("resume add after crash at %s: %v", as, err)
+		}
+		e.assertConverged(ctx, e.c.Master, name)
+		if err := e.remove(ctx, name, crashAfter(rs)); !errors.Is(err, crash) {
+			t.Fatalf("remove %s crashing after %s: %v", name, rs, err)
+		}
+		if err := e.remove(ctx, name, nil); err != nil {
+			t.Fatalf("resume remove after crash at %s: %v", rs, err)
+		}
+		e.assertConverged(ctx, e.c.Master)
+		t.Logf("crash after add step %-24s and remove step %-24s: converged", as, rs)
+	}
+	// A crash mid-add, then removing the half-added replica instead.
+	name := "crash-master-half"
+	if err := e.add(ctx, name, crashAfter(workflows.StepCreateVM)); !errors.Is(err, crash) {
+		t.Fatalf("add %s crashing after %s: %v", name, workflows.StepCreateVM, err)
+	}
+	if err := e.remove(ctx, name, nil); err != nil {
+		t.Fatalf("remove half-added %s: %v", name, err)
+	}
+	e.assertConverged(ctx, e.c.Master)
+}
+
+// TestRollingUpgradeRecreate upgrades 3 replicas one by one, each
+// recreated on its data disk with the new template; clients of the LB see
+// no failure; a re-run finds nothing to do.
+func TestRollingUpgradeRecreate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "upg", gcetest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	names := []string{e.c.Master}
+	for i := 1; i <= 2; i++ {
+		n := fmt.Sprintf("upg-master-b%02d", i)
+		if err := e.add(ctx, n, nil); err != nil {
+			t.Fatalf("add %s: %v", n, err)
+		}
+		names = append(names, n)
+	}
+	upgrade := func(version string) error {
+		d := e.deps(nil)
+		return workflows.Execute(ctx, d, workflows.RollingUpgrade(d, workflows.UpgradeParams{
+			Version: version, Strategy: workflows.StrategyRecreate, DrainGrace: 300 * time.Millisecond, HealthTimeout: time.Minute}, 3), workflows.Options{})
+	}
+	before, _ := e.c.Provider.Instances().List(ctx)
+	pr := startProber(e)
+	e.c.Fake.ResetStats()
+	start := time.Now()
+	if err := upgrade("v1.31.0"); err != nil {
+		t.Fatalf("rolling-upgrade: %v", err)
+	}
+	pr.finish()
+	t.Logf("rolling-upgrade of 3 replicas: %v, %d API calls; readyz through the LB: %d ok, %d failed", time.Since(start).Round(time.Millisecond), total(e.c.Fake.Calls()), pr.ok.Load(), pr.failed.Load())
+	if pr.failed.Load() != 0 {
+		t.Errorf("%d client failures through the LB during the upgrade", pr.failed.Load())
+	}
+	after, err := e.c.Provider.Instances().List(ctx)
+	if err != nil || len(after) != 3 {
+		t.Fatalf("after upgrade: %d replicas, %v", len(after), err)
+	}
+	for i, r := range after {
+		if r.Template.Version != "v1.31.0" || r.Address != before[i].Address || r.Zone != before[i].Zone {
+			t.Errorf("replica %s after upgrade: version %s address %s zone %s; before: address %s zone %s", r.Name, r.Template.Version, r.Address, r.Zone, before[i].Address, before[i].Zone)
+		}
+		if r.Template.Env["CLUSTER_NAME"] != "upg" || r.Template.Machine[gce.MachineImage] != before[i].Template.Machine[gce.MachineImage] {
+			t.Errorf("replica %s lost cloned settings: %v", r.Name, r.Template.Machine)
+		}
+	}
+	e.assertConverged(ctx, names...)
+	if err := upgrade("v1.31.0"); err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+}

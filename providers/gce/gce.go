@@ -1,0 +1,347 @@
+// Package gce is hamaster's Compute Engine provider: replicas are VMs
+// cloned from the existing master (machine type, image, network, tags,
+// service account, labels and metadata, with kube-env's etcd keys
+// rewritten), the static IP is the cluster's regional external address on
+// master 0's access config, the load balancer is a backend-service-based
+// external passthrough Network Load Balancer (regional HTTPS health check
+// on /readyz, one unmanaged instance group per zone, a regional backend
+// service, a forwarding rule on the static address), and DNS is Cloud DNS.
+//
+// Credentials come from Application Default Credentials only. Every
+// mutating call carries a requestId (so a retry after an unclear failure
+// is deduplicated by the API) and waits on its operation with the
+// operations "wait" method, bounded by OptOpTimeout. Errors map to errkind:
+// 404 → NotFound, 409 → AlreadyExists, 429 / rateLimitExceeded / 5xx →
+// retried with backoff, then Unavailable.
+//
+// Resources and how they are found (nothing by name prefix alone):
+//
+//	instance      <replica>           label hamaster-cluster=<cluster>
+//	data disk     <replica>-pd        device name master-pd, label
+//	internal IP   <replica>-internal  regional INTERNAL address, label
+//	static IP     <cluster>-master-ip regional EXTERNAL address (OptStaticAddress)
+//	health check  <cluster>-apiserver-hc   regional HTTPS /readyz
+//	groups        <cluster>-masters-<zone> unmanaged, one per zone
+//	backend svc   <cluster>-apiserver      regional, EXTERNAL, TCP
+//	fwd rule      <cluster>-apiserver      on the static IP, port 6443, label
+//
+// Template mapping: Env ↔ the kube-env metadata item (kube-up's `KEY:
+// 'value'` lines, see package kubeenv), with Version as its KUBE_VERSION;
+// Files ↔ kube-master-certs (base64 per file); ExtraArgs ↔ the
+// hamaster-apiserver-args item (JSON list); Machine ↔ the instance
+// settings copied when cloning (keys Machine*), other metadata items as
+// "metadata.<key>" and labels as "label.<key>".
+package gce
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	compute "cloud.google.com/go/compute/apiv1"
+	dnsv1 "google.golang.org/api/dns/v1"
+	"google.golang.org/api/option"
+
+	"github.com/hamaster/hamaster/dns"
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/lb"
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/remote"
+)
+
+// Name is the registry name of this provider.
+const Name = "gce"
+
+// Option keys understood in providers.Settings.Options.
+const (
+	OptProject    = "gce-project"
+	OptRegion     = "gce-region"
+	OptZones      = "gce-zone" // one zone or a comma-separated list; the first is the default
+	OptNetwork    = "gce-network"
+	OptSubnetwork = "gce-subnetwork"
+	// OptStaticAddress names the regional external address (default
+	// <cluster>-master-ip).
+	OptStaticAddress = "gce-static-address"
+	// OptDNSZone is the Cloud DNS managed zone for --dns clouddns.
+	OptDNSZone = "dns-zone"
+	// OptEndpoint overrides the API endpoint (tests: the fake's URL) and
+	// turns authentication off. Never set it in production.
+	OptEndpoint = "gce-endpoint"
+	// OptOpTimeout bounds each wait for an operation (default 10m).
+	OptOpTimeout = "gce-op-timeout"
+	// OptDrainSeconds is the backend service's connection-draining timeout
+	// (default 30).
+	OptDrainSeconds = "gce-drain-seconds"
+	// SSH to a master for etcd (kube-up masters serve etcd on 127.0.0.1
+	// only): with ssh-user and ssh-key set, Etcd dials through an SSH
+	// tunnel to a healthy master; otherwise it dials members directly.
+	OptSSHUser       = "ssh-user"
+	OptSSHKey        = "ssh-key"
+	OptSSHKnownHosts = "ssh-known-hosts"
+	OptSSHInsecure   = "ssh-insecure-skip-host-key-check"
+	OptSSHPort       = "ssh-port"
+)
+
+// Labels put on every labelable resource.
+const (
+	LabelCluster = "hamaster-cluster"
+	LabelRole    = "hamaster-role"
+	// LabelLB marks an instance the LB is draining ("draining").
+	LabelLB = "hamaster-lb"
+)
+
+// Metadata items.
+const (
+	MetadataAPIServerArgs = "hamaster-apiserver-args"
+	envKubeVersion        = "KUBE_VERSION"
+	dataDeviceName        = "master-pd"
+)
+
+// Provider is the GCE provider bound to one cluster.
+type Provider struct {
+	cluster  string
+	stateDir string
+	opts     map[string]string
+	project  string
+	region   string
+	zones    []string
+	network  string
+	subnet   string
+	opWait   time.Duration
+	log      *slog.Logger
+
+	instances *compute.InstancesClient
+	disks     *compute.DisksClient
+	addresses *compute.AddressesClient
+	hcs       *compute.RegionHealthChecksClient
+	groups    *compute.InstanceGroupsClient
+	backends  *compute.RegionBackendServicesClient
+	rules     *compute.ForwardingRulesClient
+	zoneOps   *compute.ZoneOperationsClient
+	regionOps *compute.RegionOperationsClient
+	dnsSvc    *dnsv1.Service
+
+	mu       sync.Mutex
+	zoneOf   map[string]string // replica → zone (cache)
+	diskInfo map[string]diskInfo
+	inst     *instances
+	closers  []interface{ Close() error }
+	ssh      map[string]*remote.Client
+	out      io.Writer
+}
+
+type diskInfo struct {
+	image, typ string
+	sizeGb     int64
+}
+
+// New is the providers.Factory of the GCE provider.
+func New(ctx context.Context, s providers.Settings) (providers.Provider, error) {
+	o := s.Options
+	if o == nil {
+		o = map[string]string{}
+	}
+	if s.Cluster == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--cluster: required")
+	}
+	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: o, project: o[OptProject], region: o[OptRegion],
+		network: o[OptNetwork], subnet: o[OptSubnetwork], opWait: 10 * time.Minute, log: slog.New(slog.DiscardHandler),
+		zoneOf: map[string]string{}, diskInfo: map[string]diskInfo{}, ssh: map[string]*remote.Client{}}
+	p.out = s.Out
+	if p.out == nil {
+		p.out = os.Stdout
+	}
+	for _, z := range strings.Split(o[OptZones], ",") {
+		if z = strings.TrimSpace(z); z != "" {
+			p.zones = append(p.zones, z)
+		}
+	}
+	switch {
+	case p.project == "":
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--gce-project: required")
+	case len(p.zones) == 0:
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--gce-zone: required")
+	}
+	if p.region == "" {
+		z := p.zones[0]
+		p.region = z[:max(strings.LastIndex(z, "-"), 0)]
+	}
+	for _, z := range p.zones {
+		if !strings.HasPrefix(z, p.region+"-") {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--gce-zone %s is not in region %s", z, p.region)
+		}
+	}
+	if p.network == "" {
+		p.network = "global/networks/default"
+	}
+	if p.subnet == "" {
+		p.subnet = "regions/" + p.region + "/subnetworks/default"
+	}
+	if v := o[OptOpTimeout]; v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "%s %q: want a duration such as 10m", OptOpTimeout, v)
+		}
+		p.opWait = d
+	}
+	var copts []option.ClientOption
+	if ep := o[OptEndpoint]; ep != "" {
+		copts = append(copts, option.WithEndpoint(strings.TrimSuffix(ep, "/")), option.WithoutAuthentication())
+	}
+	var err error
+	mk := func(f func() (interface{ Close() error }, error)) {
+		if err == nil {
+			var c interface{ Close() error }
+			if c, err = f(); err == nil {
+				p.closers = append(p.closers, c)
+			}
+		}
+	}
+	mk(func() (c interface{ Close() error }, e error) {
+		p.instances, e = compute.NewInstancesRESTClient(ctx, copts...)
+		return p.instances, e
+	})
+	mk(func() (c interface{ Close() error }, e error) {
+		p.disks, e = compute.NewDisksRESTClient(ctx, copts...)
+		return p.disks, e
+	})
+	mk(func() (c interface{ Close() error }, e error) {
+		p.addresses, e = compute.NewAddressesRESTClient(ctx, copts...)
+		return p.addresses, e
+	})
+	mk(func() (c interface{ Close() error }, e error) {
+		p.hcs, e = compute.NewRegionHealthChecksRESTClient(ctx, copts...)
+		return p.hcs, e
+	})
+	mk(func() (c interface{ Close() error }, e error) {
+		p.groups, e = compute.NewInstanceGroupsRESTClient(ctx, copts...)
+		return p.groups, e
+	})
+	mk(func() (c interface{ Close() error }, e error) {
+		p.backends, e = compute.NewRegionBackendServicesRESTClient(ctx, copts...)
+		return p.backends, e
+	})
+	mk(func() (c interface{ Close() error }, e error) {
+		p.rules, e = compute.NewForwardingRulesRESTClient(ctx, copts...)
+		return p.rules, e
+	})
+	mk(func() (c interface{ Close() error }, e error) {
+		p.zoneOps, e = compute.NewZoneOperationsRESTClient(ctx, copts...)
+		return p.zoneOps, e
+	})
+	mk(func() (c interface{ Close() error }, e error) {
+		p.regionOps, e = compute.NewRegionOperationsRESTClient(ctx, copts...)
+		return p.regionOps, e
+	})
+	if err == nil {
+		p.dnsSvc, err = dnsv1.NewService(ctx, copts...)
+	}
+	if err != nil {
+		p.Close()
+		return nil, errkind.Errorf(errkind.FailedPrecondition, "gce: create API clients (Application Default Credentials: run 'gcloud auth application-default login' or set GOOGLE_APPLICATION_CREDENTIALS): %w", err)
+	}
+	p.inst = &instances{p: p}
+	return p, nil
+}
+
+// SetLogger sets the provider's logger.
+func (p *Provider) SetLogger(l *slog.Logger) { p.log = l }
+
+// Name implements providers.Provider.
+func (p *Provider) Name() string { return Name }
+
+// Instances implements providers.Provider.
+func (p *Provider) Instances() providers.Instances { return p.inst }
+
+// StaticIP implements providers.Provider.
+func (p *Provider) StaticIP() lb.StaticIP { return &staticIP{p: p} }
+
+// LoadBalancer implements providers.Provider.
+func (p *Provider) LoadBalancer() lb.LoadBalancer { return &loadBalancer{p: p} }
+
+// DNS implements providers.Provider: "static" or "clouddns" (needs
+// OptDNSZone).
+func (p *Provider) DNS(kind string) (dns.Records, error) {
+	switch kind {
+	case "", "static":
+		return dns.NewStatic(p.out), nil
+	case "clouddns":
+		if p.opts[OptDNSZone] == "" {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--dns clouddns needs --dns-zone (the Cloud DNS managed zone)")
+		}
+		return &cloudDNS{p: p, zone: p.opts[OptDNSZone]}, nil
+	}
+	return nil, errkind.Errorf(errkind.InvalidArgument, "--dns: %q is not available with the gce provider (valid: static, clouddns)", kind)
+}
+
+// APIServerURL implements providers.Provider.
+func (p *Provider) APIServerURL(r providers.Replica) string {
+	return fmt.Sprintf("https://%s:%d", r.Address, providers.APIServerPort)
+}
+
+// Close implements providers.Provider.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.closers {
+		_ = c.Close()
+	}
+	p.closers = nil
+	return nil
+}
+
+func (p *Provider) pki(f string) string { return filepath.Join(p.stateDir, p.cluster, "pki", f) }
+
+// Cluster-wide resource names.
+func (p *Provider) staticAddressName() string {
+	if n := p.opts[OptStaticAddress]; n != "" {
+		return n
+	}
+	return p.cluster + "-master-ip"
+}
+func (p *Provider) hcName() string               { return p.cluster + "-apiserver-hc" }
+func (p *Provider) bsName() string               { return p.cluster + "-apiserver" }
+func (p *Provider) frName() string               { return p.cluster + "-apiserver" }
+func (p *Provider) groupName(zone string) string { return p.cluster + "-masters-" + zone }
+func addressName(replica string) string          { return replica + "-internal" }
+func dataDiskName(replica string) string         { return replica + "-pd" }
+
+// Partial resource URLs.
+func (p *Provider) regionLink(coll, name string) string {
+	return fmt.Sprintf("projects/%s/regions/%s/%s/%s", p.project, p.region, coll, name)
+}
+func (p *Provider) zoneLink(zone, coll, name string) string {
+	return fmt.Sprintf("projects/%s/zones/%s/%s/%s", p.project, zone, coll, name)
+}
+
+func (p *Provider) labels() map[string]string {
+	return map[string]string{LabelCluster: labelValue(p.cluster), LabelRole: "master"}
+}
+
+// labelValue makes s a valid label value (lowercase, [a-z0-9_-], ≤63).
+func labelValue(s string) string {
+	b := []byte(strings.ToLower(s))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 63 {
+		b = b[:63]
+	}
+	return string(b)
+}
+
+func (p *Provider) drainSeconds() int32 {
+	if v, err := strconv.Atoi(p.opts[OptDrainSeconds]); err == nil && v >= 0 {
+		return int32(v)
+	}
+	return 30
+}

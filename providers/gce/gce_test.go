@@ -1,0 +1,103 @@
+package gce_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/gce"
+	"github.com/hamaster/hamaster/providers/gce/gcefake"
+	"github.com/hamaster/hamaster/providers/gce/gcetest"
+	"github.com/hamaster/hamaster/providers/providertest"
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	c := gcetest.Up(t, "conf", gcetest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	master, err := c.Provider.Instances().Get(ctx, c.Master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	providertest.Run(t, providertest.Harness{
+		Provider: c.Provider,
+		Timeout:  time.Minute,
+		Template: func(t *testing.T, name, address string) providers.Template {
+			files, err := providers.ReplicaFiles(c.CA, name, address, certs.APIServerSANs{StaticIP: c.StaticIP})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl := master.Template.Clone()
+			tmpl.Files = files
+			tmpl.Env[providers.EnvInitialEtcdCluster] = name + "=" + providers.PeerURL(address)
+			tmpl.Env[providers.EnvEtcdInitialClusterState] = "new"
+			return tmpl
+		},
+	})
+}
+
+func TestCloudDNS(t *testing.T) {
+	t.Parallel()
+	f, err := gcefake.New(gcefake.Options{Subnet: 251, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	f.AddManagedZone("z", "example.test.")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := gce.New(ctx, providers.Settings{Cluster: "dns", StateDir: t.TempDir(), Options: map[string]string{
+		gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA, gce.OptEndpoint: f.URL, gce.OptDNSZone: "z"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.DNS("route53"); !errors.Is(err, errkind.InvalidArgument) {
+		t.Fatalf("DNS(route53) = %v", err)
+	}
+	recs, err := p.DNS("clouddns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "api.example.test"
+	steps := []struct {
+		what string
+		ips  []string // nil: delete
+	}{
+		{"create", []string{"127.0.251.200"}},
+		{"same again", []string{"127.0.251.200"}},
+		{"replace", []string{"127.0.251.201", "127.0.251.202"}},
+		{"delete", nil},
+		{"delete again", nil},
+	}
+	for _, s := range steps {
+		var id string
+		if s.ips == nil {
+			id, err = recs.Delete(ctx, name)
+		} else {
+			id, err = recs.Upsert(ctx, name, s.ips)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+		if err := recs.Wait(ctx, id); err != nil {
+			t.Fatalf("%s: wait %s: %v", s.what, id, err)
+		}
+		got, err := recs.Get(ctx, name)
+		switch {
+		case s.ips == nil && !errors.Is(err, errkind.NotFound):
+			t.Errorf("%s: Get = %v, %v; want NotFound", s.what, got, err)
+		case s.ips != nil && (err != nil || !slices.Equal(got, s.ips)):
+			t.Errorf("%s: Get = %v, %v; want %v", s.what, got, err, s.ips)
+		}
+		if f := f.Records("z", name+".", "A"); !slices.Equal(f, s.ips) {
+			t.Errorf("%s: the fake holds %v, want %v", s.what, f, s.ips)
+		}
+	}
+}

@@ -1,0 +1,484 @@
+package gcefake
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hamaster/hamaster/providers/gce/kubeenv"
+	"github.com/hamaster/hamaster/providers/local/lbproxy"
+	"github.com/hamaster/hamaster/providers/local/node"
+)
+
+// MetadataAPIServerArgs is the metadata item holding the apiserver's extra
+// flags as a JSON list (the provider writes it; the data plane passes them
+// as APISERVER_EXTRA_ARGS).
+const MetadataAPIServerArgs = "hamaster-apiserver-args"
+
+// APIServerPort is the port the data plane's nodes and LBs serve on.
+const APIServerPort = 6443
+
+// proc is a data-plane process started by the fake.
+type proc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error
+	dir    string
+	log    string
+}
+
+func startProc(bin string, args []string, dir, logName string) (*proc, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, logName)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	p := &proc{cmd: cmd, exited: make(chan struct{}), dir: dir, log: logPath}
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
+	return p, nil
+}
+
+func (p *proc) running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM, then SIGKILL after 10 s, and waits until it exited.
+func (p *proc) stop() {
+	if p == nil || !p.running() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-t.C:
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+func (p *proc) tail() string {
+	b, _ := os.ReadFile(p.log)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 10 {
+		lines = lines[len(lines)-10:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+type nodeProc struct {
+	*proc
+	status string
+	addr   string
+}
+
+type lbProc struct {
+	*proc
+	cfgPath, status string
+	bs              string          // backend service rel path
+	cfg             lbproxy.Config  // last written
+	names           map[string]bool // targets by instance rel path
+}
+
+// pollUntil calls f every 20 ms until it is done or fails, or d passes.
+func (s *Server) pollUntil(d time.Duration, what string, f func() (bool, error)) *apiError {
+	ctx, cancel := context.WithTimeout(s.closeCtx, d)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := f()
+		if err != nil {
+			return errf(500, "internalError", "%s: %v", what, err)
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errf(500, "internalError", "timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Server) instDir(key string) string {
+	return filepath.Join(s.o.Dir, "instances", strings.ReplaceAll(relOf(key), "/", "_"))
+}
+
+// bootNode starts the instance's hamaster-node like a kube-up master's
+// boot script would: env from kube-env, files from kube-master-certs,
+// data dir on the data disk (device master-pd, else the boot disk).
+func (s *Server) bootNode(key string) *apiError {
+	if s.o.NodeBinary == "" {
+		return nil
+	}
+	s.mu.Lock()
+	in := s.findByLink(key)
+	if in == nil || s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	items := map[string]string{}
+	for _, it := range list(obj(in["metadata"]), "items") {
+		items[str(obj(it), "key")] = str(obj(it), "value")
+	}
+	nic := obj(list(in, "networkInterfaces")[0])
+	addr := str(nic, "networkIP")
+	nat := ""
+	for _, ac := range list(nic, "accessConfigs") {
+		nat = str(obj(ac), "natIP")
+	}
+	disk := ""
+	for _, d := range list(in, "disks") {
+		if disk == "" || str(obj(d), "deviceName") == "master-pd" {
+			disk = relOf(str(obj(d), "source"))
+		}
+	}
+	s.mu.Unlock()
+	envText, ok := items[kubeenv.KeyEnv]
+	if !ok {
+		return nil // not a master: nothing to boot
+	}
+	env, err := kubeenv.Decode(envText)
+	if err != nil {
+		return errf(400, "invalid", "metadata kube-env: %v", err)
+	}
+	files, err := kubeenv.DecodeFiles(items[kubeenv.KeyCerts])
+	if err != nil {
+		return errf(400, "invalid", "metadata kube-master-certs: %v", err)
+	}
+	var extra []string
+	if a := items[MetadataAPIServerArgs]; a != "" {
+		if err := json.Unmarshal([]byte(a), &extra); err != nil {
+			return errf(400, "invalid", "metadata %s: %v", MetadataAPIServerArgs, err)
+		}
+	}
+	dir := s.instDir(key)
+	certDir := filepath.Join(dir, "certs")
+	dataDir := filepath.Join(s.o.Dir, "disks", strings.ReplaceAll(disk, "/", "_"))
+	for _, d := range []string{certDir, dataDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return errf(500, "internalError", "%v", err)
+		}
+	}
+	for f, b := range files {
+		if strings.ContainsAny(f, "/\\") {
+			return errf(400, "invalid", "kube-master-certs: bad file name %q", f)
+		}
+		if err := os.WriteFile(filepath.Join(certDir, f), b, 0o600); err != nil {
+			return errf(500, "internalError", "%v", err)
+		}
+	}
+	file := func(f string) string { return filepath.Join(certDir, f) }
+	status := filepath.Join(dir, "status.json")
+	for k, v := range map[string]string{
+		node.KeyNodeName: lastSeg(key), node.KeyNodeAddress: addr,
+		node.KeyEtcdCACert: file("ca.crt"), node.KeyEtcdPeerCert: file("etcd-peer.crt"), node.KeyEtcdPeerKey: file("etcd-peer.key"),
+		node.KeyEtcdServerCert: file("etcd-server.crt"), node.KeyEtcdServerKey: file("etcd-server.key"),
+		node.KeyAPIServerCert: file("apiserver.crt"), node.KeyAPIServerKey: file("apiserver.key"),
+		node.KeyAPIServerExtraArgs: strings.Join(extra, " "), node.KeyDataDir: dataDir,
+		node.KeyStaticIPFile: filepath.Join(dir, "static-ip"), node.KeyPIDFile: filepath.Join(dir, "node.pid"),
+		node.KeyStatusFile: status, node.KeyAPIServerPort: strconv.Itoa(APIServerPort),
+	} {
+		env[k] = v
+	}
+	var b strings.Builder
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s='%s'\n", k, strings.ReplaceAll(env[k], "'", `'\''`))
+	}
+	envPath := filepath.Join(dir, "env")
+	if err := os.WriteFile(envPath, []byte(b.String()), 0o600); err != nil {
+		return errf(500, "internalError", "%v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "static-ip"), []byte(nat+"\n"), 0o600); err != nil {
+		return errf(500, "internalError", "%v", err)
+	}
+	_ = os.Remove(status)
+	s.stopNode(key)
+	p, err := startProc(s.o.NodeBinary, []string{"replica", "--env-file", envPath}, dir, "node.log")
+	if err != nil {
+		return errf(500, "internalError", "%v", err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		p.stop()
+		return nil
+	}
+	s.nodes[key] = &nodeProc{proc: p, status: status, addr: addr}
+	s.mu.Unlock()
+	pid := p.cmd.Process.Pid
+	return s.pollUntil(time.Minute, "instance "+lastSeg(key)+" to boot (etcd running)", func() (bool, error) {
+		if !p.running() {
+			return false, fmt.Errorf("hamaster-node exited at boot: %v\n%s", p.err, p.tail())
+		}
+		st, err := node.ReadStatus(status)
+		if err != nil || st.PID != pid {
+			return false, nil
+		}
+		if st.Etcd == node.EtcdFailed {
+			return false, fmt.Errorf("etcd failed: %s", st.EtcdError)
+		}
+		return st.Etcd == node.EtcdRunning, nil
+	})
+}
+
+func (s *Server) stopNode(key string) {
+	s.mu.Lock()
+	n := s.nodes[key]
+	delete(s.nodes, key)
+	s.mu.Unlock()
+	if n != nil {
+		n.stop()
+	}
+}
+
+// bindNAT makes the node listen on exactly its access config's natIP.
+func (s *Server) bindNAT(key string) *apiError {
+	s.mu.Lock()
+	in := s.findByLink(key)
+	n := s.nodes[key]
+	nat := ""
+	if in != nil {
+		for _, ac := range list(obj(list(in, "networkInterfaces")[0]), "accessConfigs") {
+			nat = str(obj(ac), "natIP")
+		}
+	}
+	s.mu.Unlock()
+	if n == nil || !n.running() {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "static-ip"), []byte(nat+"\n"), 0o600); err != nil {
+		return errf(500, "internalError", "%v", err)
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGHUP)
+	own := net.JoinHostPort(n.addr, strconv.Itoa(APIServerPort))
+	want := net.JoinHostPort(nat, strconv.Itoa(APIServerPort))
+	return s.pollUntil(30*time.Second, "instance "+lastSeg(key)+" to bind its external IP "+nat, func() (bool, error) {
+		st, err := node.ReadStatus(n.status)
+		if err != nil {
+			return false, nil
+		}
+		for _, l := range st.Listeners {
+			if l != own && l != want {
+				return false, nil
+			}
+		}
+		return nat == "" || slices.Contains(st.Listeners, want), nil
+	})
+}
+
+// syncLBs makes each forwarding rule's hamaster-node lb process match its
+// backend service: targets are the members of the backends' instance
+// groups; an instance removed from a group keeps draining (no new
+// connections) until it is added again or deleted.
+func (s *Server) syncLBs() *apiError {
+	if s.o.NodeBinary == "" {
+		return nil
+	}
+	type want struct {
+		key, bs string
+		cfg     lbproxy.Config
+		names   map[string]bool
+	}
+	var wants []want
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	for collKey, c := range s.res {
+		if !strings.HasSuffix(collKey, "/forwardingRules") {
+			continue
+		}
+		for name, fr := range c {
+			key := collKey + "/" + name
+			bs := s.findByLink(str(fr, "backendService"))
+			if bs == nil {
+				continue
+			}
+			port := str(fr, "portRange")
+			if ps := list(fr, "ports"); len(ps) > 0 {
+				port, _ = ps[0].(string)
+			}
+			port, _, _ = strings.Cut(port, "-")
+			if port == "" {
+				port = strconv.Itoa(APIServerPort)
+			}
+			cfg := lbproxy.Config{Listen: net.JoinHostPort(str(fr, "IPAddress"), port)}
+			dir := filepath.Join(s.o.Dir, "lb", strings.ReplaceAll(key, "/", "_"))
+			cfg.StatusFile = filepath.Join(dir, "status.json")
+			cfg.PIDFile = filepath.Join(dir, "lb.pid")
+			cfg.Health = lbproxy.HealthConfig{Path: "/", Interval: lbproxy.Duration{Duration: s.o.HealthInterval}, Timeout: lbproxy.Duration{Duration: time.Second}, HealthyThreshold: 1, UnhealthyThreshold: 2}
+			if hcs := list(bs, "healthChecks"); len(hcs) > 0 {
+				if hc := s.findByLink(hcs[0].(string)); hc != nil {
+					if p := str(obj(hc["httpsHealthCheck"]), "requestPath"); p != "" {
+						cfg.Health.Path = p
+					}
+					if v, ok := hc["healthyThreshold"].(float64); ok && v > 0 {
+						cfg.Health.HealthyThreshold = int(v)
+					}
+					if v, ok := hc["unhealthyThreshold"].(float64); ok && v > 0 {
+						cfg.Health.UnhealthyThreshold = int(v)
+					}
+				}
+			}
+			names := map[string]bool{}
+			if s.draining[key] == nil {
+				s.draining[key] = map[string]string{}
+			}
+			for _, b := range list(bs, "backends") {
+				g := s.findByLink(str(obj(b), "group"))
+				for _, m := range list(g, "_members") {
+					in := s.findByLink(m.(string))
+					if in == nil {
+						continue
+					}
+					ip := str(obj(list(in, "networkInterfaces")[0]), "networkIP")
+					cfg.Targets = append(cfg.Targets, lbproxy.Target{Name: m.(string), Address: net.JoinHostPort(ip, strconv.Itoa(APIServerPort))})
+					names[m.(string)] = true
+					delete(s.draining[key], m.(string))
+					if n := s.nodes[m.(string)]; n != nil && cfg.Health.CAFile == "" {
+						cfg.Health.CAFile = filepath.Join(n.dir, "certs", "ca.crt")
+					}
+				}
+			}
+			if old := s.lbs[key]; old != nil {
+				for _, t := range old.cfg.Targets {
+					if !names[t.Name] && s.findByLink(t.Name) != nil {
+						s.draining[key][t.Name] = t.Address
+					}
+				}
+				if cfg.Health.CAFile == "" {
+					cfg.Health.CAFile = old.cfg.Health.CAFile
+				}
+			}
+			for n, addr := range s.draining[key] {
+				cfg.Targets = append(cfg.Targets, lbproxy.Target{Name: n, Address: addr, Draining: true})
+			}
+			sort.Slice(cfg.Targets, func(i, j int) bool { return cfg.Targets[i].Name < cfg.Targets[j].Name })
+			if cfg.Health.CAFile == "" {
+				for _, n := range s.nodes {
+					cfg.Health.CAFile = filepath.Join(n.dir, "certs", "ca.crt")
+					break
+				}
+			}
+			wants = append(wants, want{key: key, bs: relOf(str(bs, "selfLink")), cfg: cfg, names: names})
+		}
+	}
+	s.mu.Unlock()
+	for _, w := range wants {
+		if aerr := s.applyLB(w.key, w.bs, w.cfg, w.names); aerr != nil {
+			return aerr
+		}
+	}
+	return nil
+}
+
+func (s *Server) applyLB(key, bs string, cfg lbproxy.Config, names map[string]bool) *apiError {
+	s.mu.Lock()
+	l := s.lbs[key]
+	s.mu.Unlock()
+	dir := filepath.Dir(cfg.StatusFile)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return errf(500, "internalError", "%v", err)
+	}
+	cfgPath := filepath.Join(dir, "config.json")
+	if cfg.Health.CAFile == "" {
+		return nil // no instance booted yet: nothing to check with
+	}
+	if err := lbproxy.WriteConfig(cfgPath, cfg); err != nil {
+		return errf(500, "internalError", "%v", err)
+	}
+	if l != nil && l.running() {
+		s.mu.Lock()
+		l.cfg, l.names = cfg, names
+		s.mu.Unlock()
+		_ = l.cmd.Process.Signal(syscall.SIGHUP)
+		return nil
+	}
+	_ = os.Remove(cfg.StatusFile)
+	p, err := startProc(s.o.NodeBinary, []string{"lb", "--config", cfgPath}, dir, "lb.log")
+	if err != nil {
+		return errf(500, "internalError", "%v", err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		p.stop()
+		return nil
+	}
+	s.lbs[key] = &lbProc{proc: p, cfgPath: cfgPath, status: cfg.StatusFile, bs: bs, cfg: cfg, names: names}
+	s.mu.Unlock()
+	return s.pollUntil(30*time.Second, "the forwarding rule to serve "+cfg.Listen, func() (bool, error) {
+		if !p.running() {
+			return false, fmt.Errorf("hamaster-node lb exited: %v\n%s", p.err, p.tail())
+		}
+		st, err := lbproxy.ReadStatus(cfg.StatusFile)
+		return err == nil && st.Serving, nil
+	})
+}
+
+func (s *Server) stopLB(key string) {
+	s.mu.Lock()
+	l := s.lbs[key]
+	delete(s.lbs, key)
+	delete(s.draining, key)
+	s.mu.Unlock()
+	if l != nil {
+		l.stop()
+	}
+}
+
+// lbHealth is the health the LB processes in front of backend service bs
+// report, by instance rel path. Called with s.mu held.
+func (s *Server) lbHealth(bs string) map[string]bool {
+	out := map[string]bool{}
+	for _, l := range s.lbs {
+		if l.bs != bs || !l.running() {
+			continue
+		}
+		st, err := lbproxy.ReadStatus(l.status)
+		if err != nil {
+			continue
+		}
+		for _, t := range st.Targets {
+			if l.names[t.Name] && t.Healthy && !t.Draining {
+				out[t.Name] = true
+			}
+		}
+	}
+	return out
+}
