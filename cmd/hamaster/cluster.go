@@ -74,7 +74,11 @@ func (g *globals) deps(c *cli.Context, e *env, p providers.Provider) *workflows.
 	if g.json() {
 		sink = &workflows.JSONSink{W: e.stdout}
 	}
-	d := &workflows.Deps{Provider: p, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: e.stdout, Holder: c.Command.Name}
+	out := e.stdout
+	if g.json() {
+		out = e.stderr // keep stdout JSON lines only; instructions go to people
+	}
+	d := &workflows.Deps{Provider: p, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: out, Holder: c.Command.Name}
 	if step := e.get("HAMASTER_FAULT_CRASH_AFTER_STEP"); step != "" {
 		// Test-only fault hook: die like a killed process right after the
 		// named step is journaled, so crash-resume can be tested for real.
