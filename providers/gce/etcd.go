@@ -38,13 +38,14 @@ func (p *Provider) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Cli
 	if len(cands) == 0 {
 		return nil, errkind.Errorf(errkind.FailedPrecondition, "cluster %s: no running replica to reach etcd through (excluding %v)", p.cluster, exclude)
 	}
-	cfg := etcdmember.Config{CACert: p.pki("ca.crt"), Cert: p.pki("etcd-client.crt"), Key: p.pki("etcd-client.key"), Logger: p.log}
 	if p.opts[OptSSHUser] == "" || p.opts[OptSSHKey] == "" {
-		for _, r := range cands {
-			cfg.Endpoints = append(cfg.Endpoints, providers.ClientURL(r.Address))
-		}
-		return etcdmember.New(ctx, cfg)
+		return providers.OperatorEtcd(ctx, p.stateDir, p.cluster, cands, nil, p.log)
 	}
+	crt, key, err := providers.OperatorClientCert(p.stateDir, p.cluster)
+	if err != nil {
+		return nil, err
+	}
+	cfg := etcdmember.Config{CACert: p.pki("ca.crt"), Cert: crt, Key: key, Logger: p.log}
 	port := p.opts[OptSSHPort]
 	if port == "" {
 		port = "22"

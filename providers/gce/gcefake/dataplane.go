@@ -15,9 +15,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce/kubeenv"
 	"github.com/hamaster/hamaster/providers/local/lbproxy"
 	"github.com/hamaster/hamaster/providers/local/node"
+	"github.com/hamaster/hamaster/providers/local/vm"
 )
 
 // MetadataAPIServerArgs is the metadata item holding the apiserver's extra
@@ -181,51 +183,16 @@ func (s *Server) bootNode(key string) *apiError {
 		}
 	}
 	dir := s.instDir(key)
-	certDir := filepath.Join(dir, "certs")
-	dataDir := filepath.Join(s.o.Dir, "disks", strings.ReplaceAll(disk, "/", "_"))
-	for _, d := range []string{certDir, dataDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return errf(500, "internalError", "%v", err)
-		}
+	layout := vm.Layout{Dir: dir, DataDir: filepath.Join(s.o.Dir, "disks", strings.ReplaceAll(disk, "/", "_"))}
+	tmpl := providers.Template{Version: env[node.KeyKubeVersion], ExtraArgs: extra, Env: env, Files: files}
+	envPath, err := vm.Prepare(layout, lastSeg(key), addr, tmpl)
+	if err != nil {
+		return errf(400, "invalid", "boot %s: %v", lastSeg(key), err)
 	}
-	for f, b := range files {
-		if strings.ContainsAny(f, "/\\") {
-			return errf(400, "invalid", "kube-master-certs: bad file name %q", f)
-		}
-		if err := os.WriteFile(filepath.Join(certDir, f), b, 0o600); err != nil {
-			return errf(500, "internalError", "%v", err)
-		}
-	}
-	file := func(f string) string { return filepath.Join(certDir, f) }
-	status := filepath.Join(dir, "status.json")
-	for k, v := range map[string]string{
-		node.KeyNodeName: lastSeg(key), node.KeyNodeAddress: addr,
-		node.KeyEtcdCACert: file("ca.crt"), node.KeyEtcdPeerCert: file("etcd-peer.crt"), node.KeyEtcdPeerKey: file("etcd-peer.key"),
-		node.KeyEtcdServerCert: file("etcd-server.crt"), node.KeyEtcdServerKey: file("etcd-server.key"),
-		node.KeyAPIServerCert: file("apiserver.crt"), node.KeyAPIServerKey: file("apiserver.key"),
-		node.KeyAPIServerExtraArgs: strings.Join(extra, " "), node.KeyDataDir: dataDir,
-		node.KeyStaticIPFile: filepath.Join(dir, "static-ip"), node.KeyPIDFile: filepath.Join(dir, "node.pid"),
-		node.KeyStatusFile: status, node.KeyAPIServerPort: strconv.Itoa(APIServerPort),
-	} {
-		env[k] = v
-	}
-	var b strings.Builder
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s='%s'\n", k, strings.ReplaceAll(env[k], "'", `'\''`))
-	}
-	envPath := filepath.Join(dir, "env")
-	if err := os.WriteFile(envPath, []byte(b.String()), 0o600); err != nil {
+	if err := os.WriteFile(layout.StaticIPFile(), []byte(nat+"\n"), 0o600); err != nil {
 		return errf(500, "internalError", "%v", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "static-ip"), []byte(nat+"\n"), 0o600); err != nil {
-		return errf(500, "internalError", "%v", err)
-	}
-	_ = os.Remove(status)
+	status := layout.StatusFile()
 	s.stopNode(key)
 	p, err := startProc(s.o.NodeBinary, []string{"replica", "--env-file", envPath}, dir, "node.log")
 	if err != nil {
