@@ -35,6 +35,8 @@ type globals struct {
 	dryRun   bool
 	yes      bool
 	logger   *slog.Logger
+	// sshAgent is $SSH_AUTH_SOCK of the env given to run.
+	sshAgent string
 }
 
 func (g *globals) json() bool { return g.output == "json" }
@@ -181,6 +183,7 @@ func (g *globals) load(c *cli.Context, e *env) error {
 		return usageErr("--state-dir: must not be empty")
 	}
 	g.logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	g.sshAgent = e.get("SSH_AUTH_SOCK")
 	return nil
 }
 

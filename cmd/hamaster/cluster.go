@@ -47,6 +47,8 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 		gce.OptSSHKey:        c.String("ssh-key"),
 		gce.OptSSHKnownHosts: c.String("ssh-known-hosts"),
 		gce.OptSSHInsecure:   strconv.FormatBool(c.Bool("ssh-insecure-skip-host-key-check")),
+		gce.OptSSHPort:       c.String("ssh-port"),
+		gce.OptSSHAgent:      g.sshAgent,
 
 		// aws provider (--dns route53 needs --hosted-zone-id)
 		awsp.OptRegion:       c.String("aws-region"),
@@ -155,6 +157,18 @@ func nodeBinaryFlag() cli.Flag {
 	return &cli.StringFlag{Name: "node-binary", EnvVars: []string{"HAMASTER_NODE_BINARY"}, Usage: "local provider: `PATH` of hamaster-node (default: next to hamaster, then $PATH)"}
 }
 
+// providerFlags are the flags of every command that opens a provider:
+// the local, gce and aws settings, and --yes/--dry-run for the commands
+// that change the cluster.
+func providerFlags(mutating bool) []cli.Flag {
+	flags := append([]cli.Flag{nodeBinaryFlag()}, gceFlags()...)
+	flags = append(flags, awsFlags()...)
+	if mutating {
+		flags = append(flags, mutatingFlags()...)
+	}
+	return flags
+}
+
 // awsFlags are the aws provider's settings (HAMASTER_<NAME> too; the SDK
 // also reads AWS_REGION, AWS_ENDPOINT_URL and the credential chain).
 func awsFlags() []cli.Flag {
@@ -175,8 +189,9 @@ func gceFlags() []cli.Flag {
 		&cli.StringFlag{Name: "gce-network", EnvVars: []string{"HAMASTER_GCE_NETWORK"}, Usage: "gce provider: `NETWORK` (default global/networks/default)"},
 		&cli.StringFlag{Name: "gce-subnetwork", EnvVars: []string{"HAMASTER_GCE_SUBNETWORK"}, Usage: "gce provider: `SUBNETWORK` of the internal addresses (default regions/<region>/subnetworks/default)"},
 		&cli.StringFlag{Name: "dns-zone", EnvVars: []string{"HAMASTER_DNS_ZONE"}, Usage: "gce provider, --dns clouddns: the Cloud DNS managed `ZONE`"},
-		&cli.StringFlag{Name: "ssh-user", EnvVars: []string{"HAMASTER_SSH_USER"}, Usage: "gce provider: reach etcd through SSH to a master as `USER` (with --ssh-key)"},
-		&cli.StringFlag{Name: "ssh-key", EnvVars: []string{"HAMASTER_SSH_KEY"}, Usage: "gce provider: SSH private key `FILE`"},
+		&cli.StringFlag{Name: "ssh-user", EnvVars: []string{"HAMASTER_SSH_USER"}, Usage: "gce provider: reach etcd (on the masters' localhost) through SSH to a master as `USER`"},
+		&cli.StringFlag{Name: "ssh-key", EnvVars: []string{"HAMASTER_SSH_KEY"}, Usage: "gce provider: SSH private key `FILE` (default: the agent at $SSH_AUTH_SOCK)"},
+		&cli.StringFlag{Name: "ssh-port", EnvVars: []string{"HAMASTER_SSH_PORT"}, Usage: "gce provider: the masters' SSH `PORT` (default 22)"},
 		&cli.StringFlag{Name: "ssh-known-hosts", EnvVars: []string{"HAMASTER_SSH_KNOWN_HOSTS"}, Usage: "gce provider: known_hosts `FILE` (default ~/.ssh/known_hosts)"},
 		&cli.BoolFlag{Name: "ssh-insecure-skip-host-key-check", Usage: "gce provider: accept any SSH host key (anyone on the path can then read etcd traffic)"},
 	}
@@ -310,17 +325,13 @@ Re-running after a crash resumes at the first unfinished step.
 
 Example:
   hamaster --cluster demo add-replica --yes`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "replica `NAME` (default <cluster>-master-<3 hex>)"},
 			&cli.StringFlag{Name: "zone", Usage: "zone/failure domain for the new replica (cloud providers)"},
-			&cli.StringFlag{Name: "dns", Value: "static", Usage: "DNS driver: static (print the records to set)"},
+			&cli.StringFlag{Name: "dns", Value: "static", Usage: "DNS `DRIVER`: static (print the records an operator must set), clouddns (gce, with --dns-zone) or route53 (aws, with --hosted-zone-id)"},
 			&cli.StringFlag{Name: "dns-name", Usage: "DNS `NAME` of the endpoint; its A record is kept on the static IP"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait (caught up, LB healthy)"},
-			nodeBinaryFlag(),
-			gceFlags()[0], gceFlags()[1], gceFlags()[2], gceFlags()[3], gceFlags()[4], gceFlags()[5], gceFlags()[6], gceFlags()[7], gceFlags()[8], gceFlags()[9],
-			awsFlags()[0], awsFlags()[1], awsFlags()[2], awsFlags()[3],
-			mutatingFlags()[0], mutatingFlags()[1],
-		},
+		}, providerFlags(true)...),
 		Action: func(c *cli.Context) error {
 			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 				return err
@@ -369,16 +380,12 @@ add-replica was interrupted can be removed too.
 
 Example:
   hamaster --cluster demo remove-replica --name demo-master-3f2 --yes`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "replica `NAME` to remove (required)"},
 			&cli.BoolFlag{Name: "force", Usage: "remove even if etcd quorum would be at risk"},
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining from the LB before touching the replica"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait"},
-			nodeBinaryFlag(),
-			gceFlags()[0], gceFlags()[1], gceFlags()[2], gceFlags()[3], gceFlags()[4], gceFlags()[5], gceFlags()[6], gceFlags()[7], gceFlags()[8], gceFlags()[9],
-			awsFlags()[0], awsFlags()[1], awsFlags()[2], awsFlags()[3],
-			mutatingFlags()[0], mutatingFlags()[1],
-		},
+		}, providerFlags(true)...),
 		Action: func(c *cli.Context) error {
 			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 				return err
@@ -415,12 +422,9 @@ func statusCommand(e *env, g *globals) *cli.Command {
 
 Example:
   hamaster --cluster demo status --output json`,
-		Flags: []cli.Flag{
-			nodeBinaryFlag(),
-			gceFlags()[0], gceFlags()[1], gceFlags()[2], gceFlags()[3], gceFlags()[4], gceFlags()[5], gceFlags()[6], gceFlags()[7], gceFlags()[8], gceFlags()[9],
-			awsFlags()[0], awsFlags()[1], awsFlags()[2], awsFlags()[3],
+		Flags: append([]cli.Flag{
 			&cli.DurationFlag{Name: "timeout", Value: 20 * time.Second, Usage: "overall timeout"},
-		},
+		}, providerFlags(false)...),
 		Action: func(c *cli.Context) error {
 			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 				return err
@@ -554,18 +558,14 @@ remove an old one: never fewer healthy replicas than at the start.
 Example:
   hamaster --cluster demo rolling-upgrade --version v1.31.0 --yes
   hamaster --cluster demo rolling-upgrade --version v1.31.0 --extra-args "--v=2" --yes`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "version", Usage: "target control-plane `VERSION` (required), e.g. v1.31.0"},
 			&cli.StringFlag{Name: "strategy", Value: workflows.StrategyRecreate, Usage: "recreate|surge"},
 			&cli.StringFlag{Name: "extra-args", Usage: "control-plane `FLAGS`, space-separated (replace the current ones; unset keeps them)"},
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining a replica from the LB before touching it"},
 			&cli.DurationFlag{Name: "health-timeout", Value: 5 * time.Minute, Usage: "how long a replacement may take to become healthy before it is rolled back"},
 			&cli.BoolFlag{Name: "allow-downtime", Usage: "allow recreating a single replica (the control plane is down meanwhile)"},
-			nodeBinaryFlag(),
-			gceFlags()[0], gceFlags()[1], gceFlags()[2], gceFlags()[3], gceFlags()[4], gceFlags()[5], gceFlags()[6], gceFlags()[7], gceFlags()[8], gceFlags()[9],
-			awsFlags()[0], awsFlags()[1], awsFlags()[2], awsFlags()[3],
-			mutatingFlags()[0], mutatingFlags()[1],
-		},
+		}, providerFlags(true)...),
 		Action: func(c *cli.Context) error {
 			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
 				return err

@@ -38,7 +38,7 @@ func (p *Provider) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Cli
 	if len(cands) == 0 {
 		return nil, errkind.Errorf(errkind.FailedPrecondition, "cluster %s: no running replica to reach etcd through (excluding %v)", p.cluster, exclude)
 	}
-	if p.opts[OptSSHUser] == "" || p.opts[OptSSHKey] == "" {
+	if p.opts[OptSSHUser] == "" {
 		return providers.OperatorEtcd(ctx, p.stateDir, p.cluster, cands, nil, p.log)
 	}
 	crt, key, err := providers.OperatorClientCert(p.stateDir, p.cluster)
@@ -57,7 +57,11 @@ func (p *Provider) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Cli
 			errs = append(errs, fmt.Errorf("ssh %s: %w", r.Name, err))
 			continue
 		}
-		cfg.Endpoints = []string{"https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(providers.EtcdClientPort))}
+		ep := p.opts[OptSSHEtcdEndpoint]
+		if ep == "" {
+			ep = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(providers.EtcdClientPort))
+		}
+		cfg.Endpoints = []string{ep}
 		cfg.DialContext = c.EtcdDialer()
 		cli, err := etcdmember.New(ctx, cfg)
 		if err != nil {
@@ -81,7 +85,7 @@ func (p *Provider) sshTo(ctx context.Context, r providers.Replica, port string) 
 		return c, nil
 	}
 	c, err := remote.Dial(ctx, remote.Config{
-		Addr: net.JoinHostPort(r.Address, port), User: p.opts[OptSSHUser], KeyFile: p.opts[OptSSHKey],
+		Addr: net.JoinHostPort(r.Address, port), User: p.opts[OptSSHUser], KeyFile: p.opts[OptSSHKey], AgentSocket: p.opts[OptSSHAgent],
 		KnownHostsFile: p.opts[OptSSHKnownHosts], InsecureSkipHostKeyCheck: p.opts[OptSSHInsecure] == "true", Logger: p.log,
 	})
 	if err != nil {

@@ -87,6 +87,12 @@ const (
 	OptSSHKnownHosts = "ssh-known-hosts"
 	OptSSHInsecure   = "ssh-insecure-skip-host-key-check"
 	OptSSHPort       = "ssh-port"
+	// OptSSHEtcdEndpoint is etcd's client URL as seen from the master the
+	// tunnel ends on (default https://127.0.0.1:2379: kube-up masters
+	// serve etcd on localhost only).
+	OptSSHEtcdEndpoint = "ssh-etcd-endpoint"
+	// OptSSHAgent is the SSH agent socket used when no key file is given.
+	OptSSHAgent = "ssh-agent-socket"
 )
 
 // Labels put on every labelable resource.
