@@ -67,3 +67,22 @@ type StaticIP interface {
 	// until that replica no longer answers on it.
 	Detach(ctx context.Context) error
 }
+
+// Preparer is an optional capability of a LoadBalancer: build everything
+// the LB needs except taking the static IP (health check, groups, backend
+// service, registered targets), so that during promotion the window in
+// which the static IP answers nowhere — between detaching it from the
+// replica and the LB serving on it — holds only the final binding. Prepare
+// is idempotent; Create after Prepare finishes the LB; Delete removes what
+// Prepare built even when Create never ran.
+type Preparer interface {
+	Prepare(ctx context.Context, targets []Target) error
+}
+
+// Releaser is an optional capability of a LoadBalancer: give up the static
+// IP (delete only what binds it, e.g. the forwarding rule) and leave the
+// rest for Delete, so that demotion can attach the IP to the last replica
+// before the slower clean-up. Release is idempotent.
+type Releaser interface {
+	Release(ctx context.Context) error
+}

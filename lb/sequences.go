@@ -41,6 +41,11 @@ func Promote(ctx context.Context, sip StaticIP, l LoadBalancer, first Target) er
 		if err != nil {
 			return fmt.Errorf("promote static IP: %w", err)
 		}
+		if pr, ok := l.(Preparer); ok {
+			if err := pr.Prepare(ctx, []Target{first}); err != nil {
+				return fmt.Errorf("promote static IP %s: prepare load balancer: %w", ip, err)
+			}
+		}
 		if err := sip.Detach(ctx); err != nil {
 			return fmt.Errorf("promote static IP %s: detach: %w", ip, err)
 		}
@@ -55,7 +60,18 @@ func Promote(ctx context.Context, sip StaticIP, l LoadBalancer, first Target) er
 
 // Demote reverses Promote when one replica is left: delete the LB and
 // attach the static IP to that replica again. Idempotent.
+// With a Releaser only the IP binding goes before the attach, the rest
+// of the LB after it, which shortens the window in which the IP answers
+// nowhere.
 func Demote(ctx context.Context, sip StaticIP, l LoadBalancer, last string) error {
+	if r, ok := l.(Releaser); ok {
+		if err := r.Release(ctx); err != nil {
+			return fmt.Errorf("demote: release the static IP from the load balancer: %w", err)
+		}
+		if err := sip.Attach(ctx, last); err != nil {
+			return fmt.Errorf("demote: attach static IP to %s: %w", last, err)
+		}
+	}
 	if err := l.Delete(ctx); err != nil {
 		return fmt.Errorf("demote: delete load balancer: %w", err)
 	}

@@ -259,13 +259,8 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 				if len(rs) != 1 {
 					return nil
 				}
-				exists, err := lb.Exists(ctx, d.Provider.LoadBalancer())
-				if err != nil {
-					return err
-				}
-				if _, holder, err := d.Provider.StaticIP().Get(ctx); err == nil && !exists && holder == rs[0].Name {
-					return nil
-				}
+				// Demote even when no LB is visible: Delete also removes
+				// pieces of one whose creation was interrupted.
 				r.Waiting("demoting the load balancer: static IP back to %s", rs[0].Name)
 				return lb.Demote(ctx, d.Provider.StaticIP(), d.Provider.LoadBalancer(), rs[0].Name)
 			},

@@ -95,7 +95,8 @@ func (b *loadBalancer) Get(ctx context.Context) (lb.Status, error) {
 }
 
 // Create implements lb.LoadBalancer: every piece is created if missing
-// (409 is success), so a re-run after a crash converges.
+// (409 is success), so a re-run after a crash converges. The forwarding
+// rule on the static IP comes last.
 func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Target) error {
 	p := b.p
 	sip, _, err := p.staticAddress(ctx)
@@ -105,9 +106,36 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 	if ip != sip {
 		return errkind.Errorf(errkind.InvalidArgument, "load balancer IP %s is not the cluster's static IP %s", ip, sip)
 	}
-	desc := proto.String(fmt.Sprintf("hamaster cluster %s: apiserver load balancer", p.cluster))
+	if err := b.Prepare(ctx, targets); err != nil {
+		return err
+	}
+	return b.create(ctx, "create forwarding rule "+p.frName(), func(ctx context.Context, rid *string) (*compute.Operation, error) {
+		return p.rules.Insert(ctx, &computepb.InsertForwardingRuleRequest{Project: p.project, Region: p.region, RequestId: rid, ForwardingRuleResource: &computepb.ForwardingRule{
+			Name: proto.String(p.frName()), Description: b.desc(), IPAddress: proto.String(ip), IPProtocol: proto.String("TCP"),
+			Ports: []string{strconv.Itoa(providers.APIServerPort)}, LoadBalancingScheme: proto.String("EXTERNAL"),
+			BackendService: proto.String(p.regionLink("backendServices", p.bsName())), Labels: p.labels(),
+		}})
+	})
+}
+
+func (b *loadBalancer) desc() *string {
+	return proto.String(fmt.Sprintf("hamaster cluster %s: apiserver load balancer", b.p.cluster))
+}
+
+// create runs an insert whose 409 is success.
+func (b *loadBalancer) create(ctx context.Context, what string, call func(ctx context.Context, rid *string) (*compute.Operation, error)) error {
+	return ignore(b.p.mutate(ctx, what, call), errkind.AlreadyExists)
+}
+
+// Prepare implements lb.Preparer: health check, one instance group per
+// zone with the targets, and the backend service — everything but the
+// forwarding rule that takes the static IP — so promotion detaches the IP
+// from master 0 only when a single insert is left.
+func (b *loadBalancer) Prepare(ctx context.Context, targets []lb.Target) error {
+	p := b.p
+	desc := b.desc()
 	create := func(what string, call func(ctx context.Context, rid *string) (*compute.Operation, error)) error {
-		return ignore(p.mutate(ctx, what, call), errkind.AlreadyExists)
+		return b.create(ctx, what, call)
 	}
 	if err := create("create health check "+p.hcName(), func(ctx context.Context, rid *string) (*compute.Operation, error) {
 		return p.hcs.Insert(ctx, &computepb.InsertRegionHealthCheckRequest{Project: p.project, Region: p.region, RequestId: rid, HealthCheckResource: &computepb.HealthCheck{
@@ -143,13 +171,7 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 	}); err != nil {
 		return err
 	}
-	return create("create forwarding rule "+p.frName(), func(ctx context.Context, rid *string) (*compute.Operation, error) {
-		return p.rules.Insert(ctx, &computepb.InsertForwardingRuleRequest{Project: p.project, Region: p.region, RequestId: rid, ForwardingRuleResource: &computepb.ForwardingRule{
-			Name: proto.String(p.frName()), Description: desc, IPAddress: proto.String(ip), IPProtocol: proto.String("TCP"),
-			Ports: []string{strconv.Itoa(providers.APIServerPort)}, LoadBalancingScheme: proto.String("EXTERNAL"),
-			BackendService: proto.String(p.regionLink("backendServices", p.bsName())), Labels: p.labels(),
-		}})
-	})
+	return nil
 }
 
 // setLBLabel sets or clears (value "") the instance's hamaster-lb label.
@@ -243,6 +265,15 @@ func (b *loadBalancer) RemoveTarget(ctx context.Context, name string) error {
 	return b.setLBLabel(ctx, x, zone, "")
 }
 
+// Release implements lb.Releaser: delete the forwarding rule, which frees
+// the static IP; absent is success.
+func (b *loadBalancer) Release(ctx context.Context) error {
+	p := b.p
+	return ignore(p.mutate(ctx, "delete forwarding rule "+p.frName(), func(ctx context.Context, rid *string) (*compute.Operation, error) {
+		return p.rules.Delete(ctx, &computepb.DeleteForwardingRuleRequest{Project: p.project, Region: p.region, ForwardingRule: p.frName(), RequestId: rid})
+	}), errkind.NotFound)
+}
+
 // Delete implements lb.LoadBalancer: forwarding rule, backend service,
 // groups, health check (each absent is success), and draining labels;
 // the static address stays reserved.
@@ -251,9 +282,7 @@ func (b *loadBalancer) Delete(ctx context.Context) error {
 	del := func(what string, call func(ctx context.Context, rid *string) (*compute.Operation, error)) error {
 		return ignore(p.mutate(ctx, what, call), errkind.NotFound)
 	}
-	if err := del("delete forwarding rule "+p.frName(), func(ctx context.Context, rid *string) (*compute.Operation, error) {
-		return p.rules.Delete(ctx, &computepb.DeleteForwardingRuleRequest{Project: p.project, Region: p.region, ForwardingRule: p.frName(), RequestId: rid})
-	}); err != nil {
+	if err := b.Release(ctx); err != nil {
 		return err
 	}
 	if err := del("delete backend service "+p.bsName(), func(ctx context.Context, rid *string) (*compute.Operation, error) {

@@ -41,6 +41,13 @@ func (p proc) pid() int {
 
 func isOurs(pid int, marker string) bool {
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	// A process caught inside execve shows an empty command line for a
+	// moment (the kernel sets the new arguments up after the parent of a
+	// vfork resumes): look again briefly before deciding.
+	for i := 0; err == nil && len(cmdline) == 0 && i < 50; i++ {
+		time.Sleep(2 * time.Millisecond)
+		cmdline, err = os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	}
 	if err != nil {
 		return false
 	}
