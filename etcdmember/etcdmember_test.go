@@ -581,3 +581,30 @@ func TestSnapshot(t *testing.T) {
 		t.Errorf("temporary files left: %v", left)
 	}
 }
+
+// TestAddLearnerReusingARemovedPeerURL: etcd 3.7 refuses, for about a
+// second, to add a member whose peer URL belonged to a member just removed
+// ("member not found"); clouds reuse internal IPs, so AddLearner retries.
+func TestAddLearnerReusingARemovedPeerURL(t *testing.T) {
+	t.Parallel()
+	ec := etcdtest.Start(t, 1, etcdtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cli, err := etcdmember.New(ctx, ec.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	peer, _ := ec.FreeURLs(t)
+	m, err := cli.AddLearner(ctx, "first", peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Remove(ctx, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := cli.AddLearner(ctx, "second", peer)
+	if err != nil || m2.ID == m.ID || !m2.Learner {
+		t.Fatalf("re-adding peer URL %s after its member was removed: %+v, %v", peer, m2, err)
+	}
+}

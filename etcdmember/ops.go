@@ -74,7 +74,12 @@ func (c *Client) AddLearner(ctx context.Context, name, peerURL string) (Member, 
 		uncertain bool // an earlier attempt got no answer
 		already   Member
 	)
-	retryable := func(err error) bool { return isUnhealthy(err) || isUncertain(err) }
+	// etcd 3.7 also answers "member not found" to an add of a peer URL
+	// whose previous owner was removed moments ago (observed: for ~1 s); a
+	// refused add changed nothing, so it is retried like "unhealthy".
+	retryable := func(err error) bool {
+		return isUnhealthy(err) || isUncertain(err) || errors.Is(err, rpctypes.ErrMemberNotFound)
+	}
 	err = c.retry(ctx, "add learner", retryable, func(ctx context.Context) error {
 		if uncertain {
 			// The unanswered add may have happened: look before adding
