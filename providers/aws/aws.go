@@ -23,7 +23,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -247,8 +246,6 @@ func (p *Provider) APIServerURL(r providers.Replica) string {
 
 // Close implements providers.Provider.
 func (p *Provider) Close() error { return nil }
-
-func (p *Provider) pki() string { return filepath.Join(p.stateDir, p.cluster, "pki") }
 
 // Etcd implements providers.Provider: mTLS to every running replica not
 // excluded, with the operator client certificate kept in the state dir's
