@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -311,10 +312,24 @@ func TestCrashResumeMatrix(t *testing.T) {
 			return nil
 		}
 	}
+	// By default the steps that change the cloud; HAMASTER_GCE_FULL_CRASH_MATRIX=1
+	// (run by .ci/run after make test) crashes after every step of both.
 	addSteps := []string{workflows.StepReserveAddress, workflows.StepCreateVM, workflows.StepPromoteLB, workflows.StepAddToLB, workflows.StepDNS}
 	removeSteps := []string{workflows.StepRemoveFromLB, workflows.StepRemoveMember, workflows.StepDeleteVM, workflows.StepDemote, workflows.StepDemote}
-	for i, as := range addSteps {
-		rs := removeSteps[i]
+	if os.Getenv("HAMASTER_GCE_FULL_CRASH_MATRIX") != "" {
+		d := e.deps(nil)
+		addSteps, removeSteps = nil, nil
+		for _, s := range workflows.AddReplica(d, workflows.AddParams{}).Steps {
+			addSteps = append(addSteps, s.Name)
+		}
+		for _, s := range workflows.RemoveReplica(d, workflows.RemoveParams{}).Steps {
+			removeSteps = append(removeSteps, s.Name)
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+	}
+	for i := 0; i < max(len(addSteps), len(removeSteps)); i++ {
+		as, rs := addSteps[i%len(addSteps)], removeSteps[i%len(removeSteps)]
 		name := fmt.Sprintf("crash-master-%03x", i)
 		if err := e.add(ctx, name, crashAfter(as)); !errors.Is(err, crash) {
 			t.Fatalf("add %s crashing after %s: %v", name, as, err)
