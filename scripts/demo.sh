@@ -32,7 +32,7 @@ hm status
 ip=$(hm --output json status | sed -n 's/.*"static_ip": "\(.*\)".*/\1/p' | head -1)
 ca=$HAMASTER_STATE_DIR/$HAMASTER_CLUSTER/pki/ca.crt
 say "write and read through the LB endpoint https://$ip:6443"
-curl -sS --fail --cacert "$ca" -X PUT --data "written at $(date -u +%FT%TZ)" "https://$ip:6443/kv/demo-key"
+curl -sS --fail -o /dev/null --cacert "$ca" -X PUT --data "written at $(date -u +%FT%TZ)" "https://$ip:6443/kv/demo-key"
 echo "PUT /kv/demo-key ok"
 echo "GET /kv/demo-key → $(curl -sS --fail --cacert "$ca" "https://$ip:6443/kv/demo-key")"
 
