@@ -58,7 +58,7 @@ func (g *loadGen) do(ctx context.Context, kind, method, path string, body []byte
 			got, _ = io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode/100 != 2 {
-				err = fmt.Errorf("%s", resp.Status)
+				err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(got))
 			} else if want != nil && !bytes.Equal(got, want) {
 				err = fmt.Errorf("read %q, wrote %q", got, want)
 			}

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -142,20 +143,25 @@ func (n *node) serveVersion(w http.ResponseWriter, _ *http.Request) {
 	_ = json.NewEncoder(w).Encode(versionInfo(n.cfg.KubeVersion))
 }
 
-// kvClient returns the etcd client if the member is ready, else writes 503.
+// kvClient returns the etcd client once the member runs, else writes 503.
 func (n *node) kvClient(w http.ResponseWriter, r *http.Request) (*clientv3.Client, string, bool) {
 	key := r.PathValue("key")
 	if key == "" {
 		http.Error(w, "empty key: use /kv/{key}", http.StatusBadRequest)
 		return nil, "", false
 	}
-	if ok, reason := n.checkReady(r.Context()); !ok {
-		http.Error(w, "etcd not ready: "+reason, http.StatusServiceUnavailable)
+	// Like a real apiserver, a request is served whenever storage answers:
+	// /readyz is the LB's signal, not a per-request gate (a leader
+	// transfer makes /readyz fail for a moment while the etcd client's
+	// own retries still get the request through). A learner's data may be
+	// behind, so a learner serves nothing.
+	state, errText, srv, cli := n.etcd.snapshot()
+	switch {
+	case state != EtcdRunning || srv == nil || cli == nil:
+		http.Error(w, "etcd not ready: etcd is "+state+" "+errText, http.StatusServiceUnavailable)
 		return nil, "", false
-	}
-	_, _, _, cli := n.etcd.snapshot()
-	if cli == nil {
-		http.Error(w, "etcd not ready", http.StatusServiceUnavailable)
+	case srv.IsLearner():
+		http.Error(w, "etcd not ready: etcd member is a learner (not voting)", http.StatusServiceUnavailable)
 		return nil, "", false
 	}
 	return cli, KVPrefix + key, true
@@ -168,7 +174,7 @@ func (n *node) serveKVGet(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), n.kvTimeout())
 	defer cancel()
-	resp, err := cli.Get(ctx, key)
+	resp, err := getRetryingLeaderChange(ctx, cli, key)
 	if err != nil {
 		http.Error(w, "etcd: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -180,6 +186,31 @@ func (n *node) serveKVGet(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Etcd-Mod-Revision", strconv.FormatInt(resp.Kvs[0].ModRevision, 10))
 	_, _ = w.Write(resp.Kvs[0].Value)
+}
+
+// getRetryingLeaderChange is a linearizable Get that, like the apiserver's
+// storage layer, retries while etcd's leadership is moving (a read is safe
+// to repeat; a write is not, and is never retried here).
+func getRetryingLeaderChange(ctx context.Context, cli *clientv3.Client, key string) (*clientv3.GetResponse, error) {
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := cli.Get(ctx, key)
+		if err == nil || !leaderChanging(err) {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-tick.C:
+		}
+	}
+}
+
+func leaderChanging(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaderChanged) || errors.Is(err, rpctypes.ErrNoLeader) ||
+		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) || errors.Is(err, rpctypes.ErrTimeout) ||
+		strings.Contains(err.Error(), rpctypes.ErrLeaderChanged.Error())
 }
 
 func (n *node) serveKVPut(w http.ResponseWriter, r *http.Request) {
