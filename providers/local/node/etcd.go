@@ -157,13 +157,31 @@ func (m *etcdMember) runOnce(ctx context.Context) (healthy bool, err error) {
 	}
 	ready := false
 	defer func() {
-		if !ready {
+		shutdown := ctx.Err() != nil
+		if !ready || shutdown {
 			// embed.Etcd.Close waits for the client servers, which wait
 			// for the member to be ready or stopping: stop it first or
-			// Close hangs while there is no quorum.
+			// Close hangs while there is no quorum. On shutdown, Stop
+			// also hands leadership over if this member leads.
 			e.Server.Stop()
 		}
-		e.Close()
+		closed := make(chan struct{})
+		go func() { e.Close(); close(closed) }()
+		if !shutdown {
+			<-closed // a restart follows: the listeners must be free
+			return
+		}
+		// Close drains long-lived client streams (watches, lease
+		// keep-alives of other clients) for up to etcd's request timeout
+		// (7 s with a 1 s election): raft is stopped and the WAL synced
+		// already, so a process on its way out does not wait for them.
+		t := time.NewTimer(closeGrace)
+		defer t.Stop()
+		select {
+		case <-closed:
+		case <-t.C:
+			m.log.Warn("etcd still draining client streams; exiting without waiting", "after", closeGrace)
+		}
 	}()
 	select {
 	case <-e.Server.ReadyNotify():
@@ -190,6 +208,9 @@ func (m *etcdMember) runOnce(ctx context.Context) (healthy bool, err error) {
 		return true, ctx.Err()
 	}
 }
+
+// closeGrace bounds how long a stopping node waits for etcd's Close.
+const closeGrace = time.Second
 
 func orStopped(err error) error {
 	if err == nil {
