@@ -218,11 +218,11 @@ func (in *instances) boot(ctx context.Context, name string, tmpl providers.Templ
 	if err != nil {
 		return err
 	}
-	pid := proc.pid
+	pid := proc.Pid()
 	statusPath := in.p.l.rfile(name, "status.json")
 	return poll(ctx, fmt.Sprintf("replica %s's etcd to start (log: %s)", name, logPath), func() (bool, error) {
-		if why := proc.exitReason(); why != "" {
-			return false, fmt.Errorf("replica %s (pid %d) exited at start (%s); last log lines:\n%s", name, pid, why, tail(logPath, 15))
+		if why := proc.ExitReason(); why != "" {
+			return false, fmt.Errorf("replica %s (pid %d) exited at start (%s); last log lines:\n%s", name, pid, why, proc.Tail(15))
 		}
 		st, err := node.ReadStatus(statusPath)
 		if err != nil || st.PID != pid {

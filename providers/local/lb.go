@@ -120,8 +120,8 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 			return err
 		}
 		return poll(ctx, "the load balancer to bind "+cfg.Listen, func() (bool, error) {
-			if why := proc.exitReason(); why != "" {
-				return false, fmt.Errorf("load balancer (pid %d) exited at start (%s); last log lines:\n%s%s", proc.pid, why, tail(b.p.l.lbLog(), 10), hint(ip))
+			if why := proc.ExitReason(); why != "" {
+				return false, fmt.Errorf("load balancer (pid %d) exited at start (%s); last log lines:\n%s%s", proc.Pid(), why, proc.Tail(10), hint(ip))
 			}
 			s, err := lbproxy.ReadStatus(b.p.l.lbStatus())
 			return err == nil && s.Serving, nil

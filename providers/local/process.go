@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/hamaster/hamaster/providers/local/vm"
 )
 
 // proc is a detached process described by a pid file.
@@ -60,54 +60,18 @@ func isOurs(pid int, marker string) bool {
 	return bytes.Contains(cmdline, []byte(marker))
 }
 
-// started is a process launched by start.
-type started struct {
-	pid    int
-	exited chan struct{}
-	err    error // how it exited, once exited is closed
-}
-
-// exitReason describes how the process ended ("" while it runs).
-func (s *started) exitReason() string {
-	select {
-	case <-s.exited:
-		if s.err == nil {
-			return "exit status 0"
-		}
-		return s.err.Error()
-	default:
-		return ""
-	}
-}
-
-// start launches a detached process (own session, output to logPath) and
-// writes its pid file. A goroutine reaps it if it dies while we live.
-func start(bin string, args []string, logPath, pidFile string) (*started, error) {
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
+// start launches a detached process (own session, output to logPath)
+// and writes its pid file, which is how later runs find it again.
+func start(bin string, args []string, logPath, pidFile string) (*vm.Process, error) {
+	p, err := vm.Start(bin, args, logPath)
+	if err != nil {
 		return nil, err
 	}
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open log %s: %w", logPath, err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Env = append(os.Environ(), "GOTRACEBACK=all")
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	s := &started{pid: cmd.Process.Pid, exited: make(chan struct{})}
-	go func() {
-		s.err = cmd.Wait()
-		close(s.exited)
-	}()
-	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(s.pid)+"\n"), 0o600); err != nil {
-		_ = cmd.Process.Kill()
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(p.Pid())+"\n"), 0o600); err != nil {
+		p.Stop()
 		return nil, fmt.Errorf("write pid file %s: %w", pidFile, err)
 	}
-	return s, nil
+	return p, nil
 }
 
 // stop sends SIGTERM, waits up to grace for the process to go, then
@@ -180,17 +144,4 @@ func poll(ctx context.Context, what string, check func() (bool, error)) error {
 		case <-tick.C:
 		}
 	}
-}
-
-// tail returns the last n lines of a log file, for error messages.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

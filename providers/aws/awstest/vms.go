@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -53,53 +52,18 @@ type VMs struct {
 	done chan struct{}
 }
 
+// proc is one data-plane process and what it stands for.
 type proc struct {
-	name, dir, volume string
-	cmd               *exec.Cmd
-	exited            chan struct{}
-	static            string
-}
-
-func (p *proc) running() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop sends SIGTERM and waits (SIGKILL after 10 s).
-func (p *proc) stop() {
-	if !p.running() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(10 * time.Second)
-	defer t.Stop()
-	select {
-	case <-p.exited:
-	case <-t.C:
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
+	*vm.Process
+	name, dir, volume, static string
 }
 
 func startProc(dir, logName, bin string, args ...string) (*proc, error) {
-	logf, err := os.OpenFile(filepath.Join(dir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	p, err := vm.Start(bin, args, filepath.Join(dir, logName))
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &proc{dir: dir, cmd: cmd, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.exited) }()
-	return p, nil
+	return &proc{Process: p, dir: dir}, nil
 }
 
 func (v *VMs) start() {
@@ -130,12 +94,12 @@ func (v *VMs) Close() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.lb != nil {
-		v.lb.stop()
+		v.lb.Stop()
 	}
 	var wg sync.WaitGroup
 	for _, n := range v.nodes {
 		wg.Add(1)
-		go func() { defer wg.Done(); n.stop() }()
+		go func() { defer wg.Done(); n.Stop() }()
 	}
 	wg.Wait()
 }
@@ -153,7 +117,7 @@ func (v *VMs) Nodes() []string {
 	defer v.mu.Unlock()
 	var out []string
 	for _, n := range v.nodes {
-		if n.running() {
+		if n.Running() {
 			out = append(out, n.name)
 		}
 	}
@@ -166,7 +130,7 @@ func (v *VMs) NodeStatus(name string) (node.Status, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, n := range v.nodes {
-		if n.name == name && n.running() {
+		if n.name == name && n.Running() {
 			st, err := node.ReadStatus(filepath.Join(n.dir, "status.json"))
 			return st, err == nil
 		}
@@ -178,7 +142,7 @@ func (v *VMs) NodeStatus(name string) (node.Status, bool) {
 func (v *VMs) LBRunning() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.lb != nil && v.lb.running()
+	return v.lb != nil && v.lb.Running()
 }
 
 // Health is the proxy's source of target health: the lb process's own
@@ -187,7 +151,7 @@ func (v *VMs) Health(id string) (string, string, string) {
 	v.mu.Lock()
 	lbp := v.lb
 	v.mu.Unlock()
-	if lbp == nil || !lbp.running() {
+	if lbp == nil || !lbp.Running() {
 		return "initial", "Elb.RegistrationInProgress", "Target registration is in progress"
 	}
 	st, err := lbproxy.ReadStatus(filepath.Join(v.root, "lb", "status.json"))
@@ -291,13 +255,13 @@ func (v *VMs) reconcile(ctx context.Context) error {
 	defer v.mu.Unlock()
 	// 1. Stop what must not run: nodes of gone instances, the LB.
 	for id, n := range v.nodes {
-		if _, ok := o.instances[id]; !ok || !n.running() {
-			n.stop()
+		if _, ok := o.instances[id]; !ok || !n.Running() {
+			n.Stop()
 			delete(v.nodes, id)
 		}
 	}
-	if v.lb != nil && (!o.lbOK || !v.lb.running()) {
-		v.lb.stop()
+	if v.lb != nil && (!o.lbOK || !v.lb.Running()) {
+		v.lb.Stop()
 		v.lb = nil
 	}
 	// 2. The Elastic IP on the node of the instance it is associated with.
@@ -314,7 +278,7 @@ func (v *VMs) reconcile(ctx context.Context) error {
 			if err := os.WriteFile(filepath.Join(n.dir, "static-ip"), []byte(want), 0o600); err != nil {
 				return err
 			}
-			_ = n.cmd.Process.Signal(syscall.SIGHUP)
+			n.Signal(syscall.SIGHUP)
 			n.static = want
 		}
 	}
@@ -369,7 +333,7 @@ func (v *VMs) reconcile(ctx context.Context) error {
 		}
 		v.lb = p
 	} else if changed {
-		_ = v.lb.cmd.Process.Signal(syscall.SIGHUP)
+		v.lb.Signal(syscall.SIGHUP)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -30,78 +29,15 @@ const MetadataAPIServerArgs = "hamaster-apiserver-args"
 // APIServerPort is the port the data plane's nodes and LBs serve on.
 const APIServerPort = 6443
 
-// proc is a data-plane process started by the fake.
-type proc struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error
-	dir    string
-	log    string
-}
-
-func startProc(bin string, args []string, dir, logName string) (*proc, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(dir, logName)
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	p := &proc{cmd: cmd, exited: make(chan struct{}), dir: dir, log: logPath}
-	go func() { p.err = cmd.Wait(); close(p.exited) }()
-	return p, nil
-}
-
-func (p *proc) running() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop sends SIGTERM, then SIGKILL after 10 s, and waits until it exited.
-func (p *proc) stop() {
-	if p == nil || !p.running() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(10 * time.Second)
-	defer t.Stop()
-	select {
-	case <-p.exited:
-	case <-t.C:
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
-func (p *proc) tail() string {
-	b, _ := os.ReadFile(p.log)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > 10 {
-		lines = lines[len(lines)-10:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 type nodeProc struct {
-	*proc
+	*vm.Process
+	dir    string
 	status string
 	addr   string
 }
 
 type lbProc struct {
-	*proc
+	*vm.Process
 	cfgPath, status string
 	bs              string          // backend service rel path
 	cfg             lbproxy.Config  // last written
@@ -194,22 +130,22 @@ func (s *Server) bootNode(key string) *apiError {
 	}
 	status := layout.StatusFile()
 	s.stopNode(key)
-	p, err := startProc(s.o.NodeBinary, []string{"replica", "--env-file", envPath}, dir, "node.log")
+	p, err := vm.Start(s.o.NodeBinary, []string{"replica", "--env-file", envPath}, filepath.Join(dir, "node.log"))
 	if err != nil {
 		return errf(500, "internalError", "%v", err)
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		p.stop()
+		p.Stop()
 		return nil
 	}
-	s.nodes[key] = &nodeProc{proc: p, status: status, addr: addr}
+	s.nodes[key] = &nodeProc{Process: p, dir: dir, status: status, addr: addr}
 	s.mu.Unlock()
-	pid := p.cmd.Process.Pid
+	pid := p.Pid()
 	return s.pollUntil(time.Minute, "instance "+lastSeg(key)+" to boot (etcd running)", func() (bool, error) {
-		if !p.running() {
-			return false, fmt.Errorf("hamaster-node exited at boot: %v\n%s", p.err, p.tail())
+		if !p.Running() {
+			return false, fmt.Errorf("hamaster-node exited at boot: %v\n%s", p.ExitReason(), p.Tail(10))
 		}
 		st, err := node.ReadStatus(status)
 		if err != nil || st.PID != pid {
@@ -228,7 +164,7 @@ func (s *Server) stopNode(key string) {
 	delete(s.nodes, key)
 	s.mu.Unlock()
 	if n != nil {
-		n.stop()
+		n.Stop()
 	}
 }
 
@@ -244,13 +180,13 @@ func (s *Server) bindNAT(key string) *apiError {
 		}
 	}
 	s.mu.Unlock()
-	if n == nil || !n.running() {
+	if n == nil || !n.Running() {
 		return nil
 	}
 	if err := os.WriteFile(filepath.Join(n.dir, "static-ip"), []byte(nat+"\n"), 0o600); err != nil {
 		return errf(500, "internalError", "%v", err)
 	}
-	_ = n.cmd.Process.Signal(syscall.SIGHUP)
+	n.Signal(syscall.SIGHUP)
 	own := net.JoinHostPort(n.addr, strconv.Itoa(APIServerPort))
 	want := net.JoinHostPort(nat, strconv.Itoa(APIServerPort))
 	return s.pollUntil(30*time.Second, "instance "+lastSeg(key)+" to bind its external IP "+nat, func() (bool, error) {
@@ -389,29 +325,29 @@ func (s *Server) applyLB(key, bs string, cfg lbproxy.Config, names map[string]bo
 	if err := lbproxy.WriteConfig(cfgPath, cfg); err != nil {
 		return errf(500, "internalError", "%v", err)
 	}
-	if l != nil && l.running() {
+	if l != nil && l.Running() {
 		s.mu.Lock()
 		l.cfg, l.names = cfg, names
 		s.mu.Unlock()
-		_ = l.cmd.Process.Signal(syscall.SIGHUP)
+		l.Signal(syscall.SIGHUP)
 		return nil
 	}
 	_ = os.Remove(cfg.StatusFile)
-	p, err := startProc(s.o.NodeBinary, []string{"lb", "--config", cfgPath}, dir, "lb.log")
+	p, err := vm.Start(s.o.NodeBinary, []string{"lb", "--config", cfgPath}, filepath.Join(dir, "lb.log"))
 	if err != nil {
 		return errf(500, "internalError", "%v", err)
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		p.stop()
+		p.Stop()
 		return nil
 	}
-	s.lbs[key] = &lbProc{proc: p, cfgPath: cfgPath, status: cfg.StatusFile, bs: bs, cfg: cfg, names: names}
+	s.lbs[key] = &lbProc{Process: p, cfgPath: cfgPath, status: cfg.StatusFile, bs: bs, cfg: cfg, names: names}
 	s.mu.Unlock()
 	return s.pollUntil(30*time.Second, "the forwarding rule to serve "+cfg.Listen, func() (bool, error) {
-		if !p.running() {
-			return false, fmt.Errorf("hamaster-node lb exited: %v\n%s", p.err, p.tail())
+		if !p.Running() {
+			return false, fmt.Errorf("hamaster-node lb exited: %v\n%s", p.ExitReason(), p.Tail(10))
 		}
 		st, err := lbproxy.ReadStatus(cfg.StatusFile)
 		return err == nil && st.Serving, nil
@@ -425,7 +361,7 @@ func (s *Server) stopLB(key string) {
 	delete(s.draining, key)
 	s.mu.Unlock()
 	if l != nil {
-		l.stop()
+		l.Stop()
 	}
 }
 
@@ -434,7 +370,7 @@ func (s *Server) stopLB(key string) {
 func (s *Server) lbHealth(bs string) map[string]bool {
 	out := map[string]bool{}
 	for _, l := range s.lbs {
-		if l.bs != bs || !l.running() {
+		if l.bs != bs || !l.Running() {
 			continue
 		}
 		st, err := lbproxy.ReadStatus(l.status)

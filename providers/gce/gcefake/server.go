@@ -180,11 +180,11 @@ func (s *Server) Close() error {
 	var wg sync.WaitGroup
 	for _, n := range nodes {
 		wg.Add(1)
-		go func() { defer wg.Done(); n.stop() }()
+		go func() { defer wg.Done(); n.Stop() }()
 	}
 	for _, l := range lbs {
 		wg.Add(1)
-		go func() { defer wg.Done(); l.stop() }()
+		go func() { defer wg.Done(); l.Stop() }()
 	}
 	wg.Wait()
 	s.bg.Wait()
@@ -641,12 +641,12 @@ func (s *Server) RunningProcesses() (nodes, lbs int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, n := range s.nodes {
-		if n.running() {
+		if n.Running() {
 			nodes++
 		}
 	}
 	for _, l := range s.lbs {
-		if l.running() {
+		if l.Running() {
 			lbs++
 		}
 	}
