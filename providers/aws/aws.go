@@ -39,6 +39,7 @@ import (
 	"github.com/hamaster/hamaster/dns"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -280,20 +281,9 @@ func (p *Provider) maxDelay() time.Duration { return max(p.poll, min(30*time.Sec
 // poll calls check every p.poll until it returns true or an error, or ctx
 // ends; what names the wait in the error.
 func (p *Provider) pollUntil(ctx context.Context, what string, check func() (bool, error)) error {
-	t := time.NewTicker(p.poll)
-	defer t.Stop()
-	for {
-		ok, err := check()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return errkind.Errorf(errkind.Unavailable, "wait for %s: %w", what, ctx.Err())
-		case <-t.C:
-		}
+	err := wait.Until(ctx, p.poll, what, check)
+	if err != nil && ctx.Err() != nil {
+		return errkind.Mark(errkind.Unavailable, err) // ran out of time: try later
 	}
+	return err
 }

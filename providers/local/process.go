@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers/local/vm"
 )
 
@@ -128,20 +129,5 @@ func (p proc) signal(sig syscall.Signal) bool {
 // poll calls check every 25 ms until it returns true or an error, or ctx
 // ends; what describes the wait for the error message.
 func poll(ctx context.Context, what string, check func() (bool, error)) error {
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, err := check()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %s: %w", what, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return wait.Until(ctx, 25*time.Millisecond, what, check)
 }
