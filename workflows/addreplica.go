@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
@@ -104,7 +105,7 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				// other pending learner or unhealthy voter refuses.
 				var others []etcdmember.Member
 				for _, m := range ms {
-					if addr := r.Get("address"); addr != "" && m.Learner && contains(m.PeerURLs, providers.PeerURL(addr)) {
+					if addr := r.Get("address"); addr != "" && m.Learner && slices.Contains(m.PeerURLs, providers.PeerURL(addr)) {
 						continue
 					}
 					if m.Name == name(r) && m.Name != "" {
@@ -481,13 +482,4 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
