@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -185,12 +186,24 @@ func etcdClient(t *testing.T, cfg Config, pki testPKI) *clientv3.Client {
 	return cli
 }
 
+// requireLoopback skips only where the OS does not route all of
+// 127.0.0.0/8 to lo (macOS without aliases); on Linux a missing address
+// is a failure, never a skip.
+func requireLoopback(t *testing.T, ip string) {
+	t.Helper()
+	if loopbackAvailable(ip) {
+		return
+	}
+	if runtime.GOOS == "linux" {
+		t.Fatalf("cannot bind %s although Linux routes all of 127.0.0.0/8 to lo", ip)
+	}
+	t.Skipf("cannot bind %s on %s (add it with: sudo ifconfig lo0 alias %s up)", ip, runtime.GOOS, ip)
+}
+
 func TestNodeStaticIPAttachDetach(t *testing.T) {
 	t.Parallel()
 	const staticIP = "127.0.0.2"
-	if !loopbackAvailable(staticIP) {
-		t.Skipf("cannot bind %s on this machine (Linux routes all of 127.0.0.0/8 to lo; macOS needs an alias)", staticIP)
-	}
+	requireLoopback(t, staticIP)
 	dir := t.TempDir()
 	pki := newTestPKI(t, dir)
 	cfg := testConfig(t, dir, pki, "static-0")
@@ -371,9 +384,7 @@ func TestNodeThreeMembersOwnAddresses(t *testing.T) {
 	t.Parallel()
 	ips := []string{"127.0.0.3", "127.0.0.4", "127.0.0.5"}
 	for _, ip := range ips {
-		if !loopbackAvailable(ip) {
-			t.Skipf("cannot bind %s on this machine", ip)
-		}
+		requireLoopback(t, ip)
 	}
 	dir := t.TempDir()
 	ca, err := certs.NewCA("test-etcd-ca", certs.ECDSA, 0)
