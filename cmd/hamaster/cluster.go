@@ -133,10 +133,14 @@ func mutatingFlags() []cli.Flag {
 	}
 }
 
-// mutating merges the command-level --yes/--dry-run into the globals and,
-// unless it is a dry run, checks that the state dir is writable before
-// anything is changed.
-func (g *globals) mutating(c *cli.Context) error {
+// mutating is the prologue of every command that changes a cluster: its
+// flags from the environment and --config, the command-level --yes and
+// --dry-run merged into the globals and, unless it is a dry run, a check
+// that the state dir is writable before anything is changed.
+func (g *globals) mutating(c *cli.Context, e *env) error {
+	if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
+		return err
+	}
 	g.yes = g.yes || c.Bool("yes")
 	g.dryRun = g.dryRun || c.Bool("dry-run")
 	if g.dryRun {
@@ -224,10 +228,7 @@ Example:
 						mutatingFlags()[1],
 					},
 					Action: func(c *cli.Context) error {
-						if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
-							return err
-						}
-						if err := g.mutating(c); err != nil {
+						if err := g.mutating(c, e); err != nil {
 							return err
 						}
 						if g.provider != local.Name {
@@ -266,7 +267,7 @@ Example:
   hamaster --cluster demo local down`,
 					Flags: mutatingFlags()[1:],
 					Action: func(c *cli.Context) error {
-						if err := g.mutating(c); err != nil {
+						if err := g.mutating(c, e); err != nil {
 							return err
 						}
 						if g.provider != local.Name {
@@ -333,10 +334,7 @@ Example:
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait (caught up, LB healthy)"},
 		}, providerFlags(true)...),
 		Action: func(c *cli.Context) error {
-			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
-				return err
-			}
-			if err := g.mutating(c); err != nil {
+			if err := g.mutating(c, e); err != nil {
 				return err
 			}
 			if n := c.String("name"); n != "" {
@@ -387,10 +385,7 @@ Example:
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait"},
 		}, providerFlags(true)...),
 		Action: func(c *cli.Context) error {
-			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
-				return err
-			}
-			if err := g.mutating(c); err != nil {
+			if err := g.mutating(c, e); err != nil {
 				return err
 			}
 			if c.String("name") == "" {
@@ -567,10 +562,7 @@ Example:
 			&cli.BoolFlag{Name: "allow-downtime", Usage: "allow recreating a single replica (the control plane is down meanwhile)"},
 		}, providerFlags(true)...),
 		Action: func(c *cli.Context) error {
-			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
-				return err
-			}
-			if err := g.mutating(c); err != nil {
+			if err := g.mutating(c, e); err != nil {
 				return err
 			}
 			v := c.String("version")
