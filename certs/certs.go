@@ -167,27 +167,12 @@ func newCA(commonName string, kt KeyType, validity time.Duration, now time.Time)
 // may be PKCS#1, SEC1 or PKCS#8; it must match the certificate, and the
 // certificate must be a CA. Errors name the offending file.
 func LoadCA(certPath, keyPath string) (*CA, error) {
-	certPEM, err := os.ReadFile(certPath)
+	cert, certPEM, key, _, err := loadFiles("CA ", certPath, keyPath)
 	if err != nil {
-		return nil, fmt.Errorf("load CA certificate: %w", err)
-	}
-	cert, err := parseCertPEM(certPEM)
-	if err != nil {
-		return nil, fmt.Errorf("load CA certificate %s: %w", certPath, err)
+		return nil, err
 	}
 	if !cert.IsCA {
 		return nil, fmt.Errorf("load CA certificate %s: %q is not a CA certificate", certPath, cert.Subject.CommonName)
-	}
-	keyPEM, err := os.ReadFile(keyPath)
-	if err != nil {
-		return nil, fmt.Errorf("load CA key: %w", err)
-	}
-	key, err := parseKeyPEM(keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("load CA key %s: %w", keyPath, err)
-	}
-	if err := keyMatches(cert, key); err != nil {
-		return nil, fmt.Errorf("load CA key %s for certificate %s: %w", keyPath, certPath, err)
 	}
 	return &CA{Cert: cert, Key: key, CertPEM: certPEM}, nil
 }

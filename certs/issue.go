@@ -1,6 +1,7 @@
 package certs
 
 import (
+	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
@@ -41,26 +42,36 @@ func (p *Pair) Write(certPath, keyPath string) error {
 // may be PKCS#1, SEC1 or PKCS#8 and must match the certificate. Errors name
 // the offending file.
 func LoadPair(certPath, keyPath string) (*Pair, error) {
+	cert, certPEM, _, keyPEM, err := loadFiles("", certPath, keyPath)
+	if err != nil {
+		return nil, err
+	}
+	return &Pair{Cert: cert, CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+// loadFiles reads a certificate and its matching key; what ("CA " or "")
+// prefixes the nouns of the errors, which name the offending file.
+func loadFiles(what, certPath, keyPath string) (*x509.Certificate, []byte, crypto.Signer, []byte, error) {
 	certPEM, err := os.ReadFile(certPath)
 	if err != nil {
-		return nil, fmt.Errorf("load certificate: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("load %scertificate: %w", what, err)
 	}
 	cert, err := parseCertPEM(certPEM)
 	if err != nil {
-		return nil, fmt.Errorf("load certificate %s: %w", certPath, err)
+		return nil, nil, nil, nil, fmt.Errorf("load %scertificate %s: %w", what, certPath, err)
 	}
 	keyPEM, err := os.ReadFile(keyPath)
 	if err != nil {
-		return nil, fmt.Errorf("load key: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("load %skey: %w", what, err)
 	}
 	key, err := parseKeyPEM(keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("load key %s: %w", keyPath, err)
+		return nil, nil, nil, nil, fmt.Errorf("load %skey %s: %w", what, keyPath, err)
 	}
 	if err := keyMatches(cert, key); err != nil {
-		return nil, fmt.Errorf("load key %s for certificate %s: %w", keyPath, certPath, err)
+		return nil, nil, nil, nil, fmt.Errorf("load %skey %s for certificate %s: %w", what, keyPath, certPath, err)
 	}
-	return &Pair{Cert: cert, CertPEM: certPEM, KeyPEM: keyPEM}, nil
+	return cert, certPEM, key, keyPEM, nil
 }
 
 // TLSCertificate returns the pair as a tls.Certificate, with Leaf set, for
