@@ -22,6 +22,7 @@ import (
 	"github.com/hamaster/hamaster/providers/local"
 	"github.com/hamaster/hamaster/providers/local/localtest"
 	"github.com/hamaster/hamaster/workflows"
+	"github.com/hamaster/hamaster/workflows/workflowstest"
 )
 
 // env is one local cluster plus what the workflows need.
@@ -70,26 +71,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 	if err != nil {
 		e.t.Fatalf("status: %v", err)
 	}
-	var names, members []string
-	for _, r := range rep.Replicas {
-		names = append(names, r.Name)
-		if !r.Healthy {
-			e.t.Errorf("replica %s unhealthy: %s", r.Name, r.Error)
-		}
-	}
-	for _, m := range rep.Members {
-		members = append(members, m.Name)
-		if m.Learner || !m.Healthy {
-			e.t.Errorf("member %s learner=%v healthy=%v", m.Name, m.Learner, m.Healthy)
-		}
-	}
-	sort.Strings(members)
-	if !slices.Equal(names, want) {
-		e.t.Errorf("replicas %v, want %v", names, want)
-	}
-	if !slices.Equal(members, want) {
-		e.t.Errorf("etcd members %v, want %v (%s)", members, want, rep.MembersError)
-	}
+	workflowstest.AssertReplicasAndMembers(e.t, rep, want)
 	switch {
 	case len(want) == 1 && rep.LB != nil:
 		e.t.Errorf("one replica but a load balancer exists: %+v", rep.LB)

@@ -22,6 +22,7 @@ import (
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/aws/awstest"
 	"github.com/hamaster/hamaster/workflows"
+	"github.com/hamaster/hamaster/workflows/workflowstest"
 )
 
 // env is one moto cluster plus what the workflows need.
@@ -69,23 +70,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 	if err != nil {
 		t.Fatalf("status: %v", err)
 	}
-	var names, members []string
-	for _, r := range rep.Replicas {
-		names = append(names, r.Name)
-		if !r.Healthy {
-			t.Errorf("replica %s unhealthy: %s", r.Name, r.Error)
-		}
-	}
-	for _, m := range rep.Members {
-		members = append(members, m.Name)
-		if m.Learner || !m.Healthy {
-			t.Errorf("member %s learner=%v healthy=%v", m.Name, m.Learner, m.Healthy)
-		}
-	}
-	sort.Strings(members)
-	if !slices.Equal(names, want) || !slices.Equal(members, want) {
-		t.Errorf("replicas %v, members %v, want %v (%s)", names, members, want, rep.MembersError)
-	}
+	workflowstest.AssertReplicasAndMembers(t, rep, want)
 	c := e.c
 	lbs, _ := c.ELB.DescribeLoadBalancers(ctx, &elb.DescribeLoadBalancersInput{})
 	tgs, _ := c.ELB.DescribeTargetGroups(ctx, &elb.DescribeTargetGroupsInput{})

@@ -18,6 +18,7 @@ import (
 	"github.com/hamaster/hamaster/providers/gce/gcefake"
 	"github.com/hamaster/hamaster/providers/gce/gcetest"
 	"github.com/hamaster/hamaster/workflows"
+	"github.com/hamaster/hamaster/workflows/workflowstest"
 )
 
 const dnsName = "api.example.test."
@@ -65,26 +66,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 	if err != nil {
 		e.t.Fatalf("status: %v", err)
 	}
-	var names, members []string
-	for _, r := range rep.Replicas {
-		names = append(names, r.Name)
-		if !r.Healthy {
-			e.t.Errorf("replica %s unhealthy: %s", r.Name, r.Error)
-		}
-	}
-	for _, m := range rep.Members {
-		members = append(members, m.Name)
-		if m.Learner || !m.Healthy {
-			e.t.Errorf("member %s learner=%v healthy=%v", m.Name, m.Learner, m.Healthy)
-		}
-	}
-	sort.Strings(members)
-	if !slices.Equal(names, want) {
-		e.t.Errorf("replicas %v, want %v", names, want)
-	}
-	if !slices.Equal(members, want) {
-		e.t.Errorf("etcd members %v, want %v (%s)", members, want, rep.MembersError)
-	}
+	workflowstest.AssertReplicasAndMembers(e.t, rep, want)
 	f := e.c.Fake
 	lbParts := [][2]string{{"forwardingRules", ""}, {"backendServices", ""}, {"healthChecks", ""}, {"instanceGroups", ""}}
 	switch {

@@ -1,0 +1,39 @@
+// Package workflowstest holds checks shared by the workflows' end-to-end
+// tests on every provider.
+package workflowstest
+
+import (
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/hamaster/hamaster/workflows"
+)
+
+// AssertReplicasAndMembers checks that rep lists exactly want (sorted or
+// not) as healthy replicas and as healthy, voting etcd members.
+func AssertReplicasAndMembers(t testing.TB, rep workflows.Report, want []string) {
+	t.Helper()
+	want = slices.Sorted(slices.Values(want))
+	var names, members []string
+	for _, r := range rep.Replicas {
+		names = append(names, r.Name)
+		if !r.Healthy {
+			t.Errorf("replica %s unhealthy: %s", r.Name, r.Error)
+		}
+	}
+	for _, m := range rep.Members {
+		members = append(members, m.Name)
+		if m.Learner || !m.Healthy {
+			t.Errorf("member %s learner=%v healthy=%v", m.Name, m.Learner, m.Healthy)
+		}
+	}
+	sort.Strings(names)
+	sort.Strings(members)
+	if !slices.Equal(names, want) {
+		t.Errorf("replicas %v, want %v", names, want)
+	}
+	if !slices.Equal(members, want) {
+		t.Errorf("etcd members %v, want %v (%s)", members, want, rep.MembersError)
+	}
+}
