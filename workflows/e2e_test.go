@@ -268,23 +268,14 @@ func TestCrashResumeMatrix(t *testing.T) {
 	defer cancel()
 	master := local.MasterName("crash")
 	d := e.deps(nil)
-	addSteps := stepNames(workflows.AddReplica(d, workflows.AddParams{}))
-	removeSteps := stepNames(workflows.RemoveReplica(d, workflows.RemoveParams{}))
-	crash := errors.New("simulated crash")
-	crashAfter := func(step string) func(string) error {
-		return func(s string) error {
-			if s == step {
-				return crash
-			}
-			return nil
-		}
-	}
+	addSteps := workflowstest.StepNames(workflows.AddReplica(d, workflows.AddParams{}))
+	removeSteps := workflowstest.StepNames(workflows.RemoveReplica(d, workflows.RemoveParams{}))
 	n := max(len(addSteps), len(removeSteps))
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("crash-master-%03x", i)
 		as := addSteps[i%len(addSteps)]
 		rs := removeSteps[i%len(removeSteps)]
-		if err := e.add(ctx, name, crashAfter(as)); !errors.Is(err, crash) {
+		if err := e.add(ctx, name, workflowstest.CrashAfter(as)); !errors.Is(err, workflowstest.ErrCrash) {
 			t.Fatalf("add %s crashing after %s: %v", name, as, err)
 		}
 		// The re-run does not repeat the name: it comes from the journal.
@@ -292,7 +283,7 @@ func TestCrashResumeMatrix(t *testing.T) {
 			t.Fatalf("resume add after crash at %s: %v", as, err)
 		}
 		e.assertConverged(ctx, master, name)
-		if err := e.remove(ctx, name, crashAfter(rs)); !errors.Is(err, crash) {
+		if err := e.remove(ctx, name, workflowstest.CrashAfter(rs)); !errors.Is(err, workflowstest.ErrCrash) {
 			t.Fatalf("remove %s crashing after %s: %v", name, rs, err)
 		}
 		if err := e.remove(ctx, name, nil); err != nil {
@@ -304,7 +295,7 @@ func TestCrashResumeMatrix(t *testing.T) {
 	// A crash mid-add, then removing the half-added replica instead.
 	for _, as := range []string{workflows.StepReserveAddress, workflows.StepAddMember, workflows.StepCreateVM, workflows.StepPromoteLB} {
 		name := "crash-master-ab" + fmt.Sprint(len(as)%10)
-		if err := e.add(ctx, name, crashAfter(as)); !errors.Is(err, crash) {
+		if err := e.add(ctx, name, workflowstest.CrashAfter(as)); !errors.Is(err, workflowstest.ErrCrash) {
 			t.Fatalf("add %s crashing after %s: %v", name, as, err)
 		}
 		if err := e.remove(ctx, name, nil); err != nil {
@@ -313,14 +304,6 @@ func TestCrashResumeMatrix(t *testing.T) {
 		e.assertConverged(ctx, master)
 		t.Logf("half-added replica (crash after %s) removed: converged", as)
 	}
-}
-
-func stepNames(wf *workflows.Workflow) []string {
-	var out []string
-	for _, s := range wf.Steps {
-		out = append(out, s.Name)
-	}
-	return out
 }
 
 func TestConcurrentAddsOneWins(t *testing.T) {

@@ -284,17 +284,8 @@ func TestCrashResume(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	d := e.deps(nil)
-	addSteps := stepNames(workflows.AddReplica(d, workflows.AddParams{}))
-	removeSteps := stepNames(workflows.RemoveReplica(d, workflows.RemoveParams{}))
-	crash := errors.New("simulated crash")
-	crashAfter := func(step string) func(string) error {
-		return func(s string) error {
-			if s == step {
-				return crash
-			}
-			return nil
-		}
-	}
+	addSteps := workflowstest.StepNames(workflows.AddReplica(d, workflows.AddParams{}))
+	removeSteps := workflowstest.StepNames(workflows.RemoveReplica(d, workflows.RemoveParams{}))
 	// By default the steps that touch AWS; HAMASTER_AWS_FULL_CRASH_MATRIX=1
 	// crashes after every step of both workflows (12 cycles, ~3 min).
 	type pair struct{ add, remove string }
@@ -316,14 +307,14 @@ func TestCrashResume(t *testing.T) {
 		}
 		name := fmt.Sprintf("crash-master-%03x", i)
 		as, rs := pr.add, pr.remove
-		if err := e.add(ctx, name, crashAfter(as)); !errors.Is(err, crash) {
+		if err := e.add(ctx, name, workflowstest.CrashAfter(as)); !errors.Is(err, workflowstest.ErrCrash) {
 			t.Fatalf("add %s crashing after %s: %v", name, as, err)
 		}
 		if err := e.add(ctx, "", nil); err != nil {
 			t.Fatalf("resume add after crash at %s: %v", as, err)
 		}
 		e.assertConverged(ctx, e.c.Master, name)
-		if err := e.remove(ctx, name, crashAfter(rs)); !errors.Is(err, crash) {
+		if err := e.remove(ctx, name, workflowstest.CrashAfter(rs)); !errors.Is(err, workflowstest.ErrCrash) {
 			t.Fatalf("remove %s crashing after %s: %v", name, rs, err)
 		}
 		if err := e.remove(ctx, name, nil); err != nil {
@@ -332,12 +323,4 @@ func TestCrashResume(t *testing.T) {
 		e.assertConverged(ctx, e.c.Master)
 		t.Logf("crash after add step %-24s and remove step %-24s: converged", as, rs)
 	}
-}
-
-func stepNames(wf *workflows.Workflow) []string {
-	var out []string
-	for _, s := range wf.Steps {
-		out = append(out, s.Name)
-	}
-	return out
 }

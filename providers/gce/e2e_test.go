@@ -285,15 +285,6 @@ func TestCrashResumeMatrix(t *testing.T) {
 	e := newEnv(t, "crash", gcetest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	crash := errors.New("simulated crash")
-	crashAfter := func(step string) func(string) error {
-		return func(s string) error {
-			if s == step {
-				return crash
-			}
-			return nil
-		}
-	}
 	// By default the steps that change the cloud; HAMASTER_GCE_FULL_CRASH_MATRIX=1
 	// (run by .ci/run after make test) crashes after every step of both.
 	addSteps := []string{workflows.StepReserveAddress, workflows.StepCreateVM, workflows.StepPromoteLB, workflows.StepAddToLB, workflows.StepDNS}
@@ -313,14 +304,14 @@ func TestCrashResumeMatrix(t *testing.T) {
 	for i := 0; i < max(len(addSteps), len(removeSteps)); i++ {
 		as, rs := addSteps[i%len(addSteps)], removeSteps[i%len(removeSteps)]
 		name := fmt.Sprintf("crash-master-%03x", i)
-		if err := e.add(ctx, name, crashAfter(as)); !errors.Is(err, crash) {
+		if err := e.add(ctx, name, workflowstest.CrashAfter(as)); !errors.Is(err, workflowstest.ErrCrash) {
 			t.Fatalf("add %s crashing after %s: %v", name, as, err)
 		}
 		if err := e.add(ctx, "", nil); err != nil {
 			t.Fatalf("resume add after crash at %s: %v", as, err)
 		}
 		e.assertConverged(ctx, e.c.Master, name)
-		if err := e.remove(ctx, name, crashAfter(rs)); !errors.Is(err, crash) {
+		if err := e.remove(ctx, name, workflowstest.CrashAfter(rs)); !errors.Is(err, workflowstest.ErrCrash) {
 			t.Fatalf("remove %s crashing after %s: %v", name, rs, err)
 		}
 		if err := e.remove(ctx, name, nil); err != nil {
@@ -331,7 +322,7 @@ func TestCrashResumeMatrix(t *testing.T) {
 	}
 	// A crash mid-add, then removing the half-added replica instead.
 	name := "crash-master-half"
-	if err := e.add(ctx, name, crashAfter(workflows.StepCreateVM)); !errors.Is(err, crash) {
+	if err := e.add(ctx, name, workflowstest.CrashAfter(workflows.StepCreateVM)); !errors.Is(err, workflowstest.ErrCrash) {
 		t.Fatalf("add %s crashing after %s: %v", name, workflows.StepCreateVM, err)
 	}
 	if err := e.remove(ctx, name, nil); err != nil {

@@ -3,6 +3,7 @@
 package workflowstest
 
 import (
+	"errors"
 	"slices"
 	"sort"
 	"testing"
@@ -36,4 +37,27 @@ func AssertReplicasAndMembers(t testing.TB, rep workflows.Report, want []string)
 	if !slices.Equal(members, want) {
 		t.Errorf("etcd members %v, want %v (%s)", members, want, rep.MembersError)
 	}
+}
+
+// ErrCrash is what CrashAfter's hook returns: a simulated crash.
+var ErrCrash = errors.New("simulated crash")
+
+// CrashAfter is a Deps.AfterStep hook that stops the run with ErrCrash
+// right after step is journaled as done, as if the process had died.
+func CrashAfter(step string) func(string) error {
+	return func(s string) error {
+		if s == step {
+			return ErrCrash
+		}
+		return nil
+	}
+}
+
+// StepNames lists a workflow's step names in order.
+func StepNames(wf *workflows.Workflow) []string {
+	names := make([]string, 0, len(wf.Steps))
+	for _, s := range wf.Steps {
+		names = append(names, s.Name)
+	}
+	return names
 }
