@@ -21,8 +21,8 @@ import (
 	"syscall"
 
 	"github.com/hamaster/hamaster/errkind"
-	"github.com/hamaster/hamaster/providers/local/lbproxy"
-	"github.com/hamaster/hamaster/providers/local/node"
+	"github.com/hamaster/hamaster/dataplane/lbproxy"
+	"github.com/hamaster/hamaster/dataplane/node"
 )
 
 const usage = `usage:

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
-	"github.com/hamaster/hamaster/providers/local/lbproxy"
+	"github.com/hamaster/hamaster/dataplane/lbproxy"
 )
 
 func TestRunUsage(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/providers/local/node"
+	"github.com/hamaster/hamaster/dataplane/node"
 )
 
 // User data layout. A replica's user data is a MIME multipart document

@@ -16,7 +16,7 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/providers/gce/kubeenv"
+	"github.com/hamaster/hamaster/kubeenv"
 )
 
 // Keys of Template.Machine: the instance settings copied when cloning.

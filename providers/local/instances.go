@@ -14,8 +14,8 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/providers/local/node"
-	"github.com/hamaster/hamaster/providers/local/vm"
+	"github.com/hamaster/hamaster/dataplane/node"
+	"github.com/hamaster/hamaster/dataplane/vm"
 )
 
 // instances implements providers.Instances with hamaster-node processes.

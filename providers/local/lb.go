@@ -13,7 +13,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/providers/local/lbproxy"
+	"github.com/hamaster/hamaster/dataplane/lbproxy"
 )
 
 // loadBalancer implements lb.LoadBalancer with a hamaster-node lb process

@@ -21,7 +21,7 @@ import (
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/providers/local/node"
+	"github.com/hamaster/hamaster/dataplane/node"
 )
 
 // Name is the registry name of this provider.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/internal/wait"
-	"github.com/hamaster/hamaster/providers/local/vm"
+	"github.com/hamaster/hamaster/dataplane/vm"
 )
 
 // proc is a detached process described by a pid file.

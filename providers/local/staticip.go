@@ -14,7 +14,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/providers/local/node"
+	"github.com/hamaster/hamaster/dataplane/node"
 )
 
 // staticIP implements lb.StaticIP: the "access config" of a replica is the

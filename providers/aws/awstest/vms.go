@@ -21,9 +21,9 @@ import (
 
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
-	"github.com/hamaster/hamaster/providers/local/lbproxy"
-	"github.com/hamaster/hamaster/providers/local/node"
-	"github.com/hamaster/hamaster/providers/local/vm"
+	"github.com/hamaster/hamaster/dataplane/lbproxy"
+	"github.com/hamaster/hamaster/dataplane/node"
+	"github.com/hamaster/hamaster/dataplane/vm"
 )
 
 // VMs plays EC2's and ELBv2's data plane for one cluster: it polls moto

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/providers/gce/kubeenv"
-	"github.com/hamaster/hamaster/providers/local/lbproxy"
-	"github.com/hamaster/hamaster/providers/local/node"
-	"github.com/hamaster/hamaster/providers/local/vm"
+	"github.com/hamaster/hamaster/kubeenv"
+	"github.com/hamaster/hamaster/dataplane/lbproxy"
+	"github.com/hamaster/hamaster/dataplane/node"
+	"github.com/hamaster/hamaster/dataplane/vm"
 )
 
 // MetadataAPIServerArgs is the metadata item holding the apiserver's extra

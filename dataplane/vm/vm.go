@@ -15,7 +15,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/providers/local/node"
+	"github.com/hamaster/hamaster/dataplane/node"
 )
 
 // Layout names the files of one booted replica.

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/providers/local/node"
+	"github.com/hamaster/hamaster/dataplane/node"
 )
 
 func TestPrepareWritesWhatTheNodeReads(t *testing.T) {
