@@ -1,20 +1,18 @@
 package node
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
 	"os"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/kubeenv"
 )
 
 // Keys of the env file, the local stand-in for a cloud VM's "kube-env"
@@ -52,9 +50,9 @@ const (
 	// KeyAPIServerKey is the key of KeyAPIServerCert (required).
 	KeyAPIServerKey = "APISERVER_KEY"
 	// KeyKubeVersion is the version /version reports, e.g. v1.30.2.
-	KeyKubeVersion = "KUBE_VERSION"
+	KeyKubeVersion = kubeenv.KubeVersion
 	// KeyAPIServerExtraArgs are space-separated apiserver flags.
-	KeyAPIServerExtraArgs = "APISERVER_EXTRA_ARGS"
+	KeyAPIServerExtraArgs = kubeenv.APIServerExtraArgs
 	// KeyDataDir is the "persistent disk"; etcd keeps its data in DATA_DIR/etcd.
 	KeyDataDir = "DATA_DIR"
 	// KeyStaticIPFile names a file holding zero or one IP: the static IP
@@ -155,7 +153,11 @@ func LoadEnvFile(path string) (Config, error) {
 		return Config{}, errkind.Errorf(errkind.InvalidArgument, "env file: %w", err)
 	}
 	defer f.Close()
-	env, err := ParseEnv(f)
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return Config{}, errkind.Errorf(errkind.InvalidArgument, "env file: %w", err)
+	}
+	env, err := kubeenv.Parse(string(b))
 	if err != nil {
 		return Config{}, errkind.Errorf(errkind.InvalidArgument, "env file %s: %w", path, err)
 	}
@@ -164,62 +166,6 @@ func LoadEnvFile(path string) (Config, error) {
 		return Config{}, fmt.Errorf("env file %s: %w", path, err)
 	}
 	return cfg, nil
-}
-
-var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// ParseEnv parses KEY=VALUE lines. Blank lines and lines starting with #
-// are ignored, an "export " prefix is allowed, and a value may be wrapped
-// in single or double quotes (kube-env style: KEY='a=b,c=d'). Inside single
-// quotes a quote is written as in shell: close the quotes, a backslash and a
-// quote, open them again. The last of repeated keys wins.
-func ParseEnv(r io.Reader) (map[string]string, error) {
-	env := map[string]string{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	lineNo := 0
-	for sc.Scan() {
-		lineNo++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		line = strings.TrimPrefix(line, "export ")
-		key, value, ok := strings.Cut(line, "=")
-		key = strings.TrimSpace(key)
-		if !ok || !envKeyRE.MatchString(key) {
-			return nil, fmt.Errorf("line %d: want KEY=VALUE, got %q", lineNo, line)
-		}
-		v, err := unquote(strings.TrimSpace(value))
-		if err != nil {
-			return nil, fmt.Errorf("line %d (%s): %w", lineNo, key, err)
-		}
-		env[key] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	return env, nil
-}
-
-func unquote(v string) (string, error) {
-	if len(v) == 0 {
-		return v, nil
-	}
-	switch v[0] {
-	case '\'':
-		if len(v) < 2 || v[len(v)-1] != '\'' {
-			return "", fmt.Errorf("unterminated single quote in %q", v)
-		}
-		return strings.ReplaceAll(v[1:len(v)-1], `'\''`, `'`), nil
-	case '"':
-		s, err := strconv.Unquote(v)
-		if err != nil {
-			return "", fmt.Errorf("bad double-quoted value %s: %w", v, err)
-		}
-		return s, nil
-	}
-	return v, nil
 }
 
 // Env renders c as env-file keys; ConfigFromEnv(c.Env()) gives c back.
@@ -267,28 +213,13 @@ func (c Config) Env() map[string]string {
 	return env
 }
 
-// WriteEnvFile writes c as an env file (sorted keys, values single-quoted)
+// WriteEnvFile writes c as an env file (kube-env YAML, see package kubeenv)
 // atomically: a temporary file in the same directory renamed over path.
 func WriteEnvFile(path string, c Config) error {
-	if err := writeFileAtomic(path, RenderEnv(c.Env()), 0o600); err != nil {
+	if err := writeFileAtomic(path, []byte(kubeenv.Render(c.Env())), 0o600); err != nil {
 		return fmt.Errorf("write env file: %w", err)
 	}
 	return nil
-}
-
-// RenderEnv renders env as sorted KEY='value' lines (single quotes written
-// as '\”), the kube-env form ParseEnv reads back.
-func RenderEnv(env map[string]string) []byte {
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b bytes.Buffer
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s='%s'\n", k, strings.ReplaceAll(env[k], `'`, `'\''`))
-	}
-	return b.Bytes()
 }
 
 // ConfigFromEnv builds and validates a Config from env-file keys. Unknown

@@ -13,48 +13,6 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 )
 
-func TestParseEnv(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		name    string
-		in      string
-		want    map[string]string
-		wantErr string
-	}{
-		{"plain", "A=1\nB=two words\n", map[string]string{"A": "1", "B": "two words"}, ""},
-		{"comments and blanks", "# header\n\nA=1\n  # indented comment\n", map[string]string{"A": "1"}, ""},
-		{"single quoted kube-env", "INITIAL_ETCD_CLUSTER='a=https://127.0.0.2:2380,b=https://127.0.0.3:2380'",
-			map[string]string{"INITIAL_ETCD_CLUSTER": "a=https://127.0.0.2:2380,b=https://127.0.0.3:2380"}, ""},
-		{"shell quote escape", `A='it'\''s'`, map[string]string{"A": "it's"}, ""},
-		{"double quoted", `A="x\ty"`, map[string]string{"A": "x\ty"}, ""},
-		{"export prefix", "export A=1", map[string]string{"A": "1"}, ""},
-		{"empty value", "A=", map[string]string{"A": ""}, ""},
-		{"last wins", "A=1\nA=2", map[string]string{"A": "2"}, ""},
-		{"equals in value", "A=b=c", map[string]string{"A": "b=c"}, ""},
-		{"no equals", "JUSTAKEY", nil, "line 1: want KEY=VALUE"},
-		{"bad key", "1A=x", nil, "want KEY=VALUE"},
-		{"unterminated quote", "A='abc", nil, "line 1 (A): unterminated single quote"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			got, err := ParseEnv(strings.NewReader(tc.in))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !maps.Equal(got, tc.want) {
-				t.Errorf("got %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
 // validEnv is a complete, valid env for dir (with files for the certs).
 func validEnv(t *testing.T, dir string) map[string]string {
 	t.Helper()

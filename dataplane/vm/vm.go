@@ -12,10 +12,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hamaster/hamaster/dataplane/node"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/fsutil"
+	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/dataplane/node"
 )
 
 // Layout names the files of one booted replica.
@@ -87,7 +88,7 @@ func Prepare(l Layout, name, address string, tmpl providers.Template) (string, e
 	} {
 		env[k] = v
 	}
-	if err := fsutil.WriteFileAtomic(l.EnvFile(), node.RenderEnv(env), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(l.EnvFile(), []byte(kubeenv.Render(env)), 0o600); err != nil {
 		return "", err
 	}
 	_ = os.Remove(l.StatusFile())

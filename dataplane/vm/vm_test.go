@@ -5,8 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/dataplane/node"
+	"github.com/hamaster/hamaster/kubeenv"
+	"github.com/hamaster/hamaster/providers"
 )
 
 func TestPrepareWritesWhatTheNodeReads(t *testing.T) {
@@ -22,12 +23,11 @@ func TestPrepareWritesWhatTheNodeReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	env, err := node.ParseEnv(f)
+	env, err := kubeenv.Parse(string(b))
 	if err != nil {
 		t.Fatalf("the node cannot parse the env file: %v", err)
 	}

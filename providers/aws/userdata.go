@@ -12,8 +12,8 @@ import (
 	"strings"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/dataplane/node"
 )
 
 // User data layout. A replica's user data is a MIME multipart document
@@ -41,9 +41,9 @@ func EncodeUserData(t providers.Template) ([]byte, error) {
 	for k, v := range t.Env {
 		env[k] = v
 	}
-	env[node.KeyKubeVersion] = t.Version
+	env[kubeenv.KubeVersion] = t.Version
 	if len(t.ExtraArgs) > 0 {
-		env[node.KeyAPIServerExtraArgs] = strings.Join(t.ExtraArgs, " ")
+		env[kubeenv.APIServerExtraArgs] = strings.Join(t.ExtraArgs, " ")
 	}
 	var buf bytes.Buffer
 	buf.WriteString("MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"" + userDataBoundary + "\"\r\n\r\n")
@@ -62,7 +62,7 @@ func EncodeUserData(t providers.Template) ([]byte, error) {
 		_, err = pw.Write(body)
 		return err
 	}
-	if err := part(partEnv, "text/x-kube-env", node.RenderEnv(env)); err != nil {
+	if err := part(partEnv, "text/x-kube-env", []byte(kubeenv.Render(env))); err != nil {
 		return nil, err
 	}
 	names := make([]string, 0, len(t.Files))
@@ -126,14 +126,14 @@ func DecodeUserData(b []byte) (providers.Template, error) {
 		}
 		switch part.FileName() {
 		case partEnv:
-			env, err := node.ParseEnv(bytes.NewReader(data))
+			env, err := kubeenv.Parse(string(data))
 			if err != nil {
 				return t, errkind.Errorf(errkind.InvalidArgument, "user data %s: %w", partEnv, err)
 			}
-			t.Version = env[node.KeyKubeVersion]
-			t.ExtraArgs = strings.Fields(env[node.KeyAPIServerExtraArgs])
-			delete(env, node.KeyKubeVersion)
-			delete(env, node.KeyAPIServerExtraArgs)
+			t.Version = env[kubeenv.KubeVersion]
+			t.ExtraArgs = strings.Fields(env[kubeenv.APIServerExtraArgs])
+			delete(env, kubeenv.KubeVersion)
+			delete(env, kubeenv.APIServerExtraArgs)
 			t.Env = env
 		case partCerts:
 			for _, line := range strings.Split(string(data), "\n") {

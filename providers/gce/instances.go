@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hamaster/hamaster/errkind"
-	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/kubeenv"
+	"github.com/hamaster/hamaster/providers"
 )
 
 // Keys of Template.Machine: the instance settings copied when cloning.
@@ -194,7 +194,7 @@ func (in *instances) replica(ctx context.Context, x *computepb.Instance) (provid
 	for _, it := range x.GetMetadata().GetItems() {
 		switch it.GetKey() {
 		case kubeenv.KeyEnv:
-			env, err := kubeenv.Decode(it.GetValue())
+			env, err := kubeenv.Parse(it.GetValue())
 			if err != nil {
 				return r, fmt.Errorf("instance %s: metadata %s: %w", x.GetName(), kubeenv.KeyEnv, err)
 			}
@@ -202,7 +202,7 @@ func (in *instances) replica(ctx context.Context, x *computepb.Instance) (provid
 			delete(env, envKubeVersion)
 			t.Env = env
 		case kubeenv.KeyCerts:
-			files, err := kubeenv.DecodeFiles(it.GetValue())
+			files, err := kubeenv.ParseCerts(it.GetValue())
 			if err != nil {
 				return r, fmt.Errorf("instance %s: metadata %s: %w", x.GetName(), kubeenv.KeyCerts, err)
 			}
@@ -391,8 +391,8 @@ func (in *instances) insert(ctx context.Context, name, zone string, tmpl provide
 		return err
 	}
 	items := []*computepb.Items{
-		{Key: proto.String(kubeenv.KeyEnv), Value: proto.String(kubeenv.Encode(env))},
-		{Key: proto.String(kubeenv.KeyCerts), Value: proto.String(kubeenv.EncodeFiles(tmpl.Files))},
+		{Key: proto.String(kubeenv.KeyEnv), Value: proto.String(kubeenv.Render(env))},
+		{Key: proto.String(kubeenv.KeyCerts), Value: proto.String(kubeenv.RenderCerts(tmpl.Files))},
 		{Key: proto.String(MetadataAPIServerArgs), Value: proto.String(string(args))},
 	}
 	labels := in.p.labels()

@@ -10,10 +10,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hamaster/hamaster/dataplane/lbproxy"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/dataplane/lbproxy"
 )
 
 // loadBalancer implements lb.LoadBalancer with a hamaster-node lb process

@@ -16,12 +16,12 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/dataplane/node"
 	"github.com/hamaster/hamaster/dns"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/dataplane/node"
 )
 
 // Name is the registry name of this provider.

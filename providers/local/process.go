@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/dataplane/vm"
+	"github.com/hamaster/hamaster/internal/wait"
 )
 
 // proc is a detached process described by a pid file.

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/hamaster/hamaster/dataplane/node"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/dataplane/node"
 )
 
 // staticIP implements lb.StaticIP: the "access config" of a replica is the

@@ -19,11 +19,11 @@ import (
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 
-	"github.com/hamaster/hamaster/providers"
-	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/dataplane/lbproxy"
 	"github.com/hamaster/hamaster/dataplane/node"
 	"github.com/hamaster/hamaster/dataplane/vm"
+	"github.com/hamaster/hamaster/providers"
+	awsp "github.com/hamaster/hamaster/providers/aws"
 )
 
 // VMs plays EC2's and ELBv2's data plane for one cluster: it polls moto

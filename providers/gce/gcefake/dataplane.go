@@ -14,11 +14,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/dataplane/lbproxy"
 	"github.com/hamaster/hamaster/dataplane/node"
 	"github.com/hamaster/hamaster/dataplane/vm"
+	"github.com/hamaster/hamaster/kubeenv"
+	"github.com/hamaster/hamaster/providers"
 )
 
 // MetadataAPIServerArgs is the metadata item holding the apiserver's extra
@@ -104,11 +104,11 @@ func (s *Server) bootNode(key string) *apiError {
 	if !ok {
 		return nil // not a master: nothing to boot
 	}
-	env, err := kubeenv.Decode(envText)
+	env, err := kubeenv.Parse(envText)
 	if err != nil {
 		return errf(400, "invalid", "metadata kube-env: %v", err)
 	}
-	files, err := kubeenv.DecodeFiles(items[kubeenv.KeyCerts])
+	files, err := kubeenv.ParseCerts(items[kubeenv.KeyCerts])
 	if err != nil {
 		return errf(400, "invalid", "metadata kube-master-certs: %v", err)
 	}
