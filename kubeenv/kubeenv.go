@@ -153,3 +153,50 @@ func RenderCerts(files map[string][]byte) string {
 	}
 	return Render(m)
 }
+
+// hamasterFilePrefix marks kube-master-certs keys that carry hamaster's own
+// per-replica files (the local data plane's certificate layout) rather
+// than kube-up's variables; the key stays a valid shell variable name, so
+// a real master's download-kube-master-certs still exports it.
+const hamasterFilePrefix = "HAMASTER_FILE_"
+
+// FileKey is the kube-master-certs key of a hamaster file such as
+// "etcd-peer.crt" (HAMASTER_FILE_ETCD_PEER__CRT). Names must be lower
+// case letters, digits, '-' and '.'.
+func FileKey(name string) string {
+	return hamasterFilePrefix + strings.ToUpper(strings.NewReplacer(".", "__", "-", "_").Replace(name))
+}
+
+// FileName reverses FileKey; ok is false for kube-up's own keys.
+func FileName(key string) (string, bool) {
+	s, ok := strings.CutPrefix(key, hamasterFilePrefix)
+	if !ok {
+		return "", false
+	}
+	return strings.NewReplacer("__", ".", "_", "-").Replace(strings.ToLower(s)), true
+}
+
+// RenderFiles writes hamaster files as kube-master-certs (FileKey keys).
+func RenderFiles(files map[string][]byte) string {
+	m := make(map[string][]byte, len(files))
+	for k, v := range files {
+		m[FileKey(k)] = v
+	}
+	return RenderCerts(m)
+}
+
+// ParseFiles reads the hamaster files of a kube-master-certs item, by file
+// name; kube-up's own keys are left out.
+func ParseFiles(s string) (map[string][]byte, error) {
+	all, err := ParseCerts(s)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for k, v := range all {
+		if n, ok := FileName(k); ok {
+			out[n] = v
+		}
+	}
+	return out, nil
+}

@@ -189,3 +189,16 @@ func TestCertsItem(t *testing.T) {
 		}
 	}
 }
+
+func TestFiles(t *testing.T) {
+	t.Parallel()
+	files := map[string][]byte{"etcd-peer.crt": []byte("a"), "ca.crt": []byte("b"), "apiserver.key": []byte("c")}
+	text := kubeenv.RenderFiles(files)
+	if !strings.Contains(text, "HAMASTER_FILE_ETCD_PEER__CRT: ") {
+		t.Fatalf("RenderFiles = %s", text)
+	}
+	back, err := kubeenv.ParseFiles(text + "KUBEAPISERVER_CERT: 'eA=='\n")
+	if err != nil || len(back) != 3 || string(back["etcd-peer.crt"]) != "a" {
+		t.Fatalf("ParseFiles = %v, %v", back, err)
+	}
+}

@@ -321,7 +321,7 @@ func TestCrashResumeMatrix(t *testing.T) {
 		t.Logf("crash after add step %-24s and remove step %-24s: converged", as, rs)
 	}
 	// A crash mid-add, then removing the half-added replica instead.
-	name := "crash-master-half"
+	name := "crash-master-a1f" // kube-up names: MASTER_NAME-<3 characters>
 	if err := e.add(ctx, name, workflowstest.CrashAfter(workflows.StepCreateVM)); !errors.Is(err, workflowstest.ErrCrash) {
 		t.Fatalf("add %s crashing after %s: %v", name, workflows.StepCreateVM, err)
 	}

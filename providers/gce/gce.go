@@ -66,8 +66,13 @@ const (
 	OptZones      = "gce-zone" // one zone or a comma-separated list; the first is the default
 	OptNetwork    = "gce-network"
 	OptSubnetwork = "gce-subnetwork"
+	// OptMasterName is kube-up's MASTER_NAME, the first master's name
+	// (default <cluster>-master: kube-up's INSTANCE_PREFIX-master, so
+	// --cluster kubernetes finds kube-up's default "kubernetes-master").
+	// Replicas are MASTER_NAME-<3 characters>.
+	OptMasterName = "gce-master-name"
 	// OptStaticAddress names the regional external address (default
-	// <cluster>-master-ip).
+	// MASTER_NAME-ip, as cluster/gce/util.sh create-master reserves it).
 	OptStaticAddress = "gce-static-address"
 	// OptDNSZone is the Cloud DNS managed zone for --dns clouddns.
 	OptDNSZone = "dns-zone"
@@ -310,7 +315,15 @@ func (p *Provider) staticAddressName() string {
 	if n := p.opts[OptStaticAddress]; n != "" {
 		return n
 	}
-	return p.cluster + "-master-ip"
+	return p.masterName() + "-ip"
+}
+
+// masterName is kube-up's MASTER_NAME.
+func (p *Provider) masterName() string {
+	if n := p.opts[OptMasterName]; n != "" {
+		return n
+	}
+	return p.cluster + "-master"
 }
 func (p *Provider) hcName() string               { return p.cluster + "-apiserver-hc" }
 func (p *Provider) bsName() string               { return p.cluster + "-apiserver" }

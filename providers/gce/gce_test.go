@@ -26,8 +26,9 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	providertest.Run(t, providertest.Harness{
-		Provider: c.Provider,
-		Timeout:  time.Minute,
+		Provider:    c.Provider,
+		Timeout:     time.Minute,
+		ReplicaName: c.Master + "-c0f",
 		Template: func(t *testing.T, name, address string) providers.Template {
 			files, err := providers.ReplicaFiles(c.CA, name, address, certs.APIServerSANs{StaticIP: c.StaticIP})
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,12 +40,16 @@ const (
 // instances implements providers.Instances with Compute Engine VMs.
 type instances struct{ p *Provider }
 
+// filter finds masters the way kube-up does: by name, MASTER_NAME or
+// MASTER_NAME-xyz (cluster/gce/util.sh get-replica-name-regexp, anchored:
+// Compute's `eq` matches the whole name with RE2), never by a label, so a
+// cluster kube-up built is adopted as it is.
 func (in *instances) filter() string {
-	return fmt.Sprintf("labels.%s = %q", LabelCluster, labelValue(in.p.cluster))
+	return fmt.Sprintf("name eq \"%s(-[a-z0-9]{3})?\"", regexp.QuoteMeta(in.p.masterName()))
 }
 
-// List implements providers.Instances: instances labelled with the
-// cluster in every configured zone, sorted by name.
+// List implements providers.Instances: the masters (by name) in every
+// configured zone, sorted by name.
 func (in *instances) List(ctx context.Context) ([]providers.Replica, error) {
 	raw, err := in.listRaw(ctx)
 	if err != nil {
@@ -85,10 +90,12 @@ func (in *instances) listRaw(ctx context.Context) ([]*computepb.Instance, error)
 		}
 		in.p.mu.Lock()
 		for _, x := range got {
-			in.p.zoneOf[x.GetName()] = z
+			if kubeenv.IsReplicaName(in.p.masterName(), x.GetName()) {
+				in.p.zoneOf[x.GetName()] = z
+				all = append(all, x)
+			}
 		}
 		in.p.mu.Unlock()
-		all = append(all, got...)
 	}
 	return all, nil
 }
@@ -115,8 +122,8 @@ func (in *instances) getRaw(ctx context.Context, name string) (*computepb.Instan
 		if err != nil {
 			return nil, "", err
 		}
-		if x.GetLabels()[LabelCluster] != labelValue(in.p.cluster) {
-			return nil, "", errkind.Errorf(errkind.NotFound, "instance %s in %s is not a replica of cluster %s (label %s=%q)", name, z, in.p.cluster, LabelCluster, x.GetLabels()[LabelCluster])
+		if !kubeenv.IsReplicaName(in.p.masterName(), name) {
+			return nil, "", errkind.Errorf(errkind.NotFound, "instance %s in %s is not a master of cluster %s: kube-up names masters %s and %s-<3 characters> (--%s)", name, z, in.p.cluster, in.p.masterName(), in.p.masterName(), OptMasterName)
 		}
 		in.p.mu.Lock()
 		in.p.zoneOf[name] = z
@@ -202,7 +209,7 @@ func (in *instances) replica(ctx context.Context, x *computepb.Instance) (provid
 			delete(env, envKubeVersion)
 			t.Env = env
 		case kubeenv.KeyCerts:
-			files, err := kubeenv.ParseCerts(it.GetValue())
+			files, err := kubeenv.ParseFiles(it.GetValue())
 			if err != nil {
 				return r, fmt.Errorf("instance %s: metadata %s: %w", x.GetName(), kubeenv.KeyCerts, err)
 			}
@@ -259,6 +266,9 @@ func (in *instances) disk(ctx context.Context, source string) (diskInfo, error) 
 // ReserveAddress implements providers.Instances: a regional INTERNAL
 // address <name>-ip in the subnetwork.
 func (in *instances) ReserveAddress(ctx context.Context, name, _ string) (string, error) {
+	if err := in.checkName(name); err != nil {
+		return "", err
+	}
 	an := addressName(name)
 	get := func() (*computepb.Address, error) {
 		var a *computepb.Address
@@ -291,6 +301,14 @@ func (in *instances) ReserveAddress(ctx context.Context, name, _ string) (string
 		return "", err
 	}
 	return a.GetAddress(), nil
+}
+
+// checkName refuses a replica name kube-up's discovery would not find.
+func (in *instances) checkName(name string) error {
+	if !kubeenv.IsReplicaName(in.p.masterName(), name) {
+		return errkind.Errorf(errkind.InvalidArgument, "replica name %q: masters of cluster %s are named %s-<3 lowercase letters or digits> (kube-up's MASTER_NAME-xyz; MASTER_NAME is --%s, default <cluster>-master)", name, in.p.cluster, in.p.masterName(), OptMasterName)
+	}
+	return nil
 }
 
 // ReleaseAddress implements providers.Instances.
@@ -334,6 +352,9 @@ func (in *instances) pickZone(ctx context.Context, zone string) (string, error) 
 // Create implements providers.Instances: a data disk <name>-pd (device
 // master-pd, kept when the instance is deleted), then the instance.
 func (in *instances) Create(ctx context.Context, name, zone string, tmpl providers.Template) (providers.Replica, error) {
+	if err := in.checkName(name); err != nil {
+		return providers.Replica{}, err
+	}
 	if r, err := in.Get(ctx, name); err == nil {
 		return r, nil
 	} else if !errors.Is(err, errkind.NotFound) {
@@ -392,7 +413,7 @@ func (in *instances) insert(ctx context.Context, name, zone string, tmpl provide
 	}
 	items := []*computepb.Items{
 		{Key: proto.String(kubeenv.KeyEnv), Value: proto.String(kubeenv.Render(env))},
-		{Key: proto.String(kubeenv.KeyCerts), Value: proto.String(kubeenv.RenderCerts(tmpl.Files))},
+		{Key: proto.String(kubeenv.KeyCerts), Value: proto.String(kubeenv.RenderFiles(tmpl.Files))},
 		{Key: proto.String(MetadataAPIServerArgs), Value: proto.String(string(args))},
 	}
 	labels := in.p.labels()

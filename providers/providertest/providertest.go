@@ -24,6 +24,10 @@ type Harness struct {
 	Template func(t *testing.T, name, address string) providers.Template
 	// Timeout bounds each call (clouds' operations are slow).
 	Timeout time.Duration
+	// ReplicaName names the extra replica the suite creates (default
+	// "conformance-replica"; providers that find masters by name, as
+	// kube-up's GCE masters are found, give one of theirs).
+	ReplicaName string
 }
 
 // Run runs the suite. Subtests run in order: they share the cluster.
@@ -58,7 +62,10 @@ func Run(t *testing.T, h Harness) {
 		}
 	})
 
-	const extra = "conformance-replica"
+	extra := h.ReplicaName
+	if extra == "" {
+		extra = "conformance-replica"
+	}
 	var addr string
 	t.Run("reserve address is idempotent", func(t *testing.T) {
 		a1, err := inst.ReserveAddress(ctx(t), extra, "")

@@ -108,7 +108,7 @@ func (s *Server) bootNode(key string) *apiError {
 	if err != nil {
 		return errf(400, "invalid", "metadata kube-env: %v", err)
 	}
-	files, err := kubeenv.ParseCerts(items[kubeenv.KeyCerts])
+	files, err := kubeenv.ParseFiles(items[kubeenv.KeyCerts])
 	if err != nil {
 		return errf(400, "invalid", "metadata kube-master-certs: %v", err)
 	}

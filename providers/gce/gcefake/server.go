@@ -40,6 +40,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -579,11 +580,20 @@ func listView(kind string, items []map[string]any, q url.Values) map[string]any 
 }
 
 // matchFilter supports the filter forms `name = "x"` and
-// `labels.k = "v"` (several, ANDed, optionally parenthesised).
+// `labels.k = "v"` (several, ANDed, optionally parenthesised), and
+// `field eq "regexp"` / `field ne "regexp"`, where the RE2 expression
+// must match the whole value (Compute's list filter, "eq" form).
 func matchFilter(filter string, it map[string]any) (bool, *apiError) {
 	filter = strings.TrimSpace(filter)
 	if filter == "" {
 		return true, nil
+	}
+	if m := eqFilterRE.FindStringSubmatch(filter); m != nil {
+		re, err := regexp.Compile("^(?:" + strings.Trim(strings.TrimSpace(m[3]), `"'`) + ")$")
+		if err != nil {
+			return false, errf(400, "invalid", "Invalid list filter expression %q: %v", filter, err)
+		}
+		return re.MatchString(fmt.Sprint(it[m[1]])) == (m[2] == "eq"), nil
 	}
 	for _, part := range splitFilter(filter) {
 		k, v, ok := strings.Cut(part, "=")
@@ -604,6 +614,8 @@ func matchFilter(filter string, it map[string]any) (bool, *apiError) {
 	}
 	return true, nil
 }
+
+var eqFilterRE = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9_.]*)\s+(eq|ne)\s+(.+)$`)
 
 func splitFilter(f string) []string {
 	var out []string
