@@ -138,6 +138,22 @@ type Provider interface {
 	Close() error
 }
 
+// APIServerPorter is implemented by providers whose masters serve the
+// apiserver on a port other than APIServerPort (kube-up's GCE masters serve
+// 443: configure-kubeapiserver.sh start-kube-apiserver --secure-port=443).
+type APIServerPorter interface {
+	APIServerPort() int
+}
+
+// APIServerPortOf is the port p's apiservers, its static IP and its LB
+// serve on.
+func APIServerPortOf(p Provider) int {
+	if pp, ok := p.(APIServerPorter); ok {
+		return pp.APIServerPort()
+	}
+	return APIServerPort
+}
+
 // Settings are the provider-neutral settings every factory gets.
 type Settings struct {
 	Cluster  string

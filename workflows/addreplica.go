@@ -445,7 +445,7 @@ func verifyStep(d *Deps, name func(*Run) string, wantMember bool) Step {
 			if err != nil {
 				return err
 			}
-			base := fmt.Sprintf("https://%s:%d", ip, providers.APIServerPort)
+			base := fmt.Sprintf("https://%s:%d", ip, providers.APIServerPortOf(d.Provider))
 			if err := waitFor(ctx, r, "the endpoint "+base+"/readyz", 100*time.Millisecond, func(ctx context.Context) error {
 				_, err := d.Probe(ctx, base, "/readyz")
 				return err

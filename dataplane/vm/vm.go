@@ -6,6 +6,7 @@
 package vm
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,6 +26,9 @@ type Layout struct {
 	Dir string
 	// DataDir is the persistent disk (etcd's data lives under it).
 	DataDir string
+	// APIServerPort is the port the apiserver serves on (0:
+	// providers.APIServerPort; kube-up's GCE masters serve 443).
+	APIServerPort int
 }
 
 // EnvFile is the env file the node reads (--env-file).
@@ -84,7 +88,7 @@ func Prepare(l Layout, name, address string, tmpl providers.Template) (string, e
 		node.KeyStatusFile:         l.StatusFile(),
 		node.KeyEtcdClientPort:     strconv.Itoa(providers.EtcdClientPort),
 		node.KeyEtcdPeerPort:       strconv.Itoa(providers.EtcdPeerPort),
-		node.KeyAPIServerPort:      strconv.Itoa(providers.APIServerPort),
+		node.KeyAPIServerPort:      strconv.Itoa(cmp.Or(l.APIServerPort, providers.APIServerPort)),
 	} {
 		env[k] = v
 	}

@@ -135,7 +135,7 @@ type prober struct {
 func startProber(e *env) *prober {
 	p := &prober{stop: make(chan struct{}), done: make(chan struct{})}
 	client := e.c.HTTP()
-	url := fmt.Sprintf("https://%s:6443/readyz", e.c.StaticIP)
+	url := fmt.Sprintf("https://%s:%d/readyz", e.c.StaticIP, e.c.Provider.APIServerPort())
 	go func() {
 		defer close(p.done)
 		tick := time.NewTicker(20 * time.Millisecond)

@@ -81,6 +81,11 @@ const (
 	OptEndpoint = "gce-endpoint"
 	// OptOpTimeout bounds each wait for an operation (default 10m).
 	OptOpTimeout = "gce-op-timeout"
+	// OptAPIServerPort is the port the masters' apiservers serve on, and so
+	// the health check's and the forwarding rule's (default 443, as
+	// kube-up's: configure-kubeapiserver.sh --secure-port=443, util.sh
+	// create-loadbalancer --ports=443).
+	OptAPIServerPort = "gce-apiserver-port"
 	// OptDrainSeconds is the backend service's connection-draining timeout
 	// (default 30).
 	OptDrainSeconds = "gce-drain-seconds"
@@ -99,6 +104,9 @@ const (
 	// OptSSHAgent is the SSH agent socket used when no key file is given.
 	OptSSHAgent = "ssh-agent-socket"
 )
+
+// DefaultAPIServerPort is kube-up's apiserver port.
+const DefaultAPIServerPort = 443
 
 // Labels put on every labelable resource.
 const (
@@ -126,6 +134,7 @@ type Provider struct {
 	network  string
 	subnet   string
 	opWait   time.Duration
+	apiPort  int
 	log      *slog.Logger
 
 	instances *compute.InstancesClient
@@ -163,7 +172,7 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--cluster: required")
 	}
 	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: o, project: o[OptProject], region: o[OptRegion],
-		network: o[OptNetwork], subnet: o[OptSubnetwork], opWait: 10 * time.Minute, log: slog.New(slog.DiscardHandler),
+		network: o[OptNetwork], subnet: o[OptSubnetwork], opWait: 10 * time.Minute, apiPort: DefaultAPIServerPort, log: slog.New(slog.DiscardHandler),
 		zoneOf: map[string]string{}, diskInfo: map[string]diskInfo{}, ssh: map[string]*remote.Client{}}
 	p.out = s.Out
 	if p.out == nil {
@@ -201,6 +210,13 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 			return nil, errkind.Errorf(errkind.InvalidArgument, "%s %q: want a duration such as 10m", OptOpTimeout, v)
 		}
 		p.opWait = d
+	}
+	if v := o[OptAPIServerPort]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s %q: want a TCP port 1-65535 (kube-up's masters serve 443)", OptAPIServerPort, v)
+		}
+		p.apiPort = n
 	}
 	var copts []option.ClientOption
 	if ep := o[OptEndpoint]; ep != "" {
@@ -294,8 +310,11 @@ func (p *Provider) DNS(kind string) (dns.Records, error) {
 
 // APIServerURL implements providers.Provider.
 func (p *Provider) APIServerURL(r providers.Replica) string {
-	return fmt.Sprintf("https://%s:%d", r.Address, providers.APIServerPort)
+	return fmt.Sprintf("https://%s:%d", r.Address, p.apiPort)
 }
+
+// APIServerPort implements providers.APIServerPorter.
+func (p *Provider) APIServerPort() int { return p.apiPort }
 
 // Close implements providers.Provider.
 func (p *Provider) Close() error {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/lb"
-	"github.com/hamaster/hamaster/providers"
 )
 
 // loadBalancer implements lb.LoadBalancer as an external passthrough
@@ -112,7 +111,7 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 	return b.create(ctx, "create forwarding rule "+p.frName(), func(ctx context.Context, rid *string) (*compute.Operation, error) {
 		return p.rules.Insert(ctx, &computepb.InsertForwardingRuleRequest{Project: p.project, Region: p.region, RequestId: rid, ForwardingRuleResource: &computepb.ForwardingRule{
 			Name: proto.String(p.frName()), Description: b.desc(), IPAddress: proto.String(ip), IPProtocol: proto.String("TCP"),
-			Ports: []string{strconv.Itoa(providers.APIServerPort)}, LoadBalancingScheme: proto.String("EXTERNAL"),
+			Ports: []string{strconv.Itoa(p.apiPort)}, LoadBalancingScheme: proto.String("EXTERNAL"),
 			BackendService: proto.String(p.regionLink("backendServices", p.bsName())), Labels: p.labels(),
 		}})
 	})
@@ -140,7 +139,7 @@ func (b *loadBalancer) Prepare(ctx context.Context, targets []lb.Target) error {
 	if err := create("create health check "+p.hcName(), func(ctx context.Context, rid *string) (*compute.Operation, error) {
 		return p.hcs.Insert(ctx, &computepb.InsertRegionHealthCheckRequest{Project: p.project, Region: p.region, RequestId: rid, HealthCheckResource: &computepb.HealthCheck{
 			Name: proto.String(p.hcName()), Description: desc, Type: proto.String("HTTPS"),
-			HttpsHealthCheck: &computepb.HTTPSHealthCheck{Port: proto.Int32(providers.APIServerPort), RequestPath: proto.String("/readyz")},
+			HttpsHealthCheck: &computepb.HTTPSHealthCheck{Port: proto.Int32(int32(p.apiPort)), RequestPath: proto.String("/readyz")},
 			CheckIntervalSec: proto.Int32(2), TimeoutSec: proto.Int32(2), HealthyThreshold: proto.Int32(1), UnhealthyThreshold: proto.Int32(2),
 		}})
 	}); err != nil {

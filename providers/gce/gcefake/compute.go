@@ -707,7 +707,7 @@ func (s *Server) getHealth(r *request, bs map[string]any) (any, *apiError) {
 		if health[m.(string)] {
 			state = "HEALTHY"
 		}
-		hs = append(hs, map[string]any{"instance": s.link(m.(string)), "ipAddress": ip, "port": float64(6443), "healthState": state})
+		hs = append(hs, map[string]any{"instance": s.link(m.(string)), "ipAddress": ip, "port": float64(APIServerPort), "healthState": state})
 	}
 	out := map[string]any{"kind": "compute#backendServiceGroupHealth"}
 	if len(hs) > 0 {

@@ -26,8 +26,10 @@ import (
 // as APISERVER_EXTRA_ARGS).
 const MetadataAPIServerArgs = "hamaster-apiserver-args"
 
-// APIServerPort is the port the data plane's nodes and LBs serve on.
-const APIServerPort = 6443
+// APIServerPort is the port the data plane's masters serve the apiserver
+// on: kube-up's (cluster/gce/gci/configure-kubeapiserver.sh
+// start-kube-apiserver: --secure-port=443).
+const APIServerPort = 443
 
 type nodeProc struct {
 	*vm.Process
@@ -119,7 +121,7 @@ func (s *Server) bootNode(key string) *apiError {
 		}
 	}
 	dir := s.instDir(key)
-	layout := vm.Layout{Dir: dir, DataDir: filepath.Join(s.o.Dir, "disks", strings.ReplaceAll(disk, "/", "_"))}
+	layout := vm.Layout{Dir: dir, DataDir: filepath.Join(s.o.Dir, "disks", strings.ReplaceAll(disk, "/", "_")), APIServerPort: APIServerPort}
 	tmpl := providers.Template{Version: env[node.KeyKubeVersion], ExtraArgs: extra, Env: env, Files: files}
 	envPath, err := vm.Prepare(layout, lastSeg(key), addr, tmpl)
 	if err != nil {

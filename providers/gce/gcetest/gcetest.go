@@ -140,10 +140,10 @@ func (c *Cluster) HTTP() *http.Client {
 	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.CA.Pool(), MinVersion: tls.VersionTLS12}, DisableKeepAlives: true}}
 }
 
-// WaitReady polls https://ip:6443/readyz until 200.
+// WaitReady polls https://ip:443/readyz until 200.
 func (c *Cluster) WaitReady(ctx context.Context, ip string) error {
 	client := c.HTTP()
-	url := fmt.Sprintf("https://%s:%d/readyz", ip, providers.APIServerPort)
+	url := fmt.Sprintf("https://%s:%d/readyz", ip, c.Provider.APIServerPort())
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	var last error
