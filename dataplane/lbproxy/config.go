@@ -45,6 +45,11 @@ type Target struct {
 	Address string `json:"address"`
 	// Draining targets get no new connections; existing ones continue.
 	Draining bool `json:"draining"`
+	// ProbeBlocked, when set, says why the health checks cannot reach the
+	// target (a cloud firewall dropping the probes' source ranges): every
+	// check fails with it, as a cloud LB's would, and the target is never
+	// healthy.
+	ProbeBlocked string `json:"probe_blocked,omitempty"`
 }
 
 // HealthConfig configures the HTTPS health checks.

@@ -174,6 +174,7 @@ func (l *lb) buildBackends(cfg Config, old []*backend) []*backend {
 		}
 		delete(byKey, t.Name+"\x00"+t.Address)
 		b.Draining = t.Draining // Name and Address never change: lock-free reads
+		b.ProbeBlocked = t.ProbeBlocked
 		if b.client != nil {
 			b.client.CloseIdleConnections()
 		}
@@ -353,9 +354,14 @@ func (l *lb) startChecks(ctx context.Context, checks *sync.WaitGroup) {
 			continue
 		}
 		b.checking = true
-		client := b.client
+		client, blocked := b.client, b.ProbeBlocked
 		checks.Go(func() {
-			err := check(ctx, client, b.Address, path)
+			var err error
+			if blocked != "" {
+				err = fmt.Errorf("health check probe blocked: %s", blocked)
+			} else {
+				err = check(ctx, client, b.Address, path)
+			}
 			if ctx.Err() == nil {
 				l.applyCheck(b, err)
 			}

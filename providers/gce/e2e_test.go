@@ -68,7 +68,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 	}
 	workflowstest.AssertReplicasAndMembers(e.t, rep, want)
 	f := e.c.Fake
-	lbParts := [][2]string{{"forwardingRules", ""}, {"backendServices", ""}, {"healthChecks", ""}, {"instanceGroups", ""}}
+	lbParts := [][2]string{{"forwardingRules", ""}, {"backendServices", ""}, {"healthChecks", ""}, {"instanceGroups", ""}, {"firewalls", ""}}
 	switch {
 	case len(want) == 1:
 		if rep.LB != nil {
@@ -97,6 +97,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 		if !slices.Equal(targets, want) {
 			e.t.Errorf("LB targets %v, want %v", targets, want)
 		}
+		e.assertLBResources()
 	}
 	var disks, addrs []string
 	for _, n := range want {
@@ -379,5 +380,34 @@ func TestRollingUpgradeRecreate(t *testing.T) {
 	e.assertConverged(ctx, names...)
 	if err := upgrade("v1.31.0"); err != nil {
 		t.Fatalf("second run: %v", err)
+	}
+}
+
+// assertLBResources checks the LB as the REST API shows it: kube-up's
+// names (util.sh create-loadbalancer: forwarding rule MASTER_NAME on 443
+// with the static IP) and the firewall rule that lets the health-check
+// probe ranges reach the masters' tag on 443.
+func (e *env) assertLBResources() {
+	e.t.Helper()
+	f, master := e.c.Fake, e.c.Master
+	fr := f.Resource("forwardingRules", master)
+	if fr == nil {
+		e.t.Fatalf("no forwarding rule %s", master)
+	}
+	if ip, ports := fr["IPAddress"], fmt.Sprint(fr["ports"]); ip != e.c.StaticIP || ports != "[443]" {
+		e.t.Errorf("forwarding rule %s: IP %v ports %v, want %s [443]", master, ip, ports, e.c.StaticIP)
+	}
+	fw := f.Resource("firewalls", master+"-lb-health-checks")
+	if fw == nil {
+		e.t.Fatalf("no firewall rule %s-lb-health-checks (firewalls: %v)", master, f.Names("firewalls"))
+	}
+	ranges := fmt.Sprint(fw["sourceRanges"])
+	for _, want := range gcefake.HealthCheckRanges {
+		if !strings.Contains(ranges, want) {
+			e.t.Errorf("firewall rule source ranges %s lack %s", ranges, want)
+		}
+	}
+	if got := fmt.Sprint(fw["allowed"], fw["targetTags"]); got != "[map[IPProtocol:tcp ports:[443]]] ["+master+"]" {
+		e.t.Errorf("firewall rule allows %s, want tcp:443 to tag %s", got, master)
 	}
 }

@@ -32,15 +32,28 @@ func mapErr(what string, err error) error {
 	if kind == nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	if reason != "" && !strings.Contains(err.Error(), reason) {
+		return errkind.Errorf(kind, "%s: %w (%s)", what, err, reason)
+	}
 	return errkind.Errorf(kind, "%s: %w", what, err)
 }
 
 var errConnRefused = errors.New("connection refused")
 
+// kindOf maps an HTTP code and a reason (a call's error reason, or an
+// operation's error code) to a kind. A 409 is AlreadyExists only when it
+// says so: IP_IN_USE_BY_ANOTHER_RESOURCE is also 409 and means "wait for
+// the address to be released", which no caller may take as done.
 func kindOf(code int, reason string) error {
 	switch {
 	case code == 404:
 		return errkind.NotFound
+	case strings.EqualFold(reason, "IP_IN_USE_BY_ANOTHER_RESOURCE"), reason == "resourceInUseByAnotherResource", reason == "RESOURCE_IN_USE_BY_ANOTHER_RESOURCE":
+		return errkind.FailedPrecondition
+	case reason == "QUOTA_EXCEEDED", reason == "quotaExceeded":
+		return errkind.FailedPrecondition
+	case reason == "ZONE_RESOURCE_POOL_EXHAUSTED", reason == "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS":
+		return errkind.Unavailable
 	case code == 409:
 		return errkind.AlreadyExists
 	case code == 429, code >= 500, reason == "rateLimitExceeded", reason == "userRateLimitExceeded":

@@ -14,16 +14,22 @@
 // 404 → NotFound, 409 → AlreadyExists, 429 / rateLimitExceeded / 5xx →
 // retried with backoff, then Unavailable.
 //
-// Resources and how they are found (nothing by name prefix alone):
+// Resources, named as kube-up names them where kube-up has them
+// (cluster/gce/util.sh; MASTER_NAME is OptMasterName, default
+// <cluster>-master):
 //
-//	instance      <replica>           label hamaster-cluster=<cluster>
-//	data disk     <replica>-pd        device name master-pd, label
-//	internal IP   <replica>-internal  regional INTERNAL address, label
-//	static IP     <cluster>-master-ip regional EXTERNAL address (OptStaticAddress)
-//	health check  <cluster>-apiserver-hc   regional HTTPS /readyz
-//	groups        <cluster>-masters-<zone> unmanaged, one per zone
-//	backend svc   <cluster>-apiserver      regional, EXTERNAL, TCP
-//	fwd rule      <cluster>-apiserver      on the static IP, port 6443, label
+//	instance      MASTER_NAME, MASTER_NAME-xyz   found by name (util.sh
+//	              get-replica-name-regexp), never by a label
+//	data disk     <replica>-pd        device name master-pd (create-master)
+//	internal IP   <replica>-internal  regional INTERNAL address
+//	static IP     MASTER_NAME-ip      regional EXTERNAL address (create-master)
+//	health check  MASTER_NAME-hc      regional HTTPS /readyz on 443
+//	              (create-internal-loadbalancer's name)
+//	groups        MASTER_NAME-<zone>  unmanaged, one per zone
+//	backend svc   MASTER_NAME         regional, EXTERNAL, TCP
+//	fwd rule      MASTER_NAME         on the static IP, port 443 (create-loadbalancer)
+//	firewall      MASTER_NAME-lb-health-checks  lets the health-check
+//	              probe ranges reach the masters' network tags on 443
 //
 // Template mapping: Env ↔ the kube-env metadata item (kube-up's `KEY:
 // 'value'` lines, see package kubeenv), with Version as its KUBE_VERSION;
@@ -146,6 +152,8 @@ type Provider struct {
 	rules     *compute.ForwardingRulesClient
 	zoneOps   *compute.ZoneOperationsClient
 	regionOps *compute.RegionOperationsClient
+	globalOps *compute.GlobalOperationsClient
+	firewalls *compute.FirewallsClient
 	dnsSvc    *dnsv1.Service
 
 	mu       sync.Mutex
@@ -197,6 +205,9 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 		if !strings.HasPrefix(z, p.region+"-") {
 			return nil, errkind.Errorf(errkind.InvalidArgument, "--gce-zone %s is not in region %s", z, p.region)
 		}
+	}
+	if n := p.fwName(); len(n) > 63 {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s %q: too long, the firewall rule %s would pass Compute's 63-character name limit", OptMasterName, p.masterName(), n)
 	}
 	if p.network == "" {
 		p.network = "global/networks/default"
@@ -266,6 +277,14 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	mk(func() (c interface{ Close() error }, e error) {
 		p.regionOps, e = compute.NewRegionOperationsRESTClient(ctx, copts...)
 		return p.regionOps, e
+	})
+	mk(func() (c interface{ Close() error }, e error) {
+		p.globalOps, e = compute.NewGlobalOperationsRESTClient(ctx, copts...)
+		return p.globalOps, e
+	})
+	mk(func() (c interface{ Close() error }, e error) {
+		p.firewalls, e = compute.NewFirewallsRESTClient(ctx, copts...)
+		return p.firewalls, e
 	})
 	if err == nil {
 		p.dnsSvc, err = dnsv1.NewService(ctx, copts...)
@@ -344,10 +363,11 @@ func (p *Provider) masterName() string {
 	}
 	return p.cluster + "-master"
 }
-func (p *Provider) hcName() string               { return p.cluster + "-apiserver-hc" }
-func (p *Provider) bsName() string               { return p.cluster + "-apiserver" }
-func (p *Provider) frName() string               { return p.cluster + "-apiserver" }
-func (p *Provider) groupName(zone string) string { return p.cluster + "-masters-" + zone }
+func (p *Provider) hcName() string               { return p.masterName() + "-hc" }
+func (p *Provider) bsName() string               { return p.masterName() }
+func (p *Provider) frName() string               { return p.masterName() }
+func (p *Provider) fwName() string               { return p.masterName() + "-lb-health-checks" }
+func (p *Provider) groupName(zone string) string { return p.masterName() + "-" + zone }
 func addressName(replica string) string          { return replica + "-internal" }
 func dataDiskName(replica string) string         { return replica + "-pd" }
 

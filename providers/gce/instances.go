@@ -296,8 +296,12 @@ func (in *instances) ReserveAddress(ctx context.Context, name, _ string) (string
 	if err := ignore(err, errkind.AlreadyExists); err != nil {
 		return "", err
 	}
-	a, err := get()
-	if err != nil {
+	var a *computepb.Address
+	if err := in.p.visible(ctx, "address "+an, func(context.Context) error {
+		var err error
+		a, err = get()
+		return err
+	}); err != nil {
 		return "", err
 	}
 	return a.GetAddress(), nil
@@ -374,7 +378,7 @@ func (in *instances) Create(ctx context.Context, name, zone string, tmpl provide
 	if err := in.insert(ctx, name, zone, tmpl, addr, ""); err != nil {
 		return providers.Replica{}, fmt.Errorf("create replica %s: %w", name, err)
 	}
-	return in.Get(ctx, name)
+	return in.getVisible(ctx, name)
 }
 
 func (in *instances) ensureDataDisk(ctx context.Context, name, zone string, tmpl providers.Template) error {
@@ -474,6 +478,11 @@ func (in *instances) insert(ctx context.Context, name, zone string, tmpl provide
 	err = in.p.mutate(ctx, "insert instance "+name, func(ctx context.Context, rid *string) (*compute.Operation, error) {
 		return in.p.instances.Insert(ctx, &computepb.InsertInstanceRequest{Project: in.p.project, Zone: zone, RequestId: rid, InstanceResource: inst})
 	})
+	if errors.Is(err, errkind.AlreadyExists) && strings.Contains(err.Error(), "/disks/") {
+		// The 409 is about the boot disk the insert would create, not the
+		// instance: a leftover of an earlier instance of this name.
+		return errkind.Errorf(errkind.FailedPrecondition, "insert instance %s: its boot disk already exists (left by an earlier instance %s in %s): delete that disk, then re-run: %w", name, name, zone, err)
+	}
 	if err := ignore(err, errkind.AlreadyExists); err != nil {
 		return err
 	}
@@ -536,7 +545,18 @@ func (in *instances) Recreate(ctx context.Context, name string, tmpl providers.T
 	if err := in.insert(ctx, name, zone, tmpl, addr, natIP); err != nil {
 		return providers.Replica{}, fmt.Errorf("recreate replica %s: %w", name, err)
 	}
-	return in.Get(ctx, name)
+	return in.getVisible(ctx, name)
+}
+
+// getVisible is Get after an insert: it waits out eventual consistency.
+func (in *instances) getVisible(ctx context.Context, name string) (providers.Replica, error) {
+	var r providers.Replica
+	err := in.p.visible(ctx, "instance "+name, func(ctx context.Context) error {
+		var err error
+		r, err = in.Get(ctx, name)
+		return err
+	})
+	return r, err
 }
 
 func (in *instances) deleteInstance(ctx context.Context, name, zone string) error {

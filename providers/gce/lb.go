@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -135,6 +136,9 @@ func (b *loadBalancer) Prepare(ctx context.Context, targets []lb.Target) error {
 	desc := b.desc()
 	create := func(what string, call func(ctx context.Context, rid *string) (*compute.Operation, error)) error {
 		return b.create(ctx, what, call)
+	}
+	if err := b.ensureFirewall(ctx, targets); err != nil {
+		return err
 	}
 	if err := create("create health check "+p.hcName(), func(ctx context.Context, rid *string) (*compute.Operation, error) {
 		return p.hcs.Insert(ctx, &computepb.InsertRegionHealthCheckRequest{Project: p.project, Region: p.region, RequestId: rid, HealthCheckResource: &computepb.HealthCheck{
@@ -301,6 +305,11 @@ func (b *loadBalancer) Delete(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	if err := del("delete firewall rule "+p.fwName(), func(ctx context.Context, rid *string) (*compute.Operation, error) {
+		return p.firewalls.Delete(ctx, &computepb.DeleteFirewallRequest{Project: p.project, Firewall: p.fwName(), RequestId: rid})
+	}); err != nil {
+		return err
+	}
 	raw, err := p.inst.listRaw(ctx)
 	if err != nil {
 		return err
@@ -311,4 +320,47 @@ func (b *loadBalancer) Delete(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// healthCheckRanges are the source ranges of Google Cloud health-check
+// probes: 35.191.0.0/16 and 130.211.0.0/22 for regional health checks, and
+// 209.85.152.0/22 and 209.85.204.0/22, which external passthrough Network
+// Load Balancers' probes also come from ("Probe IP ranges and firewall
+// rules", cloud.google.com/load-balancing/docs/health-check-concepts;
+// "Firewall rules", cloud.google.com/load-balancing/docs/firewall-rules).
+// kube-up's target-pool LB had no health check and needed none.
+var healthCheckRanges = []string{"35.191.0.0/16", "130.211.0.0/22", "209.85.152.0/22", "209.85.204.0/22"}
+
+// ensureFirewall creates the rule that lets health-check probes reach
+// the masters on the apiserver port: without it the LB never sees a
+// healthy backend. Its target tags are the targets' network tags (kube-up
+// tags every master MASTER_TAG), its network theirs.
+func (b *loadBalancer) ensureFirewall(ctx context.Context, targets []lb.Target) error {
+	p := b.p
+	var tags []string
+	network := p.network
+	for _, t := range targets {
+		x, _, err := p.inst.getRaw(ctx, t.Name)
+		if err != nil {
+			return err
+		}
+		if len(x.GetTags().GetItems()) == 0 {
+			return errkind.Errorf(errkind.FailedPrecondition, "master %s has no network tags: the firewall rule %s that lets health-check probes in targets the masters' tags (kube-up tags masters MASTER_TAG, e.g. kubernetes-master)", t.Name, p.fwName())
+		}
+		for _, tag := range x.GetTags().GetItems() {
+			if !slices.Contains(tags, tag) {
+				tags = append(tags, tag)
+			}
+		}
+		if nics := x.GetNetworkInterfaces(); len(nics) > 0 && nics[0].GetNetwork() != "" {
+			network = relLink(nics[0].GetNetwork())
+		}
+	}
+	return b.create(ctx, "create firewall rule "+p.fwName(), func(ctx context.Context, rid *string) (*compute.Operation, error) {
+		return p.firewalls.Insert(ctx, &computepb.InsertFirewallRequest{Project: p.project, RequestId: rid, FirewallResource: &computepb.Firewall{
+			Name: proto.String(p.fwName()), Description: proto.String(fmt.Sprintf("hamaster cluster %s: Google Cloud health-check probes to the apiservers", p.cluster)),
+			Network: proto.String(network), Direction: proto.String("INGRESS"), SourceRanges: healthCheckRanges, TargetTags: tags,
+			Allowed: []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{strconv.Itoa(p.apiPort)}}},
+		}})
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -47,7 +48,7 @@ func (p *Provider) waitOp(ctx context.Context, what string, op *computepb.Operat
 			case region != "":
 				next, err = p.regionOps.Wait(ctx, &computepb.WaitRegionOperationRequest{Project: p.project, Region: region, Operation: name})
 			default:
-				return fmt.Errorf("operation %s is neither zonal nor regional", name)
+				next, err = p.globalOps.Wait(ctx, &computepb.WaitGlobalOperationRequest{Project: p.project, Operation: name})
 			}
 			if err == nil {
 				op = next
@@ -67,7 +68,7 @@ func (p *Provider) waitOp(ctx context.Context, what string, op *computepb.Operat
 			msgs = append(msgs, x.GetCode()+": "+x.GetMessage())
 		}
 		err := fmt.Errorf("%s: operation %s failed: %s", what, op.GetName(), strings.Join(msgs, "; "))
-		if k := kindOf(int(op.GetHttpErrorStatusCode()), ""); k != nil {
+		if k := kindOf(int(op.GetHttpErrorStatusCode()), e.GetErrors()[0].GetCode()); k != nil {
 			return errkind.Mark(k, err)
 		}
 		return err
@@ -90,4 +91,28 @@ func lastSeg(u string) string {
 		return u[i+1:]
 	}
 	return u
+}
+
+// visible re-reads a resource that an insert just created until the API
+// shows it: Compute's reads are eventually consistent, and a new resource
+// can be missing from get and list for a while after its operation is
+// DONE. Bounded by the operation timeout.
+func (p *Provider) visible(ctx context.Context, what string, get func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, p.opWait)
+	defer cancel()
+	delay := 50 * time.Millisecond
+	for {
+		err := get(ctx)
+		if err == nil || !errors.Is(err, errkind.NotFound) {
+			return err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errkind.Errorf(errkind.Unavailable, "%s: created but still not visible after %v: %w", what, p.opWait, err)
+		case <-t.C:
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
 }

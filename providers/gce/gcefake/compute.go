@@ -4,31 +4,41 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// scopeOf is "zones/Z" or "regions/R" from a request's parameters.
+// scopeOf is "zones/Z", "regions/R" or "global" from a request's
+// parameters.
 func scopeOf(r *request) string {
 	if z := r.params["zone"]; z != "" {
 		return "zones/" + z
 	}
-	return "regions/" + r.params["region"]
+	if rg := r.params["region"]; rg != "" {
+		return "regions/" + rg
+	}
+	return "global"
 }
+
+// nameRE is Compute's resource name rule (RFC 1035 label, 1-63
+// characters), as the API states it in its 400 "invalid" errors.
+var nameRE = regexp.MustCompile(`^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // collections per method family: the path collection and its list kind.
 var families = map[string][2]string{
 	"instances": {"instances", "compute#instanceList"}, "disks": {"disks", "compute#diskList"},
 	"addresses": {"addresses", "compute#addressList"}, "regionHealthChecks": {"healthChecks", "compute#healthCheckList"},
 	"instanceGroups": {"instanceGroups", "compute#instanceGroupList"}, "regionBackendServices": {"backendServices", "compute#backendServiceList"},
-	"forwardingRules": {"forwardingRules", "compute#forwardingRuleList"},
+	"forwardingRules": {"forwardingRules", "compute#forwardingRuleList"}, "firewalls": {"firewalls", "compute#firewallList"},
 }
 
 // nameParam is the path parameter naming the resource of each family.
 var nameParam = map[string]string{
 	"instances": "instance", "disks": "disk", "addresses": "address", "regionHealthChecks": "healthCheck",
 	"instanceGroups": "instanceGroup", "regionBackendServices": "backendService", "forwardingRules": "forwardingRule",
+	"firewalls": "firewall",
 }
 
 func (s *Server) dispatchCompute(ctx context.Context, r *request) (any, *apiError) {
@@ -38,7 +48,7 @@ func (s *Server) dispatchCompute(ctx context.Context, r *request) (any, *apiErro
 	}
 	fam, verb := parts[1], parts[2]
 	switch fam {
-	case "zoneOperations", "regionOperations":
+	case "zoneOperations", "regionOperations", "globalOperations":
 		switch verb {
 		case "get":
 			return s.getOp(ctx, r, false)
@@ -66,6 +76,9 @@ func (s *Server) dispatchCompute(ctx context.Context, r *request) (any, *apiErro
 	case "list":
 		var items []map[string]any
 		for _, it := range c {
+			if !s.visible(it) {
+				continue
+			}
 			ok, aerr := matchFilter(r.query.Get("filter"), it)
 			if aerr != nil {
 				return nil, aerr
@@ -77,7 +90,7 @@ func (s *Server) dispatchCompute(ctx context.Context, r *request) (any, *apiErro
 		return listView(f[1], items, r.query), nil
 	case "get":
 		it, ok := c[name]
-		if !ok {
+		if !ok || !s.visible(it) {
 			return nil, notFound(collKey, name)
 		}
 		return deepCopy(s.view(fam, scope, it)), nil
@@ -85,6 +98,9 @@ func (s *Server) dispatchCompute(ctx context.Context, r *request) (any, *apiErro
 		name = str(r.body, "name")
 		if name == "" {
 			return nil, errf(400, "required", "Required field 'resource.name' not specified")
+		}
+		if !nameRE.MatchString(name) {
+			return nil, errf(400, "invalid", "Invalid value for field 'resource.name': '%s'. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'", name)
 		}
 		if _, ok := c[name]; ok {
 			return nil, errf(409, "alreadyExists", "The resource '%s' already exists", s.link(collKey+"/"+name))
@@ -94,6 +110,9 @@ func (s *Server) dispatchCompute(ctx context.Context, r *request) (any, *apiErro
 		it["id"] = strconv.FormatUint(s.nextID, 10)
 		it["selfLink"] = s.link(collKey + "/" + name)
 		it["creationTimestamp"] = time.Now().Format(time.RFC3339Nano)
+		if s.o.Visibility > 0 {
+			it["_visibleAt"] = "9999-12-31T00:00:00Z" // until its operation is DONE, plus Visibility
+		}
 		if z, ok := strings.CutPrefix(scope, "zones/"); ok {
 			it["zone"] = s.link("zones/" + z)
 		} else {
@@ -224,6 +243,8 @@ func (s *Server) insertHook(fam, scope string, it map[string]any) (func() *apiEr
 	case "regionHealthChecks":
 		it["kind"] = "compute#healthCheck"
 		return nil, nil
+	case "firewalls":
+		return s.insertFirewall(it)
 	case "instanceGroups":
 		it["kind"] = "compute#instanceGroup"
 		it["_members"] = []any{}
@@ -249,8 +270,11 @@ func (s *Server) insertHook(fam, scope string, it map[string]any) (func() *apiEr
 				return nil, notFound("addresses", lastSeg(ip))
 			}
 		}
-		for _, u := range s.addressUsers(ip) {
-			return nil, errf(400, "resourceInUseByAnotherResource", "IP address %s is in use by %s", ip, u)
+		for range s.addressUsers(ip) {
+			// What the API answers while the address is still on an
+			// instance's access config (or another rule): not
+			// alreadyExists, though both are 409.
+			return nil, errf(409, "IP_IN_USE_BY_ANOTHER_RESOURCE", "IP '%s' is already being used by another resource.", ip)
 		}
 		bs := str(it, "backendService")
 		if bs == "" || s.findByLink(bs) == nil {
@@ -274,6 +298,11 @@ func (s *Server) findByLink(u string) map[string]any {
 }
 
 func (s *Server) checkBackendService(scope string, it map[string]any) *apiError {
+	if len(list(it, "healthChecks")) == 0 {
+		// A backend service behind an external passthrough Network Load
+		// Balancer must name a regional health check.
+		return errf(400, "invalid", "Invalid value for field 'resource.healthChecks': ''. A health check is required for a backend service with load balancing scheme %s.", str(it, "loadBalancingScheme"))
+	}
 	for _, hc := range list(it, "healthChecks") {
 		if s.findByLink(hc.(string)) == nil {
 			return notFound("healthChecks", lastSeg(hc.(string)))
@@ -343,6 +372,9 @@ func (s *Server) deleteEffect(fam, scope, collKey, name string) *apiError {
 		s.stopNode(scope + "/instances/" + name)
 	case "forwardingRules":
 		s.stopLB(scope + "/forwardingRules/" + name)
+	}
+	if fam == "firewalls" {
+		defer s.syncLBs()
 	}
 	s.mu.Lock()
 	it := s.coll(collKey)[name]
@@ -553,9 +585,12 @@ func (s *Server) insertInstance(scope string, it map[string]any) (func() *apiErr
 		it["metadata"] = map[string]any{"kind": "compute#metadata", "fingerprint": randHex(8)}
 	}
 	it["labelFingerprint"] = randHex(8)
+	var created []any
 	for dn, d := range newDisks {
 		s.coll(scope + "/disks")[dn] = d
+		created = append(created, dn)
 	}
+	it["_createdDisks"] = created
 	key := scope + "/instances/" + name
 	return func() *apiError {
 		if aerr := s.bootNode(key); aerr != nil {

@@ -260,6 +260,14 @@ func (s *Server) syncLBs() *apiError {
 					}
 				}
 			}
+			hcPort := APIServerPort
+			if hcs := list(bs, "healthChecks"); len(hcs) > 0 {
+				if hc := s.findByLink(hcs[0].(string)); hc != nil {
+					if v, ok := obj(hc["httpsHealthCheck"])["port"].(float64); ok && v > 0 {
+						hcPort = int(v)
+					}
+				}
+			}
 			names := map[string]bool{}
 			if s.draining[key] == nil {
 				s.draining[key] = map[string]string{}
@@ -272,7 +280,7 @@ func (s *Server) syncLBs() *apiError {
 						continue
 					}
 					ip := str(obj(list(in, "networkInterfaces")[0]), "networkIP")
-					cfg.Targets = append(cfg.Targets, lbproxy.Target{Name: m.(string), Address: net.JoinHostPort(ip, strconv.Itoa(APIServerPort))})
+					cfg.Targets = append(cfg.Targets, lbproxy.Target{Name: m.(string), Address: net.JoinHostPort(ip, strconv.Itoa(APIServerPort)), ProbeBlocked: s.probeBlocked(in, hcPort)})
 					names[m.(string)] = true
 					delete(s.draining[key], m.(string))
 					if n := s.nodes[m.(string)]; n != nil && cfg.Health.CAFile == "" {

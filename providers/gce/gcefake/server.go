@@ -63,6 +63,10 @@ type Options struct {
 	// instead of the health check's checkIntervalSec (time compression for
 	// tests). Default 100ms.
 	HealthInterval time.Duration
+	// Visibility delays a new resource's appearance in get and list by
+	// this long after its insert operation is DONE (eventual
+	// consistency; 0: at once).
+	Visibility time.Duration
 	// APIDir is google.golang.org/api's directory (default: found in the
 	// module cache).
 	APIDir string
@@ -85,6 +89,11 @@ type Fault struct {
 	Code    int    // HTTP status, e.g. 429 or 503
 	Reason  string // e.g. "rateLimitExceeded"; default from Code
 	Message string
+	// InOperation accepts the call and fails its operation instead: it
+	// ends DONE with this error (Reason as the error code, e.g.
+	// QUOTA_EXCEEDED or ZONE_RESOURCE_POOL_EXHAUSTED) and an insert leaves
+	// nothing behind, as Compute reports quota and capacity failures.
+	InOperation bool
 }
 
 // OpStat is one finished operation's timing.
@@ -295,6 +304,8 @@ type request struct {
 	params map[string]string
 	query  url.Values
 	body   map[string]any
+	// opFault fails the call's operation (Fault.InOperation).
+	opFault *Fault
 }
 
 // ServeHTTP routes by the discovery documents, applies the fault
@@ -317,8 +328,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	faults := s.faults
 	s.mu.Unlock()
 	s.o.Logger.Debug("gcefake call", "method", m.id, "path", r.URL.Path, "attempt", call.Attempt)
+	var opFault *Fault
 	if faults != nil {
-		if f := faults(call); f != nil {
+		if f := faults(call); f != nil && f.InOperation {
+			opFault = f
+		} else if f != nil {
 			msg := f.Message
 			if msg == "" {
 				msg = fmt.Sprintf("injected fault for %s", m.id)
@@ -331,7 +345,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errf(404, "notFound", "The resource 'projects/%s' was not found", p))
 		return
 	}
-	req := &request{method: m.id, params: params, query: r.URL.Query()}
+	req := &request{method: m.id, params: params, query: r.URL.Query(), opFault: opFault}
 	if m.request != "" {
 		b, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
 		if err != nil {
@@ -402,6 +416,40 @@ func (s *Server) newOp(r *request, scope, target, opType string, effect func() *
 		m["zone"] = s.link("zones/" + z)
 	} else if rg, ok := strings.CutPrefix(scope, "regions/"); ok {
 		m["region"] = s.link("regions/" + rg)
+	}
+	if f := r.opFault; f != nil {
+		msg := f.Message
+		if msg == "" {
+			msg = fmt.Sprintf("injected operation failure for %s", r.method)
+		}
+		coll, name := target[:max(strings.LastIndex(target, "/"), 0)], lastSeg(target)
+		effect = func() *apiError {
+			if opType == "insert" {
+				s.mu.Lock()
+				if it := s.coll(coll)[name]; it != nil {
+					scope := coll[:max(strings.LastIndex(coll, "/"), 0)]
+					for _, d := range list(it, "_createdDisks") {
+						delete(s.coll(scope+"/disks"), d.(string)) // made by this insert: gone with it
+					}
+				}
+				delete(s.coll(coll), name)
+				s.mu.Unlock()
+			}
+			return &apiError{Code: f.Code, Reason: f.Reason, Message: msg}
+		}
+	} else if opType == "insert" && s.o.Visibility > 0 {
+		inner := effect
+		effect = func() *apiError {
+			s.mu.Lock()
+			if it := s.findByLink(target); it != nil {
+				it["_visibleAt"] = time.Now().Add(s.o.Visibility).Format(time.RFC3339Nano)
+			}
+			s.mu.Unlock()
+			if inner != nil {
+				return inner()
+			}
+			return nil
+		}
 	}
 	op := &operation{m: m, done: make(chan struct{}), start: now, due: now.Add(lat), method: r.method}
 	s.ops[name] = op
@@ -646,6 +694,21 @@ func (s *Server) Names(collection string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Resource returns a copy of the named resource of a collection (as
+// Names), searching every zone, region and global scope; nil if absent.
+func (s *Server) Resource(collection, name string) map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, c := range s.res {
+		if strings.HasSuffix(key, "/"+collection) || key == collection {
+			if it, ok := c[name]; ok {
+				return deepCopy(it).(map[string]any)
+			}
+		}
+	}
+	return nil
 }
 
 // RunningProcesses counts the data plane's live node and LB processes.

@@ -73,7 +73,7 @@ func Up(t testing.TB, name string, o Options) *Cluster {
 	stateDir := t.TempDir()
 	s := providers.Settings{Cluster: name, StateDir: stateDir, Out: io.Discard, Options: map[string]string{
 		gce.OptProject: fake.Project(), gce.OptRegion: Region, gce.OptZones: ZoneA + "," + ZoneB,
-		gce.OptEndpoint: fake.URL, gce.OptDNSZone: "example-zone", gce.OptDrainSeconds: "1", gce.OptOpTimeout: "2m",
+		gce.OptEndpoint: fake.URL, gce.OptDNSZone: "example-zone", gce.OptDrainSeconds: "1", gce.OptOpTimeout: "30s",
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
