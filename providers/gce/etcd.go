@@ -15,11 +15,12 @@ import (
 
 // Etcd implements providers.Provider. Without SSH options it dials the
 // members' client URLs directly (tests, or masters whose etcd listens on
-// the internal address). With ssh-user and ssh-key it opens an SSH
-// connection to the first running replica not excluded that accepts it
-// (via its internal address, port ssh-port) and tunnels every etcd
-// connection through it: on kube-up masters etcd listens on 127.0.0.1
-// only, and a member's advertised URL is reached from that master.
+// the internal address). With ssh-user it opens an SSH connection to the
+// first running replica not excluded that accepts it — on the master's
+// external address, as kube-up's `gcloud compute ssh` does (util.sh
+// add-replica-to-etcd → run-gcloud-command), so the operator never needs a
+// route into the VPC — and tunnels every etcd connection through it: on
+// kube-up masters etcd listens on 127.0.0.1 only.
 func (p *Provider) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Client, error) {
 	rs, err := p.inst.List(ctx)
 	if err != nil {
@@ -52,6 +53,12 @@ func (p *Provider) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Cli
 	}
 	var errs []error
 	for _, r := range cands {
+		ext, err := p.externalIP(ctx, r.Name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.Address = ext
 		c, err := p.sshTo(ctx, r, port)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ssh %s: %w", r.Name, err))
@@ -106,4 +113,21 @@ func (p *Provider) dropSSH(name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.ssh, name) // closed with the provider
+}
+
+// externalIP is the replica's external (NAT) address: the static IP while
+// it holds it, else its ephemeral one (kube-up gives every master one).
+func (p *Provider) externalIP(ctx context.Context, name string) (string, error) {
+	x, _, err := p.inst.getRaw(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	for _, nic := range x.GetNetworkInterfaces() {
+		for _, ac := range nic.GetAccessConfigs() {
+			if ip := ac.GetNatIP(); ip != "" {
+				return ip, nil
+			}
+		}
+	}
+	return "", errkind.Errorf(errkind.FailedPrecondition, "master %s has no external IP: hamaster reaches etcd over SSH to a master's external address and never routes into the VPC", name)
 }

@@ -19,9 +19,10 @@ import (
 )
 
 // TestEtcdThroughSSH reaches master 0's etcd the kube-up way: an SSH
-// tunnel to the master (a real OpenSSH server listening on the master's
-// address) and etcd's client URL as the master sees it. sshd only permits
-// the tunnel to that URL, and a wrong known_hosts refuses the connection.
+// tunnel to the master's external address (a real OpenSSH server
+// listening there and only there: the internal address is never dialed)
+// and etcd's client URL as the master sees it. sshd only permits the
+// tunnel to that URL, and a wrong known_hosts refuses the connection.
 func TestEtcdThroughSSH(t *testing.T) {
 	t.Parallel()
 	c := gcetest.Up(t, "sshetcd", gcetest.Options{})
@@ -31,7 +32,8 @@ func TestEtcdThroughSSH(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(master.Address, "0"))
+	ext := c.StaticIP // master 0's external address while it holds the static IP
+	ln, err := net.Listen("tcp", net.JoinHostPort(ext, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,13 +41,13 @@ func TestEtcdThroughSSH(t *testing.T) {
 	ln.Close()
 	etcdAddr := net.JoinHostPort(master.Address, fmt.Sprint(providers.EtcdClientPort))
 	srv := sshtest.Start(t, sshtest.Options{Config: []string{
-		"ListenAddress " + net.JoinHostPort(master.Address, port),
+		"ListenAddress " + net.JoinHostPort(ext, port),
 		"PermitOpen " + etcdAddr,
 		"LogLevel DEBUG1",
 	}})
 	// sshtest.Start returns once sshd listens on its own address; wait for
 	// the master's too.
-	sshAddr := net.JoinHostPort(master.Address, port)
+	sshAddr := net.JoinHostPort(ext, port)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -79,7 +81,7 @@ func TestEtcdThroughSSH(t *testing.T) {
 		return p.(*gce.Provider), nil
 	}
 
-	p, err := open(srv.KnownHosts(t, net.JoinHostPort(master.Address, port), srv.HostKeys))
+	p, err := open(srv.KnownHosts(t, sshAddr, srv.HostKeys))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestEtcdThroughSSH(t *testing.T) {
 
 	// A host key that is not the server's: refused before any etcd call.
 	_, otherKey := sshtest.NewKey(t, t.TempDir(), "other")
-	bad, err := open(srv.KnownHosts(t, net.JoinHostPort(master.Address, port), []ssh.PublicKey{sshtest.PublicKey(t, otherKey)}))
+	bad, err := open(srv.KnownHosts(t, sshAddr, []ssh.PublicKey{sshtest.PublicKey(t, otherKey)}))
 	if err != nil {
 		t.Fatal(err)
 	}
