@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"io"
 	"log/slog"
 	"net"
@@ -67,7 +68,7 @@ func (n *node) cachedReady() (bool, string) {
 
 func (n *node) probeEtcd(ctx context.Context) (bool, string) {
 	state, errText, srv, cli := n.etcd.snapshot()
-	if state != EtcdRunning || srv == nil || cli == nil {
+	if state != nodeapi.EtcdRunning || srv == nil || cli == nil {
 		if errText != "" {
 			return false, fmt.Sprintf("etcd is %s: %s", state, errText)
 		}
@@ -157,7 +158,7 @@ func (n *node) kvClient(w http.ResponseWriter, r *http.Request) (*clientv3.Clien
 	// behind, so a learner serves nothing.
 	state, errText, srv, cli := n.etcd.snapshot()
 	switch {
-	case state != EtcdRunning || srv == nil || cli == nil:
+	case state != nodeapi.EtcdRunning || srv == nil || cli == nil:
 		http.Error(w, "etcd not ready: etcd is "+state+" "+errText, http.StatusServiceUnavailable)
 		return nil, "", false
 	case srv.IsLearner():
@@ -409,7 +410,7 @@ func (n *node) unbind(addr string) {
 func loadTLS(certFile, keyFile string) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("load %s/%s: %w", KeyAPIServerCert, KeyAPIServerKey, err)
+		return nil, fmt.Errorf("load %s/%s: %w", nodeapi.KeyAPIServerCert, nodeapi.KeyAPIServerKey, err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }

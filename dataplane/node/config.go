@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"io"
 	"net"
 	"net/url"
@@ -13,76 +14,6 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/kubeenv"
-)
-
-// Keys of the env file, the local stand-in for a cloud VM's "kube-env"
-// metadata. The local provider writes them; LoadEnvFile reads them.
-const (
-	// KeyNodeName is the etcd member name, e.g. "demo-master-0".
-	KeyNodeName = "NODE_NAME"
-	// KeyNodeAddress is the replica's loopback address, e.g. 127.0.42.2;
-	// etcd and the apiserver bind to it.
-	KeyNodeAddress = "NODE_ADDRESS"
-	// KeyInitialEtcdCluster is etcd's --initial-cluster: name=https://ip:2380,...
-	KeyInitialEtcdCluster = "INITIAL_ETCD_CLUSTER"
-	// KeyEtcdInitialClusterState is "new" or "existing".
-	KeyEtcdInitialClusterState = "ETCD_INITIAL_CLUSTER_STATE"
-	// KeyEtcdClientPort is etcd's client port (default 2379).
-	KeyEtcdClientPort = "ETCD_CLIENT_PORT"
-	// KeyEtcdPeerPort is etcd's peer port (default 2380).
-	KeyEtcdPeerPort = "ETCD_PEER_PORT"
-	// KeyEtcdCACert is the CA that signs etcd peer and client certificates.
-	KeyEtcdCACert = "ETCD_CA_CERT"
-	// KeyEtcdPeerCert is etcd's peer certificate (also used as a client
-	// certificate towards other peers).
-	KeyEtcdPeerCert = "ETCD_PEER_CERT"
-	// KeyEtcdPeerKey is the key of KeyEtcdPeerCert.
-	KeyEtcdPeerKey = "ETCD_PEER_KEY"
-	// KeyEtcdServerCert is etcd's client-facing serving certificate.
-	KeyEtcdServerCert = "ETCD_SERVER_CERT"
-	// KeyEtcdServerKey is the key of KeyEtcdServerCert.
-	KeyEtcdServerKey = "ETCD_SERVER_KEY"
-	// KeyAPIServerPort is the apiserver's port (default 6443), on
-	// NODE_ADDRESS and on the static IP while attached.
-	KeyAPIServerPort = "APISERVER_PORT"
-	// KeyAPIServerCert is the apiserver's serving certificate (required).
-	KeyAPIServerCert = "APISERVER_CERT"
-	// KeyAPIServerKey is the key of KeyAPIServerCert (required).
-	KeyAPIServerKey = "APISERVER_KEY"
-	// KeyKubeVersion is the version /version reports, e.g. v1.30.2.
-	KeyKubeVersion = kubeenv.KubeVersion
-	// KeyAPIServerExtraArgs are space-separated apiserver flags.
-	KeyAPIServerExtraArgs = kubeenv.APIServerExtraArgs
-	// KeyDataDir is the "persistent disk"; etcd keeps its data in DATA_DIR/etcd.
-	KeyDataDir = "DATA_DIR"
-	// KeyStaticIPFile names a file holding zero or one IP: the static IP
-	// attached to this replica.
-	KeyStaticIPFile = "STATIC_IP_FILE"
-	// KeyPIDFile is written with the pid at startup and removed on clean exit.
-	KeyPIDFile = "PID_FILE"
-	// KeyStatusFile receives the JSON Status.
-	KeyStatusFile = "STATUS_FILE"
-	// KeyEtcdHeartbeatMS is etcd's heartbeat interval in ms (default 100).
-	KeyEtcdHeartbeatMS = "ETCD_HEARTBEAT_MS"
-	// KeyEtcdElectionMS is etcd's election timeout in ms (default 1000).
-	KeyEtcdElectionMS = "ETCD_ELECTION_MS"
-	// KeyEtcdUnsafeNoFsync disables fsync in etcd ("true"; tests only).
-	KeyEtcdUnsafeNoFsync = "ETCD_UNSAFE_NO_FSYNC"
-)
-
-// Initial cluster states.
-const (
-	ClusterStateNew      = "new"
-	ClusterStateExisting = "existing"
-)
-
-// Defaults for keys left empty.
-const (
-	DefaultEtcdClientPort = 2379
-	DefaultEtcdPeerPort   = 2380
-	DefaultAPIServerPort  = 6443
-	DefaultEtcdHeartbeat  = 100 * time.Millisecond
-	DefaultEtcdElection   = 1000 * time.Millisecond
 )
 
 // Config is a replica's configuration, as read from its env file.
@@ -172,30 +103,30 @@ func LoadEnvFile(path string) (Config, error) {
 // Empty values are left out.
 func (c Config) Env() map[string]string {
 	env := map[string]string{
-		KeyNodeName:                c.Name,
-		KeyNodeAddress:             c.Address,
-		KeyInitialEtcdCluster:      c.InitialCluster,
-		KeyEtcdInitialClusterState: c.InitialClusterState,
-		KeyEtcdCACert:              c.EtcdCACert,
-		KeyEtcdPeerCert:            c.EtcdPeerCert,
-		KeyEtcdPeerKey:             c.EtcdPeerKey,
-		KeyEtcdServerCert:          c.EtcdServerCert,
-		KeyEtcdServerKey:           c.EtcdServerKey,
-		KeyAPIServerCert:           c.APIServerCert,
-		KeyAPIServerKey:            c.APIServerKey,
-		KeyAPIServerExtraArgs:      c.APIServerExtraArgs,
-		KeyKubeVersion:             c.KubeVersion,
-		KeyDataDir:                 c.DataDir,
-		KeyStaticIPFile:            c.StaticIPFile,
-		KeyPIDFile:                 c.PIDFile,
-		KeyStatusFile:              c.StatusFile,
+		nodeapi.KeyNodeName:                c.Name,
+		nodeapi.KeyNodeAddress:             c.Address,
+		nodeapi.KeyInitialEtcdCluster:      c.InitialCluster,
+		nodeapi.KeyEtcdInitialClusterState: c.InitialClusterState,
+		nodeapi.KeyEtcdCACert:              c.EtcdCACert,
+		nodeapi.KeyEtcdPeerCert:            c.EtcdPeerCert,
+		nodeapi.KeyEtcdPeerKey:             c.EtcdPeerKey,
+		nodeapi.KeyEtcdServerCert:          c.EtcdServerCert,
+		nodeapi.KeyEtcdServerKey:           c.EtcdServerKey,
+		nodeapi.KeyAPIServerCert:           c.APIServerCert,
+		nodeapi.KeyAPIServerKey:            c.APIServerKey,
+		nodeapi.KeyAPIServerExtraArgs:      c.APIServerExtraArgs,
+		nodeapi.KeyKubeVersion:             c.KubeVersion,
+		nodeapi.KeyDataDir:                 c.DataDir,
+		nodeapi.KeyStaticIPFile:            c.StaticIPFile,
+		nodeapi.KeyPIDFile:                 c.PIDFile,
+		nodeapi.KeyStatusFile:              c.StatusFile,
 	}
 	ints := map[string]int{
-		KeyEtcdClientPort:  c.EtcdClientPort,
-		KeyEtcdPeerPort:    c.EtcdPeerPort,
-		KeyAPIServerPort:   c.APIServerPort,
-		KeyEtcdHeartbeatMS: int(c.EtcdHeartbeat / time.Millisecond),
-		KeyEtcdElectionMS:  int(c.EtcdElection / time.Millisecond),
+		nodeapi.KeyEtcdClientPort:  c.EtcdClientPort,
+		nodeapi.KeyEtcdPeerPort:    c.EtcdPeerPort,
+		nodeapi.KeyAPIServerPort:   c.APIServerPort,
+		nodeapi.KeyEtcdHeartbeatMS: int(c.EtcdHeartbeat / time.Millisecond),
+		nodeapi.KeyEtcdElectionMS:  int(c.EtcdElection / time.Millisecond),
 	}
 	for k, v := range ints {
 		if v != 0 {
@@ -203,7 +134,7 @@ func (c Config) Env() map[string]string {
 		}
 	}
 	if c.EtcdUnsafeNoFsync {
-		env[KeyEtcdUnsafeNoFsync] = "true"
+		env[nodeapi.KeyEtcdUnsafeNoFsync] = "true"
 	}
 	for k, v := range env {
 		if v == "" {
@@ -227,49 +158,49 @@ func WriteEnvFile(path string, c Config) error {
 // errkind.InvalidArgument and name the offending key.
 func ConfigFromEnv(env map[string]string) (Config, error) {
 	c := Config{
-		Name:                env[KeyNodeName],
-		Address:             env[KeyNodeAddress],
-		InitialCluster:      env[KeyInitialEtcdCluster],
-		InitialClusterState: env[KeyEtcdInitialClusterState],
-		EtcdCACert:          env[KeyEtcdCACert],
-		EtcdPeerCert:        env[KeyEtcdPeerCert],
-		EtcdPeerKey:         env[KeyEtcdPeerKey],
-		EtcdServerCert:      env[KeyEtcdServerCert],
-		EtcdServerKey:       env[KeyEtcdServerKey],
-		APIServerCert:       env[KeyAPIServerCert],
-		APIServerKey:        env[KeyAPIServerKey],
-		APIServerExtraArgs:  env[KeyAPIServerExtraArgs],
-		KubeVersion:         env[KeyKubeVersion],
-		DataDir:             env[KeyDataDir],
-		StaticIPFile:        env[KeyStaticIPFile],
-		PIDFile:             env[KeyPIDFile],
-		StatusFile:          env[KeyStatusFile],
+		Name:                env[nodeapi.KeyNodeName],
+		Address:             env[nodeapi.KeyNodeAddress],
+		InitialCluster:      env[nodeapi.KeyInitialEtcdCluster],
+		InitialClusterState: env[nodeapi.KeyEtcdInitialClusterState],
+		EtcdCACert:          env[nodeapi.KeyEtcdCACert],
+		EtcdPeerCert:        env[nodeapi.KeyEtcdPeerCert],
+		EtcdPeerKey:         env[nodeapi.KeyEtcdPeerKey],
+		EtcdServerCert:      env[nodeapi.KeyEtcdServerCert],
+		EtcdServerKey:       env[nodeapi.KeyEtcdServerKey],
+		APIServerCert:       env[nodeapi.KeyAPIServerCert],
+		APIServerKey:        env[nodeapi.KeyAPIServerKey],
+		APIServerExtraArgs:  env[nodeapi.KeyAPIServerExtraArgs],
+		KubeVersion:         env[nodeapi.KeyKubeVersion],
+		DataDir:             env[nodeapi.KeyDataDir],
+		StaticIPFile:        env[nodeapi.KeyStaticIPFile],
+		PIDFile:             env[nodeapi.KeyPIDFile],
+		StatusFile:          env[nodeapi.KeyStatusFile],
 	}
 	var err error
-	if c.EtcdClientPort, err = envPort(env, KeyEtcdClientPort, DefaultEtcdClientPort); err != nil {
+	if c.EtcdClientPort, err = envPort(env, nodeapi.KeyEtcdClientPort, nodeapi.DefaultEtcdClientPort); err != nil {
 		return Config{}, err
 	}
-	if c.EtcdPeerPort, err = envPort(env, KeyEtcdPeerPort, DefaultEtcdPeerPort); err != nil {
+	if c.EtcdPeerPort, err = envPort(env, nodeapi.KeyEtcdPeerPort, nodeapi.DefaultEtcdPeerPort); err != nil {
 		return Config{}, err
 	}
-	if c.APIServerPort, err = envPort(env, KeyAPIServerPort, DefaultAPIServerPort); err != nil {
+	if c.APIServerPort, err = envPort(env, nodeapi.KeyAPIServerPort, nodeapi.DefaultAPIServerPort); err != nil {
 		return Config{}, err
 	}
-	if c.EtcdHeartbeat, err = envMillis(env, KeyEtcdHeartbeatMS, DefaultEtcdHeartbeat); err != nil {
+	if c.EtcdHeartbeat, err = envMillis(env, nodeapi.KeyEtcdHeartbeatMS, nodeapi.DefaultEtcdHeartbeat); err != nil {
 		return Config{}, err
 	}
-	if c.EtcdElection, err = envMillis(env, KeyEtcdElectionMS, DefaultEtcdElection); err != nil {
+	if c.EtcdElection, err = envMillis(env, nodeapi.KeyEtcdElectionMS, nodeapi.DefaultEtcdElection); err != nil {
 		return Config{}, err
 	}
-	if v := env[KeyEtcdUnsafeNoFsync]; v != "" {
+	if v := env[nodeapi.KeyEtcdUnsafeNoFsync]; v != "" {
 		b, perr := strconv.ParseBool(v)
 		if perr != nil {
-			return Config{}, errkind.Errorf(errkind.InvalidArgument, "%s=%q: want true or false", KeyEtcdUnsafeNoFsync, v)
+			return Config{}, errkind.Errorf(errkind.InvalidArgument, "%s=%q: want true or false", nodeapi.KeyEtcdUnsafeNoFsync, v)
 		}
 		c.EtcdUnsafeNoFsync = b
 	}
 	if c.InitialClusterState == "" {
-		c.InitialClusterState = ClusterStateNew
+		c.InitialClusterState = nodeapi.ClusterStateNew
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err
@@ -313,28 +244,28 @@ func (c Config) Validate() error {
 		return errkind.Errorf(errkind.InvalidArgument, format, args...)
 	}
 	if c.Name == "" {
-		return bad("%s is empty: want the etcd member name, e.g. demo-master-0", KeyNodeName)
+		return bad("%s is empty: want the etcd member name, e.g. demo-master-0", nodeapi.KeyNodeName)
 	}
 	if !memberNameRE.MatchString(c.Name) {
-		return bad("%s=%q: want letters, digits, '.', '_' or '-', e.g. demo-master-0", KeyNodeName, c.Name)
+		return bad("%s=%q: want letters, digits, '.', '_' or '-', e.g. demo-master-0", nodeapi.KeyNodeName, c.Name)
 	}
-	if err := checkLoopback(KeyNodeAddress, c.Address); err != nil {
+	if err := checkLoopback(nodeapi.KeyNodeAddress, c.Address); err != nil {
 		return err
 	}
 	for _, p := range []struct {
 		key string
 		v   int
-	}{{KeyEtcdClientPort, c.EtcdClientPort}, {KeyEtcdPeerPort, c.EtcdPeerPort}, {KeyAPIServerPort, c.APIServerPort}} {
+	}{{nodeapi.KeyEtcdClientPort, c.EtcdClientPort}, {nodeapi.KeyEtcdPeerPort, c.EtcdPeerPort}, {nodeapi.KeyAPIServerPort, c.APIServerPort}} {
 		if p.v < 1 || p.v > 65535 {
 			return bad("%s=%d: want a TCP port 1-65535", p.key, p.v)
 		}
 	}
 	if c.EtcdClientPort == c.EtcdPeerPort || c.EtcdClientPort == c.APIServerPort || c.EtcdPeerPort == c.APIServerPort {
-		return bad("%s=%d, %s=%d and %s=%d must differ", KeyEtcdClientPort, c.EtcdClientPort,
-			KeyEtcdPeerPort, c.EtcdPeerPort, KeyAPIServerPort, c.APIServerPort)
+		return bad("%s=%d, %s=%d and %s=%d must differ", nodeapi.KeyEtcdClientPort, c.EtcdClientPort,
+			nodeapi.KeyEtcdPeerPort, c.EtcdPeerPort, nodeapi.KeyAPIServerPort, c.APIServerPort)
 	}
-	if c.InitialClusterState != ClusterStateNew && c.InitialClusterState != ClusterStateExisting {
-		return bad("%s=%q: want %q or %q", KeyEtcdInitialClusterState, c.InitialClusterState, ClusterStateNew, ClusterStateExisting)
+	if c.InitialClusterState != nodeapi.ClusterStateNew && c.InitialClusterState != nodeapi.ClusterStateExisting {
+		return bad("%s=%q: want %q or %q", nodeapi.KeyEtcdInitialClusterState, c.InitialClusterState, nodeapi.ClusterStateNew, nodeapi.ClusterStateExisting)
 	}
 	if err := c.validateEtcdTLS(); err != nil {
 		return err
@@ -344,10 +275,10 @@ func (c Config) Validate() error {
 	}
 	if c.EtcdHeartbeat <= 0 || c.EtcdElection < 5*c.EtcdHeartbeat {
 		return bad("%s=%d, %s=%d: want a positive heartbeat and an election timeout of at least 5 heartbeats (defaults %d and %d)",
-			KeyEtcdHeartbeatMS, c.EtcdHeartbeat.Milliseconds(), KeyEtcdElectionMS, c.EtcdElection.Milliseconds(),
-			DefaultEtcdHeartbeat.Milliseconds(), DefaultEtcdElection.Milliseconds())
+			nodeapi.KeyEtcdHeartbeatMS, c.EtcdHeartbeat.Milliseconds(), nodeapi.KeyEtcdElectionMS, c.EtcdElection.Milliseconds(),
+			nodeapi.DefaultEtcdHeartbeat.Milliseconds(), nodeapi.DefaultEtcdElection.Milliseconds())
 	}
-	for _, f := range []struct{ key, path string }{{KeyAPIServerCert, c.APIServerCert}, {KeyAPIServerKey, c.APIServerKey}} {
+	for _, f := range []struct{ key, path string }{{nodeapi.KeyAPIServerCert, c.APIServerCert}, {nodeapi.KeyAPIServerKey, c.APIServerKey}} {
 		if f.path == "" {
 			return bad("%s is empty: the apiserver serves HTTPS only, want a PEM file path", f.key)
 		}
@@ -356,24 +287,24 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.KubeVersion == "" {
-		return bad("%s is empty: want a Kubernetes version such as v1.30.2", KeyKubeVersion)
+		return bad("%s is empty: want a Kubernetes version such as v1.30.2", nodeapi.KeyKubeVersion)
 	}
 	if !kubeVersionRE.MatchString(c.KubeVersion) {
-		return bad("%s=%q: want a Kubernetes version such as v1.30.2", KeyKubeVersion, c.KubeVersion)
+		return bad("%s=%q: want a Kubernetes version such as v1.30.2", nodeapi.KeyKubeVersion, c.KubeVersion)
 	}
 	if c.DataDir == "" {
-		return bad("%s is empty: want the replica's persistent directory (etcd data goes to DATA_DIR/etcd)", KeyDataDir)
+		return bad("%s is empty: want the replica's persistent directory (etcd data goes to DATA_DIR/etcd)", nodeapi.KeyDataDir)
 	}
 	return nil
 }
 
 func (c Config) validateEtcdTLS() error {
 	files := []struct{ key, path string }{
-		{KeyEtcdCACert, c.EtcdCACert},
-		{KeyEtcdPeerCert, c.EtcdPeerCert},
-		{KeyEtcdPeerKey, c.EtcdPeerKey},
-		{KeyEtcdServerCert, c.EtcdServerCert},
-		{KeyEtcdServerKey, c.EtcdServerKey},
+		{nodeapi.KeyEtcdCACert, c.EtcdCACert},
+		{nodeapi.KeyEtcdPeerCert, c.EtcdPeerCert},
+		{nodeapi.KeyEtcdPeerKey, c.EtcdPeerKey},
+		{nodeapi.KeyEtcdServerCert, c.EtcdServerCert},
+		{nodeapi.KeyEtcdServerKey, c.EtcdServerKey},
 	}
 	var set, missing []string
 	for _, f := range files {
@@ -401,10 +332,10 @@ func (c Config) validateEtcdTLS() error {
 
 func (c Config) validateInitialCluster() error {
 	bad := func(format string, args ...any) error {
-		return errkind.Errorf(errkind.InvalidArgument, "%s=%q: "+format, append([]any{KeyInitialEtcdCluster, c.InitialCluster}, args...)...)
+		return errkind.Errorf(errkind.InvalidArgument, "%s=%q: "+format, append([]any{nodeapi.KeyInitialEtcdCluster, c.InitialCluster}, args...)...)
 	}
 	if c.InitialCluster == "" {
-		return errkind.Errorf(errkind.InvalidArgument, "%s is empty: want name=%s,... listing every member including this one", KeyInitialEtcdCluster, c.EtcdPeerURL())
+		return errkind.Errorf(errkind.InvalidArgument, "%s is empty: want name=%s,... listing every member including this one", nodeapi.KeyInitialEtcdCluster, c.EtcdPeerURL())
 	}
 	self := false
 	seen := map[string]bool{}
@@ -426,7 +357,7 @@ func (c Config) validateInitialCluster() error {
 		seen[raw] = true
 		if name == c.Name {
 			if raw != c.EtcdPeerURL() {
-				return bad("this member (%s) has peer URL %s, want %s (from %s and %s)", name, raw, c.EtcdPeerURL(), KeyNodeAddress, KeyEtcdPeerPort)
+				return bad("this member (%s) has peer URL %s, want %s (from %s and %s)", name, raw, c.EtcdPeerURL(), nodeapi.KeyNodeAddress, nodeapi.KeyEtcdPeerPort)
 			}
 			self = true
 		}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"maps"
 	"os"
 	"path/filepath"
@@ -22,19 +23,19 @@ func validEnv(t *testing.T, dir string) map[string]string {
 		}
 	}
 	return map[string]string{
-		KeyNodeName:                "demo-master-0",
-		KeyNodeAddress:             "127.0.42.2",
-		KeyInitialEtcdCluster:      "demo-master-0=https://127.0.42.2:2380,demo-master-1=https://127.0.42.3:2380",
-		KeyEtcdInitialClusterState: "new",
-		KeyEtcdCACert:              filepath.Join(dir, "ca.crt"),
-		KeyEtcdPeerCert:            filepath.Join(dir, "peer.crt"),
-		KeyEtcdPeerKey:             filepath.Join(dir, "peer.key"),
-		KeyEtcdServerCert:          filepath.Join(dir, "server.crt"),
-		KeyEtcdServerKey:           filepath.Join(dir, "server.key"),
-		KeyAPIServerCert:           filepath.Join(dir, "api.crt"),
-		KeyAPIServerKey:            filepath.Join(dir, "api.key"),
-		KeyKubeVersion:             "v1.30.2",
-		KeyDataDir:                 filepath.Join(dir, "disk"),
+		nodeapi.KeyNodeName:                "demo-master-0",
+		nodeapi.KeyNodeAddress:             "127.0.42.2",
+		nodeapi.KeyInitialEtcdCluster:      "demo-master-0=https://127.0.42.2:2380,demo-master-1=https://127.0.42.3:2380",
+		nodeapi.KeyEtcdInitialClusterState: "new",
+		nodeapi.KeyEtcdCACert:              filepath.Join(dir, "ca.crt"),
+		nodeapi.KeyEtcdPeerCert:            filepath.Join(dir, "peer.crt"),
+		nodeapi.KeyEtcdPeerKey:             filepath.Join(dir, "peer.key"),
+		nodeapi.KeyEtcdServerCert:          filepath.Join(dir, "server.crt"),
+		nodeapi.KeyEtcdServerKey:           filepath.Join(dir, "server.key"),
+		nodeapi.KeyAPIServerCert:           filepath.Join(dir, "api.crt"),
+		nodeapi.KeyAPIServerKey:            filepath.Join(dir, "api.key"),
+		nodeapi.KeyKubeVersion:             "v1.30.2",
+		nodeapi.KeyDataDir:                 filepath.Join(dir, "disk"),
 	}
 }
 
@@ -60,56 +61,56 @@ func TestConfigFromEnv(t *testing.T) {
 			}
 		}},
 		{name: "plaintext etcd", edit: func(e map[string]string) {
-			for _, k := range []string{KeyEtcdCACert, KeyEtcdPeerCert, KeyEtcdPeerKey, KeyEtcdServerCert, KeyEtcdServerKey} {
+			for _, k := range []string{nodeapi.KeyEtcdCACert, nodeapi.KeyEtcdPeerCert, nodeapi.KeyEtcdPeerKey, nodeapi.KeyEtcdServerCert, nodeapi.KeyEtcdServerKey} {
 				delete(e, k)
 			}
-			e[KeyInitialEtcdCluster] = "demo-master-0=http://127.0.42.2:2380"
+			e[nodeapi.KeyInitialEtcdCluster] = "demo-master-0=http://127.0.42.2:2380"
 		}, check: func(t *testing.T, c Config) {
 			if c.EtcdTLS() || c.EtcdPeerURL() != "http://127.0.42.2:2380" {
 				t.Errorf("TLS %v peer %s, want plaintext", c.EtcdTLS(), c.EtcdPeerURL())
 			}
 		}},
 		{name: "custom ports and timing", edit: func(e map[string]string) {
-			e[KeyEtcdPeerPort] = "12380"
-			e[KeyEtcdClientPort] = "12379"
-			e[KeyAPIServerPort] = "16443"
-			e[KeyEtcdHeartbeatMS] = "50"
-			e[KeyEtcdElectionMS] = "500"
-			e[KeyEtcdUnsafeNoFsync] = "true"
-			e[KeyInitialEtcdCluster] = "demo-master-0=https://127.0.42.2:12380"
-			e[KeyEtcdInitialClusterState] = "existing"
+			e[nodeapi.KeyEtcdPeerPort] = "12380"
+			e[nodeapi.KeyEtcdClientPort] = "12379"
+			e[nodeapi.KeyAPIServerPort] = "16443"
+			e[nodeapi.KeyEtcdHeartbeatMS] = "50"
+			e[nodeapi.KeyEtcdElectionMS] = "500"
+			e[nodeapi.KeyEtcdUnsafeNoFsync] = "true"
+			e[nodeapi.KeyInitialEtcdCluster] = "demo-master-0=https://127.0.42.2:12380"
+			e[nodeapi.KeyEtcdInitialClusterState] = "existing"
 		}, check: func(t *testing.T, c Config) {
 			if c.EtcdPeerPort != 12380 || c.EtcdHeartbeat != 50*time.Millisecond || !c.EtcdUnsafeNoFsync ||
-				c.InitialClusterState != ClusterStateExisting {
+				c.InitialClusterState != nodeapi.ClusterStateExisting {
 				t.Errorf("config %+v", c)
 			}
 		}},
 		{name: "unknown keys ignored", edit: func(e map[string]string) { e["ENABLE_NODE_PROBLEM_DETECTOR"] = "standalone" }},
-		{name: "state defaults to new", edit: func(e map[string]string) { delete(e, KeyEtcdInitialClusterState) },
+		{name: "state defaults to new", edit: func(e map[string]string) { delete(e, nodeapi.KeyEtcdInitialClusterState) },
 			check: func(t *testing.T, c Config) {
-				if c.InitialClusterState != ClusterStateNew {
+				if c.InitialClusterState != nodeapi.ClusterStateNew {
 					t.Errorf("state %q", c.InitialClusterState)
 				}
 			}},
-		{name: "no name", edit: func(e map[string]string) { delete(e, KeyNodeName) }, wantErr: "NODE_NAME is empty"},
-		{name: "bad address", edit: func(e map[string]string) { e[KeyNodeAddress] = "localhost" }, wantErr: `NODE_ADDRESS="localhost": want a loopback IP`},
-		{name: "non-loopback address", edit: func(e map[string]string) { e[KeyNodeAddress] = "10.0.0.2" }, wantErr: "NODE_ADDRESS=\"10.0.0.2\": want a loopback IP (127.0.0.0/8"},
-		{name: "bad port", edit: func(e map[string]string) { e[KeyAPIServerPort] = "70000" }, wantErr: "APISERVER_PORT=\"70000\": want a TCP port 1-65535"},
-		{name: "port clash", edit: func(e map[string]string) { e[KeyAPIServerPort] = "2379" }, wantErr: "must differ"},
-		{name: "bad state", edit: func(e map[string]string) { e[KeyEtcdInitialClusterState] = "old" }, wantErr: `ETCD_INITIAL_CLUSTER_STATE="old": want "new" or "existing"`},
-		{name: "partial tls", edit: func(e map[string]string) { delete(e, KeyEtcdPeerKey) }, wantErr: "ETCD_PEER_KEY empty while ETCD_CA_CERT, ETCD_PEER_CERT, ETCD_SERVER_CERT, ETCD_SERVER_KEY set"},
-		{name: "missing cert file", edit: func(e map[string]string) { e[KeyEtcdCACert] = filepath.Join(dir, "nope.crt") }, wantErr: "ETCD_CA_CERT: stat"},
-		{name: "no initial cluster", edit: func(e map[string]string) { delete(e, KeyInitialEtcdCluster) }, wantErr: "INITIAL_ETCD_CLUSTER is empty"},
-		{name: "self missing from cluster", edit: func(e map[string]string) { e[KeyInitialEtcdCluster] = "other=https://127.0.42.3:2380" }, wantErr: "no entry for this member: want demo-master-0=https://127.0.42.2:2380"},
-		{name: "self URL wrong", edit: func(e map[string]string) { e[KeyInitialEtcdCluster] = "demo-master-0=https://127.0.42.9:2380" }, wantErr: "want https://127.0.42.2:2380"},
-		{name: "scheme mismatch", edit: func(e map[string]string) { e[KeyInitialEtcdCluster] = "demo-master-0=http://127.0.42.2:2380" }, wantErr: `scheme "http", want "https"`},
-		{name: "malformed cluster entry", edit: func(e map[string]string) { e[KeyInitialEtcdCluster] = "demo-master-0" }, wantErr: "want name=https://ip:port"},
-		{name: "no apiserver cert", edit: func(e map[string]string) { delete(e, KeyAPIServerCert) }, wantErr: "APISERVER_CERT is empty: the apiserver serves HTTPS only"},
-		{name: "no version", edit: func(e map[string]string) { delete(e, KeyKubeVersion) }, wantErr: "KUBE_VERSION is empty"},
-		{name: "bad version", edit: func(e map[string]string) { e[KeyKubeVersion] = "1.30" }, wantErr: `KUBE_VERSION="1.30": want a Kubernetes version such as v1.30.2`},
-		{name: "no data dir", edit: func(e map[string]string) { delete(e, KeyDataDir) }, wantErr: "DATA_DIR is empty"},
-		{name: "bad fsync flag", edit: func(e map[string]string) { e[KeyEtcdUnsafeNoFsync] = "yes please" }, wantErr: "ETCD_UNSAFE_NO_FSYNC"},
-		{name: "election too short", edit: func(e map[string]string) { e[KeyEtcdElectionMS] = "200" }, wantErr: "at least 5 heartbeats"},
+		{name: "no name", edit: func(e map[string]string) { delete(e, nodeapi.KeyNodeName) }, wantErr: "NODE_NAME is empty"},
+		{name: "bad address", edit: func(e map[string]string) { e[nodeapi.KeyNodeAddress] = "localhost" }, wantErr: `NODE_ADDRESS="localhost": want a loopback IP`},
+		{name: "non-loopback address", edit: func(e map[string]string) { e[nodeapi.KeyNodeAddress] = "10.0.0.2" }, wantErr: "NODE_ADDRESS=\"10.0.0.2\": want a loopback IP (127.0.0.0/8"},
+		{name: "bad port", edit: func(e map[string]string) { e[nodeapi.KeyAPIServerPort] = "70000" }, wantErr: "APISERVER_PORT=\"70000\": want a TCP port 1-65535"},
+		{name: "port clash", edit: func(e map[string]string) { e[nodeapi.KeyAPIServerPort] = "2379" }, wantErr: "must differ"},
+		{name: "bad state", edit: func(e map[string]string) { e[nodeapi.KeyEtcdInitialClusterState] = "old" }, wantErr: `ETCD_INITIAL_CLUSTER_STATE="old": want "new" or "existing"`},
+		{name: "partial tls", edit: func(e map[string]string) { delete(e, nodeapi.KeyEtcdPeerKey) }, wantErr: "ETCD_PEER_KEY empty while ETCD_CA_CERT, ETCD_PEER_CERT, ETCD_SERVER_CERT, ETCD_SERVER_KEY set"},
+		{name: "missing cert file", edit: func(e map[string]string) { e[nodeapi.KeyEtcdCACert] = filepath.Join(dir, "nope.crt") }, wantErr: "ETCD_CA_CERT: stat"},
+		{name: "no initial cluster", edit: func(e map[string]string) { delete(e, nodeapi.KeyInitialEtcdCluster) }, wantErr: "INITIAL_ETCD_CLUSTER is empty"},
+		{name: "self missing from cluster", edit: func(e map[string]string) { e[nodeapi.KeyInitialEtcdCluster] = "other=https://127.0.42.3:2380" }, wantErr: "no entry for this member: want demo-master-0=https://127.0.42.2:2380"},
+		{name: "self URL wrong", edit: func(e map[string]string) { e[nodeapi.KeyInitialEtcdCluster] = "demo-master-0=https://127.0.42.9:2380" }, wantErr: "want https://127.0.42.2:2380"},
+		{name: "scheme mismatch", edit: func(e map[string]string) { e[nodeapi.KeyInitialEtcdCluster] = "demo-master-0=http://127.0.42.2:2380" }, wantErr: `scheme "http", want "https"`},
+		{name: "malformed cluster entry", edit: func(e map[string]string) { e[nodeapi.KeyInitialEtcdCluster] = "demo-master-0" }, wantErr: "want name=https://ip:port"},
+		{name: "no apiserver cert", edit: func(e map[string]string) { delete(e, nodeapi.KeyAPIServerCert) }, wantErr: "APISERVER_CERT is empty: the apiserver serves HTTPS only"},
+		{name: "no version", edit: func(e map[string]string) { delete(e, nodeapi.KeyKubeVersion) }, wantErr: "KUBE_VERSION is empty"},
+		{name: "bad version", edit: func(e map[string]string) { e[nodeapi.KeyKubeVersion] = "1.30" }, wantErr: `KUBE_VERSION="1.30": want a Kubernetes version such as v1.30.2`},
+		{name: "no data dir", edit: func(e map[string]string) { delete(e, nodeapi.KeyDataDir) }, wantErr: "DATA_DIR is empty"},
+		{name: "bad fsync flag", edit: func(e map[string]string) { e[nodeapi.KeyEtcdUnsafeNoFsync] = "yes please" }, wantErr: "ETCD_UNSAFE_NO_FSYNC"},
+		{name: "election too short", edit: func(e map[string]string) { e[nodeapi.KeyEtcdElectionMS] = "200" }, wantErr: "at least 5 heartbeats"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,9 +141,9 @@ func TestEnvFileRoundTrip(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	env := validEnv(t, dir)
-	env[KeyAPIServerExtraArgs] = "--v=2 --feature-gates=A=true,B=false --audit-log-path='/tmp/it''s'"
-	env[KeyEtcdUnsafeNoFsync] = "true"
-	env[KeyAPIServerPort] = "16443"
+	env[nodeapi.KeyAPIServerExtraArgs] = "--v=2 --feature-gates=A=true,B=false --audit-log-path='/tmp/it''s'"
+	env[nodeapi.KeyEtcdUnsafeNoFsync] = "true"
+	env[nodeapi.KeyAPIServerPort] = "16443"
 	want, err := ConfigFromEnv(env)
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"log/slog"
 	"net/url"
 	"path/filepath"
@@ -87,7 +88,7 @@ type etcdMember struct {
 }
 
 func newEtcdMember(cfg Config, log *slog.Logger, onChange func()) *etcdMember {
-	return &etcdMember{cfg: cfg, log: log.With("component", "etcd"), onChange: onChange, state: EtcdStarting}
+	return &etcdMember{cfg: cfg, log: log.With("component", "etcd"), onChange: onChange, state: nodeapi.EtcdStarting}
 }
 
 // snapshot returns the state, the last error, and (while running) the
@@ -109,16 +110,16 @@ func (m *etcdMember) set(state, errText string, srv *etcdserver.EtcdServer, cli 
 }
 
 // run keeps the member up until ctx is done, then stops it and sets the
-// state to EtcdStopped.
+// state to nodeapi.EtcdStopped.
 func (m *etcdMember) run(ctx context.Context) {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 500 * time.Millisecond
 	bo.MaxInterval = 10 * time.Second
 	for {
-		m.set(EtcdStarting, m.lastErr(), nil, nil)
+		m.set(nodeapi.EtcdStarting, m.lastErr(), nil, nil)
 		healthy, err := m.runOnce(ctx)
 		if ctx.Err() != nil {
-			m.set(EtcdStopped, "", nil, nil)
+			m.set(nodeapi.EtcdStopped, "", nil, nil)
 			return
 		}
 		if healthy {
@@ -126,12 +127,12 @@ func (m *etcdMember) run(ctx context.Context) {
 		}
 		wait := bo.NextBackOff()
 		m.log.Error("etcd member stopped; restarting", "err", err, "after", wait)
-		m.set(EtcdFailed, err.Error(), nil, nil)
+		m.set(nodeapi.EtcdFailed, err.Error(), nil, nil)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			m.set(EtcdStopped, "", nil, nil)
+			m.set(nodeapi.EtcdStopped, "", nil, nil)
 			return
 		case <-t.C:
 		}
@@ -196,7 +197,7 @@ func (m *etcdMember) runOnce(ctx context.Context) (healthy bool, err error) {
 	cli := v3client.New(e.Server)
 	defer cli.Close()
 	m.log.Info("etcd member ready", "member_id", e.Server.MemberID().String(), "learner", e.Server.IsLearner())
-	m.set(EtcdRunning, "", e.Server, cli)
+	m.set(nodeapi.EtcdRunning, "", e.Server, cli)
 	select {
 	case err := <-e.Err():
 		return true, fmt.Errorf("etcd member %s: %w", m.cfg.Name, orStopped(err))
@@ -204,7 +205,7 @@ func (m *etcdMember) runOnce(ctx context.Context) (healthy bool, err error) {
 		return true, fmt.Errorf("etcd member %s stopped (removed from the cluster, or a fatal error: see its log)", m.cfg.Name)
 	case <-ctx.Done():
 		// Hide the client and server before e.Close runs.
-		m.set(EtcdStarting, "", nil, nil)
+		m.set(nodeapi.EtcdStarting, "", nil, nil)
 		return true, ctx.Err()
 	}
 }

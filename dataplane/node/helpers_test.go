@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"io"
 	"log/slog"
 	"net"
@@ -131,7 +132,7 @@ func testConfigAt(t *testing.T, dir string, pki testPKI, name, addr string) Conf
 	c := Config{
 		Name:                name,
 		Address:             addr,
-		InitialClusterState: ClusterStateNew,
+		InitialClusterState: nodeapi.ClusterStateNew,
 		EtcdClientPort:      freePort(t, addr),
 		EtcdPeerPort:        freePort(t, addr),
 		APIServerPort:       freePort(t, addr),
@@ -220,11 +221,11 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 }
 
 // waitStatus polls the node's status file until cond holds.
-func waitStatus(t *testing.T, cfg Config, timeout time.Duration, what string, cond func(Status) bool) Status {
+func waitStatus(t *testing.T, cfg Config, timeout time.Duration, what string, cond func(nodeapi.Status) bool) nodeapi.Status {
 	t.Helper()
-	var st Status
+	var st nodeapi.Status
 	waitFor(t, timeout, what, func() (bool, string) {
-		s, err := ReadStatus(cfg.StatusFile)
+		s, err := nodeapi.ReadStatus(cfg.StatusFile)
 		if err != nil {
 			return false, err.Error()
 		}

@@ -15,6 +15,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"io"
 	"log/slog"
 	"net"
@@ -82,11 +83,11 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (err error) {
 	}
 	logger = logger.With("node", cfg.Name)
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", KeyDataDir, err)
+		return fmt.Errorf("create %s: %w", nodeapi.KeyDataDir, err)
 	}
 	if cfg.PIDFile != "" {
 		if err := writeFileAtomic(cfg.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", KeyPIDFile, err)
+			return fmt.Errorf("write %s: %w", nodeapi.KeyPIDFile, err)
 		}
 		defer func() {
 			if err := os.Remove(cfg.PIDFile); err != nil && !os.IsNotExist(err) {
@@ -100,7 +101,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (err error) {
 		log:      logger,
 		changed:  make(chan struct{}, 1),
 		servers:  map[string]*http.Server{},
-		apiState: APIServerStopped,
+		apiState: nodeapi.APIServerStopped,
 	}
 	n.etcd = newEtcdMember(cfg, logger, n.poke)
 
@@ -169,7 +170,7 @@ func (n *node) startAPIServer() {
 	if err != nil {
 		n.log.Error("apiserver refused to start", "err", err, "args", n.cfg.APIServerExtraArgs)
 		n.mu.Lock()
-		n.apiState, n.apiErr = APIServerRefused, err.Error()
+		n.apiState, n.apiErr = nodeapi.APIServerRefused, err.Error()
 		n.mu.Unlock()
 		n.poke()
 		return
@@ -201,10 +202,10 @@ func (n *node) reconcileListeners() {
 			if n.apiErr != err.Error() {
 				n.log.Error("apiserver cannot listen", "addr", primary, "err", err)
 			}
-			n.apiState, n.apiErr = APIServerRefused, err.Error()
+			n.apiState, n.apiErr = nodeapi.APIServerRefused, err.Error()
 			return // the static IP waits until the apiserver serves
 		}
-		n.apiState, n.apiErr = APIServerServing, ""
+		n.apiState, n.apiErr = nodeapi.APIServerServing, ""
 	}
 	if n.cfg.StaticIPFile == "" {
 		return
@@ -257,16 +258,16 @@ func readStaticIP(path string) (string, error) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", KeyStaticIPFile, err)
+		return "", fmt.Errorf("%s: %w", nodeapi.KeyStaticIPFile, err)
 	}
 	v := strings.TrimSpace(string(b))
 	if v == "" {
 		return "", nil
 	}
 	if strings.ContainsAny(v, " \t\n") {
-		return "", fmt.Errorf("%s %s: want zero or one IP, got %q", KeyStaticIPFile, path, v)
+		return "", fmt.Errorf("%s %s: want zero or one IP, got %q", nodeapi.KeyStaticIPFile, path, v)
 	}
-	if err := checkLoopback(KeyStaticIPFile+" "+path, v); err != nil {
+	if err := checkLoopback(nodeapi.KeyStaticIPFile+" "+path, v); err != nil {
 		return "", err
 	}
 	return net.ParseIP(v).String(), nil
@@ -289,7 +290,7 @@ func (n *node) shutdownAPIServer() {
 	servers := n.servers
 	n.servers = map[string]*http.Server{}
 	n.staticBound = ""
-	n.apiState, n.apiErr = APIServerStopped, ""
+	n.apiState, n.apiErr = nodeapi.APIServerStopped, ""
 	n.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
 	defer cancel()
@@ -336,8 +337,8 @@ func (n *node) statusLoop(ctx context.Context) {
 	}
 }
 
-// status builds the current Status.
-func (n *node) status() Status {
+// status builds the current nodeapi.Status.
+func (n *node) status() nodeapi.Status {
 	etcdState, etcdErr, _, _ := n.etcd.snapshot()
 	ready, reason := n.cachedReady()
 	if n.shuttingDown.Load() {
@@ -357,10 +358,10 @@ func (n *node) status() Status {
 		}
 		return listeners[i] < listeners[j]
 	})
-	if n.apiState != APIServerServing {
+	if n.apiState != nodeapi.APIServerServing {
 		ready, reason = false, "apiserver is "+n.apiState
 	}
-	return Status{
+	return nodeapi.Status{
 		PID:            os.Getpid(),
 		Name:           n.cfg.Name,
 		Etcd:           etcdState,

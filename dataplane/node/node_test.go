@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"net"
 	"os"
 	"path/filepath"
@@ -90,10 +91,10 @@ func TestNodeServesAPI(t *testing.T) {
 		t.Errorf("version = %+v", v)
 	}
 
-	st := waitStatus(t, cfg, 5*time.Second, "status running+ready", func(s Status) bool {
-		return s.Etcd == EtcdRunning && s.Ready
+	st := waitStatus(t, cfg, 5*time.Second, "status running+ready", func(s nodeapi.Status) bool {
+		return s.Etcd == nodeapi.EtcdRunning && s.Ready
 	})
-	want := Status{PID: os.Getpid(), Name: "serve-0", Etcd: EtcdRunning, APIServer: APIServerServing,
+	want := nodeapi.Status{PID: os.Getpid(), Name: "serve-0", Etcd: nodeapi.EtcdRunning, APIServer: nodeapi.APIServerServing,
 		Ready: true, Listeners: []string{cfg.APIServerAddress()}, Version: "v1.30.2"}
 	st.Updated = time.Time{}
 	if !equalStatus(st, want) {
@@ -110,11 +111,11 @@ func TestNodeServesAPI(t *testing.T) {
 	if _, err := os.Stat(cfg.PIDFile); !os.IsNotExist(err) {
 		t.Errorf("pid file still there after a clean stop: %v", err)
 	}
-	final, err := ReadStatus(cfg.StatusFile)
+	final, err := nodeapi.ReadStatus(cfg.StatusFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if final.Etcd != EtcdStopped || final.APIServer != APIServerStopped || len(final.Listeners) != 0 || final.Ready {
+	if final.Etcd != nodeapi.EtcdStopped || final.APIServer != nodeapi.APIServerStopped || len(final.Listeners) != 0 || final.Ready {
 		t.Errorf("final status = %+v, want etcd and apiserver stopped, no listeners", final)
 	}
 	if ln, err := net.Listen("tcp", cfg.APIServerAddress()); err != nil {
@@ -124,7 +125,7 @@ func TestNodeServesAPI(t *testing.T) {
 	}
 }
 
-func equalStatus(a, b Status) bool {
+func equalStatus(a, b nodeapi.Status) bool {
 	return a.PID == b.PID && a.Name == b.Name && a.Etcd == b.Etcd && a.EtcdError == b.EtcdError &&
 		a.APIServer == b.APIServer && a.APIServerError == b.APIServerError && a.Ready == b.Ready &&
 		slices.Equal(a.Listeners, b.Listeners) && a.StaticIP == b.StaticIP &&
@@ -147,8 +148,8 @@ func TestNodeBadExtraArgsRefused(t *testing.T) {
 			cfg := testConfig(t, dir, pki, "refused-0")
 			cfg.APIServerExtraArgs = tc.args
 			startNode(t, cfg)
-			st := waitStatus(t, cfg, startTimeout, "apiserver refused, etcd running", func(s Status) bool {
-				return s.APIServer == APIServerRefused && s.Etcd == EtcdRunning
+			st := waitStatus(t, cfg, startTimeout, "apiserver refused, etcd running", func(s nodeapi.Status) bool {
+				return s.APIServer == nodeapi.APIServerRefused && s.Etcd == nodeapi.EtcdRunning
 			})
 			if !strings.Contains(st.APIServerError, tc.wantErr) {
 				t.Errorf("apiserver_error = %q, want it to contain %q", st.APIServerError, tc.wantErr)
@@ -234,7 +235,7 @@ func TestNodeStaticIPAttachDetach(t *testing.T) {
 		} else if err := writeFileAtomic(cfg.StaticIPFile, []byte(s.file), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		st := waitStatus(t, cfg, 5*time.Second, s.name, func(st Status) bool {
+		st := waitStatus(t, cfg, 5*time.Second, s.name, func(st nodeapi.Status) bool {
 			return slices.Equal(st.Listeners, s.listeners) && strings.Contains(st.StaticIPError, s.wantErr) &&
 				(s.wantErr != "") == (st.StaticIPError != "")
 		})
@@ -341,7 +342,7 @@ func TestNodeLearnerNotReady(t *testing.T) {
 	}
 	// Both on 127.0.0.1: distinct ports keep them apart.
 	b.InitialCluster = a.InitialCluster + "," + b.Name + "=" + b.EtcdPeerURL()
-	b.InitialClusterState = ClusterStateExisting
+	b.InitialClusterState = nodeapi.ClusterStateExisting
 
 	cli := etcdClient(t, a, pki)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -352,7 +353,7 @@ func TestNodeLearnerNotReady(t *testing.T) {
 	}
 	startNode(t, b)
 	c := apiClient(pki)
-	waitStatus(t, b, startTimeout, "learner's etcd running", func(s Status) bool { return s.Etcd == EtcdRunning })
+	waitStatus(t, b, startTimeout, "learner's etcd running", func(s nodeapi.Status) bool { return s.Etcd == nodeapi.EtcdRunning })
 	waitFor(t, 5*time.Second, "learner /readyz 503", func() (bool, string) {
 		code, body, err := do(c, "GET", apiURL(b, "/readyz"), "")
 		if err != nil {
@@ -462,10 +463,10 @@ func TestNodeStopsWithoutQuorum(t *testing.T) {
 	cfg := testConfig(t, dir, pki, "alone-0")
 	cfg.InitialCluster += ",absent=https://127.0.0.1:" + strconv.Itoa(freePort(t, "127.0.0.1"))
 	rn := startNode(t, cfg)
-	st := waitStatus(t, cfg, startTimeout, "apiserver serving", func(s Status) bool {
-		return s.APIServer == APIServerServing && !s.Updated.IsZero()
+	st := waitStatus(t, cfg, startTimeout, "apiserver serving", func(s nodeapi.Status) bool {
+		return s.APIServer == nodeapi.APIServerServing && !s.Updated.IsZero()
 	})
-	if st.Etcd != EtcdStarting || st.Ready {
+	if st.Etcd != nodeapi.EtcdStarting || st.Ready {
 		t.Errorf("status %+v, want etcd starting and not ready", st)
 	}
 	code, body, err := do(apiClient(pki), "GET", apiURL(cfg, "/readyz"), "")

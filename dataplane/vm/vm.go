@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hamaster/hamaster/dataplane/node"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/kubeenv"
@@ -71,24 +71,24 @@ func Prepare(l Layout, name, address string, tmpl providers.Template) (string, e
 	}
 	file := func(f string) string { return filepath.Join(l.certDir(), f) }
 	for k, v := range map[string]string{
-		node.KeyNodeName:           name,
-		node.KeyNodeAddress:        address,
-		node.KeyEtcdCACert:         file(providers.FileCACert),
-		node.KeyEtcdPeerCert:       file(providers.FileEtcdPeerCert),
-		node.KeyEtcdPeerKey:        file(providers.FileEtcdPeerKey),
-		node.KeyEtcdServerCert:     file(providers.FileEtcdServerCert),
-		node.KeyEtcdServerKey:      file(providers.FileEtcdServerKey),
-		node.KeyAPIServerCert:      file(providers.FileAPIServerCert),
-		node.KeyAPIServerKey:       file(providers.FileAPIServerKey),
-		node.KeyKubeVersion:        tmpl.Version,
-		node.KeyAPIServerExtraArgs: strings.Join(tmpl.ExtraArgs, " "),
-		node.KeyDataDir:            l.DataDir,
-		node.KeyStaticIPFile:       l.StaticIPFile(),
-		node.KeyPIDFile:            l.PIDFile(),
-		node.KeyStatusFile:         l.StatusFile(),
-		node.KeyEtcdClientPort:     strconv.Itoa(providers.EtcdClientPort),
-		node.KeyEtcdPeerPort:       strconv.Itoa(providers.EtcdPeerPort),
-		node.KeyAPIServerPort:      strconv.Itoa(cmp.Or(l.APIServerPort, providers.APIServerPort)),
+		nodeapi.KeyNodeName:           name,
+		nodeapi.KeyNodeAddress:        address,
+		nodeapi.KeyEtcdCACert:         file(providers.FileCACert),
+		nodeapi.KeyEtcdPeerCert:       file(providers.FileEtcdPeerCert),
+		nodeapi.KeyEtcdPeerKey:        file(providers.FileEtcdPeerKey),
+		nodeapi.KeyEtcdServerCert:     file(providers.FileEtcdServerCert),
+		nodeapi.KeyEtcdServerKey:      file(providers.FileEtcdServerKey),
+		nodeapi.KeyAPIServerCert:      file(providers.FileAPIServerCert),
+		nodeapi.KeyAPIServerKey:       file(providers.FileAPIServerKey),
+		nodeapi.KeyKubeVersion:        tmpl.Version,
+		nodeapi.KeyAPIServerExtraArgs: strings.Join(tmpl.ExtraArgs, " "),
+		nodeapi.KeyDataDir:            l.DataDir,
+		nodeapi.KeyStaticIPFile:       l.StaticIPFile(),
+		nodeapi.KeyPIDFile:            l.PIDFile(),
+		nodeapi.KeyStatusFile:         l.StatusFile(),
+		nodeapi.KeyEtcdClientPort:     strconv.Itoa(providers.EtcdClientPort),
+		nodeapi.KeyEtcdPeerPort:       strconv.Itoa(providers.EtcdPeerPort),
+		nodeapi.KeyAPIServerPort:      strconv.Itoa(cmp.Or(l.APIServerPort, providers.APIServerPort)),
 	} {
 		env[k] = v
 	}

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/hamaster/hamaster/dataplane/node"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -32,17 +32,17 @@ func TestPrepareWritesWhatTheNodeReads(t *testing.T) {
 		t.Fatalf("the node cannot parse the env file: %v", err)
 	}
 	want := map[string]string{
-		node.KeyNodeName: "m", node.KeyNodeAddress: "127.0.9.2", node.KeyKubeVersion: "v1.30.2",
-		node.KeyAPIServerExtraArgs: "--v=2 --feature-gates=A=true", node.KeyDataDir: l.DataDir,
+		nodeapi.KeyNodeName: "m", nodeapi.KeyNodeAddress: "127.0.9.2", nodeapi.KeyKubeVersion: "v1.30.2",
+		nodeapi.KeyAPIServerExtraArgs: "--v=2 --feature-gates=A=true", nodeapi.KeyDataDir: l.DataDir,
 		providers.EnvInitialEtcdCluster: "m=https://127.0.9.2:2380", "QUOTED": "it's",
-		node.KeyEtcdCACert: filepath.Join(l.Dir, "certs", providers.FileCACert),
+		nodeapi.KeyEtcdCACert: filepath.Join(l.Dir, "certs", providers.FileCACert),
 	}
 	for k, v := range want {
 		if env[k] != v {
 			t.Errorf("%s = %q, want %q", k, env[k], v)
 		}
 	}
-	if b, err := os.ReadFile(env[node.KeyEtcdCACert]); err != nil || string(b) != "ca" {
+	if b, err := os.ReadFile(env[nodeapi.KeyEtcdCACert]); err != nil || string(b) != "ca" {
 		t.Errorf("certificate file: %q %v", b, err)
 	}
 	if st, err := os.Stat(l.DataDir); err != nil || !st.IsDir() {

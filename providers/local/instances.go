@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hamaster/hamaster/dataplane/node"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/dataplane/vm"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/fsutil"
@@ -224,14 +224,14 @@ func (in *instances) boot(ctx context.Context, name string, tmpl providers.Templ
 		if why := proc.ExitReason(); why != "" {
 			return false, fmt.Errorf("replica %s (pid %d) exited at start (%s); last log lines:\n%s", name, pid, why, proc.Tail(15))
 		}
-		st, err := node.ReadStatus(statusPath)
+		st, err := nodeapi.ReadStatus(statusPath)
 		if err != nil || st.PID != pid {
 			return false, nil
 		}
 		switch st.Etcd {
-		case node.EtcdRunning:
+		case nodeapi.EtcdRunning:
 			return true, nil
-		case node.EtcdFailed:
+		case nodeapi.EtcdFailed:
 			_ = syscall.Kill(pid, syscall.SIGTERM)
 			return false, fmt.Errorf("replica %s: etcd failed: %s", name, st.EtcdError)
 		}

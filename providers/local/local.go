@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
-	"github.com/hamaster/hamaster/dataplane/node"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/dns"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
@@ -233,7 +233,7 @@ func Up(ctx context.Context, s providers.Settings, o UpOptions, progress func(st
 	progress(fmt.Sprintf("waiting for %s to be ready", name))
 	statusPath := p.l.rfile(name, "status.json")
 	err = poll(ctx, name+" to be ready (its etcd member healthy)", func() (bool, error) {
-		st, err := node.ReadStatus(statusPath)
+		st, err := nodeapi.ReadStatus(statusPath)
 		return err == nil && st.Ready, nil
 	})
 	return p, err

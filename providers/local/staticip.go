@@ -11,7 +11,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/hamaster/hamaster/dataplane/node"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/providers"
@@ -97,7 +97,7 @@ func (s *staticIP) waitListener(ctx context.Context, replica string, want bool) 
 		if !signalled {
 			signalled = p.signal(syscall.SIGHUP)
 		}
-		st, err := node.ReadStatus(s.p.l.rfile(replica, "status.json"))
+		st, err := nodeapi.ReadStatus(s.p.l.rfile(replica, "status.json"))
 		if err != nil {
 			return false, nil
 		}

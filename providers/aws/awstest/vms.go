@@ -20,7 +20,7 @@ import (
 	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 
 	"github.com/hamaster/hamaster/dataplane/lbproxy"
-	"github.com/hamaster/hamaster/dataplane/node"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/dataplane/vm"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
@@ -126,16 +126,16 @@ func (v *VMs) Nodes() []string {
 }
 
 // NodeStatus reads the status of the replica process named name.
-func (v *VMs) NodeStatus(name string) (node.Status, bool) {
+func (v *VMs) NodeStatus(name string) (nodeapi.Status, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, n := range v.nodes {
 		if n.name == name && n.Running() {
-			st, err := node.ReadStatus(filepath.Join(n.dir, "status.json"))
+			st, err := nodeapi.ReadStatus(filepath.Join(n.dir, "status.json"))
 			return st, err == nil
 		}
 	}
-	return node.Status{}, false
+	return nodeapi.Status{}, false
 }
 
 // LBRunning reports whether the load balancer process runs.

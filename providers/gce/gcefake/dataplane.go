@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/dataplane/lbproxy"
-	"github.com/hamaster/hamaster/dataplane/node"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/dataplane/vm"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
@@ -122,7 +122,7 @@ func (s *Server) bootNode(key string) *apiError {
 	}
 	dir := s.instDir(key)
 	layout := vm.Layout{Dir: dir, DataDir: filepath.Join(s.o.Dir, "disks", strings.ReplaceAll(disk, "/", "_")), APIServerPort: APIServerPort}
-	tmpl := providers.Template{Version: env[node.KeyKubeVersion], ExtraArgs: extra, Env: env, Files: files}
+	tmpl := providers.Template{Version: env[nodeapi.KeyKubeVersion], ExtraArgs: extra, Env: env, Files: files}
 	envPath, err := vm.Prepare(layout, lastSeg(key), addr, tmpl)
 	if err != nil {
 		return errf(400, "invalid", "boot %s: %v", lastSeg(key), err)
@@ -149,14 +149,14 @@ func (s *Server) bootNode(key string) *apiError {
 		if !p.Running() {
 			return false, fmt.Errorf("hamaster-node exited at boot: %v\n%s", p.ExitReason(), p.Tail(10))
 		}
-		st, err := node.ReadStatus(status)
+		st, err := nodeapi.ReadStatus(status)
 		if err != nil || st.PID != pid {
 			return false, nil
 		}
-		if st.Etcd == node.EtcdFailed {
+		if st.Etcd == nodeapi.EtcdFailed {
 			return false, fmt.Errorf("etcd failed: %s", st.EtcdError)
 		}
-		return st.Etcd == node.EtcdRunning, nil
+		return st.Etcd == nodeapi.EtcdRunning, nil
 	})
 }
 
@@ -192,7 +192,7 @@ func (s *Server) bindNAT(key string) *apiError {
 	own := net.JoinHostPort(n.addr, strconv.Itoa(APIServerPort))
 	want := net.JoinHostPort(nat, strconv.Itoa(APIServerPort))
 	return s.pollUntil(30*time.Second, "instance "+lastSeg(key)+" to bind its external IP "+nat, func() (bool, error) {
-		st, err := node.ReadStatus(n.status)
+		st, err := nodeapi.ReadStatus(n.status)
 		if err != nil {
 			return false, nil
 		}
