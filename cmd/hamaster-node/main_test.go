@@ -17,7 +17,11 @@ func TestRunUsage(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	badEnv := filepath.Join(dir, "kube-env")
-	if err := os.WriteFile(badEnv, []byte("NODE_NAME=x\n"), 0o600); err != nil {
+	if err := os.WriteFile(badEnv, []byte("NODE_NAME: 'x'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	oldEnv := filepath.Join(dir, "old-env")
+	if err := os.WriteFile(oldEnv, []byte("NODE_NAME=x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -36,6 +40,7 @@ func TestRunUsage(t *testing.T) {
 		{"bad log level", []string{"lb", "--config", "x", "--log-level", "loud"}, 2, "--log-level"},
 		{"missing env file", []string{"replica", "--env-file", filepath.Join(dir, "nope")}, 2, "no such file"},
 		{"invalid env file", []string{"replica", "--env-file", badEnv}, 2, "NODE_ADDRESS"},
+		{"env file not kube-env YAML", []string{"replica", "--env-file", oldEnv}, 2, "want a mapping of KEY: 'value' lines"},
 		{"missing lb config", []string{"lb", "--config", filepath.Join(dir, "nope.json")}, 2, "no such file"},
 	}
 	for _, tc := range cases {
