@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +19,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 )
 
 // KVPrefix is the etcd key prefix of the /kv/{key} endpoint.

@@ -2,7 +2,6 @@ package node
 
 import (
 	"fmt"
-	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"io"
 	"net"
 	"net/url"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/kubeenv"
 )

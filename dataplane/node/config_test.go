@@ -2,7 +2,6 @@ package node
 
 import (
 	"errors"
-	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"maps"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
 )
 

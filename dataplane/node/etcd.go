@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"log/slog"
 	"net/url"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 )
 
 // initialClusterToken is the etcd --initial-cluster-token of every
