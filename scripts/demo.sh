@@ -12,7 +12,7 @@ hm() { "$BIN/hamaster" "$@"; }
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 cleanup() {
 	say "local down"
-	hm local down || true
+	hm local down --yes || true
 	rm -rf "$HAMASTER_STATE_DIR"
 }
 trap cleanup EXIT

@@ -101,6 +101,9 @@ environment, which beats the file.`,
 	app.Commands = append(app.Commands, clusterCommands(e, g)...)
 	for _, c := range app.Commands {
 		setUsageErr(c)
+		if takesNoArgs(c.Name) {
+			noPositionalArgs(c)
+		}
 	}
 	prev := app.After
 	app.After = func(c *cli.Context) error {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -81,16 +80,7 @@ func (g *globals) deps(c *cli.Context, e *env, p providers.Provider) *workflows.
 		out = e.stderr // keep stdout JSON lines only; instructions go to people
 	}
 	d := &workflows.Deps{Provider: p, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: out, Holder: c.Command.Name}
-	if step := e.get("HAMASTER_FAULT_CRASH_AFTER_STEP"); step != "" {
-		// Test-only fault hook: die like a killed process right after the
-		// named step is journaled, so crash-resume can be tested for real.
-		d.AfterStep = func(s string) error {
-			if s == step {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			}
-			return nil
-		}
-	}
+	d.AfterStep = faultHook(e) // nil unless built with -tags hamaster_faults
 	return d
 }
 
@@ -234,8 +224,17 @@ Example:
 						if g.provider != local.Name {
 							return usageErr("--provider: 'local up' needs --provider local, not %q", g.provider)
 						}
-						if !strings.HasPrefix(c.String("version"), "v") {
-							return usageErr("--version: %q must look like v1.30.2", c.String("version"))
+						if _, err := parseKubeVersion("version", c.String("version")); err != nil {
+							return err
+						}
+						if err := positiveDuration(c, "timeout"); err != nil {
+							return err
+						}
+						if err := g.checkProviderFlags(c); err != nil {
+							return err
+						}
+						if c.Int("etcd-heartbeat-ms") <= 0 || c.Int("etcd-election-ms") < 5*c.Int("etcd-heartbeat-ms") {
+							return usageErr("--etcd-heartbeat-ms must be positive and --etcd-election-ms at least 5 times it (etcd's rule), got %d and %d", c.Int("etcd-heartbeat-ms"), c.Int("etcd-election-ms"))
 						}
 						ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 						defer cancel()
@@ -264,8 +263,8 @@ Example:
 					Name:  "down",
 					Usage: "stop every process of a local cluster and remove its state",
 					Description: `Example:
-  hamaster --cluster demo local down`,
-					Flags: mutatingFlags()[1:],
+  hamaster --cluster demo local down --yes`,
+					Flags: mutatingFlags(),
 					Action: func(c *cli.Context) error {
 						if err := g.mutating(c, e); err != nil {
 							return err
@@ -273,9 +272,13 @@ Example:
 						if g.provider != local.Name {
 							return usageErr("--provider: 'local down' needs --provider local, not %q", g.provider)
 						}
+						plan := fmt.Sprintf("Plan: stop the load balancer and every replica of %s, remove %s/%s (its CA, journals and every snapshot).\n", g.cluster, g.stateDir, g.cluster)
 						if g.dryRun {
-							fmt.Fprintf(e.stdout, "Plan: stop the load balancer and every replica of %s, remove %s/%s. Dry run: nothing was changed.\n", g.cluster, g.stateDir, g.cluster)
+							fmt.Fprint(e.stdout, plan+"Dry run: nothing was changed.\n")
 							return nil
+						}
+						if err := g.confirm(e)(plan); err != nil {
+							return err
 						}
 						if err := local.Down(c.Context, g.settings(c)); err != nil {
 							return fmt.Errorf("local down %s: %w", g.cluster, err)
@@ -342,12 +345,26 @@ Example:
 					return err
 				}
 			}
+			if err := positiveDuration(c, "timeout"); err != nil {
+				return err
+			}
+			if n := c.String("dns-name"); n != "" || c.IsSet("dns-name") {
+				if err := validDNSName("dns-name", n); err != nil {
+					return err
+				}
+			}
+			if err := g.checkProviderFlags(c); err != nil {
+				return err
+			}
 			p, err := g.openProvider(c)
 			if err != nil {
 				return err
 			}
 			defer p.Close()
 			if _, err := p.DNS(c.String("dns")); err != nil {
+				return err
+			}
+			if err := checkNewReplicaName(c.Context, g, p, c.String("name")); err != nil {
 				return err
 			}
 			d := g.deps(c, e, p)
@@ -394,6 +411,12 @@ Example:
 			if c.Duration("drain-grace") < 0 {
 				return usageErr("--drain-grace: must not be negative")
 			}
+			if err := positiveDuration(c, "timeout"); err != nil {
+				return err
+			}
+			if err := g.checkProviderFlags(c); err != nil {
+				return err
+			}
 			p, err := g.openProvider(c)
 			if err != nil {
 				return err
@@ -422,6 +445,12 @@ Example:
 		}, providerFlags(false)...),
 		Action: func(c *cli.Context) error {
 			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
+				return err
+			}
+			if err := positiveDuration(c, "timeout"); err != nil {
+				return err
+			}
+			if err := g.checkProviderFlags(c); err != nil {
 				return err
 			}
 			p, err := g.openProvider(c)
@@ -560,17 +589,17 @@ Example:
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining a replica from the LB before touching it"},
 			&cli.DurationFlag{Name: "health-timeout", Value: 5 * time.Minute, Usage: "how long a replacement may take to become healthy before it is rolled back"},
 			&cli.BoolFlag{Name: "allow-downtime", Usage: "allow recreating a single replica (the control plane is down meanwhile)"},
+			&cli.BoolFlag{Name: "allow-downgrade", Usage: "allow a --version older than a replica's"},
+			&cli.BoolFlag{Name: "allow-skew", Usage: "allow a --version more than one minor version ahead of a replica's"},
 		}, providerFlags(true)...),
 		Action: func(c *cli.Context) error {
 			if err := g.mutating(c, e); err != nil {
 				return err
 			}
 			v := c.String("version")
-			if v == "" {
-				return usageErr("--version: required: the target version, e.g. v1.31.0")
-			}
-			if !strings.HasPrefix(v, "v") || strings.ContainsAny(v, " /") {
-				return usageErr("--version: %q must look like v1.31.0", v)
+			target, err := parseKubeVersion("version", v)
+			if err != nil {
+				return err
 			}
 			strategy := c.String("strategy")
 			if strategy != workflows.StrategyRecreate && strategy != workflows.StrategySurge {
@@ -579,8 +608,16 @@ Example:
 			if c.Duration("drain-grace") < 0 {
 				return usageErr("--drain-grace: must not be negative")
 			}
-			if c.Duration("health-timeout") <= 0 {
-				return usageErr("--health-timeout: must be positive")
+			if err := positiveDuration(c, "health-timeout"); err != nil {
+				return err
+			}
+			for _, a := range strings.Fields(c.String("extra-args")) {
+				if !strings.HasPrefix(a, "-") {
+					return usageErr("--extra-args: %q is not a flag (want --name=value words)", a)
+				}
+			}
+			if err := g.checkProviderFlags(c); err != nil {
+				return err
 			}
 			p, err := g.openProvider(c)
 			if err != nil {
@@ -590,6 +627,9 @@ Example:
 			d := g.deps(c, e, p)
 			rs, err := p.Instances().List(c.Context)
 			if err != nil {
+				return err
+			}
+			if err := checkUpgradePath(target, rs, c.Bool("allow-downgrade"), c.Bool("allow-skew")); err != nil {
 				return err
 			}
 			params := workflows.UpgradeParams{
