@@ -269,9 +269,15 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 					return err
 				}
 				r.Waiting("the load balancer to see %s healthy", name(r))
-				wctx, cancel := context.WithTimeout(ctx, p.Timeout)
+				fctx, failed, stop := watchFailure(ctx, d, name(r))
+				defer stop()
+				wctx, cancel := context.WithTimeout(fctx, p.Timeout)
 				defer cancel()
-				return lb.WaitHealthy(wctx, d.Provider.LoadBalancer(), name(r))
+				err := lb.WaitHealthy(wctx, d.Provider.LoadBalancer(), name(r))
+				if ferr := failed(); ferr != nil {
+					return ferr // the replica itself failed: waiting longer will not help
+				}
+				return err
 			},
 		},
 		dnsStep(d, p.DNSKind, p.DNSName),

@@ -290,8 +290,15 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 					return err
 				}
 				r.Waiting("recreating %s at %s", n, p.Version)
-				_, err = inst.Recreate(ctx, n, p.target(rep.Template))
-				return err
+				if _, err := inst.Recreate(ctx, n, p.target(rep.Template)); err != nil {
+					if ctx.Err() != nil {
+						return err // interrupted, not failed: a re-run resumes
+					}
+					// The new template does not even start (a version the
+					// replica cannot run): back to the last known good.
+					return rollback(ctx, d, r, n, lkgKey(n), p, fmt.Errorf("recreate at %s: %w", p.Version, err))
+				}
+				return nil
 			},
 		},
 		{
@@ -381,7 +388,7 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 	gctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	base := d.Provider.APIServerURL(rep)
-	err := waitFor(gctx, r, fmt.Sprintf("%s healthy: /readyz, /version=%s, etcd caught up", rep.Name, version), 100*time.Millisecond, func(cctx context.Context) error {
+	err := gateWithFailFast(gctx, d, r, rep.Name, fmt.Sprintf("%s healthy: /readyz, /version=%s, etcd caught up", rep.Name, version), func(cctx context.Context) error {
 		if _, err := d.Probe(cctx, base, "/readyz"); err != nil {
 			return fmt.Errorf("/readyz: %w", err)
 		}
@@ -449,8 +456,8 @@ func rollback(ctx context.Context, d *Deps, r *Run, name, lkgKey string, p Upgra
 	if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: replica %s was not healthy within %s (%v); restored its last known-good template (version %s, flags %q): it is serving again and the other replicas were not touched",
-		ErrConcluded, name, p.HealthTimeout, cause, lkg.Version, strings.Join(lkg.ExtraArgs, " "))
+	return fmt.Errorf("%w: replica %s failed at %s (%v); restored its last known-good template (version %s, flags %q): it is serving again and the other replicas were not touched",
+		ErrConcluded, name, p.Version, cause, lkg.Version, strings.Join(lkg.ExtraArgs, " "))
 }
 
 // saveLastKnownGood keeps a copy of the template outside the journal too
@@ -492,7 +499,11 @@ func surgeSteps(d *Deps, p UpgradeParams, k int) []Step {
 				}
 				r.Info("surge: adding %s at %s before removing %s", newName, p.Version, old)
 				add := AddReplica(d, AddParams{Name: newName, Timeout: p.HealthTimeout, Template: func(t providers.Template) providers.Template { return p.target(t) }})
-				return runSub(ctx, d, fmt.Sprintf("surge-%d-add", k), add)
+				err := runSub(ctx, d, fmt.Sprintf("surge-%d-add", k), add)
+				if err == nil || ctx.Err() != nil {
+					return err // done, or interrupted: a re-run resumes the add
+				}
+				return surgeCompensate(ctx, d, r, p, k, newName, err)
 			},
 		},
 		{

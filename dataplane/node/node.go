@@ -28,6 +28,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/hamaster/hamaster/errkind"
 )
 
 const (
@@ -76,6 +78,12 @@ type node struct {
 func Run(ctx context.Context, cfg Config, logger *slog.Logger) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	// The stand-in plays Kubernetes v1.x only: another major version is a
+	// release it has no binary for, and it fails at start the way a node
+	// whose image cannot be pulled never comes up.
+	if !strings.HasPrefix(cfg.KubeVersion, "v1.") {
+		return errkind.Errorf(errkind.InvalidArgument, "%s=%s: no control-plane binary for this version (this node runs v1.x)", KeyKubeVersion, cfg.KubeVersion)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
