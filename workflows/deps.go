@@ -37,6 +37,10 @@ type Deps struct {
 	// Holder names the command in the cluster lock.
 	Holder string
 
+	// fence proves the cluster lock is held (set by Execute while it holds
+	// it; nested workflows use it too).
+	fence func(ctx context.Context) error
+
 	mu   sync.Mutex // guards the lazily loaded ca and http
 	ca   *certs.CA
 	http *http.Client
@@ -297,5 +301,9 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) error {
 		defer cancel()
 		_ = lock.Release(rctx)
 	}()
-	return rn.Execute(ctx, wf, j)
+	fctx, stop := fenced(ctx, lock)
+	defer stop()
+	rn.Fence = lock.Check
+	d.fence = lock.Check
+	return rn.Execute(fctx, wf, j)
 }

@@ -525,7 +525,7 @@ func surgeSteps(d *Deps, p UpgradeParams, k int) []Step {
 // the nested workflow finished.
 func runSub(ctx context.Context, d *Deps, key string, wf *Workflow) error {
 	store := &JournalStore{Path: filepath.Join(d.clusterDir(), "journal-"+key+".json")}
-	rn := &Runner{Store: store, Sink: d.Sink}
+	rn := &Runner{Store: store, Sink: d.Sink, Fence: d.fence}
 	j, _, err := rn.Prepare(wf, nil)
 	if err != nil {
 		return err

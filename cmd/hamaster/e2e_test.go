@@ -76,8 +76,9 @@ func TestCLIEndToEndWithRealCrash(t *testing.T) {
 	if st := c.status(); len(st["replicas"].([]any)) != 1 {
 		t.Fatalf("dry run changed the cluster: %v", st["replicas"])
 	}
-	// Killed (SIGKILL) right after the VM is created; the lock it held
-	// belongs to a dead pid and the re-run (without --name) finishes.
+	// Killed (SIGKILL) right after the VM is created; the re-run (without
+	// --name) waits until the dead holder's lease expired (never guessing
+	// from its pid), takes the lock and finishes.
 	code, out, errs = c.run([]string{"HAMASTER_FAULT_CRASH_AFTER_STEP=create-vm"}, "add-replica", "--name", "cli-master-001", "--yes")
 	if code != -1 {
 		t.Fatalf("crash hook: exit %d, want killed\n%s\n%s", code, out, errs)
