@@ -49,11 +49,18 @@ type Report struct {
 	LB             *lb.Status          `json:"-"`
 	Certificates   []CertStatus        `json:"certificates"`
 	Journal        *Journal            `json:"-"`
+	// EndpointError is why the endpoint (static IP or LB, /readyz with
+	// the cluster CA, verified for the DNS name) did not answer; "" when
+	// it did.
+	EndpointError string `json:"endpoint_error,omitempty"`
+	// Orphans are etcd members no replica owns, each with the command that
+	// removes it.
+	Orphans []Orphan `json:"orphans,omitempty"`
 }
 
 // Healthy reports whether every replica is ready and every voter healthy.
 func (r Report) Healthy() bool {
-	if r.MembersError != "" || len(r.Replicas) == 0 {
+	if r.MembersError != "" || len(r.Replicas) == 0 || r.EndpointError != "" || len(r.Orphans) > 0 {
 		return false
 	}
 	for _, rep := range r.Replicas {
@@ -129,6 +136,14 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 	sort.Slice(rep.Certificates, func(i, j int) bool { return rep.Certificates[i].Replica < rep.Certificates[j].Replica })
 	if j, err := NewJournalStore(d.StateDir, d.Cluster).Load(); err == nil {
 		rep.Journal = j
+	}
+	addrs := map[string]string{}
+	for _, r := range rs {
+		addrs[r.Name] = r.Address
+	}
+	rep.Orphans = findOrphans(d.Cluster, rep.Members, addrs, rep.Journal)
+	if err := probeEndpoint(ctx, d, rep); err != nil {
+		rep.EndpointError = err.Error()
 	}
 	return rep, nil
 }

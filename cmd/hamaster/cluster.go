@@ -396,7 +396,8 @@ add-replica was interrupted can be removed too.
 Example:
   hamaster --cluster demo remove-replica --name demo-master-3f2 --yes`,
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "name", Usage: "replica `NAME` to remove (required)"},
+			&cli.StringFlag{Name: "name", Usage: "replica `NAME` to remove (this or --member-id)"},
+			&cli.StringFlag{Name: "member-id", Usage: "remove the etcd member `ID` (hex) that no replica owns: an orphan 'hamaster status' names"},
 			&cli.BoolFlag{Name: "force", Usage: "remove even if etcd quorum would be at risk"},
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining from the LB before touching the replica"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait"},
@@ -405,8 +406,11 @@ Example:
 			if err := g.mutating(c, e); err != nil {
 				return err
 			}
+			if c.String("member-id") != "" {
+				return removeMember(c, e, g)
+			}
 			if c.String("name") == "" {
-				return usageErr("--name: required: the replica to remove (see 'hamaster status')")
+				return usageErr("--name: required: the replica to remove (see 'hamaster status'), or --member-id for an orphan etcd member")
 			}
 			if c.Duration("drain-grace") < 0 {
 				return usageErr("--drain-grace: must not be negative")
@@ -507,6 +511,7 @@ func statusJSON(rep workflows.Report) map[string]any {
 	if rep.MembersError != "" {
 		out["members_error"] = rep.MembersError
 	}
+	addStatusJSON(out, rep)
 	if rep.Journal != nil {
 		out["last_workflow"] = map[string]any{"workflow": rep.Journal.Workflow, "params": rep.Journal.Params, "finished": rep.Journal.Finished}
 	}
@@ -555,6 +560,7 @@ func printStatus(e *env, rep workflows.Report) {
 	if j := rep.Journal; j != nil && !j.Finished {
 		fmt.Fprintf(w, "\nUNFINISHED: %s %v — re-run it to finish\n", j.Workflow, j.Params)
 	}
+	printStatusProblems(w, rep)
 }
 
 func rollingUpgradeCommand(e *env, g *globals) *cli.Command {
