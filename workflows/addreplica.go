@@ -404,6 +404,9 @@ func takeSnapshot(ctx context.Context, d *Deps, r *Run, label string, exclude ..
 		return fmt.Errorf("etcd snapshot: %w", err)
 	}
 	r.Info("etcd snapshot saved: %s (%d bytes, sha256 %s)", path, info.Size, info.SHA256[:16])
+	if err := pruneSnapshots(d.StateDir, d.Cluster, d.KeepSnapshots, path); err != nil {
+		return err
+	}
 	return r.Set("snapshot", path)
 }
 

@@ -36,6 +36,9 @@ type Deps struct {
 	AfterStep func(step string) error
 	// Holder names the command in the cluster lock.
 	Holder string
+	// KeepSnapshots is how many etcd snapshots to keep (0:
+	// DefaultKeepSnapshots); older ones are deleted after each new one.
+	KeepSnapshots int
 
 	// fence proves the cluster lock is held (set by Execute while it holds
 	// it; nested workflows use it too).

@@ -79,7 +79,7 @@ func (g *globals) deps(c *cli.Context, e *env, p providers.Provider) *workflows.
 	if g.json() {
 		out = e.stderr // keep stdout JSON lines only; instructions go to people
 	}
-	d := &workflows.Deps{Provider: p, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: out, Holder: c.Command.Name}
+	d := &workflows.Deps{Provider: p, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: out, Holder: c.Command.Name, KeepSnapshots: c.Int("keep-snapshots")}
 	d.AfterStep = faultHook(e) // nil unless built with -tags hamaster_faults
 	return d
 }
@@ -159,6 +159,7 @@ func providerFlags(mutating bool) []cli.Flag {
 	flags = append(flags, awsFlags()...)
 	if mutating {
 		flags = append(flags, mutatingFlags()...)
+		flags = append(flags, keepSnapshotsFlag())
 	}
 	return flags
 }
@@ -294,6 +295,8 @@ Example:
 		rollingUpgradeCommand(e, g),
 		statusCommand(e, g),
 		terraformCommand(e, g),
+		recoverCommand(e, g),
+		snapshotsCommand(e, g),
 	}
 }
 

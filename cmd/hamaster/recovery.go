@@ -3,6 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -56,5 +59,107 @@ func printStatusProblems(w io.Writer, rep workflows.Report) {
 			kind = "learner"
 		}
 		fmt.Fprintf(w, "\nORPHAN etcd %s %s %s (peer %v) — no replica owns it; remove it with:\n  %s\n", kind, o.ID, o.Name, o.PeerURLs, o.Command)
+	}
+}
+
+// keepSnapshotsFlag is --keep-snapshots of every changing command.
+func keepSnapshotsFlag() cli.Flag {
+	return &cli.IntFlag{Name: "keep-snapshots", Value: workflows.DefaultKeepSnapshots, EnvVars: []string{"HAMASTER_KEEP_SNAPSHOTS"}, Usage: "how many etcd snapshots to keep in <state-dir>/<cluster>/snapshots (older ones are deleted after each new one)"}
+}
+
+func recoverCommand(e *env, g *globals) *cli.Command {
+	return &cli.Command{
+		Name:  "recover",
+		Usage: "rebuild a cluster that lost etcd quorum from one surviving replica or a snapshot",
+		Description: `Disaster recovery when etcd has lost quorum (e.g. 2 of 3 masters dead) and
+every other command fails at "take cluster lock". Every replica is
+stopped; etcd is rebuilt as a ONE-member cluster on --from:
+
+  --from R             from R's own data (etcd --force-new-cluster: same
+                       cluster ID, every key R had; R's data is copied aside
+                       first)
+  --from R --snapshot F
+                       from the snapshot file F (etcd snapshot restore: the
+                       file's hash is verified first, new cluster ID; R's old
+                       data is kept aside)
+
+Then the other replicas are deleted, the load balancer is demoted (the
+static IP goes to R), and the lock of the run that was cut off is
+cleared. Grow the cluster back with add-replica. Refused while etcd still
+has a quorum unless --force. 'hamaster snapshots' lists the snapshots.
+
+Example:
+  hamaster --cluster demo recover --from demo-master --yes
+  hamaster --cluster demo recover --from demo-master --snapshot /path/to/x.db --yes`,
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "from", Usage: "the surviving replica `NAME` (required)"},
+			&cli.StringFlag{Name: "snapshot", Usage: "restore from this etcd snapshot `FILE` instead of --from's data"},
+			&cli.BoolFlag{Name: "force", Usage: "recover although etcd still has a quorum (discards the other members)"},
+			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "bound of the wait until the rebuilt replica serves"},
+		}, providerFlags(true)...),
+		Action: func(c *cli.Context) error {
+			if err := g.mutating(c, e); err != nil {
+				return err
+			}
+			from := c.String("from")
+			if from == "" {
+				return usageErr("--from: required: the surviving replica to rebuild the cluster on (see 'hamaster status')")
+			}
+			if err := validReplicaName(from); err != nil {
+				return usageErr("--from: %v", err)
+			}
+			if err := positiveDuration(c, "timeout"); err != nil {
+				return err
+			}
+			snap := c.String("snapshot")
+			if c.IsSet("snapshot") {
+				st, err := os.Stat(snap)
+				if err != nil || !st.Mode().IsRegular() {
+					return usageErr("--snapshot: %s is not a readable file", snap)
+				}
+			}
+			if err := g.checkProviderFlags(c); err != nil {
+				return err
+			}
+			p, err := g.openProvider(c)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			d := g.deps(c, e, p)
+			wf := workflows.Recover(d, workflows.RecoverParams{From: from, Snapshot: snap, Force: c.Bool("force"), Timeout: c.Duration("timeout")})
+			return workflows.ExecuteRecover(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e)})
+		},
+	}
+}
+
+func snapshotsCommand(e *env, g *globals) *cli.Command {
+	return &cli.Command{
+		Name:  "snapshots",
+		Usage: "list the cluster's etcd snapshots, newest first",
+		Description: `Every changing command takes an etcd snapshot first; the newest
+--keep-snapshots (default 10) are kept. 'hamaster recover --snapshot FILE'
+restores one.
+
+Example:
+  hamaster --cluster demo snapshots --output json`,
+		Action: func(c *cli.Context) error {
+			ss, err := workflows.ListSnapshots(g.stateDir, g.cluster)
+			if err != nil {
+				return err
+			}
+			if g.json() {
+				if ss == nil {
+					ss = []workflows.SnapshotFile{}
+				}
+				return writeJSON(e.stdout, ss)
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TIME\tSIZE\tPATH")
+			for _, s := range ss {
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", s.ModTime.UTC().Format(time.RFC3339), s.Size, s.Path)
+			}
+			return tw.Flush()
+		},
 	}
 }

@@ -123,6 +123,9 @@ func executableFile(flag, path string) error {
 
 // checkProviderFlags validates the provider settings every command shares.
 func (g *globals) checkProviderFlags(c *cli.Context) error {
+	if c.IsSet("keep-snapshots") && c.Int("keep-snapshots") < 1 {
+		return usageErr("--keep-snapshots: %d must be at least 1 (the snapshot a command just took is always kept)", c.Int("keep-snapshots"))
+	}
 	if g.provider == "local" {
 		if err := executableFile("node-binary", c.String("node-binary")); err != nil {
 			return err
