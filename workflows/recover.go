@@ -216,4 +216,3 @@ func ExecuteRecover(ctx context.Context, d *Deps, wf *Workflow, o Options) error
 	}
 	return nil
 }
-
