@@ -335,13 +335,9 @@ func replicaFiles(ctx context.Context, d *Deps, name, address, dnsName string) (
 	if err != nil {
 		return nil, err
 	}
-	ip, _, err := d.Provider.StaticIP().Get(ctx)
+	shared, err := clusterSANs(ctx, d, dnsName)
 	if err != nil {
 		return nil, err
-	}
-	shared := certs.APIServerSANs{StaticIP: ip}
-	if dnsName != "" {
-		shared.DNSNames = []string{dnsName}
 	}
 	dir := filepath.Join(PKIDir(d.StateDir, d.Cluster), "replicas", name)
 	if files, ok := readFiles(dir); ok {

@@ -32,6 +32,10 @@ type CertStatus struct {
 	IPs      []string  `json:"ips"`
 	NotAfter time.Time `json:"not_after"`
 	SHA256   string    `json:"sha256"`
+	// Problem says why it must be renewed (a SAN of the endpoint missing,
+	// expiring within 30 days); "" when fine. 'hamaster rotate-certs'
+	// renews it.
+	Problem string `json:"problem,omitempty"`
 }
 
 // Report is the cluster's status.
@@ -122,6 +126,7 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 		}
 		rep.Members = ms
 	}
+	want, wantErr := clusterSANs(ctx, d, "")
 	for _, r := range rs {
 		pemBytes := r.Template.Files[providers.FileAPIServerCert]
 		if len(pemBytes) == 0 {
@@ -131,7 +136,11 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 		if err != nil {
 			continue
 		}
-		rep.Certificates = append(rep.Certificates, CertStatus{Replica: r.Name, DNSNames: info.DNSNames, IPs: info.IPs, NotAfter: info.NotAfter, SHA256: info.SHA256})
+		cs := CertStatus{Replica: r.Name, DNSNames: info.DNSNames, IPs: info.IPs, NotAfter: info.NotAfter, SHA256: info.SHA256}
+		if wantErr == nil {
+			cs.Problem = certProblem(r, want, CertRenewWindow, time.Now())
+		}
+		rep.Certificates = append(rep.Certificates, cs)
 	}
 	sort.Slice(rep.Certificates, func(i, j int) bool { return rep.Certificates[i].Replica < rep.Certificates[j].Replica })
 	if j, err := NewJournalStore(d.StateDir, d.Cluster).Load(); err == nil {

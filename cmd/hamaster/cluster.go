@@ -296,6 +296,7 @@ Example:
 		statusCommand(e, g),
 		terraformCommand(e, g),
 		recoverCommand(e, g),
+		rotateCertsCommand(e, g),
 		snapshotsCommand(e, g),
 	}
 }
@@ -372,7 +373,7 @@ Example:
 			}
 			d := g.deps(c, e, p)
 			wf := workflows.AddReplica(d, workflows.AddParams{Name: c.String("name"), Zone: c.String("zone"), DNSKind: c.String("dns"), DNSName: c.String("dns-name"), Timeout: c.Duration("timeout")})
-			return workflows.Execute(c.Context, d, wf, workflows.Options{
+			err = workflows.Execute(c.Context, d, wf, workflows.Options{
 				DryRun: g.dryRun, Confirm: g.confirm(e),
 				Defaults: func(params map[string]string) {
 					if params["name"] == "" {
@@ -380,6 +381,11 @@ Example:
 					}
 				},
 			})
+			if n := c.String("dns-name"); err == nil && n != "" && !g.dryRun {
+				// The replicas already there got certificates without it.
+				err = rotateAfterDNS(c, e, g, d, n)
+			}
+			return err
 		},
 	}
 }

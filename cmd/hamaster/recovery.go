@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -52,6 +54,11 @@ func addStatusJSON(out map[string]any, rep workflows.Report) {
 func printStatusProblems(w io.Writer, rep workflows.Report) {
 	if rep.EndpointError != "" {
 		fmt.Fprintf(w, "\nENDPOINT NOT ANSWERING: %s\n", rep.EndpointError)
+	}
+	for _, c := range rep.Certificates {
+		if c.Problem != "" {
+			fmt.Fprintf(w, "\nCERTIFICATE of %s: %s — renew with:\n  hamaster --cluster %s rotate-certs --yes\n", c.Replica, c.Problem, rep.Cluster)
+		}
 	}
 	for _, o := range rep.Orphans {
 		kind := "voter"
@@ -162,4 +169,91 @@ Example:
 			return tw.Flush()
 		},
 	}
+}
+
+// parseDays parses a duration that may be given in days ("30d") as well
+// as Go's units ("720h"); it must be positive.
+func parseDays(flag, s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days <= 0 {
+			return 0, usageErr("--%s: %q: want a positive number of days such as 30d, or a duration such as 720h", flag, s)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, usageErr("--%s: %q: want a positive number of days such as 30d, or a duration such as 720h", flag, s)
+	}
+	return d, nil
+}
+
+func rotateCertsCommand(e *env, g *globals) *cli.Command {
+	return &cli.Command{
+		Name:  "rotate-certs",
+		Usage: "reissue apiserver certificates that miss a SAN of the endpoint or expire soon, one replica at a time",
+		Description: `Every apiserver certificate must cover the static IP / LB, every DNS name of
+the endpoint, the service IP (10.0.0.1), kubernetes.* and the replica.
+For each replica whose certificate does not, or expires within
+--expiring-within: etcd leadership moved away → drained from the LB and
+--drain-grace → certificates reissued by the cluster CA → recreated with
+them on the same disk → health gate (fail-fast; on failure its last
+known-good template is restored and the command stops, exit 1) → back in
+the LB. 'add-replica --dns-name' runs it by itself when needed.
+
+Example:
+  hamaster --cluster demo rotate-certs --yes
+  hamaster --cluster demo rotate-certs --expiring-within 60d --yes`,
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "expiring-within", Value: "30d", Usage: "also renew certificates expiring within this `DURATION` (30d, 720h)"},
+			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining a replica from the LB before touching it"},
+			&cli.DurationFlag{Name: "health-timeout", Value: 5 * time.Minute, Usage: "how long a replica may take to be healthy again before it is rolled back"},
+		}, providerFlags(true)...),
+		Action: func(c *cli.Context) error {
+			if err := g.mutating(c, e); err != nil {
+				return err
+			}
+			within, err := parseDays("expiring-within", c.String("expiring-within"))
+			if err != nil {
+				return err
+			}
+			if c.Duration("drain-grace") < 0 {
+				return usageErr("--drain-grace: must not be negative")
+			}
+			if err := positiveDuration(c, "health-timeout"); err != nil {
+				return err
+			}
+			if err := g.checkProviderFlags(c); err != nil {
+				return err
+			}
+			p, err := g.openProvider(c)
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			d := g.deps(c, e, p)
+			rs, err := p.Instances().List(c.Context)
+			if err != nil {
+				return err
+			}
+			names := make([]string, 0, len(rs))
+			for _, r := range rs {
+				names = append(names, r.Name)
+			}
+			wf := workflows.RotateCerts(d, workflows.RotateParams{Within: within, DrainGrace: c.Duration("drain-grace"), HealthTimeout: c.Duration("health-timeout")}, names)
+			return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e)})
+		},
+	}
+}
+
+// rotateAfterDNS is run by add-replica --dns-name: the replicas that were
+// there before got their certificates without the name.
+func rotateAfterDNS(c *cli.Context, e *env, g *globals, d *workflows.Deps, dnsName string) error {
+	names, err := workflows.CertsNeedingRotation(c.Context, d, dnsName, workflows.CertRenewWindow)
+	if err != nil || len(names) == 0 {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "hamaster: certificates of %v do not cover %s: rotating them (rotate-certs)\n", names, dnsName)
+	wf := workflows.RotateCerts(d, workflows.RotateParams{DrainGrace: c.Duration("drain-grace"), HealthTimeout: c.Duration("timeout")}, names)
+	return workflows.Execute(c.Context, d, wf, workflows.Options{Confirm: func(string) error { return nil }})
 }
