@@ -61,4 +61,3 @@ func certProblem(rep providers.Replica, want certs.APIServerSANs, within time.Du
 	_, reason := certs.NeedsRenewal(cert, dns, ips, within, now)
 	return reason
 }
-
