@@ -170,6 +170,9 @@ func (n *node) startAPIServer() {
 	opts, err := parseAPIServerArgs(n.cfg.APIServerExtraArgs)
 	if err == nil {
 		n.tlsConfig, err = loadTLS(n.cfg.APIServerCert, n.cfg.APIServerKey)
+		if err == nil {
+			n.tlsConfig, err = withClientCA(n.tlsConfig, n.cfg.EtcdCACert)
+		}
 	}
 	if err == nil && opts.AuditLogPath != "" {
 		n.audit, err = openAudit(opts.AuditLogPath)
