@@ -304,6 +304,7 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) error {
 		defer cancel()
 		_ = lock.Release(rctx)
 	}()
+	lock.exclude = o.LockExclude
 	fctx, stop := fenced(ctx, lock)
 	defer stop()
 	rn.Fence = lock.Check

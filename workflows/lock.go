@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,6 +41,8 @@ func (h Holder) String() string {
 type Lock struct {
 	session *concurrency.Session
 	key     string
+	// exclude names replicas the lock's client must not use (a victim).
+	exclude []string
 }
 
 // LockKey is the etcd key of a cluster's lock.
@@ -128,6 +131,7 @@ func (l *Lock) Check(ctx context.Context) error {
 		return errkind.Errorf(errkind.FailedPrecondition, "%w: its lease %x expired or was revoked", ErrLockLost, int64(l.session.Lease()))
 	default:
 	}
+	l.followVoters(ctx)
 	resp, err := l.session.Client().Txn(ctx).
 		If(clientv3.Compare(clientv3.LeaseValue(l.key), "=", l.session.Lease())).
 		Commit()
@@ -138,6 +142,48 @@ func (l *Lock) Check(ctx context.Context) error {
 		return errkind.Errorf(errkind.FailedPrecondition, "%w: %s is no longer bound to lease %x (expired while this run was paused?); another operator may hold it", ErrLockLost, l.key, int64(l.session.Lease()))
 	}
 	return nil
+}
+
+// followVoters points the lock's client at the cluster's current voters
+// (but never at an excluded replica): a run that replaces the replica its
+// client first connected through (a surge upgrade of a single replica)
+// keeps its lease alive through the new one. Best effort, and only for a
+// client connected to member URLs directly.
+func (l *Lock) followVoters(ctx context.Context) {
+	cli := l.session.Client()
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		return
+	}
+	// Only a client that talks to members directly (not through SSH
+	// tunnels, whose local ports are no member's URL) can follow them.
+	all := map[string]bool{}
+	for _, m := range resp.Members {
+		for _, u := range m.ClientURLs {
+			all[u] = true
+		}
+	}
+	for _, ep := range cli.Endpoints() {
+		if !all[ep] {
+			return
+		}
+	}
+	var urls []string
+	for _, m := range resp.Members {
+		if m.IsLearner || m.Name == "" || slices.Contains(l.exclude, m.Name) {
+			continue
+		}
+		urls = append(urls, m.ClientURLs...)
+	}
+	if len(urls) == 0 {
+		return
+	}
+	cur := slices.Clone(cli.Endpoints())
+	slices.Sort(cur)
+	slices.Sort(urls)
+	if !slices.Equal(cur, urls) {
+		cli.SetEndpoints(urls...)
+	}
 }
 
 // waitLeaseExpiry watches another holder's lease: false as soon as it is

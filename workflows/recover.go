@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
@@ -124,7 +123,7 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 					if err := inst.Delete(ctx, rep.Name); err != nil {
 						return err
 					}
-					if err := os.RemoveAll(filepath.Join(PKIDir(d.StateDir, d.Cluster), "replicas", rep.Name)); err != nil {
+					if err := removeReplicaSecrets(d, rep.Name); err != nil {
 						return err
 					}
 					r.Info("deleted replica %s (its etcd member is gone with the old cluster)", rep.Name)

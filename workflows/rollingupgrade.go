@@ -268,7 +268,11 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 				if p.atTarget(rep) {
 					return fmt.Errorf("replica %s is already at the target template but its last known-good was not recorded", n)
 				}
-				b, err := json.Marshal(rep.Template)
+				// Keys stay under pki/: the journal gets the template without them.
+				if err := syncPKI(d, n, rep.Template); err != nil {
+					return err
+				}
+				b, err := json.Marshal(withoutKeys(rep.Template))
 				if err != nil {
 					return err
 				}
@@ -441,6 +445,10 @@ func rollback(ctx context.Context, d *Deps, r *Run, name, lkgKey string, p Upgra
 	var lkg providers.Template
 	if err := json.Unmarshal([]byte(raw), &lkg); err != nil {
 		return fmt.Errorf("replica %s: decode last known-good template: %w", name, err)
+	}
+	lkg, err := withKeys(d, name, lkg)
+	if err != nil {
+		return err
 	}
 	r.Info("%s failed its health gate: %v — restoring its last known-good template (%s)", name, cause, lkg.Version)
 	if _, err := d.Provider.Instances().Recreate(ctx, name, lkg); err != nil {

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
-	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -69,6 +67,9 @@ func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string
 	problem := certProblem(rep, want, p.Within, time.Now())
 	if problem == "" {
 		if r.Get(drainedKey) != "" { // rotated by an interrupted run
+			if err := syncPKI(d, name, rep.Template); err != nil {
+				return err
+			}
 			if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {
 				return err
 			}
@@ -78,7 +79,10 @@ func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string
 	}
 	r.Info("renewing the certificates of %s: %s", name, problem)
 	if r.Get(lkgKey) == "" {
-		b, err := json.Marshal(rep.Template)
+		if err := syncPKI(d, name, rep.Template); err != nil {
+			return err
+		}
+		b, err := json.Marshal(withoutKeys(rep.Template))
 		if err != nil {
 			return err
 		}
@@ -108,12 +112,6 @@ func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(PKIDir(d.StateDir, d.Cluster), "replicas", name)
-	for f, b := range files {
-		if err := fsutil.WriteFileAtomic(filepath.Join(dir, f), b, 0o600); err != nil {
-			return err
-		}
-	}
 	tmpl := rep.Template.Clone()
 	for f, b := range files {
 		tmpl.Files[f] = b
@@ -132,6 +130,11 @@ func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string
 	}
 	if err := healthGate(ctx, d, r, rep, rep.Template.Version, p.HealthTimeout); err != nil {
 		return rollback(ctx, d, r, name, lkgKey, up, fmt.Errorf("new certificates: %w", err))
+	}
+	// Only now do the new certificates and keys replace the old under pki/
+	// (a rollback takes the old keys from there).
+	if err := syncPKI(d, name, rep.Template); err != nil {
+		return err
 	}
 	if r.Get(drainedKey) != "" {
 		if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {

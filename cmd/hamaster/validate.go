@@ -159,10 +159,10 @@ func checkNewReplicaName(ctx context.Context, g *globals, p providers.Provider, 
 }
 
 // takesNoArgs reports whether a command (and its subcommands) takes no
-// positional arguments.
+// positional arguments (terraform has its own protocol for them).
 func takesNoArgs(name string) bool {
 	switch name {
-	case "etcd", "local", "add-replica", "remove-replica", "rolling-upgrade", "status", "terraform", "recover", "snapshots":
+	case "etcd", "local", "add-replica", "remove-replica", "rolling-upgrade", "status", "recover", "snapshots", "rotate-certs":
 		return true
 	}
 	return false
