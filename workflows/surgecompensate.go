@@ -25,6 +25,10 @@ func surgeCompensate(ctx context.Context, d *Deps, r *Run, p UpgradeParams, k in
 	if err := os.Remove(addJournal); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return fmt.Errorf("%w: surge: new replica %s failed at %s (%v); removed it and its etcd member: the old replicas were not touched",
-		ErrConcluded, newName, p.Version, cause)
+	still := ""
+	if old, err := d.Provider.Instances().Get(ctx, r.Get(fmt.Sprintf("slot-%d-old", k))); err == nil {
+		still = fmt.Sprintf(" (still at %s)", old.Template.Version)
+	}
+	return fmt.Errorf("%w: surge: new replica %s failed at %s (%v); removed it and its etcd member: the old replicas were not touched%s",
+		ErrConcluded, newName, p.Version, cause, still)
 }
