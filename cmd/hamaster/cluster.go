@@ -586,13 +586,19 @@ skipped, so a re-run resumes.
 record its last known-good template → recreate it with the new version and
 flags on the same data disk → wait until its etcd member is healthy and
 caught up, /readyz is 200 and /version reports --version → back in the LB →
-LB sees it healthy. If it is not healthy within --health-timeout, its last
+LB sees it healthy. If it fails — recreating it fails, its process exits,
+a component refuses to start (seen from the replica itself, within
+seconds) — or it is not healthy within --health-timeout, its last
 known-good template is restored, it is put back, and the command stops
-with exit 1 naming the replica, the failed check and the restored version.
+with exit 1 naming the replica, the cause and the restored version.
+--version must be a Kubernetes version; a downgrade or a minor skip needs
+--allow-downgrade / --allow-skew.
 A single replica is refused (downtime) unless --allow-downtime.
 
 --strategy surge, per replica: add a replica at the new version, then
-remove an old one: never fewer healthy replicas than at the start.
+remove an old one: never fewer healthy replicas than at the start. A new
+replica that fails is removed with its etcd member and the command stops
+(exit 1).
 
 Example:
   hamaster --cluster demo rolling-upgrade --version v1.31.0 --yes
