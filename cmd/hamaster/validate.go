@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -129,6 +130,11 @@ func (g *globals) checkProviderFlags(c *cli.Context) error {
 	if g.provider == "local" {
 		if err := executableFile("node-binary", c.String("node-binary")); err != nil {
 			return err
+		}
+	}
+	if v := c.String("subnet"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n < 1 || n > 254 {
+			return usageErr("--subnet: %q must be a number from 1 to 254 (the N of 127.0.N.0/24)", v)
 		}
 	}
 	return nil

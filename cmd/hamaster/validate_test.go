@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"encoding/hex"
 	"io/fs"
 	"os"
@@ -117,10 +118,33 @@ func TestBadInputTable(t *testing.T) {
 		{"status positional arg", []string{"status", "all"}, 2, "no positional arguments"},
 		{"local down without --yes", []string{"local", "down"}, 2, "--yes"},
 		{"local up bad version", []string{"local", "up", "--version", "v1.30"}, 2, "--version"},
+		{"local up bad subnet", []string{"local", "up", "--subnet", "300"}, 2, "--subnet"},
+		{"keep-snapshots zero", []string{"add-replica", "--keep-snapshots", "0", "--yes"}, 2, "--keep-snapshots"},
+		{"member-id not hex", []string{"remove-replica", "--member-id", "xyz", "--yes"}, 2, "--member-id"},
+		{"member-id and name", []string{"remove-replica", "--member-id", "1a2b", "--name", "badtab-master", "--yes"}, 2, "exclude each other"},
+		{"member-id of no member", []string{"remove-replica", "--member-id", "1a2b", "--yes"}, 2, "no etcd member 1a2b"},
+		{"member-id of a replica's member", []string{"remove-replica", "--member-id", "MASTERID", "--yes"}, 2, "belongs to replica badtab-master"},
+		{"recover without --from", []string{"recover", "--yes"}, 2, "--from"},
+		{"recover unknown replica", []string{"recover", "--from", "badtab-master-zzz", "--yes"}, 2, "--from"},
+		{"recover missing snapshot", []string{"recover", "--from", "badtab-master", "--snapshot", "/nonexistent.db", "--yes"}, 2, "--snapshot"},
+		{"recover with quorum", []string{"recover", "--from", "badtab-master", "--yes"}, 3, "still has a quorum"},
+		{"rotate bad window", []string{"rotate-certs", "--expiring-within", "-3d", "--yes"}, 2, "--expiring-within"},
 		{"local up bad election", []string{"local", "up", "--etcd-heartbeat-ms", "100", "--etcd-election-ms", "200"}, 2, "--etcd-election-ms"},
 		{"no changes without --yes", []string{"add-replica"}, 2, "--yes"},
 	}
+	st := c.status()
+	masterID := ""
+	for _, m := range st["members"].([]any) {
+		if mm := m.(map[string]any); mm["name"] == "badtab-master" {
+			masterID = fmt.Sprint(mm["id"])
+		}
+	}
 	for _, tc := range cases {
+		for i, a := range tc.args {
+			if a == "MASTERID" {
+				tc.args[i] = masterID
+			}
+		}
 		code, out, errs := c.run(nil, tc.args...)
 		if code != tc.code || !strings.Contains(errs, tc.want) {
 			t.Errorf("%s: %q: exit %d, want %d with %q\nstdout: %s\nstderr: %s", tc.name, tc.args, code, tc.code, tc.want, out, errs)
