@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
-	"github.com/hamaster/hamaster/dataplane/node"
 	"github.com/hamaster/hamaster/dataplane/vm"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -28,34 +29,44 @@ func (in *instances) stopAll(ctx context.Context) error {
 	return nil
 }
 
-// recoveryConfig stops every replica and loads name's node config.
-func (in *instances) recoveryConfig(ctx context.Context, name string) (providers.Replica, node.Config, error) {
+// nodeRecover stops every replica and runs 'hamaster-node recover' on
+// name's data (the etcd server lives in hamaster-node only).
+func (in *instances) nodeRecover(ctx context.Context, name string, extra ...string) (providers.Replica, error) {
 	rep, err := in.Get(ctx, name)
 	if err != nil {
-		return rep, node.Config{}, err
+		return rep, err
 	}
 	if err := in.stopAll(ctx); err != nil {
-		return rep, node.Config{}, err
+		return rep, err
 	}
-	cfg, err := node.LoadEnvFile(vm.Layout{Dir: in.p.l.replica(name)}.EnvFile())
+	bin, err := in.p.nodeBinary()
 	if err != nil {
-		return rep, cfg, fmt.Errorf("replica %s: %w", name, err)
+		return rep, err
 	}
-	return rep, cfg, nil
+	args := append([]string{"recover", "--env-file", vm.Layout{Dir: in.p.l.replica(name)}.EnvFile()}, extra...)
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	if err != nil {
+		return rep, fmt.Errorf("replica %s: hamaster-node %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return rep, nil
 }
 
 // ForceNewCluster implements providers.Recoverer.
 func (in *instances) ForceNewCluster(ctx context.Context, name string) error {
-	rep, cfg, err := in.recoveryConfig(ctx, name)
-	if err != nil {
+	etcdDir := filepath.Join(in.p.l.replica(name), "data", "etcd")
+	if _, err := os.Stat(etcdDir); err != nil {
+		return fmt.Errorf("replica %s has no etcd data to recover from: %w", name, err)
+	}
+	// Copy the data aside first: force-new-cluster rewrites it in place.
+	aside := fmt.Sprintf("%s.before-force-new-cluster-%d", etcdDir, time.Now().Unix())
+	if err := in.stopAll(ctx); err != nil {
 		return err
 	}
-	etcdDir := filepath.Join(cfg.DataDir, "etcd")
-	aside := fmt.Sprintf("%s.before-force-new-cluster-%d", etcdDir, time.Now().Unix())
 	if err := os.CopyFS(aside, os.DirFS(etcdDir)); err != nil {
 		return fmt.Errorf("replica %s: copy its etcd data aside before rewriting it: %w", name, err)
 	}
-	if err := node.ForceNewCluster(ctx, cfg); err != nil {
+	rep, err := in.nodeRecover(ctx, name)
+	if err != nil {
 		return err
 	}
 	return in.bootAlone(ctx, rep)
@@ -63,12 +74,8 @@ func (in *instances) ForceNewCluster(ctx context.Context, name string) error {
 
 // RestoreSnapshot implements providers.Recoverer.
 func (in *instances) RestoreSnapshot(ctx context.Context, name, snapshotPath string) error {
-	rep, cfg, err := in.recoveryConfig(ctx, name)
+	rep, err := in.nodeRecover(ctx, name, "--snapshot", snapshotPath)
 	if err != nil {
-		return err
-	}
-	token := fmt.Sprintf("hamaster-restore-%d", time.Now().UnixNano())
-	if _, err := node.RestoreSnapshot(cfg, snapshotPath, token); err != nil {
 		return err
 	}
 	return in.bootAlone(ctx, rep)
@@ -77,8 +84,8 @@ func (in *instances) RestoreSnapshot(ctx context.Context, name, snapshotPath str
 // bootAlone boots the replica with an etcd environment naming itself only.
 func (in *instances) bootAlone(ctx context.Context, rep providers.Replica) error {
 	tmpl := rep.Template.Clone()
-	tmpl.Env[node.KeyInitialEtcdCluster] = rep.Name + "=" + providers.PeerURL(rep.Address)
-	tmpl.Env[node.KeyEtcdInitialClusterState] = node.ClusterStateExisting
+	tmpl.Env[providers.EnvInitialEtcdCluster] = rep.Name + "=" + providers.PeerURL(rep.Address)
+	tmpl.Env[providers.EnvEtcdInitialClusterState] = "existing"
 	if err := in.boot(ctx, rep.Name, tmpl); err != nil {
 		return fmt.Errorf("boot replica %s alone: %w", rep.Name, err)
 	}
