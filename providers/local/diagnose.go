@@ -9,11 +9,20 @@ import (
 	"os"
 	"strings"
 
-	"github.com/hamaster/hamaster/dataplane/node"
 	"github.com/hamaster/hamaster/providers"
 )
 
 var _ providers.ReplicaDiagnoser = (*instances)(nil)
+
+// nodeStatus is the part of a node's status file (STATUS_FILE) Diagnose
+// reads; its JSON names and values are the node's documented contract.
+type nodeStatus struct {
+	PID            int    `json:"pid"`
+	Etcd           string `json:"etcd"`
+	EtcdError      string `json:"etcd_error"`
+	APIServer      string `json:"apiserver"`
+	APIServerError string `json:"apiserver_error"`
+}
 
 // Diagnose implements providers.ReplicaDiagnoser from the replica's pid
 // file, status file and log: a process that is gone, an apiserver that
@@ -28,14 +37,15 @@ func (in *instances) Diagnose(ctx context.Context, name string) (providers.Diagn
 	if pid == 0 {
 		return providers.Diagnosis{Failed: true, Cause: fmt.Sprintf("process of replica %s is not running (exited); last log error: %s", name, lastLogError(logPath))}, nil
 	}
-	st, err := node.ReadStatus(in.p.l.rfile(name, "status.json"))
-	if err != nil || st.PID != pid {
+	b, err := os.ReadFile(in.p.l.rfile(name, "status.json"))
+	var st nodeStatus
+	if err != nil || json.Unmarshal(b, &st) != nil || st.PID != pid {
 		return providers.Diagnosis{}, nil // starting: no status of this process yet
 	}
 	switch {
-	case st.APIServer == node.APIServerRefused:
+	case st.APIServer == "refused":
 		return providers.Diagnosis{Failed: true, Cause: fmt.Sprintf("apiserver of replica %s refused to start: %s", name, st.APIServerError)}, nil
-	case st.Etcd == node.EtcdFailed:
+	case st.Etcd == "failed":
 		return providers.Diagnosis{Failed: true, Cause: fmt.Sprintf("etcd of replica %s failed: %s", name, st.EtcdError)}, nil
 	}
 	return providers.Diagnosis{}, nil

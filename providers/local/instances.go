@@ -11,11 +11,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hamaster/hamaster/dataplane/node"
-	"github.com/hamaster/hamaster/dataplane/vm"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/dataplane/node"
+	"github.com/hamaster/hamaster/dataplane/vm"
 )
 
 // instances implements providers.Instances with hamaster-node processes.
