@@ -83,7 +83,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (err error) {
 	// release it has no binary for, and it fails at start the way a node
 	// whose image cannot be pulled never comes up.
 	if !strings.HasPrefix(cfg.KubeVersion, "v1.") {
-		return errkind.Errorf(errkind.InvalidArgument, "%s=%s: no control-plane binary for this version (this node runs v1.x)", KeyKubeVersion, cfg.KubeVersion)
+		return errkind.Errorf(errkind.InvalidArgument, "KUBE_VERSION=%s: no control-plane binary for this version (this node runs v1.x)", cfg.KubeVersion)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
