@@ -264,20 +264,22 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 		},
 		{
 			Name: StepAddToLB, Plan: []string{"loadBalancer.AddTarget(name)", "wait until the LB reports it healthy"},
-			Run: func(ctx context.Context, r *Run) error {
+			Run: func(ctx context.Context, r *Run) (err error) {
 				if err := d.Provider.LoadBalancer().AddTarget(ctx, lb.Target{Name: name(r), Address: r.Get("address")}); err != nil {
 					return err
 				}
 				r.Waiting("the load balancer to see %s healthy", name(r))
+				// The replica itself failing ends the wait at once, with its cause.
 				fctx, failed, stop := watchFailure(ctx, d, name(r))
 				defer stop()
+				defer func() {
+					if ferr := failed(); ferr != nil {
+						err = ferr
+					}
+				}()
 				wctx, cancel := context.WithTimeout(fctx, p.Timeout)
 				defer cancel()
-				err := lb.WaitHealthy(wctx, d.Provider.LoadBalancer(), name(r))
-				if ferr := failed(); ferr != nil {
-					return ferr // the replica itself failed: waiting longer will not help
-				}
-				return err
+				return lb.WaitHealthy(wctx, d.Provider.LoadBalancer(), name(r))
 			},
 		},
 		dnsStep(d, p.DNSKind, p.DNSName),

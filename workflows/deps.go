@@ -32,17 +32,16 @@ type Deps struct {
 	// Out receives instructions for the operator (the static DNS driver's
 	// records).
 	Out io.Writer
+	// KeepSnapshots is how many etcd snapshots to keep (0:
+	// DefaultKeepSnapshots); older ones are deleted after each new one.
+	KeepSnapshots int
+	// fence proves the cluster lock is held (set by Execute while it holds
+	// it; nested workflows use it too).
+	fence func(ctx context.Context) error
 	// AfterStep is the test-only crash hook (see Runner.AfterStep).
 	AfterStep func(step string) error
 	// Holder names the command in the cluster lock.
 	Holder string
-	// KeepSnapshots is how many etcd snapshots to keep (0:
-	// DefaultKeepSnapshots); older ones are deleted after each new one.
-	KeepSnapshots int
-
-	// fence proves the cluster lock is held (set by Execute while it holds
-	// it; nested workflows use it too).
-	fence func(ctx context.Context) error
 
 	mu   sync.Mutex // guards the lazily loaded ca and http
 	ca   *certs.CA

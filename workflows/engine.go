@@ -109,11 +109,11 @@ type Runner struct {
 	// an error stops the run there as if the process had died (test-only
 	// fault hook for crash-resume tests).
 	AfterStep func(step string) error
-	// Now is the clock (time.Now when nil).
-	Now func() time.Time
 	// Fence, when set, proves before each step that the cluster lock is
 	// still held; an error stops the run before the step changes anything.
 	Fence func(ctx context.Context) error
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
 }
 
 // ErrConcluded marks a step failure after which the workflow cleaned up

@@ -101,9 +101,6 @@ environment, which beats the file.`,
 	app.Commands = append(app.Commands, clusterCommands(e, g)...)
 	for _, c := range app.Commands {
 		setUsageErr(c)
-		if takesNoArgs(c.Name) {
-			noPositionalArgs(c)
-		}
 	}
 	prev := app.After
 	app.After = func(c *cli.Context) error {
@@ -114,6 +111,11 @@ environment, which beats the file.`,
 			return prev(c)
 		}
 		return nil
+	}
+	for _, c := range app.Commands {
+		if takesNoArgs(c.Name) {
+			noPositionalArgs(c)
+		}
 	}
 	return app
 }
