@@ -68,7 +68,16 @@ func runArm(b *testing.B, arm string, upgrade func(ctx context.Context, e *workf
 
 	start := time.Now()
 	loadCtx, stopLoad := context.WithCancel(ctx)
-	gen := newLoadGen(fmt.Sprintf("https://%s:6443", c.Provider.Info().StaticIP), &tls.Config{RootCAs: ca.Pool()}, start)
+	// /kv needs a client certificate signed by the cluster CA.
+	client, err := ca.IssueClient("bench-load", nil, certs.ECDSA)
+	if err != nil {
+		b.Fatal(err)
+	}
+	clientCert, err := client.TLSCertificate()
+	if err != nil {
+		b.Fatal(err)
+	}
+	gen := newLoadGen(fmt.Sprintf("https://%s:6443", c.Provider.Info().StaticIP), &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{clientCert}}, start)
 	writer := &etcdWriter{cli: ecli.Raw(), start: start}
 	done := make(chan struct{}, 2)
 	go func() { gen.run(loadCtx, 20*time.Millisecond, 50*300); done <- struct{}{} }()

@@ -59,6 +59,11 @@ func InitialCluster(peers map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
+// DefaultServiceCIDR is kube-up's SERVICE_CLUSTER_IP_RANGE: its first
+// address, 10.0.0.1, is the in-cluster "kubernetes" service that every
+// apiserver certificate covers (ReplicaFiles' default).
+const DefaultServiceCIDR = "10.0.0.0/16"
+
 // ReplicaFiles issues a replica's certificates: etcd peer and server for
 // its own name and address, and the apiserver serving certificate with the
 // cluster-wide SANs (static IP, DNS names, service IP, kubernetes.*) plus
@@ -78,6 +83,9 @@ func ReplicaFiles(ca *certs.CA, name, address string, shared certs.APIServerSANs
 		return nil, fmt.Errorf("issue etcd server certificate for %s: %w", name, err)
 	}
 	sans := shared
+	if sans.ServiceCIDR == "" {
+		sans.ServiceCIDR = DefaultServiceCIDR // the in-cluster "kubernetes" service IP
+	}
 	sans.ReplicaIPs = append(append([]string(nil), shared.ReplicaIPs...), address)
 	sans.ReplicaNames = append(append([]string(nil), shared.ReplicaNames...), name)
 	api, err := ca.IssueAPIServer(sans, certs.ECDSA, 0)

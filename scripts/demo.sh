@@ -12,7 +12,7 @@ hm() { "$BIN/hamaster" "$@"; }
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 cleanup() {
 	say "local down"
-	hm local down || true
+	hm local down --yes || true
 	rm -rf "$HAMASTER_STATE_DIR"
 }
 trap cleanup EXIT
@@ -31,10 +31,12 @@ hm status
 
 ip=$(hm --output json status | sed -n 's/.*"static_ip": "\(.*\)".*/\1/p' | head -1)
 ca=$HAMASTER_STATE_DIR/$HAMASTER_CLUSTER/pki/ca.crt
+# /kv needs a client certificate signed by the cluster CA (health paths are open).
+auth=(--cacert "$ca" --cert "$HAMASTER_STATE_DIR/$HAMASTER_CLUSTER/pki/etcd-client.crt" --key "$HAMASTER_STATE_DIR/$HAMASTER_CLUSTER/pki/etcd-client.key")
 say "write and read through the LB endpoint https://$ip:6443"
-curl -sS --fail -o /dev/null --cacert "$ca" -X PUT --data "written at $(date -u +%FT%TZ)" "https://$ip:6443/kv/demo-key"
+curl -sS --fail -o /dev/null "${auth[@]}" -X PUT --data "written at $(date -u +%FT%TZ)" "https://$ip:6443/kv/demo-key"
 echo "PUT /kv/demo-key ok"
-echo "GET /kv/demo-key → $(curl -sS --fail --cacert "$ca" "https://$ip:6443/kv/demo-key")"
+echo "GET /kv/demo-key → $(curl -sS --fail "${auth[@]}" "https://$ip:6443/kv/demo-key")"
 
 victim=$(hm --output json status | sed -n 's/.*"name": "\('"$HAMASTER_CLUSTER"'-master-[0-9a-f]\{3\}\)".*/\1/p' | head -1)
 say "remove-replica $victim"
@@ -42,6 +44,6 @@ hm remove-replica --name "$victim" --drain-grace 1s --yes
 
 say "status"
 hm status
-echo "GET /kv/demo-key after the removal → $(curl -sS --fail --cacert "$ca" "https://$ip:6443/kv/demo-key")"
+echo "GET /kv/demo-key after the removal → $(curl -sS --fail "${auth[@]}" "https://$ip:6443/kv/demo-key")"
 
 say "demo finished in $(( $(date +%s) - start ))s"

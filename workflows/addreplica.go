@@ -264,12 +264,20 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 		},
 		{
 			Name: StepAddToLB, Plan: []string{"loadBalancer.AddTarget(name)", "wait until the LB reports it healthy"},
-			Run: func(ctx context.Context, r *Run) error {
+			Run: func(ctx context.Context, r *Run) (err error) {
 				if err := d.Provider.LoadBalancer().AddTarget(ctx, lb.Target{Name: name(r), Address: r.Get("address")}); err != nil {
 					return err
 				}
 				r.Waiting("the load balancer to see %s healthy", name(r))
-				wctx, cancel := context.WithTimeout(ctx, p.Timeout)
+				// The replica itself failing ends the wait at once, with its cause.
+				fctx, failed, stop := watchFailure(ctx, d, name(r))
+				defer stop()
+				defer func() {
+					if ferr := failed(); ferr != nil {
+						err = ferr
+					}
+				}()
+				wctx, cancel := context.WithTimeout(fctx, p.Timeout)
 				defer cancel()
 				return lb.WaitHealthy(wctx, d.Provider.LoadBalancer(), name(r))
 			},
@@ -329,13 +337,9 @@ func replicaFiles(ctx context.Context, d *Deps, name, address, dnsName string) (
 	if err != nil {
 		return nil, err
 	}
-	ip, _, err := d.Provider.StaticIP().Get(ctx)
+	shared, err := clusterSANs(ctx, d, dnsName)
 	if err != nil {
 		return nil, err
-	}
-	shared := certs.APIServerSANs{StaticIP: ip}
-	if dnsName != "" {
-		shared.DNSNames = []string{dnsName}
 	}
 	dir := filepath.Join(PKIDir(d.StateDir, d.Cluster), "replicas", name)
 	if files, ok := readFiles(dir); ok {
@@ -398,6 +402,9 @@ func takeSnapshot(ctx context.Context, d *Deps, r *Run, label string, exclude ..
 		return fmt.Errorf("etcd snapshot: %w", err)
 	}
 	r.Info("etcd snapshot saved: %s (%d bytes, sha256 %s)", path, info.Size, info.SHA256[:16])
+	if err := pruneSnapshots(d.StateDir, d.Cluster, d.KeepSnapshots, path); err != nil {
+		return err
+	}
 	return r.Set("snapshot", path)
 }
 

@@ -32,6 +32,12 @@ type Deps struct {
 	// Out receives instructions for the operator (the static DNS driver's
 	// records).
 	Out io.Writer
+	// KeepSnapshots is how many etcd snapshots to keep (0:
+	// DefaultKeepSnapshots); older ones are deleted after each new one.
+	KeepSnapshots int
+	// fence proves the cluster lock is held (set by Execute while it holds
+	// it; nested workflows use it too).
+	fence func(ctx context.Context) error
 	// AfterStep is the test-only crash hook (see Runner.AfterStep).
 	AfterStep func(step string) error
 	// Holder names the command in the cluster lock.
@@ -297,5 +303,10 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) error {
 		defer cancel()
 		_ = lock.Release(rctx)
 	}()
-	return rn.Execute(ctx, wf, j)
+	lock.exclude = o.LockExclude
+	fctx, stop := fenced(ctx, lock)
+	defer stop()
+	rn.Fence = lock.Check
+	d.fence = lock.Check
+	return rn.Execute(fctx, wf, j)
 }

@@ -109,6 +109,9 @@ type Runner struct {
 	// an error stops the run there as if the process had died (test-only
 	// fault hook for crash-resume tests).
 	AfterStep func(step string) error
+	// Fence, when set, proves before each step that the cluster lock is
+	// still held; an error stops the run before the step changes anything.
+	Fence func(ctx context.Context) error
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -230,6 +233,11 @@ func (rn *Runner) Execute(ctx context.Context, wf *Workflow, j *Journal) error {
 		if j.done(s.Name) && !s.Always {
 			rn.Sink.Event(Event{Workflow: wf.Name, Step: s.Name, Index: i + 1, Total: len(wf.Steps), State: StateSkipped, Message: "done in an earlier run"})
 			continue
+		}
+		if rn.Fence != nil {
+			if err := rn.Fence(ctx); err != nil {
+				return fmt.Errorf("%s: stopped before step %s: %w", wf.Name, s.Name, err)
+			}
 		}
 		start := rn.now()
 		changed = changed || !s.Always

@@ -3,11 +3,12 @@ package workflows
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -40,15 +41,20 @@ func (h Holder) String() string {
 type Lock struct {
 	session *concurrency.Session
 	key     string
+	// exclude names replicas the lock's client must not use (a victim).
+	exclude []string
 }
 
 // LockKey is the etcd key of a cluster's lock.
 func LockKey(cluster string) string { return "/hamaster/locks/" + cluster }
 
 // AcquireLock takes the cluster lock or refuses with
-// errkind.FailedPrecondition naming the holder. A lock left by a process of
-// this host that no longer runs is broken at once (its lease revoked) rather
-// than waited out.
+// errkind.FailedPrecondition naming the holder. A lock is never broken by
+// guessing whether its holder lives (a PID says nothing across PID
+// namespaces or hosts): AcquireLock watches the holder's lease, refuses as
+// soon as the holder renews or releases it, and takes the lock only once
+// the lease has expired (a holder that died or is paused; at most LockTTL
+// seconds).
 func AcquireLock(ctx context.Context, cli *clientv3.Client, cluster, command string) (*Lock, error) {
 	session, err := concurrency.NewSession(cli, concurrency.WithTTL(LockTTL), concurrency.WithContext(ctx))
 	if err != nil {
@@ -85,12 +91,17 @@ func AcquireLock(ctx context.Context, cli *clientv3.Client, cluster, command str
 			continue // released between the compare and the get
 		}
 		_ = json.Unmarshal(kvs[0].Value, &other)
-		if other.Host == host && other.PID > 0 && !processAlive(other.PID) {
-			// A crashed run of ours: its lease would expire by itself, but
-			// there is no reason to make the operator wait for it.
-			if _, err := cli.Revoke(ctx, clientv3.LeaseID(other.Lease)); err != nil && !strings.Contains(err.Error(), "requested lease not found") {
+		expired, err := waitLeaseExpiry(ctx, cli, clientv3.LeaseID(kvs[0].Lease))
+		if err != nil {
+			session.Close()
+			return nil, fmt.Errorf("cluster lock %s: watch the holder's lease: %w", key, err)
+		}
+		if expired {
+			// The holder's lease ran out; etcd's lessor deletes its key
+			// within a moment: wait for that, then try again.
+			if err := waitDeleted(ctx, cli, key); err != nil {
 				session.Close()
-				return nil, fmt.Errorf("cluster lock: break stale lock of dead pid %d: %w", other.PID, err)
+				return nil, fmt.Errorf("cluster lock %s: %w", key, err)
 			}
 			continue
 		}
@@ -99,6 +110,132 @@ func AcquireLock(ctx context.Context, cli *clientv3.Client, cluster, command str
 	}
 	session.Close()
 	return nil, errkind.Errorf(errkind.Unavailable, "cluster lock %s: contended, try again", key)
+}
+
+// ErrLockLost: the cluster lock's lease expired or the key now belongs to
+// someone else; the run must change nothing more.
+var ErrLockLost = errors.New("cluster lock lost")
+
+// Done is closed when the lock's session ends (its lease expired or was
+// revoked, or keepalives stopped).
+func (l *Lock) Done() <-chan struct{} { return l.session.Done() }
+
+// Check proves the lock is still held: the session is alive and an etcd
+// transaction finds the lock key bound to this lock's lease (a holder
+// paused past its lease finds it gone or owned by another lease). It
+// returns an error wrapping ErrLockLost (errkind.FailedPrecondition) when
+// not.
+func (l *Lock) Check(ctx context.Context) error {
+	select {
+	case <-l.session.Done():
+		return errkind.Errorf(errkind.FailedPrecondition, "%w: its lease %x expired or was revoked", ErrLockLost, int64(l.session.Lease()))
+	default:
+	}
+	l.followVoters(ctx)
+	resp, err := l.session.Client().Txn(ctx).
+		If(clientv3.Compare(clientv3.LeaseValue(l.key), "=", l.session.Lease())).
+		Commit()
+	if err != nil {
+		return errkind.Errorf(errkind.Unavailable, "prove the cluster lock is held: %w", err)
+	}
+	if !resp.Succeeded {
+		return errkind.Errorf(errkind.FailedPrecondition, "%w: %s is no longer bound to lease %x (expired while this run was paused?); another operator may hold it", ErrLockLost, l.key, int64(l.session.Lease()))
+	}
+	return nil
+}
+
+// followVoters points the lock's client at the cluster's current voters
+// (but never at an excluded replica): a run that replaces the replica its
+// client first connected through (a surge upgrade of a single replica)
+// keeps its lease alive through the new one. Best effort, and only for a
+// client connected to member URLs directly.
+func (l *Lock) followVoters(ctx context.Context) {
+	cli := l.session.Client()
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		return
+	}
+	// Only a client that talks to members directly (not through SSH
+	// tunnels, whose local ports are no member's URL) can follow them.
+	all := map[string]bool{}
+	for _, m := range resp.Members {
+		for _, u := range m.ClientURLs {
+			all[u] = true
+		}
+	}
+	for _, ep := range cli.Endpoints() {
+		if !all[ep] {
+			return
+		}
+	}
+	var urls []string
+	for _, m := range resp.Members {
+		if m.IsLearner || m.Name == "" || slices.Contains(l.exclude, m.Name) {
+			continue
+		}
+		urls = append(urls, m.ClientURLs...)
+	}
+	if len(urls) == 0 {
+		return
+	}
+	cur := slices.Clone(cli.Endpoints())
+	slices.Sort(cur)
+	slices.Sort(urls)
+	if !slices.Equal(cur, urls) {
+		cli.SetEndpoints(urls...)
+	}
+}
+
+// waitLeaseExpiry watches another holder's lease: false as soon as it is
+// renewed (a live holder) or revoked with time left (released), true once
+// it has expired. It polls the lease's TTL; a live holder renews every
+// TTL/3 seconds, so a refusal takes at most that long.
+func waitLeaseExpiry(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID) (bool, error) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	prev := int64(-2)
+	for {
+		ttl, err := cli.TimeToLive(ctx, lease)
+		if err != nil && !strings.Contains(err.Error(), "requested lease not found") {
+			return false, err
+		}
+		cur := int64(-1)
+		if err == nil {
+			cur = ttl.TTL
+		}
+		switch {
+		case cur <= 0 && prev > 2:
+			return false, nil // revoked with time left: released by a live holder
+		case cur <= 0:
+			return true, nil
+		case prev > 0 && cur > prev:
+			return false, nil // renewed: the holder lives
+		}
+		prev = cur
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// waitDeleted returns once key has no value. It polls (a watch may land
+// on a learner, which refuses watches).
+func waitDeleted(ctx context.Context, cli *clientv3.Client, key string) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := cli.Get(ctx, key)
+		if err == nil && len(resp.Kvs) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 // Release deletes the key and revokes the lease. Safe on nil.
@@ -121,10 +258,4 @@ func (l *Lock) Abandon() {
 	if l != nil {
 		l.session.Orphan()
 	}
-}
-
-// processAlive reports whether a process with pid exists on this host.
-func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || err == syscall.EPERM
 }

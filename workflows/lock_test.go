@@ -55,7 +55,11 @@ func TestClusterLock(t *testing.T) {
 	again.Release(ctx)
 }
 
-func TestClusterLockOfDeadProcessIsBroken(t *testing.T) {
+// TestClusterLockBrokenOnlyWhenLeaseExpires: a holder whose PID is dead on
+// this host but whose lease is renewed (a live process in another PID
+// namespace) is not broken; a holder whose lease is not renewed (dead or
+// paused, even with a live PID) is taken over once the lease expired.
+func TestClusterLockBrokenOnlyWhenLeaseExpires(t *testing.T) {
 	t.Parallel()
 	ec := etcdtest.Start(t, 1, etcdtest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -65,23 +69,137 @@ func TestClusterLockOfDeadProcessIsBroken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	// Plant a lock held by a process of this host that has exited.
+	host, _ := os.Hostname()
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := cli.Raw().Grant(ctx, 600)
+	plant := func(cluster string, pid int, ttl int64, keepAlive bool) {
+		lease, err := cli.Raw().Grant(ctx, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keepAlive {
+			kctx, kcancel := context.WithCancel(ctx)
+			t.Cleanup(kcancel)
+			if _, err := cli.Raw().KeepAlive(kctx, lease.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		val, _ := json.Marshal(Holder{Who: "ghost", Host: host, PID: pid, Command: "add-replica", Since: time.Now(), Lease: int64(lease.ID)})
+		if _, err := cli.Raw().Put(ctx, LockKey(cluster), string(val), clientv3.WithLease(lease.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Live lease, dead-looking PID: refused, not broken.
+	plant("live", dead.Process.Pid, 3, true)
+	if _, err := AcquireLock(ctx, cli.Raw(), "live", "add-replica"); !errors.Is(err, errkind.FailedPrecondition) || !strings.Contains(err.Error(), "ghost") {
+		t.Fatalf("lock with a renewed lease: %v; want refused naming the holder", err)
+	}
+	// Lease not renewed, live PID (ours): taken once it expired.
+	plant("stale", os.Getpid(), 2, false)
+	start := time.Now()
+	l, err := AcquireLock(ctx, cli.Raw(), "stale", "add-replica")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("lock whose lease expired not taken: %v", err)
 	}
-	host, _ := os.Hostname()
-	val, _ := json.Marshal(Holder{Who: "ghost", Host: host, PID: dead.Process.Pid, Command: "add-replica", Since: time.Now(), Lease: int64(lease.ID)})
-	if _, err := cli.Raw().Put(ctx, LockKey("c1"), string(val), clientv3.WithLease(lease.ID)); err != nil {
-		t.Fatal(err)
-	}
-	l, err := AcquireLock(ctx, cli.Raw(), "c1", "add-replica")
-	if err != nil {
-		t.Fatalf("stale lock of dead pid %d not broken: %v", dead.Process.Pid, err)
-	}
+	t.Logf("expired lock taken after %s", time.Since(start).Round(time.Millisecond))
 	l.Release(ctx)
+}
+
+// TestFencingPausedHolderChangesNothing: the holder's lease expires while
+// it is paused (modelled by revoking it, which is what expiry does to
+// etcd's state), a second operator takes the lock, and the first run's
+// next step never runs.
+func TestFencingPausedHolderChangesNothing(t *testing.T) {
+	t.Parallel()
+	ec := etcdtest.Start(t, 1, etcdtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	op1, err := etcdmember.New(ctx, ec.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op1.Close()
+	op2, err := etcdmember.New(ctx, ec.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op2.Close()
+
+	lock1, err := AcquireLock(ctx, op1.Raw(), "fence", "rolling-upgrade")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lock2 *Lock
+	ran := []string{}
+	wf := &Workflow{Name: "fence-test", Params: map[string]string{}, Steps: []Step{
+		{Name: "one", Run: func(ctx context.Context, r *Run) error {
+			ran = append(ran, "one")
+			// Paused past the lease: the lease is gone when it wakes...
+			if _, err := op2.Raw().Revoke(ctx, lock1.session.Lease()); err != nil {
+				return err
+			}
+			// ...and another operator holds the lock by then.
+			l, err := AcquireLock(ctx, op2.Raw(), "fence", "remove-replica")
+			lock2 = l
+			return err
+		}},
+		{Name: "two", Run: func(ctx context.Context, r *Run) error {
+			ran = append(ran, "two")
+			_, err := op1.Raw().Put(ctx, "/changed-by-op1", "x")
+			return err
+		}},
+	}}
+	rn := &Runner{Store: &JournalStore{Path: t.TempDir() + "/journal.json"}, Sink: Discard{}, Fence: lock1.Check}
+	j, _, err := rn.Prepare(wf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = rn.Execute(ctx, wf, j)
+	if !errors.Is(err, ErrLockLost) || !errors.Is(err, errkind.FailedPrecondition) {
+		t.Fatalf("run after losing the lock: %v; want ErrLockLost", err)
+	}
+	if len(ran) != 1 {
+		t.Fatalf("steps run: %v; step two ran without the lock", ran)
+	}
+	if resp, err := op2.Raw().Get(ctx, "/changed-by-op1"); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("op1 changed etcd after losing the lock: %v %v", resp, err)
+	}
+	if err := lock2.Check(ctx); err != nil {
+		t.Fatalf("op2 does not hold the lock: %v", err)
+	}
+	lock2.Release(ctx)
+}
+
+// TestLockCheckSeesAKeyRebound: the fencing transaction, not only the
+// session's Done channel, catches a lock key that another lease now owns.
+func TestLockCheckSeesAKeyRebound(t *testing.T) {
+	t.Parallel()
+	ec := etcdtest.Start(t, 1, etcdtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli, err := etcdmember.New(ctx, ec.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	l, err := AcquireLock(ctx, cli.Raw(), "rebound", "add-replica")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := l.Check(ctx); err != nil {
+		t.Fatalf("held lock: %v", err)
+	}
+	other, err := cli.Raw().Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Raw().Put(ctx, LockKey("rebound"), "{}", clientv3.WithLease(other.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Check(ctx); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("check with the key on another lease: %v; want ErrLockLost", err)
+	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
@@ -246,7 +244,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 				if err := inst.ReleaseAddress(ctx, victim); err != nil {
 					return err
 				}
-				return os.RemoveAll(filepath.Join(PKIDir(d.StateDir, d.Cluster), "replicas", victim))
+				return removeReplicaSecrets(d, victim)
 			},
 		},
 		{

@@ -268,7 +268,11 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 				if p.atTarget(rep) {
 					return fmt.Errorf("replica %s is already at the target template but its last known-good was not recorded", n)
 				}
-				b, err := json.Marshal(rep.Template)
+				// Keys stay under pki/: the journal gets the template without them.
+				if err := syncPKI(d, n, rep.Template); err != nil {
+					return err
+				}
+				b, err := json.Marshal(withoutKeys(rep.Template))
 				if err != nil {
 					return err
 				}
@@ -290,8 +294,15 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 					return err
 				}
 				r.Waiting("recreating %s at %s", n, p.Version)
-				_, err = inst.Recreate(ctx, n, p.target(rep.Template))
-				return err
+				if _, err := inst.Recreate(ctx, n, p.target(rep.Template)); err != nil {
+					if ctx.Err() != nil {
+						return err // interrupted, not failed: a re-run resumes
+					}
+					// The new template does not even start (a version the
+					// replica cannot run): back to the last known good.
+					return rollback(ctx, d, r, n, lkgKey(n), p, fmt.Errorf("recreate at %s: %w", p.Version, err))
+				}
+				return nil
 			},
 		},
 		{
@@ -381,7 +392,7 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 	gctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	base := d.Provider.APIServerURL(rep)
-	err := waitFor(gctx, r, fmt.Sprintf("%s healthy: /readyz, /version=%s, etcd caught up", rep.Name, version), 100*time.Millisecond, func(cctx context.Context) error {
+	err := gateWithFailFast(gctx, d, r, rep.Name, fmt.Sprintf("%s healthy: /readyz, /version=%s, etcd caught up", rep.Name, version), func(cctx context.Context) error {
 		if _, err := d.Probe(cctx, base, "/readyz"); err != nil {
 			return fmt.Errorf("/readyz: %w", err)
 		}
@@ -435,6 +446,10 @@ func rollback(ctx context.Context, d *Deps, r *Run, name, lkgKey string, p Upgra
 	if err := json.Unmarshal([]byte(raw), &lkg); err != nil {
 		return fmt.Errorf("replica %s: decode last known-good template: %w", name, err)
 	}
+	lkg, err := withKeys(d, name, lkg)
+	if err != nil {
+		return err
+	}
 	r.Info("%s failed its health gate: %v — restoring its last known-good template (%s)", name, cause, lkg.Version)
 	if _, err := d.Provider.Instances().Recreate(ctx, name, lkg); err != nil {
 		return fmt.Errorf("replica %s failed its health gate (%v); restoring %s failed too: %w", name, cause, lkg.Version, err)
@@ -449,8 +464,8 @@ func rollback(ctx context.Context, d *Deps, r *Run, name, lkgKey string, p Upgra
 	if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: replica %s was not healthy within %s (%v); restored its last known-good template (version %s, flags %q): it is serving again and the other replicas were not touched",
-		ErrConcluded, name, p.HealthTimeout, cause, lkg.Version, strings.Join(lkg.ExtraArgs, " "))
+	return fmt.Errorf("%w: replica %s failed at %s (%v); restored its last known-good template (version %s, flags %q): it is serving again and the other replicas were not touched",
+		ErrConcluded, name, p.Version, cause, lkg.Version, strings.Join(lkg.ExtraArgs, " "))
 }
 
 // saveLastKnownGood keeps a copy of the template outside the journal too
@@ -492,7 +507,11 @@ func surgeSteps(d *Deps, p UpgradeParams, k int) []Step {
 				}
 				r.Info("surge: adding %s at %s before removing %s", newName, p.Version, old)
 				add := AddReplica(d, AddParams{Name: newName, Timeout: p.HealthTimeout, Template: func(t providers.Template) providers.Template { return p.target(t) }})
-				return runSub(ctx, d, fmt.Sprintf("surge-%d-add", k), add)
+				err := runSub(ctx, d, fmt.Sprintf("surge-%d-add", k), add)
+				if err == nil || ctx.Err() != nil {
+					return err // done, or interrupted: a re-run resumes the add
+				}
+				return surgeCompensate(ctx, d, r, p, k, newName, err)
 			},
 		},
 		{
@@ -514,7 +533,7 @@ func surgeSteps(d *Deps, p UpgradeParams, k int) []Step {
 // the nested workflow finished.
 func runSub(ctx context.Context, d *Deps, key string, wf *Workflow) error {
 	store := &JournalStore{Path: filepath.Join(d.clusterDir(), "journal-"+key+".json")}
-	rn := &Runner{Store: store, Sink: d.Sink}
+	rn := &Runner{Store: store, Sink: d.Sink, Fence: d.fence}
 	j, _, err := rn.Prepare(wf, nil)
 	if err != nil {
 		return err

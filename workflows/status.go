@@ -32,6 +32,10 @@ type CertStatus struct {
 	IPs      []string  `json:"ips"`
 	NotAfter time.Time `json:"not_after"`
 	SHA256   string    `json:"sha256"`
+	// Problem says why it must be renewed (a SAN of the endpoint missing,
+	// expiring within 30 days); "" when fine. 'hamaster rotate-certs'
+	// renews it.
+	Problem string `json:"problem,omitempty"`
 }
 
 // Report is the cluster's status.
@@ -49,11 +53,18 @@ type Report struct {
 	LB             *lb.Status          `json:"-"`
 	Certificates   []CertStatus        `json:"certificates"`
 	Journal        *Journal            `json:"-"`
+	// EndpointError is why the endpoint (static IP or LB, /readyz with
+	// the cluster CA, verified for the DNS name) did not answer; "" when
+	// it did.
+	EndpointError string `json:"endpoint_error,omitempty"`
+	// Orphans are etcd members no replica owns, each with the command that
+	// removes it.
+	Orphans []Orphan `json:"orphans,omitempty"`
 }
 
 // Healthy reports whether every replica is ready and every voter healthy.
 func (r Report) Healthy() bool {
-	if r.MembersError != "" || len(r.Replicas) == 0 {
+	if r.MembersError != "" || len(r.Replicas) == 0 || r.EndpointError != "" || len(r.Orphans) > 0 {
 		return false
 	}
 	for _, rep := range r.Replicas {
@@ -115,6 +126,7 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 		}
 		rep.Members = ms
 	}
+	want, wantErr := clusterSANs(ctx, d, "")
 	for _, r := range rs {
 		pemBytes := r.Template.Files[providers.FileAPIServerCert]
 		if len(pemBytes) == 0 {
@@ -124,11 +136,23 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 		if err != nil {
 			continue
 		}
-		rep.Certificates = append(rep.Certificates, CertStatus{Replica: r.Name, DNSNames: info.DNSNames, IPs: info.IPs, NotAfter: info.NotAfter, SHA256: info.SHA256})
+		cs := CertStatus{Replica: r.Name, DNSNames: info.DNSNames, IPs: info.IPs, NotAfter: info.NotAfter, SHA256: info.SHA256}
+		if wantErr == nil {
+			cs.Problem = certProblem(r, want, CertRenewWindow, time.Now())
+		}
+		rep.Certificates = append(rep.Certificates, cs)
 	}
 	sort.Slice(rep.Certificates, func(i, j int) bool { return rep.Certificates[i].Replica < rep.Certificates[j].Replica })
 	if j, err := NewJournalStore(d.StateDir, d.Cluster).Load(); err == nil {
 		rep.Journal = j
+	}
+	addrs := map[string]string{}
+	for _, r := range rs {
+		addrs[r.Name] = r.Address
+	}
+	rep.Orphans = findOrphans(d.Cluster, rep.Members, addrs, rep.Journal)
+	if err := probeEndpoint(ctx, d, rep); err != nil {
+		rep.EndpointError = err.Error()
 	}
 	return rep, nil
 }

@@ -153,7 +153,7 @@ func TestRollingUpgradeBadFlagRollsBack(t *testing.T) {
 	if !errors.Is(err, workflows.ErrConcluded) || errkind.ExitCode(err) != 1 {
 		t.Fatalf("err = %v; want a concluded rollback (exit 1)", err)
 	}
-	for _, want := range []string{"/readyz", "restored", "v1.30.2"} {
+	for _, want := range []string{"unknown flag", "restored", "v1.30.2"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %q: %v", want, err)
 		}
@@ -167,6 +167,56 @@ func TestRollingUpgradeBadFlagRollsBack(t *testing.T) {
 		t.Fatalf("corrected upgrade: %v", err)
 	}
 	e.assertVersions(ctx, "v1.31.0", 3)
+}
+
+// TestRollingUpgradeFailuresRollBack: on one 3-replica cluster, an
+// unstartable version with each strategy and a bad flag with surge all
+// end in exit 1 within seconds, every replica healthy at the old version
+// and no learner or extra replica left.
+func TestRollingUpgradeFailuresRollBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "upgfail")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	e.grow(ctx, 2)
+	cases := []struct {
+		name string
+		p    workflows.UpgradeParams
+		want string
+	}{
+		{"recreate unstartable version", workflows.UpgradeParams{Version: "v2.0.0"}, "no control-plane binary"},
+		{"surge unstartable version", workflows.UpgradeParams{Version: "v2.0.0", Strategy: workflows.StrategySurge}, "no control-plane binary"},
+		{"surge bad flag", workflows.UpgradeParams{Version: "v1.31.0", Strategy: workflows.StrategySurge, ExtraArgs: []string{"--no-such-flag"}, ExtraArgsSet: true}, "unknown flag"},
+	}
+	for _, c := range cases {
+		c.p.DrainGrace = 200 * time.Millisecond
+		c.p.HealthTimeout = time.Minute // fail-fast must beat it by far
+		start := time.Now()
+		err := e.upgrade(ctx, c.p, nil, nil)
+		took := time.Since(start)
+		if !errors.Is(err, workflows.ErrConcluded) || errkind.ExitCode(err) != 1 || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%s: err = %v; want a concluded rollback (exit 1) naming %q", c.name, err, c.want)
+		}
+		if took > 30*time.Second {
+			t.Errorf("%s: took %s; the gate must fail fast", c.name, took)
+		}
+		t.Logf("%s: rolled back in %s: %v", c.name, took.Round(time.Millisecond), err)
+		e.assertVersions(ctx, "v1.30.2", 3)
+		cli, err := e.c.Provider.Etcd(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, err := cli.Members(ctx)
+		cli.Close()
+		if err != nil || len(ms) != 3 {
+			t.Fatalf("%s: members %v, %v; want 3", c.name, ms, err)
+		}
+		for _, m := range ms {
+			if m.Learner {
+				t.Errorf("%s: learner %s left", c.name, m.IDHex())
+			}
+		}
+	}
 }
 
 // TestRollingUpgradeCrashAfterEveryStep crashes the same upgrade after

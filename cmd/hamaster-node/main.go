@@ -51,6 +51,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return errkind.ExitUsage
 	}
 	cmd, rest := args[0], args[1:]
+	if cmd == "recover" {
+		return runRecover(ctx, rest, stderr)
+	}
 	fs := flag.NewFlagSet("hamaster-node "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	level := fs.String("log-level", "info", "debug, info, warn or error")

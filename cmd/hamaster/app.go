@@ -112,6 +112,11 @@ environment, which beats the file.`,
 		}
 		return nil
 	}
+	for _, c := range app.Commands {
+		if takesNoArgs(c.Name) {
+			noPositionalArgs(c)
+		}
+	}
 	return app
 }
 

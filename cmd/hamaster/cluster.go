@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -80,17 +79,8 @@ func (g *globals) deps(c *cli.Context, e *env, p providers.Provider) *workflows.
 	if g.json() {
 		out = e.stderr // keep stdout JSON lines only; instructions go to people
 	}
-	d := &workflows.Deps{Provider: p, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: out, Holder: c.Command.Name}
-	if step := e.get("HAMASTER_FAULT_CRASH_AFTER_STEP"); step != "" {
-		// Test-only fault hook: die like a killed process right after the
-		// named step is journaled, so crash-resume can be tested for real.
-		d.AfterStep = func(s string) error {
-			if s == step {
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			}
-			return nil
-		}
-	}
+	d := &workflows.Deps{Provider: p, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: out, Holder: c.Command.Name, KeepSnapshots: c.Int("keep-snapshots")}
+	d.AfterStep = faultHook(e) // nil unless built with -tags hamaster_faults
 	return d
 }
 
@@ -169,6 +159,7 @@ func providerFlags(mutating bool) []cli.Flag {
 	flags = append(flags, awsFlags()...)
 	if mutating {
 		flags = append(flags, mutatingFlags()...)
+		flags = append(flags, keepSnapshotsFlag())
 	}
 	return flags
 }
@@ -234,8 +225,17 @@ Example:
 						if g.provider != local.Name {
 							return usageErr("--provider: 'local up' needs --provider local, not %q", g.provider)
 						}
-						if !strings.HasPrefix(c.String("version"), "v") {
-							return usageErr("--version: %q must look like v1.30.2", c.String("version"))
+						if _, err := parseKubeVersion("version", c.String("version")); err != nil {
+							return err
+						}
+						if err := positiveDuration(c, "timeout"); err != nil {
+							return err
+						}
+						if err := g.checkProviderFlags(c); err != nil {
+							return err
+						}
+						if c.Int("etcd-heartbeat-ms") <= 0 || c.Int("etcd-election-ms") < 5*c.Int("etcd-heartbeat-ms") {
+							return usageErr("--etcd-heartbeat-ms must be positive and --etcd-election-ms at least 5 times it (etcd's rule), got %d and %d", c.Int("etcd-heartbeat-ms"), c.Int("etcd-election-ms"))
 						}
 						ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 						defer cancel()
@@ -264,8 +264,8 @@ Example:
 					Name:  "down",
 					Usage: "stop every process of a local cluster and remove its state",
 					Description: `Example:
-  hamaster --cluster demo local down`,
-					Flags: mutatingFlags()[1:],
+  hamaster --cluster demo local down --yes`,
+					Flags: mutatingFlags(),
 					Action: func(c *cli.Context) error {
 						if err := g.mutating(c, e); err != nil {
 							return err
@@ -273,9 +273,13 @@ Example:
 						if g.provider != local.Name {
 							return usageErr("--provider: 'local down' needs --provider local, not %q", g.provider)
 						}
+						plan := fmt.Sprintf("Plan: stop the load balancer and every replica of %s, remove %s/%s (its CA, journals and every snapshot).\n", g.cluster, g.stateDir, g.cluster)
 						if g.dryRun {
-							fmt.Fprintf(e.stdout, "Plan: stop the load balancer and every replica of %s, remove %s/%s. Dry run: nothing was changed.\n", g.cluster, g.stateDir, g.cluster)
+							fmt.Fprint(e.stdout, plan+"Dry run: nothing was changed.\n")
 							return nil
+						}
+						if err := g.confirm(e)(plan); err != nil {
+							return err
 						}
 						if err := local.Down(c.Context, g.settings(c)); err != nil {
 							return fmt.Errorf("local down %s: %w", g.cluster, err)
@@ -291,6 +295,9 @@ Example:
 		rollingUpgradeCommand(e, g),
 		statusCommand(e, g),
 		terraformCommand(e, g),
+		recoverCommand(e, g),
+		rotateCertsCommand(e, g),
+		snapshotsCommand(e, g),
 	}
 }
 
@@ -342,6 +349,17 @@ Example:
 					return err
 				}
 			}
+			if err := positiveDuration(c, "timeout"); err != nil {
+				return err
+			}
+			if n := c.String("dns-name"); n != "" || c.IsSet("dns-name") {
+				if err := validDNSName("dns-name", n); err != nil {
+					return err
+				}
+			}
+			if err := g.checkProviderFlags(c); err != nil {
+				return err
+			}
 			p, err := g.openProvider(c)
 			if err != nil {
 				return err
@@ -350,9 +368,12 @@ Example:
 			if _, err := p.DNS(c.String("dns")); err != nil {
 				return err
 			}
+			if err := checkNewReplicaName(c.Context, g, p, c.String("name")); err != nil {
+				return err
+			}
 			d := g.deps(c, e, p)
 			wf := workflows.AddReplica(d, workflows.AddParams{Name: c.String("name"), Zone: c.String("zone"), DNSKind: c.String("dns"), DNSName: c.String("dns-name"), Timeout: c.Duration("timeout")})
-			return workflows.Execute(c.Context, d, wf, workflows.Options{
+			err = workflows.Execute(c.Context, d, wf, workflows.Options{
 				DryRun: g.dryRun, Confirm: g.confirm(e),
 				Defaults: func(params map[string]string) {
 					if params["name"] == "" {
@@ -360,6 +381,11 @@ Example:
 					}
 				},
 			})
+			if n := c.String("dns-name"); err == nil && n != "" && !g.dryRun {
+				// The replicas already there got certificates without it.
+				err = rotateAfterDNS(c, e, g, d, n)
+			}
+			return err
 		},
 	}
 }
@@ -379,7 +405,8 @@ add-replica was interrupted can be removed too.
 Example:
   hamaster --cluster demo remove-replica --name demo-master-3f2 --yes`,
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "name", Usage: "replica `NAME` to remove (required)"},
+			&cli.StringFlag{Name: "name", Usage: "replica `NAME` to remove (this or --member-id)"},
+			&cli.StringFlag{Name: "member-id", Usage: "remove the etcd member `ID` (hex) that no replica owns: an orphan 'hamaster status' names"},
 			&cli.BoolFlag{Name: "force", Usage: "remove even if etcd quorum would be at risk"},
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining from the LB before touching the replica"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait"},
@@ -388,11 +415,20 @@ Example:
 			if err := g.mutating(c, e); err != nil {
 				return err
 			}
+			if c.String("member-id") != "" {
+				return removeMember(c, e, g)
+			}
 			if c.String("name") == "" {
-				return usageErr("--name: required: the replica to remove (see 'hamaster status')")
+				return usageErr("--name: required: the replica to remove (see 'hamaster status'), or --member-id for an orphan etcd member")
 			}
 			if c.Duration("drain-grace") < 0 {
 				return usageErr("--drain-grace: must not be negative")
+			}
+			if err := positiveDuration(c, "timeout"); err != nil {
+				return err
+			}
+			if err := g.checkProviderFlags(c); err != nil {
+				return err
 			}
 			p, err := g.openProvider(c)
 			if err != nil {
@@ -422,6 +458,12 @@ Example:
 		}, providerFlags(false)...),
 		Action: func(c *cli.Context) error {
 			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
+				return err
+			}
+			if err := positiveDuration(c, "timeout"); err != nil {
+				return err
+			}
+			if err := g.checkProviderFlags(c); err != nil {
 				return err
 			}
 			p, err := g.openProvider(c)
@@ -478,6 +520,7 @@ func statusJSON(rep workflows.Report) map[string]any {
 	if rep.MembersError != "" {
 		out["members_error"] = rep.MembersError
 	}
+	addStatusJSON(out, rep)
 	if rep.Journal != nil {
 		out["last_workflow"] = map[string]any{"workflow": rep.Journal.Workflow, "params": rep.Journal.Params, "finished": rep.Journal.Finished}
 	}
@@ -526,6 +569,7 @@ func printStatus(e *env, rep workflows.Report) {
 	if j := rep.Journal; j != nil && !j.Finished {
 		fmt.Fprintf(w, "\nUNFINISHED: %s %v — re-run it to finish\n", j.Workflow, j.Params)
 	}
+	printStatusProblems(w, rep)
 }
 
 func rollingUpgradeCommand(e *env, g *globals) *cli.Command {
@@ -542,13 +586,19 @@ skipped, so a re-run resumes.
 record its last known-good template → recreate it with the new version and
 flags on the same data disk → wait until its etcd member is healthy and
 caught up, /readyz is 200 and /version reports --version → back in the LB →
-LB sees it healthy. If it is not healthy within --health-timeout, its last
+LB sees it healthy. If it fails — recreating it fails, its process exits,
+a component refuses to start (seen from the replica itself, within
+seconds) — or it is not healthy within --health-timeout, its last
 known-good template is restored, it is put back, and the command stops
-with exit 1 naming the replica, the failed check and the restored version.
+with exit 1 naming the replica, the cause and the restored version.
+--version must be a Kubernetes version; a downgrade or a minor skip needs
+--allow-downgrade / --allow-skew.
 A single replica is refused (downtime) unless --allow-downtime.
 
 --strategy surge, per replica: add a replica at the new version, then
-remove an old one: never fewer healthy replicas than at the start.
+remove an old one: never fewer healthy replicas than at the start. A new
+replica that fails is removed with its etcd member and the command stops
+(exit 1).
 
 Example:
   hamaster --cluster demo rolling-upgrade --version v1.31.0 --yes
@@ -560,17 +610,17 @@ Example:
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining a replica from the LB before touching it"},
 			&cli.DurationFlag{Name: "health-timeout", Value: 5 * time.Minute, Usage: "how long a replacement may take to become healthy before it is rolled back"},
 			&cli.BoolFlag{Name: "allow-downtime", Usage: "allow recreating a single replica (the control plane is down meanwhile)"},
+			&cli.BoolFlag{Name: "allow-downgrade", Usage: "allow a --version older than a replica's"},
+			&cli.BoolFlag{Name: "allow-skew", Usage: "allow a --version more than one minor version ahead of a replica's"},
 		}, providerFlags(true)...),
 		Action: func(c *cli.Context) error {
 			if err := g.mutating(c, e); err != nil {
 				return err
 			}
 			v := c.String("version")
-			if v == "" {
-				return usageErr("--version: required: the target version, e.g. v1.31.0")
-			}
-			if !strings.HasPrefix(v, "v") || strings.ContainsAny(v, " /") {
-				return usageErr("--version: %q must look like v1.31.0", v)
+			target, err := parseKubeVersion("version", v)
+			if err != nil {
+				return err
 			}
 			strategy := c.String("strategy")
 			if strategy != workflows.StrategyRecreate && strategy != workflows.StrategySurge {
@@ -579,8 +629,16 @@ Example:
 			if c.Duration("drain-grace") < 0 {
 				return usageErr("--drain-grace: must not be negative")
 			}
-			if c.Duration("health-timeout") <= 0 {
-				return usageErr("--health-timeout: must be positive")
+			if err := positiveDuration(c, "health-timeout"); err != nil {
+				return err
+			}
+			for _, a := range strings.Fields(c.String("extra-args")) {
+				if !strings.HasPrefix(a, "-") {
+					return usageErr("--extra-args: %q is not a flag (want --name=value words)", a)
+				}
+			}
+			if err := g.checkProviderFlags(c); err != nil {
+				return err
 			}
 			p, err := g.openProvider(c)
 			if err != nil {
@@ -590,6 +648,9 @@ Example:
 			d := g.deps(c, e, p)
 			rs, err := p.Instances().List(c.Context)
 			if err != nil {
+				return err
+			}
+			if err := checkUpgradePath(target, rs, c.Bool("allow-downgrade"), c.Bool("allow-skew")); err != nil {
 				return err
 			}
 			params := workflows.UpgradeParams{

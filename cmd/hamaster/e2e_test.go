@@ -27,7 +27,7 @@ func newCLIEnv(t *testing.T, cluster string) *cliEnv {
 	subnet := localtest.AllocSubnet(t)
 	c := &cliEnv{t: t, subnet: subnet, bin: localtest.HamasterBinary(t), env: append(os.Environ(),
 		"HAMASTER_STATE_DIR="+dir, "HAMASTER_CLUSTER="+cluster, "HAMASTER_NODE_BINARY="+localtest.NodeBinary(t))}
-	t.Cleanup(func() { c.run(nil, "local", "down") })
+	t.Cleanup(func() { c.run(nil, "local", "down", "--yes") })
 	return c
 }
 
@@ -76,8 +76,9 @@ func TestCLIEndToEndWithRealCrash(t *testing.T) {
 	if st := c.status(); len(st["replicas"].([]any)) != 1 {
 		t.Fatalf("dry run changed the cluster: %v", st["replicas"])
 	}
-	// Killed (SIGKILL) right after the VM is created; the lock it held
-	// belongs to a dead pid and the re-run (without --name) finishes.
+	// Killed (SIGKILL) right after the VM is created; the re-run (without
+	// --name) waits until the dead holder's lease expired (never guessing
+	// from its pid), takes the lock and finishes.
 	code, out, errs = c.run([]string{"HAMASTER_FAULT_CRASH_AFTER_STEP=create-vm"}, "add-replica", "--name", "cli-master-001", "--yes")
 	if code != -1 {
 		t.Fatalf("crash hook: exit %d, want killed\n%s\n%s", code, out, errs)
@@ -111,7 +112,7 @@ func TestCLIEndToEndWithRealCrash(t *testing.T) {
 	if code != 3 || !strings.Contains(errs, "last replica") {
 		t.Fatalf("removing the last replica: exit %d %s", code, errs)
 	}
-	if code, out, errs := c.run(nil, "local", "down"); code != 0 {
+	if code, out, errs := c.run(nil, "local", "down", "--yes"); code != 0 {
 		t.Fatalf("local down: %d %s %s", code, out, errs)
 	}
 	if _, err := os.Stat(filepath.Join(strings.TrimPrefix(c.env[len(c.env)-3], "HAMASTER_STATE_DIR="), "cli")); !os.IsNotExist(err) {

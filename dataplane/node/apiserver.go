@@ -103,7 +103,17 @@ func (n *node) handler() http.Handler {
 	mux.Handle("GET /kv/{key...}", n.limit(false, http.HandlerFunc(n.serveKVGet)))
 	mux.Handle("PUT /kv/{key...}", n.limit(true, http.HandlerFunc(n.serveKVPut)))
 	mux.Handle("DELETE /kv/{key...}", n.limit(true, http.HandlerFunc(n.serveKVDelete)))
-	return n.observe(mux)
+	// Health and version are open, as on a real apiserver; every other
+	// path (the /kv API, and anything unknown) needs a client certificate.
+	authed := requireClientCert(mux)
+	open := map[string]bool{"/healthz": true, "/livez": true, "/readyz": true, "/version": true}
+	return n.observe(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if open[r.URL.Path] {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		authed.ServeHTTP(w, r)
+	}))
 }
 
 func (n *node) serveReadyz(w http.ResponseWriter, r *http.Request) {

@@ -240,7 +240,7 @@ func apiClient(pki testPKI) *http.Client {
 	return &http.Client{
 		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: pki.Pool, MinVersion: tls.VersionTLS12},
+			TLSClientConfig:   &tls.Config{RootCAs: pki.Pool, Certificates: []tls.Certificate{pki.Client}, MinVersion: tls.VersionTLS12},
 			DisableKeepAlives: true,
 		},
 	}

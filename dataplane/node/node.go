@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
+	"github.com/hamaster/hamaster/errkind"
 )
 
 const (
@@ -78,6 +79,12 @@ type node struct {
 func Run(ctx context.Context, cfg Config, logger *slog.Logger) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	// The stand-in plays Kubernetes v1.x only: another major version is a
+	// release it has no binary for, and it fails at start the way a node
+	// whose image cannot be pulled never comes up.
+	if !strings.HasPrefix(cfg.KubeVersion, "v1.") {
+		return errkind.Errorf(errkind.InvalidArgument, "KUBE_VERSION=%s: no control-plane binary for this version (this node runs v1.x)", cfg.KubeVersion)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -164,6 +171,9 @@ func (n *node) startAPIServer() {
 	opts, err := parseAPIServerArgs(n.cfg.APIServerExtraArgs)
 	if err == nil {
 		n.tlsConfig, err = loadTLS(n.cfg.APIServerCert, n.cfg.APIServerKey)
+		if err == nil {
+			n.tlsConfig, err = withClientCA(n.tlsConfig, n.cfg.EtcdCACert)
+		}
 	}
 	if err == nil && opts.AuditLogPath != "" {
 		n.audit, err = openAudit(opts.AuditLogPath)

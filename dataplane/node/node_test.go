@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -76,6 +77,23 @@ func TestNodeServesAPI(t *testing.T) {
 		}
 		if code != tc.wantCode || !strings.Contains(body, tc.wantBody) {
 			t.Errorf("%s: %s %s = %d %q, want %d containing %q", tc.name, tc.method, tc.path, code, body, tc.wantCode, tc.wantBody)
+		}
+	}
+
+	// Without a client certificate only the health paths answer, as on a
+	// real apiserver.
+	anon := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pki.Pool, MinVersion: tls.VersionTLS12}, DisableKeepAlives: true}}
+	for _, tc := range []struct {
+		method, path string
+		wantCode     int
+	}{
+		{"GET", "/healthz", 200}, {"GET", "/livez", 200}, {"GET", "/readyz", 200}, {"GET", "/version", 200},
+		{"GET", "/kv/greeting", 401}, {"PUT", "/kv/greeting", 401}, {"DELETE", "/kv/greeting", 401}, {"GET", "/api/v1/pods", 401},
+	} {
+		code, body, err := do(anon, tc.method, apiURL(cfg, tc.path), "x")
+		if err != nil || code != tc.wantCode {
+			t.Errorf("anonymous %s %s = %d %q %v, want %d", tc.method, tc.path, code, body, err, tc.wantCode)
 		}
 	}
 
@@ -432,6 +450,13 @@ func TestNodeThreeMembersOwnAddresses(t *testing.T) {
 		nodes = append(nodes, startNode(t, c))
 	}
 	pki := testPKI{Pool: ca.Pool()}
+	client, err := ca.IssueClient("test-client", nil, certs.ECDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pki.Client, err = client.TLSCertificate(); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range cfgs {
 		waitReady(t, c, pki)
 	}

@@ -222,7 +222,7 @@ func (in *instances) boot(ctx context.Context, name string, tmpl providers.Templ
 	statusPath := in.p.l.rfile(name, "status.json")
 	return poll(ctx, fmt.Sprintf("replica %s's etcd to start (log: %s)", name, logPath), func() (bool, error) {
 		if why := proc.ExitReason(); why != "" {
-			return false, fmt.Errorf("replica %s (pid %d) exited at start (%s); last log lines:\n%s", name, pid, why, proc.Tail(15))
+			return false, fmt.Errorf("replica %s (pid %d) exited at start (%s): %s (log: %s)", name, pid, why, lastLogError(logPath), logPath)
 		}
 		st, err := nodeapi.ReadStatus(statusPath)
 		if err != nil || st.PID != pid {

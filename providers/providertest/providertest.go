@@ -101,7 +101,7 @@ func Run(t *testing.T, h Harness) {
 	})
 	t.Run("recreate keeps name and address, takes the new template", func(t *testing.T) {
 		tmpl := h.Template(t, extra, addr)
-		tmpl.Version = "v9.9.9-conformance"
+		tmpl.Version = "v1.99.9-conformance" // a v1 release: the node stand-in has no binary for other majors
 		r, err := inst.Recreate(ctx(t), extra, tmpl)
 		if err != nil {
 			t.Fatalf("Recreate: %v", err)

@@ -1,0 +1,166 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/lb"
+	"github.com/hamaster/hamaster/providers"
+)
+
+// RotateParams are rotate-certs' arguments.
+type RotateParams struct {
+	// Within renews certificates expiring within it (CertRenewWindow when
+	// 0); certificates missing a SAN the cluster needs are always renewed.
+	Within        time.Duration
+	DrainGrace    time.Duration
+	HealthTimeout time.Duration
+}
+
+// RotateCerts builds the rotate-certs workflow: for each replica in turn
+// whose apiserver certificate does not cover the endpoint (static IP / LB,
+// every DNS name, the service IP, kubernetes.*, itself) or expires within
+// p.Within: leadership moved away, drained from the LB, certificates
+// reissued by the cluster CA, recreated with them on the same disk,
+// health-gated (fail-fast), back in the LB. A replica that fails is
+// restored from its last known-good template and the run stops.
+func RotateCerts(d *Deps, p RotateParams, replicas []string) *Workflow {
+	if p.Within <= 0 {
+		p.Within = CertRenewWindow
+	}
+	if p.HealthTimeout <= 0 {
+		p.HealthTimeout = 5 * time.Minute
+	}
+	wf := &Workflow{Name: "rotate-certs", Params: map[string]string{"expiring-within": p.Within.String()}}
+	wf.Steps = append(wf.Steps, Step{
+		Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot → <state-dir>/<cluster>/snapshots/"},
+		Run: func(ctx context.Context, r *Run) error { return takeSnapshot(ctx, d, r, "rotate-certs") },
+	})
+	for _, name := range replicas {
+		wf.Steps = append(wf.Steps, Step{
+			Name: "rotate/" + name,
+			Plan: []string{"skip if its certificate covers every SAN and is not expiring", "move etcd leadership away, drain from the LB", "reissue its certificates, instances.Recreate with them", "health gate (rollback to last known good on failure)", "back in the LB"},
+			Run:  func(ctx context.Context, r *Run) error { return rotateOne(ctx, d, r, p, name) },
+		})
+	}
+	return wf
+}
+
+func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string) error {
+	inst := d.Provider.Instances()
+	rep, err := inst.Get(ctx, name)
+	if errors.Is(err, errkind.NotFound) {
+		return nil // removed meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	want, err := clusterSANs(ctx, d, "")
+	if err != nil {
+		return err
+	}
+	drainedKey, lkgKey := "rotate-drained:"+name, "last-known-good:"+name
+	problem := certProblem(rep, want, p.Within, time.Now())
+	if problem == "" {
+		if r.Get(drainedKey) != "" { // rotated by an interrupted run
+			if err := syncPKI(d, name, rep.Template); err != nil {
+				return err
+			}
+			if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {
+				return err
+			}
+			return r.Set(drainedKey, "")
+		}
+		return nil
+	}
+	r.Info("renewing the certificates of %s: %s", name, problem)
+	if r.Get(lkgKey) == "" {
+		if err := syncPKI(d, name, rep.Template); err != nil {
+			return err
+		}
+		b, err := json.Marshal(withoutKeys(rep.Template))
+		if err != nil {
+			return err
+		}
+		if err := r.Set(lkgKey, string(b)); err != nil {
+			return err
+		}
+	}
+	if err := moveLeaderOff(ctx, d, r, name); err != nil {
+		return err
+	}
+	if exists, err := lb.Exists(ctx, d.Provider.LoadBalancer()); err != nil {
+		return err
+	} else if exists {
+		if err := r.Set(drainedKey, "true"); err != nil {
+			return err
+		}
+		r.Waiting("drain grace period of %s for %s", p.DrainGrace, name)
+		if err := lb.Drain(ctx, d.Provider.LoadBalancer(), name, p.DrainGrace); err != nil {
+			return err
+		}
+	}
+	ca, err := d.CA()
+	if err != nil {
+		return err
+	}
+	files, err := providers.ReplicaFiles(ca, name, rep.Address, want)
+	if err != nil {
+		return err
+	}
+	tmpl := rep.Template.Clone()
+	for f, b := range files {
+		tmpl.Files[f] = b
+	}
+	up := UpgradeParams{Version: rep.Template.Version, HealthTimeout: p.HealthTimeout}
+	r.Waiting("recreating %s with its new certificates", name)
+	if _, err := inst.Recreate(ctx, name, tmpl); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return rollback(ctx, d, r, name, lkgKey, up, fmt.Errorf("recreate with new certificates: %w", err))
+	}
+	rep, err = inst.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if err := healthGate(ctx, d, r, rep, rep.Template.Version, p.HealthTimeout); err != nil {
+		return rollback(ctx, d, r, name, lkgKey, up, fmt.Errorf("new certificates: %w", err))
+	}
+	// Only now do the new certificates and keys replace the old under pki/
+	// (a rollback takes the old keys from there).
+	if err := syncPKI(d, name, rep.Template); err != nil {
+		return err
+	}
+	if r.Get(drainedKey) != "" {
+		if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {
+			return err
+		}
+	}
+	return r.Set(drainedKey, "")
+}
+
+// CertsNeedingRotation names the replicas whose apiserver certificate
+// misses a SAN the cluster needs (with extraDNS added) or expires within
+// `within`.
+func CertsNeedingRotation(ctx context.Context, d *Deps, extraDNS string, within time.Duration) ([]string, error) {
+	want, err := clusterSANs(ctx, d, extraDNS)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := d.Provider.Instances().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, rep := range rs {
+		if certProblem(rep, want, within, time.Now()) != "" {
+			out = append(out, rep.Name)
+		}
+	}
+	return out, nil
+}
