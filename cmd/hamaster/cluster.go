@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
@@ -118,10 +118,10 @@ func (g *globals) confirm(e *env) func(plan string) error {
 	}
 }
 
-// isTerminal asks the kernel (TCGETS), so /dev/null is not a terminal.
+// isTerminal asks the kernel (golang.org/x/term: TCGETS on Linux,
+// TIOCGETA on macOS), so /dev/null is not a terminal.
 func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return term.IsTerminal(int(f.Fd()))
 }
 
 // mutatingFlags lets --yes and --dry-run also follow the command name
