@@ -271,7 +271,7 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				r.Waiting("the load balancer to see %s healthy", name(r))
 				wctx, cancel := context.WithTimeout(ctx, p.Timeout)
 				defer cancel()
-				return lb.WaitHealthy(wctx, d.Provider.LoadBalancer(), name(r))
+				return lb.WaitHealthyObserved(wctx, d.Provider.LoadBalancer(), name(r), r.Observe)
 			},
 		},
 		dnsStep(d, p.DNSKind, p.DNSName),

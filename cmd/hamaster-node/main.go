@@ -20,9 +20,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/dataplane/lbproxy"
 	"github.com/hamaster/hamaster/dataplane/node"
+	"github.com/hamaster/hamaster/errkind"
 )
 
 const usage = `usage:

@@ -32,7 +32,11 @@ func registry() *providers.Registry {
 }
 
 func (g *globals) settings(c *cli.Context) providers.Settings {
-	return providers.Settings{Cluster: g.cluster, StateDir: g.stateDir, Out: c.App.Writer, Options: map[string]string{
+	out := c.App.Writer
+	if g.json() {
+		out = c.App.ErrWriter // stdout carries JSON only
+	}
+	return providers.Settings{Cluster: g.cluster, StateDir: g.stateDir, Out: out, Logger: g.logger, Options: map[string]string{
 		local.OptNodeBinary: c.String("node-binary"),
 		local.OptSubnet:     c.String("subnet"),
 
@@ -81,6 +85,7 @@ func (g *globals) deps(c *cli.Context, e *env, p providers.Provider) *workflows.
 		out = e.stderr // keep stdout JSON lines only; instructions go to people
 	}
 	d := &workflows.Deps{Provider: p, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: out, Holder: c.Command.Name}
+	g.runInfo(e, d)
 	if step := e.get("HAMASTER_FAULT_CRASH_AFTER_STEP"); step != "" {
 		// Test-only fault hook: die like a killed process right after the
 		// named step is journaled, so crash-resume can be tested for real.
@@ -98,18 +103,24 @@ func (g *globals) deps(c *cli.Context, e *env, p providers.Provider) *workflows.
 // (exit 2) unless --yes.
 func (g *globals) confirm(e *env) func(plan string) error {
 	return func(plan string) error {
+		// In --output json stdout carries JSON only: the text plan and the
+		// question go to stderr.
+		out := e.stdout
+		if g.json() {
+			out = e.stderr
+		}
 		if g.yes {
 			if !g.json() {
 				fmt.Fprint(e.stdout, plan)
 			}
 			return nil
 		}
-		fmt.Fprint(e.stdout, plan)
+		fmt.Fprint(out, plan)
 		f, ok := e.stdin.(*os.File)
 		if !ok || !isTerminal(f) {
 			return usageErr("not changing anything without confirmation: re-run with --yes (or --dry-run to only print the plan)")
 		}
-		fmt.Fprint(e.stdout, "Proceed? [y/N] ")
+		fmt.Fprint(out, "Proceed? [y/N] ")
 		line, _ := bufio.NewReader(f).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
 			return errkind.Errorf(errkind.FailedPrecondition, "aborted by the operator")
@@ -352,14 +363,18 @@ Example:
 			}
 			d := g.deps(c, e, p)
 			wf := workflows.AddReplica(d, workflows.AddParams{Name: c.String("name"), Zone: c.String("zone"), DNSKind: c.String("dns"), DNSName: c.String("dns-name"), Timeout: c.Duration("timeout")})
-			return workflows.Execute(c.Context, d, wf, workflows.Options{
-				DryRun: g.dryRun, Confirm: g.confirm(e),
+			err = workflows.Execute(c.Context, d, wf, workflows.Options{
+				DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e),
 				Defaults: func(params map[string]string) {
 					if params["name"] == "" {
-						params["name"] = workflows.NewReplicaName(g.cluster)
+						params["name"] = nextReplicaName(c.Context, d)
 					}
 				},
 			})
+			if err == nil && !g.dryRun {
+				warnEvenVoters(c.Context, e, d, "add-replica")
+			}
+			return err
 		},
 	}
 }
@@ -402,9 +417,13 @@ Example:
 			d := g.deps(c, e, p)
 			name := c.String("name")
 			wf := workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Force: c.Bool("force"), DrainGrace: c.Duration("drain-grace"), Timeout: c.Duration("timeout")})
-			return workflows.Execute(c.Context, d, wf, workflows.Options{
-				DryRun: g.dryRun, Confirm: g.confirm(e), Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name},
+			err = workflows.Execute(c.Context, d, wf, workflows.Options{
+				DryRun: g.dryRun, Confirm: g.confirm(e), Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}, ShowPlan: g.showPlan(e),
 			})
+			if err == nil && !g.dryRun {
+				warnEvenVoters(c.Context, e, d, "remove-replica")
+			}
+			return err
 		},
 	}
 }
@@ -598,7 +617,7 @@ Example:
 				ExtraArgs: strings.Fields(c.String("extra-args")), ExtraArgsSet: c.IsSet("extra-args"),
 			}
 			wf := workflows.RollingUpgrade(d, params, len(rs))
-			return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e)})
+			return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e)})
 		},
 	}
 }
