@@ -115,6 +115,9 @@ environment, which beats the file.`,
 		acceptGlobals(c, e, g)
 	}
 	app.Action = func(c *cli.Context) error {
+		if c.NArg() > 0 {
+			return usageErr("unknown command %q; see 'hamaster --help'", c.Args().First())
+		}
 		if c.Bool("version") {
 			return printVersion(e, g)
 		}
