@@ -392,7 +392,7 @@ deleted and the static IP given back to that replica. A replica whose
 add-replica was interrupted can be removed too.
 
 Example:
-  hamaster --cluster demo remove-replica --name demo-master-3f2 --yes`,
+  hamaster --cluster demo remove-replica --name demo-master-8c7 --yes`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "replica `NAME` to remove (required)"},
 			&cli.BoolFlag{Name: "force", Usage: "remove even if etcd quorum would be at risk"},

@@ -71,9 +71,9 @@ func completionCommand(e *env, g *globals) *cli.Command {
 		Usage:     "print a shell completion script (bash, zsh or fish)",
 		ArgsUsage: "bash|zsh|fish",
 		Description: `Examples:
-  source <(hamaster completion bash)
-  hamaster completion zsh > "${fpath[1]}/_hamaster"
-  hamaster completion fish > ~/.config/fish/completions/hamaster.fish`,
+  source <(hamaster completion bash)           # or put it in ~/.bashrc
+  hamaster completion zsh > _hamaster          # then move it into a directory of $fpath
+  hamaster completion fish > hamaster.fish     # then into ~/.config/fish/completions/`,
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usageErr("completion: want one shell: bash, zsh or fish")

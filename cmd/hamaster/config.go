@@ -34,7 +34,7 @@ func applyConfig(c *cli.Context, e *env, flags []cli.Flag, checkKeys bool) error
 			}
 		}
 	}
-	path := c.String("config")
+	path := configPath(c)
 	if path == "" {
 		return nil
 	}

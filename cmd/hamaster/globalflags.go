@@ -88,6 +88,20 @@ func setAbove(c *cli.Context, name string) bool {
 	return false
 }
 
+// configPath is the --config in effect for c: the one given nearest the
+// end of the command line, else the application's (flag, environment).
+func configPath(c *cli.Context) string {
+	for _, a := range c.Lineage() {
+		if a.App == nil {
+			continue
+		}
+		if slices.Contains(a.LocalFlagNames(), "config") {
+			return a.String("config")
+		}
+	}
+	return ""
+}
+
 // overlay applies the global flags given after a command name: their
 // values replace the resolved ones, a --config given there fills what no
 // flag or environment variable set, and everything is validated again.

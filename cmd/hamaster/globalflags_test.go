@@ -154,3 +154,26 @@ func TestCompletionCandidatesFromTheBinary(t *testing.T) {
 		}
 	}
 }
+
+// A command's own flags come from the --config file wherever --config is
+// given (before the command, after it, or by $HAMASTER_CONFIG).
+func TestConfigFillsCommandFlagsWhereverGiven(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "cfg.yaml")
+	os.WriteFile(cfg, []byte("drain-grace: -3s\n"), 0o600)
+	for _, c := range []struct {
+		environ []string
+		args    []string
+	}{
+		{nil, []string{"--config", cfg, "--state-dir", dir, "remove-replica", "--name", "x"}},
+		{nil, []string{"--state-dir", dir, "remove-replica", "--config", cfg, "--name", "x"}},
+		{[]string{"HAMASTER_CONFIG=" + cfg}, []string{"--state-dir", dir, "remove-replica", "--name", "x"}},
+	} {
+		// The negative grace from the file is refused, naming the flag.
+		code, _, errs := hm(t, append([]string{"HOME=" + dir}, c.environ...), c.args...)
+		if code != 2 || !strings.Contains(errs, "--drain-grace") {
+			t.Errorf("%v %v: exit %d %s", c.environ, c.args, code, errs)
+		}
+	}
+}
