@@ -255,8 +255,9 @@ Example:
 							"ETCD_ELECTION_MS":  fmt.Sprint(c.Int("etcd-election-ms")),
 						}}
 						if g.dryRun {
-							fmt.Fprintf(e.stdout, "Plan: local up %s: cluster record, CA, master-0 %s, static IP attached. Dry run: nothing was changed.\n", g.cluster, local.MasterName(g.cluster))
-							return nil
+							return g.result(e, fmt.Sprintf("Plan: local up %s: cluster record, CA, master-0 %s, static IP attached. Dry run: nothing was changed.", g.cluster, local.MasterName(g.cluster)),
+								map[string]any{"schema": 1, "kind": "plan", "workflow": "local-up", "cluster": g.cluster, "provider": local.Name, "dry_run": true,
+									"steps": []map[string]any{{"index": 1, "name": "local-up", "calls": []string{"cluster record", "CA", "master-0 " + local.MasterName(g.cluster), "static IP attached"}}}})
 						}
 						p, err := local.Up(ctx, g.settings(c), o, func(s string) { fmt.Fprintln(e.stderr, s) })
 						if err != nil {
@@ -267,8 +268,8 @@ Example:
 						if err := waitReady(ctx, d, ip); err != nil {
 							return err
 						}
-						fmt.Fprintf(e.stdout, "cluster %s is up: endpoint https://%s:6443 (etcd and apiserver on %s)\n", g.cluster, ip, local.MasterName(g.cluster))
-						return nil
+						return g.result(e, fmt.Sprintf("cluster %s is up: endpoint https://%s:6443 (etcd and apiserver on %s)", g.cluster, ip, local.MasterName(g.cluster)),
+							map[string]any{"cluster": g.cluster, "state": "up", "endpoint": fmt.Sprintf("https://%s:6443", ip), "replica": local.MasterName(g.cluster)})
 					},
 				},
 				{
@@ -285,14 +286,14 @@ Example:
 							return usageErr("--provider: 'local down' needs --provider local, not %q", g.provider)
 						}
 						if g.dryRun {
-							fmt.Fprintf(e.stdout, "Plan: stop the load balancer and every replica of %s, remove %s/%s. Dry run: nothing was changed.\n", g.cluster, g.stateDir, g.cluster)
-							return nil
+							return g.result(e, fmt.Sprintf("Plan: stop the load balancer and every replica of %s, remove %s/%s. Dry run: nothing was changed.", g.cluster, g.stateDir, g.cluster),
+								map[string]any{"schema": 1, "kind": "plan", "workflow": "local-down", "cluster": g.cluster, "provider": local.Name, "dry_run": true,
+									"steps": []map[string]any{{"index": 1, "name": "local-down", "calls": []string{"stop the load balancer and every replica", "remove " + g.stateDir + "/" + g.cluster}}}})
 						}
 						if err := local.Down(c.Context, g.settings(c)); err != nil {
 							return fmt.Errorf("local down %s: %w", g.cluster, err)
 						}
-						fmt.Fprintf(e.stdout, "cluster %s is down; nothing of it is left\n", g.cluster)
-						return nil
+						return g.result(e, fmt.Sprintf("cluster %s is down; nothing of it is left", g.cluster), map[string]any{"cluster": g.cluster, "state": "down"})
 					},
 				},
 			},

@@ -177,3 +177,20 @@ func TestConfigFillsCommandFlagsWhereverGiven(t *testing.T) {
 		}
 	}
 }
+
+// In --output json, stdout is one JSON document even for the local
+// provider's commands.
+func TestLocalDryRunsAreJSONInJSONMode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, args := range [][]string{{"local", "up", "--dry-run"}, {"local", "down", "--dry-run"}} {
+		code, out, errs := hm(t, []string{"HOME=" + dir}, append([]string{"--state-dir", dir, "--output", "json"}, args...)...)
+		var doc struct {
+			Kind   string `json:"kind"`
+			DryRun bool   `json:"dry_run"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &doc) != nil || doc.Kind != "plan" || !doc.DryRun {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errs)
+		}
+	}
+}

@@ -106,3 +106,13 @@ func warnEvenVoters(ctx context.Context, e *env, d *workflows.Deps, cmd string) 
 		fmt.Fprintf(e.stderr, "hamaster: %s: warning: %s\n", cmd, w)
 	}
 }
+
+// result prints a command's outcome: the sentence for people in text mode,
+// v as one JSON document in --output json (stdout carries JSON only).
+func (g *globals) result(e *env, text string, v any) error {
+	if g.json() {
+		return writeJSON(e.stdout, v)
+	}
+	_, err := fmt.Fprintln(e.stdout, text)
+	return err
+}
