@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/lb"
 )
 
 // chanSink passes every event to a channel.
@@ -187,6 +188,38 @@ func TestHistoryResult(t *testing.T) {
 	for _, c := range cases {
 		if r, code := historyResult(c.err); r != c.result || code != c.code {
 			t.Errorf("%v: %s %d, want %s %d", c.err, r, code, c.result, c.code)
+		}
+	}
+}
+
+// remove-replica waits the drain grace only for a replica the load
+// balancer still sends traffic to, and says when it skips it.
+func TestDrainGraceSkippedForADeadReplica(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		target lb.TargetHealth
+		grace  time.Duration
+		want   time.Duration
+		says   string
+	}{
+		{"healthy: full grace", lb.TargetHealth{Name: "v", Healthy: true}, 10 * time.Second, 10 * time.Second, ""},
+		{"dead: no grace", lb.TargetHealth{Name: "v", Reason: "connection refused"}, 10 * time.Second, 0, "v is not healthy in the load balancer (connection refused): it gets no traffic, so the 10s drain grace is skipped"},
+		{"dead, no reason given", lb.TargetHealth{Name: "v"}, time.Second, 0, "(unhealthy)"},
+		{"no grace asked: nothing to say", lb.TargetHealth{Name: "v"}, 0, 0, ""},
+	}
+	for _, c := range cases {
+		rec := &recorder{}
+		r := &Run{sink: rec, step: StepRemoveFromLB, started: time.Now(), now: time.Now}
+		if got := drainGrace(r, "v", c.target, c.grace); got != c.want {
+			t.Errorf("%s: grace %s, want %s", c.name, got, c.want)
+		}
+		said := ""
+		for _, e := range rec.events {
+			said += e.Message
+		}
+		if c.says == "" && said != "" || !strings.Contains(said, c.says) {
+			t.Errorf("%s: said %q, want %q", c.name, said, c.says)
 		}
 	}
 }

@@ -13,9 +13,7 @@ import (
 )
 
 // runInfo fills what the cluster's history records about a run: the
-// command line, the user, the host and hamaster's version; and the
-// interval of the waits' heartbeat (HAMASTER_HEARTBEAT, a Go duration, for
-// tests; default 10s).
+// command line, the user, the host and hamaster's version.
 func (g *globals) runInfo(e *env, d *workflows.Deps) {
 	d.Args = e.args
 	d.Version = buildInfo().Version
@@ -24,11 +22,6 @@ func (g *globals) runInfo(e *env, d *workflows.Deps) {
 		d.User = u.Username
 	}
 	d.Host, _ = os.Hostname()
-	if v := e.get("HAMASTER_HEARTBEAT"); v != "" {
-		if hb, err := time.ParseDuration(v); err == nil && hb > 0 {
-			d.Heartbeat = hb
-		}
-	}
 }
 
 // showPlan prints a dry run's plan as one JSON document in --output json
