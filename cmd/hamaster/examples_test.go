@@ -95,9 +95,9 @@ func helpExamples() map[string][]string {
 // local cluster "demo" on its own subnet (127.0.65.0/24, derived from the
 // name, which the examples spell out).
 type exampleEnv struct {
-	t        *testing.T
-	dir, env []string
-	cwd      string
+	t   *testing.T
+	env []string
+	cwd string
 }
 
 func newExampleEnv(t *testing.T) *exampleEnv {
