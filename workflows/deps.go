@@ -275,6 +275,10 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 		sink = Discard{}
 	}
 	rn := &Runner{Store: NewJournalStore(d.StateDir, d.Cluster), Sink: Stamp(sink, wf.Name, runID, nil), AfterStep: d.AfterStep, Heartbeat: d.Heartbeat}
+	// Nested workflows (a surge upgrade's add and remove) report under
+	// this run too.
+	d.Sink = rn.Sink
+	defer func() { d.Sink = sink }()
 	j, resumed, err := rn.Prepare(wf, o.Supersede)
 	if err != nil {
 		return err

@@ -235,6 +235,14 @@ func TestREADMEAndHelpExamplesRunVerbatim(t *testing.T) {
 			for _, l := range ex[path] {
 				x.check(l)
 			}
+			if path == "local up" {
+				// Without --yes and no terminal, JSON mode refuses with
+				// nothing on stdout: the text plan goes to stderr.
+				code, out, errs := x.run("hamaster --cluster demo --output json add-replica")
+				if code != 2 || out != "" || !strings.Contains(errs, "Plan: add-replica") || !strings.Contains(errs, "--yes") {
+					t.Fatalf("JSON mode without --yes: exit %d\nstdout: %q\nstderr: %s", code, out, errs)
+				}
+			}
 		}
 	})
 }
