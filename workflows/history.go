@@ -125,7 +125,7 @@ func historyResult(err error) (string, int) {
 	}
 }
 
-// record builds the history line of a run of wf with journal j.
+// historyRecord builds the history line of a run of wf with journal j.
 func (d *Deps) historyRecord(runID string, wf *Workflow, j *Journal, resumed bool, started, ended time.Time, err error) HistoryRecord {
 	result, code := historyResult(err)
 	rec := HistoryRecord{RunID: runID, Workflow: wf.Name, Params: wf.Params, Args: d.Args, User: d.User, Host: d.Host,

@@ -34,11 +34,10 @@ type globals struct {
 	stateDir string
 	output   string
 	logLevel string
-	// logFormat is text or json (--log-format).
-	logFormat string
-	dryRun    bool
-	yes       bool
-	logger    *slog.Logger
+	logFmt   string // --log-format: text or json
+	dryRun   bool
+	yes      bool
+	logger   *slog.Logger
 	// sshAgent is $SSH_AUTH_SOCK of the env given to run.
 	sshAgent string
 }
@@ -88,16 +87,13 @@ or cluster unhealthy.
 Every global flag can also be set by an environment variable
 HAMASTER_<NAME> or a key of the --config YAML file; flags beat the
 environment, which beats the file.`,
-		Reader:      e.stdin,
-		Writer:      e.stdout,
-		ErrWriter:   e.stderr,
-		HideVersion: true,
-		// "hamaster ... --generate-bash-completion" lists candidates for the
-		// scripts of "hamaster completion".
-		EnableBashCompletion: true,
-		ExitErrHandler:       func(*cli.Context, error) {},
-		Flags:                globalFlags(e),
-		Before:               func(c *cli.Context) error { return g.load(c, e) },
+		Reader:         e.stdin,
+		Writer:         e.stdout,
+		ErrWriter:      e.stderr,
+		HideVersion:    true,
+		ExitErrHandler: func(*cli.Context, error) {},
+		Flags:          globalFlags(e),
+		Before:         func(c *cli.Context) error { return g.before(c, e) },
 		CommandNotFound: func(c *cli.Context, name string) {
 			notFound = usageErr("unknown command %q; see 'hamaster --help'", name)
 		},
@@ -110,6 +106,9 @@ environment, which beats the file.`,
 	}
 	app.Commands = append(app.Commands, clusterCommands(e, g)...)
 	app.Commands = append(app.Commands, versionCommand(e, g), historyCommand(e, g), completionCommand(e, g), manCommand(e))
+	// "hamaster ... --generate-bash-completion" lists candidates for the
+	// scripts of "hamaster completion".
+	app.EnableBashCompletion = true
 	for _, c := range app.Commands {
 		setUsageErr(c)
 		acceptGlobals(c, e, g)
@@ -117,9 +116,6 @@ environment, which beats the file.`,
 	app.Action = func(c *cli.Context) error {
 		if c.NArg() > 0 {
 			return usageErr("unknown command %q; see 'hamaster --help'", c.Args().First())
-		}
-		if c.Bool("version") {
-			return printVersion(e, g)
 		}
 		return cli.ShowAppHelp(c)
 	}
@@ -206,10 +202,10 @@ func (g *globals) validate(e *env) error {
 	if g.stateDir == "" {
 		return usageErr("--state-dir: must not be empty")
 	}
-	if g.logFormat != "text" && g.logFormat != "json" {
-		return usageErr("--log-format: %q is not valid (valid: text, json)", g.logFormat)
+	if g.logFmt != "text" && g.logFmt != "json" {
+		return usageErr("--log-format: %q is not valid (valid: text, json)", g.logFmt)
 	}
-	g.logger = newLogger(e.stderr, level, g.logFormat)
+	g.logger = newLogger(e.stderr, level, g.logFmt)
 	g.sshAgent = e.get("SSH_AUTH_SOCK")
 	return nil
 }

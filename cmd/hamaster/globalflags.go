@@ -102,6 +102,21 @@ func configPath(c *cli.Context) string {
 	return ""
 }
 
+// before is the application's Before: the globals resolved, and
+// "hamaster --version [command]" answered.
+func (g *globals) before(c *cli.Context, e *env) error {
+	if err := g.load(c, e); err != nil {
+		return err
+	}
+	if c.Bool("version") {
+		if err := printVersion(e, g); err != nil {
+			return err
+		}
+		return cli.Exit("", 0)
+	}
+	return nil
+}
+
 // overlay applies the global flags given after a command name: their
 // values replace the resolved ones, a --config given there fills what no
 // flag or environment variable set, and everything is validated again.
@@ -174,7 +189,7 @@ func (g *globals) assign(c *cli.Context, name string) {
 	case "log-level":
 		g.logLevel = c.String(name)
 	case "log-format":
-		g.logFormat = c.String(name)
+		g.logFmt = c.String(name)
 	case "dry-run":
 		g.dryRun = c.Bool(name)
 	case "yes":

@@ -76,7 +76,7 @@ func TestVersion(t *testing.T) {
 	if v.Version == "" || v.Commit == "" || !strings.HasPrefix(v.Go, "go1.") || v.Platform == "" {
 		t.Fatalf("incomplete: %+v", v)
 	}
-	for _, args := range [][]string{{"--version"}, {"version"}} {
+	for _, args := range [][]string{{"--version"}, {"version"}, {"--version", "status"}} {
 		code, text, _ := hm(t, nil, args...)
 		if code != 0 || !strings.HasPrefix(text, "hamaster "+v.Version+" (commit "+v.Commit) || strings.Count(text, "\n") != 1 {
 			t.Fatalf("%v: exit %d %q", args, code, text)
