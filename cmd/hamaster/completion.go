@@ -106,7 +106,7 @@ func manCommand(e *env) *cli.Command {
 		Usage:  "print hamaster(1), the man page generated from the commands",
 		Hidden: true,
 		Action: func(c *cli.Context) error {
-			s, err := c.App.ToMan()
+			s, err := c.App.ToManWithSection(1)
 			if err != nil {
 				return fmt.Errorf("man page: %w", err)
 			}

@@ -106,7 +106,7 @@ func TestCompletionAndMan(t *testing.T) {
 		t.Errorf("completion tcsh: exit %d %s", code, errs)
 	}
 	code, out, _ := hm(t, nil, "man")
-	if code != 0 || !strings.Contains(out, ".TH") || !strings.Contains(out, "add-replica") || !strings.Contains(out, "--log-format") {
+	if code != 0 || !strings.Contains(out, ".TH hamaster 1") || !strings.Contains(out, "add-replica") || !strings.Contains(out, "--log-format") {
 		t.Errorf("man: exit %d\n%.300s", code, out)
 	}
 }
