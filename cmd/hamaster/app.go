@@ -84,7 +84,8 @@ cluster lock so two operators cannot change one cluster at once.
 Exit codes: 0 ok, 1 failed, 2 bad usage or bad input, 3 refused for safety
 or cluster unhealthy.
 
-Every global flag can also be set by an environment variable
+Every global flag may also follow the command name (hamaster status
+--output json) and can also be set by an environment variable
 HAMASTER_<NAME> or a key of the --config YAML file; flags beat the
 environment, which beats the file.`,
 		Reader:         e.stdin,
