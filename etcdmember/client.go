@@ -34,7 +34,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/hamaster/hamaster/errkind"
@@ -86,7 +85,7 @@ func (c *Client) dial(endpoints []string) (*clientv3.Client, error) {
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
 		TLS:                  c.tls,
-		Logger:               zap.NewNop(),
+		Logger:               zapToSlog(c.log),
 	}
 	if c.cfg.DialContext != nil {
 		ccfg.DialOptions = append(ccfg.DialOptions, grpc.WithContextDialer(c.cfg.DialContext))

@@ -223,12 +223,17 @@ func TestIdempotentAddAndRemove(t *testing.T) {
 		t.Errorf("CanAddVoter with a pending learner: %v", err)
 	}
 
-	// An unstarted learner never catches up; the error says why.
+	// An unstarted learner never catches up; the error says why, and so
+	// does every poll to the observer (the CLI's heartbeat).
 	wctx, wcancel := context.WithTimeout(ctx, time.Second)
-	err = c.WaitCaughtUp(wctx, first.ID)
+	var observed []string
+	err = c.WaitCaughtUpObserved(wctx, first.ID, func(s string) { observed = append(observed, s) })
 	wcancel()
 	if !errors.Is(err, errkind.Unavailable) || !strings.Contains(err.Error(), "not started") {
 		t.Errorf("WaitCaughtUp of an unstarted learner: %v", err)
+	}
+	if len(observed) == 0 || !strings.Contains(observed[len(observed)-1], "not started") {
+		t.Errorf("observed %q, want the learner's state", observed)
 	}
 
 	// Another learner while one is pending is refused.

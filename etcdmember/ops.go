@@ -166,6 +166,12 @@ func find(ms []Member, id uint64) (Member, bool) {
 // how far behind (or why unreachable) the learner last was. It polls every
 // 50ms and changes nothing.
 func (c *Client) WaitCaughtUp(ctx context.Context, id uint64) error {
+	return c.WaitCaughtUpObserved(ctx, id, nil)
+}
+
+// WaitCaughtUpObserved is WaitCaughtUp telling observe, when not nil, how
+// far behind (or why unreachable) the learner is after every poll.
+func (c *Client) WaitCaughtUpObserved(ctx context.Context, id uint64, observe func(state string)) error {
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
 	var leader uint64 // cached between polls
@@ -177,6 +183,9 @@ func (c *Client) WaitCaughtUp(ctx context.Context, id uint64) error {
 		}
 		if done {
 			return nil
+		}
+		if observe != nil {
+			observe(why)
 		}
 		select {
 		case <-ctx.Done():

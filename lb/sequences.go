@@ -104,6 +104,12 @@ func Drain(ctx context.Context, l LoadBalancer, name string, grace time.Duration
 // WaitHealthy polls the LB until it reports the target healthy and not
 // draining, or ctx ends; the error then names the last reason seen.
 func WaitHealthy(ctx context.Context, l LoadBalancer, name string) error {
+	return WaitHealthyObserved(ctx, l, name, nil)
+}
+
+// WaitHealthyObserved is WaitHealthy telling observe, when not nil, the
+// target's state after every poll ("unhealthy: <reason>", "draining").
+func WaitHealthyObserved(ctx context.Context, l LoadBalancer, name string, observe func(state string)) error {
 	tick := time.NewTicker(PollInterval)
 	defer tick.Stop()
 	last := "not registered"
@@ -128,6 +134,9 @@ func WaitHealthy(ctx context.Context, l LoadBalancer, name string) error {
 			}
 		} else {
 			last = err.Error()
+		}
+		if observe != nil {
+			observe(name + ": " + last)
 		}
 		select {
 		case <-ctx.Done():

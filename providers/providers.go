@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -163,6 +164,17 @@ type Settings struct {
 	Out io.Writer
 	// Options are provider-specific settings (project, region, ...).
 	Options map[string]string
+	// Logger receives the provider's logs (cloud SDK requests at debug);
+	// nil discards them.
+	Logger *slog.Logger
+}
+
+// Log returns s.Logger, or a logger that discards when it is nil.
+func (s Settings) Log() *slog.Logger {
+	if s.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Logger
 }
 
 // Factory builds a provider for one cluster.

@@ -218,7 +218,7 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 					r.Waiting("etcd learner %s to catch up", name(r))
 					wctx, cancel := context.WithTimeout(ctx, p.Timeout)
 					defer cancel()
-					return cli.WaitCaughtUp(wctx, id)
+					return cli.WaitCaughtUpObserved(wctx, id, r.Observe)
 				})
 			},
 		},
@@ -279,7 +279,7 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				}()
 				wctx, cancel := context.WithTimeout(fctx, p.Timeout)
 				defer cancel()
-				return lb.WaitHealthy(wctx, d.Provider.LoadBalancer(), name(r))
+				return lb.WaitHealthyObserved(wctx, d.Provider.LoadBalancer(), name(r), r.Observe)
 			},
 		},
 		dnsStep(d, p.DNSKind, p.DNSName),

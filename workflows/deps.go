@@ -42,6 +42,13 @@ type Deps struct {
 	AfterStep func(step string) error
 	// Holder names the command in the cluster lock.
 	Holder string
+	// Args, User, Host and Version go into the cluster's history.
+	Args       []string
+	User, Host string
+	Version    string
+	// Heartbeat is the interval of a wait's "still waiting" events
+	// (DefaultHeartbeat when zero).
+	Heartbeat time.Duration
 
 	mu   sync.Mutex // guards the lazily loaded ca and http
 	ca   *certs.CA
@@ -161,6 +168,9 @@ func waitFor(ctx context.Context, r *Run, what string, interval time.Duration, c
 		// the thing checked: keep the last real answer.
 		if ctx.Err() == nil || last == nil {
 			last = err
+			if r != nil {
+				r.Observe(err.Error())
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -257,12 +267,24 @@ type Options struct {
 	// Defaults fills parameters still empty after a resume was considered
 	// (a fresh run's generated replica name).
 	Defaults func(params map[string]string)
+	// ShowPlan, when set, receives the plan document of a dry run instead
+	// of the text plan on Deps.Out (--output json).
+	ShowPlan func(PlanDoc) error
 }
 
 // Execute prepares wf against the journal, prints the plan on a dry run,
 // confirms, takes the cluster lock and runs it.
-func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) error {
-	rn := &Runner{Store: NewJournalStore(d.StateDir, d.Cluster), Sink: d.Sink, AfterStep: d.AfterStep}
+func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) {
+	runID := NewRunID()
+	sink := d.Sink
+	if sink == nil {
+		sink = Discard{}
+	}
+	rn := &Runner{Store: NewJournalStore(d.StateDir, d.Cluster), Sink: Stamp(sink, wf.Name, runID, nil), AfterStep: d.AfterStep, Heartbeat: d.Heartbeat}
+	// Nested workflows (a surge upgrade's add and remove) report under
+	// this run too.
+	d.Sink = rn.Sink
+	defer func() { d.Sink = sink }()
 	j, resumed, err := rn.Prepare(wf, o.Supersede)
 	if err != nil {
 		return err
@@ -274,6 +296,11 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) error {
 	if resumed {
 		plan += fmt.Sprintf("Resuming the unfinished run started %s (last: %s).\n", j.Started.Format(time.RFC3339), lastStep(j))
 	}
+	if o.DryRun && o.ShowPlan != nil {
+		doc := wf.Doc(d.Cluster, d.Provider.Name(), j, resumed)
+		doc.DryRun = true
+		return o.ShowPlan(doc)
+	}
 	if o.DryRun {
 		fmt.Fprint(d.Out, plan)
 		fmt.Fprintln(d.Out, "Dry run: nothing was changed.")
@@ -284,6 +311,15 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) error {
 			return err
 		}
 	}
+	started := time.Now()
+	d.logger().Info("run", "workflow", wf.Name, "run_id", runID, "params", wf.Params, "resumed", resumed)
+	defer func() {
+		rec := d.historyRecord(runID, wf, j, resumed, started, time.Now(), err)
+		if herr := AppendHistory(d.StateDir, d.Cluster, rec); herr != nil {
+			d.logger().Warn("history not recorded", "error", herr)
+		}
+		d.logger().Info("run ended", "workflow", wf.Name, "run_id", runID, "result", rec.Result, "error", rec.Error)
+	}()
 	if wf.Check != nil {
 		if err := wf.Check(ctx); err != nil {
 			return err

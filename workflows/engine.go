@@ -74,6 +74,8 @@ type Run struct {
 	step    string
 	started time.Time
 	now     func() time.Time
+	// hb is the step's heartbeat (see heartbeat.go).
+	hb heartbeat
 }
 
 // Param returns a workflow parameter.
@@ -91,9 +93,13 @@ func (r *Run) Set(k, v string) error {
 	return r.store.Save(r.journal)
 }
 
-// Waiting reports what the step is waiting for (a progress line).
+// Waiting reports what the step is waiting for (a progress line), then
+// every heartbeat interval until the step ends: the elapsed time, what is
+// awaited and the last state the wait observed (see Observe).
 func (r *Run) Waiting(format string, args ...any) {
-	r.sink.Event(Event{Step: r.step, State: StateWaiting, ElapsedMS: r.now().Sub(r.started).Milliseconds(), Message: fmt.Sprintf(format, args...)})
+	what := fmt.Sprintf(format, args...)
+	r.sink.Event(Event{Step: r.step, State: StateWaiting, ElapsedMS: r.now().Sub(r.started).Milliseconds(), Message: what})
+	r.hb.start(r, what)
 }
 
 // Info reports something worth showing the operator (a snapshot path).
@@ -114,6 +120,9 @@ type Runner struct {
 	Fence func(ctx context.Context) error
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Heartbeat is the interval of the "still waiting" events of a wait
+	// (DefaultHeartbeat when zero).
+	Heartbeat time.Duration
 }
 
 // ErrConcluded marks a step failure after which the workflow cleaned up
@@ -246,8 +255,9 @@ func (rn *Runner) Execute(ctx context.Context, wf *Workflow, j *Journal) error {
 			return err
 		}
 		rn.Sink.Event(Event{Workflow: wf.Name, Step: s.Name, Index: i + 1, Total: len(wf.Steps), State: StateStart})
-		run := &Run{journal: j, store: rn.Store, sink: rn.Sink, step: s.Name, started: start, now: rn.now}
+		run := &Run{journal: j, store: rn.Store, sink: rn.Sink, step: s.Name, started: start, now: rn.now, hb: heartbeat{every: rn.Heartbeat}}
 		err := s.Run(ctx, run)
+		run.hb.stop()
 		end := rn.now()
 		if err != nil {
 			j.record(s.Name, StateFailed, end, err)

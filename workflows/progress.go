@@ -5,18 +5,58 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 )
 
-// Event is one progress event.
+// EventSchema is the version of the progress events' JSON shape; it grows
+// when a field changes meaning or goes away (new fields do not bump it).
+const EventSchema = 1
+
+// Event is one progress event. In --output json each is one line:
+// schema, time, run_id and workflow are stamped by Execute (see Stamp).
 type Event struct {
-	Workflow  string `json:"workflow,omitempty"`
-	Step      string `json:"step,omitempty"`
-	Index     int    `json:"index,omitempty"`
-	Total     int    `json:"total,omitempty"`
-	State     string `json:"state"`
-	ElapsedMS int64  `json:"elapsed_ms"`
-	Message   string `json:"message,omitempty"`
-	Error     string `json:"error,omitempty"`
+	Schema    int       `json:"schema,omitempty"`
+	Time      time.Time `json:"time,omitzero"`
+	RunID     string    `json:"run_id,omitempty"`
+	Workflow  string    `json:"workflow,omitempty"`
+	Step      string    `json:"step,omitempty"`
+	Index     int       `json:"index,omitempty"`
+	Total     int       `json:"total,omitempty"`
+	State     string    `json:"state"`
+	ElapsedMS int64     `json:"elapsed_ms"`
+	Message   string    `json:"message,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	// Heartbeat marks the periodic "still waiting" events of a wait.
+	Heartbeat bool `json:"heartbeat,omitempty"`
+}
+
+// Stamp returns a sink that fills in the schema version, the time, the
+// run ID and the workflow of every event before passing it to next.
+func Stamp(next Sink, workflow, runID string, now func() time.Time) Sink {
+	if now == nil {
+		now = time.Now
+	}
+	return stamped{next: next, workflow: workflow, runID: runID, now: now}
+}
+
+type stamped struct {
+	next            Sink
+	workflow, runID string
+	now             func() time.Time
+}
+
+func (s stamped) Event(e Event) {
+	e.Schema = EventSchema
+	if e.Time.IsZero() {
+		e.Time = s.now().UTC()
+	}
+	if e.RunID == "" {
+		e.RunID = s.runID
+	}
+	if e.Workflow == "" {
+		e.Workflow = s.workflow
+	}
+	s.next.Event(e)
 }
 
 // Sink receives progress events.

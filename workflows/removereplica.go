@@ -148,13 +148,16 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 					if err != nil {
 						return err
 					}
-					registered := false
+					registered, grace := false, p.DrainGrace
 					for _, t := range st.Targets {
-						registered = registered || t.Name == victim
+						if t.Name == victim {
+							registered = true
+							grace = drainGrace(r, victim, t, grace)
+						}
 					}
 					if registered {
-						r.Waiting("drain grace period of %s for %s", p.DrainGrace, victim)
-						if err := lb.Drain(ctx, l, victim, p.DrainGrace); err != nil {
+						r.Waiting("drain grace period of %s for %s", grace, victim)
+						if err := lb.Drain(ctx, l, victim, grace); err != nil {
 							return err
 						}
 					}
@@ -302,4 +305,19 @@ func survivingReplica(ctx context.Context, d *Deps, victim string) (string, erro
 		return r.Name, nil
 	}
 	return "", errkind.Errorf(errkind.FailedPrecondition, "no ready replica other than %s: %w", victim, errors.Join(errs...))
+}
+
+// drainGrace is the grace period to wait after draining victim: none when
+// the load balancer already sees it unhealthy (a dead replica gets no
+// traffic, so there is nothing to drain), which the run says.
+func drainGrace(r *Run, victim string, t lb.TargetHealth, grace time.Duration) time.Duration {
+	if t.Healthy || grace == 0 {
+		return grace
+	}
+	reason := t.Reason
+	if reason == "" {
+		reason = "unhealthy"
+	}
+	r.Info("%s is not healthy in the load balancer (%s): it gets no traffic, so the %s drain grace is skipped", victim, reason, grace)
+	return 0
 }

@@ -382,7 +382,7 @@ func undrain(ctx context.Context, d *Deps, r *Run, name string, timeout time.Dur
 	r.Waiting("the load balancer to see %s healthy", name)
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return lb.WaitHealthy(wctx, l, name)
+	return lb.WaitHealthyObserved(wctx, l, name, r.Observe)
 }
 
 // healthGate waits until the replica's etcd member is a healthy voter

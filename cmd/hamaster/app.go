@@ -20,6 +20,8 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	vars           map[string]string
+	// args is the command line as given (program name excluded).
+	args []string
 }
 
 func (e *env) get(k string) string { return e.vars[k] }
@@ -32,6 +34,7 @@ type globals struct {
 	stateDir string
 	output   string
 	logLevel string
+	logFmt   string // --log-format: text or json
 	dryRun   bool
 	yes      bool
 	logger   *slog.Logger
@@ -43,6 +46,9 @@ func (g *globals) json() bool { return g.output == "json" }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, environ []string) int {
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, vars: map[string]string{}}
+	if len(args) > 1 {
+		e.args = args[1:]
+	}
 	for _, kv := range environ {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			e.vars[k] = v
@@ -78,7 +84,8 @@ cluster lock so two operators cannot change one cluster at once.
 Exit codes: 0 ok, 1 failed, 2 bad usage or bad input, 3 refused for safety
 or cluster unhealthy.
 
-Every global flag can also be set by an environment variable
+Every global flag may also follow the command name (hamaster status
+--output json) and can also be set by an environment variable
 HAMASTER_<NAME> or a key of the --config YAML file; flags beat the
 environment, which beats the file.`,
 		Reader:         e.stdin,
@@ -87,7 +94,7 @@ environment, which beats the file.`,
 		HideVersion:    true,
 		ExitErrHandler: func(*cli.Context, error) {},
 		Flags:          globalFlags(e),
-		Before:         func(c *cli.Context) error { return g.load(c, e) },
+		Before:         func(c *cli.Context) error { return g.before(c, e) },
 		CommandNotFound: func(c *cli.Context, name string) {
 			notFound = usageErr("unknown command %q; see 'hamaster --help'", name)
 		},
@@ -99,8 +106,19 @@ environment, which beats the file.`,
 		},
 	}
 	app.Commands = append(app.Commands, clusterCommands(e, g)...)
+	app.Commands = append(app.Commands, versionCommand(e, g), historyCommand(e, g), completionCommand(e, g), manCommand(e))
+	// "hamaster ... --generate-bash-completion" lists candidates for the
+	// scripts of "hamaster completion".
+	app.EnableBashCompletion = true
 	for _, c := range app.Commands {
 		setUsageErr(c)
+		acceptGlobals(c, e, g)
+	}
+	app.Action = func(c *cli.Context) error {
+		if c.NArg() > 0 {
+			return usageErr("unknown command %q; see 'hamaster --help'", c.Args().First())
+		}
+		return cli.ShowAppHelp(c)
 	}
 	prev := app.After
 	app.After = func(c *cli.Context) error {
@@ -153,8 +171,10 @@ func globalFlags(e *env) []cli.Flag {
 		&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(e), EnvVars: []string{"HAMASTER_STATE_DIR"}, Usage: "`DIR` for journals, snapshots, certificates and the local provider's replicas"},
 		&cli.StringFlag{Name: "output", Value: "text", EnvVars: []string{"HAMASTER_OUTPUT"}, Usage: "text|json"},
 		&cli.StringFlag{Name: "log-level", Value: "warn", EnvVars: []string{"HAMASTER_LOG_LEVEL"}, Usage: "debug|info|warn|error (logs go to stderr)"},
+		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"HAMASTER_LOG_FORMAT"}, Usage: "text|json (logs go to stderr, never to stdout)"},
 		&cli.BoolFlag{Name: "dry-run", EnvVars: []string{"HAMASTER_DRY_RUN"}, Usage: "print the plan (every step and the calls it would make) and change nothing"},
 		&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, EnvVars: []string{"HAMASTER_YES"}, Usage: "do not ask for confirmation before changing the cluster"},
+		&cli.BoolFlag{Name: "version", Usage: "print hamaster's version and exit (also: hamaster version)"},
 	}
 }
 
@@ -164,13 +184,14 @@ func (g *globals) load(c *cli.Context, e *env) error {
 	if err := applyConfig(c, e, c.App.Flags, true); err != nil {
 		return err
 	}
-	g.cluster = c.String("cluster")
-	g.provider = c.String("provider")
-	g.stateDir = c.String("state-dir")
-	g.output = c.String("output")
-	g.logLevel = c.String("log-level")
-	g.dryRun = c.Bool("dry-run")
-	g.yes = c.Bool("yes")
+	for _, n := range globalFlagNames(e) {
+		g.assign(c, n)
+	}
+	return g.validate(e)
+}
+
+// validate checks every global value and builds the logger.
+func (g *globals) validate(e *env) error {
 	if err := validClusterName(g.cluster); err != nil {
 		return err
 	}
@@ -187,7 +208,10 @@ func (g *globals) load(c *cli.Context, e *env) error {
 	if g.stateDir == "" {
 		return usageErr("--state-dir: must not be empty")
 	}
-	g.logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	if g.logFmt != "text" && g.logFmt != "json" {
+		return usageErr("--log-format: %q is not valid (valid: text, json)", g.logFmt)
+	}
+	g.logger = newLogger(e.stderr, level, g.logFmt)
 	g.sshAgent = e.get("SSH_AUTH_SOCK")
 	return nil
 }

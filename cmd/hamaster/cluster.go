@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
@@ -31,7 +31,11 @@ func registry() *providers.Registry {
 }
 
 func (g *globals) settings(c *cli.Context) providers.Settings {
-	return providers.Settings{Cluster: g.cluster, StateDir: g.stateDir, Out: c.App.Writer, Options: map[string]string{
+	out := c.App.Writer
+	if g.json() {
+		out = c.App.ErrWriter // stdout carries JSON only
+	}
+	return providers.Settings{Cluster: g.cluster, StateDir: g.stateDir, Out: out, Logger: g.logger, Options: map[string]string{
 		local.OptNodeBinary: c.String("node-binary"),
 		local.OptSubnet:     c.String("subnet"),
 
@@ -80,6 +84,7 @@ func (g *globals) deps(c *cli.Context, e *env, p providers.Provider) *workflows.
 		out = e.stderr // keep stdout JSON lines only; instructions go to people
 	}
 	d := &workflows.Deps{Provider: p, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: out, Holder: c.Command.Name, KeepSnapshots: c.Int("keep-snapshots")}
+	g.runInfo(e, d)
 	d.AfterStep = faultHook(e) // nil unless built with -tags hamaster_faults
 	return d
 }
@@ -88,18 +93,24 @@ func (g *globals) deps(c *cli.Context, e *env, p providers.Provider) *workflows.
 // (exit 2) unless --yes.
 func (g *globals) confirm(e *env) func(plan string) error {
 	return func(plan string) error {
+		// In --output json stdout carries JSON only: the text plan and the
+		// question go to stderr.
+		out := e.stdout
+		if g.json() {
+			out = e.stderr
+		}
 		if g.yes {
 			if !g.json() {
 				fmt.Fprint(e.stdout, plan)
 			}
 			return nil
 		}
-		fmt.Fprint(e.stdout, plan)
+		fmt.Fprint(out, plan)
 		f, ok := e.stdin.(*os.File)
 		if !ok || !isTerminal(f) {
 			return usageErr("not changing anything without confirmation: re-run with --yes (or --dry-run to only print the plan)")
 		}
-		fmt.Fprint(e.stdout, "Proceed? [y/N] ")
+		fmt.Fprint(out, "Proceed? [y/N] ")
 		line, _ := bufio.NewReader(f).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
 			return errkind.Errorf(errkind.FailedPrecondition, "aborted by the operator")
@@ -108,10 +119,10 @@ func (g *globals) confirm(e *env) func(plan string) error {
 	}
 }
 
-// isTerminal asks the kernel (TCGETS), so /dev/null is not a terminal.
+// isTerminal asks the kernel (golang.org/x/term: TCGETS on Linux,
+// TIOCGETA on macOS), so /dev/null is not a terminal.
 func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return term.IsTerminal(int(f.Fd()))
 }
 
 // mutatingFlags lets --yes and --dry-run also follow the command name
@@ -244,8 +255,9 @@ Example:
 							"ETCD_ELECTION_MS":  fmt.Sprint(c.Int("etcd-election-ms")),
 						}}
 						if g.dryRun {
-							fmt.Fprintf(e.stdout, "Plan: local up %s: cluster record, CA, master-0 %s, static IP attached. Dry run: nothing was changed.\n", g.cluster, local.MasterName(g.cluster))
-							return nil
+							return g.result(e, fmt.Sprintf("Plan: local up %s: cluster record, CA, master-0 %s, static IP attached. Dry run: nothing was changed.", g.cluster, local.MasterName(g.cluster)),
+								map[string]any{"schema": 1, "kind": "plan", "workflow": "local-up", "cluster": g.cluster, "provider": local.Name, "dry_run": true,
+									"steps": []map[string]any{{"index": 1, "name": "local-up", "calls": []string{"cluster record", "CA", "master-0 " + local.MasterName(g.cluster), "static IP attached"}}}})
 						}
 						p, err := local.Up(ctx, g.settings(c), o, func(s string) { fmt.Fprintln(e.stderr, s) })
 						if err != nil {
@@ -256,8 +268,8 @@ Example:
 						if err := waitReady(ctx, d, ip); err != nil {
 							return err
 						}
-						fmt.Fprintf(e.stdout, "cluster %s is up: endpoint https://%s:6443 (etcd and apiserver on %s)\n", g.cluster, ip, local.MasterName(g.cluster))
-						return nil
+						return g.result(e, fmt.Sprintf("cluster %s is up: endpoint https://%s:6443 (etcd and apiserver on %s)", g.cluster, ip, local.MasterName(g.cluster)),
+							map[string]any{"cluster": g.cluster, "state": "up", "endpoint": fmt.Sprintf("https://%s:6443", ip), "replica": local.MasterName(g.cluster)})
 					},
 				},
 				{
@@ -275,8 +287,9 @@ Example:
 						}
 						plan := fmt.Sprintf("Plan: stop the load balancer and every replica of %s, remove %s/%s (its CA, journals and every snapshot).\n", g.cluster, g.stateDir, g.cluster)
 						if g.dryRun {
-							fmt.Fprint(e.stdout, plan+"Dry run: nothing was changed.\n")
-							return nil
+							return g.result(e, fmt.Sprintf("Plan: stop the load balancer and every replica of %s, remove %s/%s. Dry run: nothing was changed.", g.cluster, g.stateDir, g.cluster),
+								map[string]any{"schema": 1, "kind": "plan", "workflow": "local-down", "cluster": g.cluster, "provider": local.Name, "dry_run": true,
+									"steps": []map[string]any{{"index": 1, "name": "local-down", "calls": []string{"stop the load balancer and every replica", "remove " + g.stateDir + "/" + g.cluster}}}})
 						}
 						if err := g.confirm(e)(plan); err != nil {
 							return err
@@ -284,8 +297,7 @@ Example:
 						if err := local.Down(c.Context, g.settings(c)); err != nil {
 							return fmt.Errorf("local down %s: %w", g.cluster, err)
 						}
-						fmt.Fprintf(e.stdout, "cluster %s is down; nothing of it is left\n", g.cluster)
-						return nil
+						return g.result(e, fmt.Sprintf("cluster %s is down; nothing of it is left", g.cluster), map[string]any{"cluster": g.cluster, "state": "down"})
 					},
 				},
 			},
@@ -374,16 +386,19 @@ Example:
 			d := g.deps(c, e, p)
 			wf := workflows.AddReplica(d, workflows.AddParams{Name: c.String("name"), Zone: c.String("zone"), DNSKind: c.String("dns"), DNSName: c.String("dns-name"), Timeout: c.Duration("timeout")})
 			err = workflows.Execute(c.Context, d, wf, workflows.Options{
-				DryRun: g.dryRun, Confirm: g.confirm(e),
+				DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e),
 				Defaults: func(params map[string]string) {
 					if params["name"] == "" {
-						params["name"] = workflows.NewReplicaName(g.cluster)
+						params["name"] = nextReplicaName(c.Context, d)
 					}
 				},
 			})
 			if n := c.String("dns-name"); err == nil && n != "" && !g.dryRun {
 				// The replicas already there got certificates without it.
 				err = rotateAfterDNS(c, e, g, d, n)
+			}
+			if err == nil && !g.dryRun {
+				warnEvenVoters(c.Context, e, d, "add-replica")
 			}
 			return err
 		},
@@ -403,7 +418,7 @@ deleted and the static IP given back to that replica. A replica whose
 add-replica was interrupted can be removed too.
 
 Example:
-  hamaster --cluster demo remove-replica --name demo-master-3f2 --yes`,
+  hamaster --cluster demo remove-replica --name demo-master-8c7 --yes`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "replica `NAME` to remove (this or --member-id)"},
 			&cli.StringFlag{Name: "member-id", Usage: "remove the etcd member `ID` (hex) that no replica owns: an orphan 'hamaster status' names"},
@@ -438,9 +453,13 @@ Example:
 			d := g.deps(c, e, p)
 			name := c.String("name")
 			wf := workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Force: c.Bool("force"), DrainGrace: c.Duration("drain-grace"), Timeout: c.Duration("timeout")})
-			return workflows.Execute(c.Context, d, wf, workflows.Options{
-				DryRun: g.dryRun, Confirm: g.confirm(e), Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name},
+			err = workflows.Execute(c.Context, d, wf, workflows.Options{
+				DryRun: g.dryRun, Confirm: g.confirm(e), Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}, ShowPlan: g.showPlan(e),
 			})
+			if err == nil && !g.dryRun {
+				warnEvenVoters(c.Context, e, d, "remove-replica")
+			}
+			return err
 		},
 	}
 }
@@ -659,7 +678,7 @@ Example:
 				ExtraArgs: strings.Fields(c.String("extra-args")), ExtraArgsSet: c.IsSet("extra-args"),
 			}
 			wf := workflows.RollingUpgrade(d, params, len(rs))
-			return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e)})
+			return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e)})
 		},
 	}
 }

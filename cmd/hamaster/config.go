@@ -34,17 +34,13 @@ func applyConfig(c *cli.Context, e *env, flags []cli.Flag, checkKeys bool) error
 			}
 		}
 	}
-	path := c.String("config")
+	path := configPath(c)
 	if path == "" {
 		return nil
 	}
-	b, err := os.ReadFile(path)
+	raw, err := readConfig(path)
 	if err != nil {
-		return usageErr("--config: %v", err)
-	}
-	var raw map[string]any
-	if err := yaml.Unmarshal(b, &raw); err != nil {
-		return usageErr("--config %s: not a YAML mapping of flag names to values: %v", path, err)
+		return err
 	}
 	if checkKeys {
 		if err := checkConfigKeys(c, path, raw); err != nil {
@@ -68,6 +64,19 @@ func applyConfig(c *cli.Context, e *env, flags []cli.Flag, checkKeys bool) error
 		}
 	}
 	return nil
+}
+
+// readConfig reads the --config YAML file: a mapping of flag names to values.
+func readConfig(path string) (map[string]any, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageErr("--config: %v", err)
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(b, &raw); err != nil {
+		return nil, usageErr("--config %s: not a YAML mapping of flag names to values: %v", path, err)
+	}
+	return raw, nil
 }
 
 // checkConfigKeys refuses keys that are no flag of any command.

@@ -126,9 +126,11 @@ func etcdCommand(e *env, g *globals) *cli.Command {
 		Description: `Talks to etcd's client API at --endpoints, with mTLS when --cacert, --cert
 and --key are given.
 
-Example:
-  hamaster etcd members --endpoints https://10.0.0.2:2379 \
-      --cacert ca.crt --cert client.crt --key client.key --output json`,
+Example (any etcd; here the master of the local demo cluster):
+  hamaster etcd members --endpoints https://127.0.65.2:2379 \
+      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
+      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
+      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key --output json`,
 		Subcommands: []*cli.Command{
 			{
 				Name:  "members",
@@ -138,8 +140,11 @@ Example:
   {"members":[{"id":"…","name":"…","peer_urls":[…],"client_urls":[…],
     "learner":false,"leader":true,"healthy":true,"version":"3.7.3"}]}
 
-Example:
-  hamaster etcd members --endpoints http://127.0.0.1:2379`,
+Example (the master of the local demo cluster):
+  hamaster etcd members --endpoints https://127.0.65.2:2379 \
+      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
+      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
+      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key`,
 				Flags: etcdFlags(),
 				Action: func(c *cli.Context) error {
 					cli, err := connect(c)
@@ -163,8 +168,11 @@ Example:
 			{
 				Name:  "health",
 				Usage: "check every member; exit 3 when any voter is unhealthy or there is no leader",
-				Description: `Example:
-  hamaster etcd health --endpoints http://127.0.0.1:2379`,
+				Description: `Example (the master of the local demo cluster):
+  hamaster etcd health --endpoints https://127.0.65.2:2379 \
+      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
+      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
+      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key`,
 				Flags: etcdFlags(),
 				Action: func(c *cli.Context) error {
 					cli, err := connect(c)
@@ -204,8 +212,11 @@ Example:
 				ArgsUsage: " ",
 				Description: `Writes the snapshot atomically (mode 0600) and prints its size and sha256.
 
-Example:
-  hamaster etcd snapshot --endpoints http://127.0.0.1:2379 --file backup.db`,
+Example (the master of the local demo cluster):
+  hamaster etcd snapshot --endpoints https://127.0.65.2:2379 --file backup.db \
+      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
+      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
+      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key`,
 				Flags: append(etcdFlags(), &cli.StringFlag{Name: "file", Usage: "`PATH` to write the snapshot to (required)"}),
 				Action: func(c *cli.Context) error {
 					cli, err := connect(c)

@@ -130,7 +130,7 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	if opts == nil {
 		opts = map[string]string{}
 	}
-	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: opts, log: slog.New(slog.DiscardHandler), poll: 2 * time.Second, maxWait: 15 * time.Minute, deregDelay: 30}
+	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: opts, log: s.Log(), poll: 2 * time.Second, maxWait: 15 * time.Minute, deregDelay: 30}
 	var err error
 	if p.amap, err = parseAddrMap(opts[OptAddressMap]); err != nil {
 		return nil, err
@@ -175,6 +175,7 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 			})
 		}),
 	}
+	lo = append(lo, config.WithAPIOptions(requestLogging(p.log)))
 	if v := opts[OptRegion]; v != "" {
 		lo = append(lo, config.WithRegion(v))
 	}

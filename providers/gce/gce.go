@@ -180,7 +180,7 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--cluster: required")
 	}
 	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: o, project: o[OptProject], region: o[OptRegion],
-		network: o[OptNetwork], subnet: o[OptSubnetwork], opWait: 10 * time.Minute, apiPort: DefaultAPIServerPort, log: slog.New(slog.DiscardHandler),
+		network: o[OptNetwork], subnet: o[OptSubnetwork], opWait: 10 * time.Minute, apiPort: DefaultAPIServerPort, log: s.Log(),
 		zoneOf: map[string]string{}, diskInfo: map[string]diskInfo{}, ssh: map[string]*remote.Client{}}
 	p.out = s.Out
 	if p.out == nil {
@@ -229,7 +229,8 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 		}
 		p.apiPort = n
 	}
-	var copts []option.ClientOption
+	// The client libraries log each request and response at debug.
+	copts := []option.ClientOption{option.WithLogger(p.log)}
 	if ep := o[OptEndpoint]; ep != "" {
 		copts = append(copts, option.WithEndpoint(strings.TrimSuffix(ep, "/")), option.WithoutAuthentication())
 	}

@@ -68,7 +68,7 @@ func open(s providers.Settings) (*Provider, error) {
 	if s.StateDir == "" {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--state-dir: required")
 	}
-	p := &Provider{cluster: s.Cluster, l: layout{dir: filepath.Join(s.StateDir, s.Cluster)}, opts: s.Options, log: slog.New(slog.DiscardHandler), dnsOut: s.Out}
+	p := &Provider{cluster: s.Cluster, l: layout{dir: filepath.Join(s.StateDir, s.Cluster)}, opts: s.Options, log: s.Log(), dnsOut: s.Out}
 	if p.dnsOut == nil {
 		p.dnsOut = io.Discard
 	}

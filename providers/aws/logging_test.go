@@ -1,0 +1,67 @@
+package aws_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/providers"
+	awsp "github.com/hamaster/hamaster/providers/aws"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The logger of providers.Settings gets one debug line per SDK call
+// (service, operation, duration, error), and nothing at a higher level.
+func TestSettingsLoggerLogsSDKCallsAtDebug(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "<Response><Errors><Error><Code>InternalError</Code></Error></Errors></Response>", http.StatusInternalServerError)
+	}))
+	t.Cleanup(srv.Close)
+	for _, c := range []struct {
+		level slog.Level
+		want  bool
+	}{{slog.LevelDebug, true}, {slog.LevelWarn, false}} {
+		var buf syncBuffer
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		p, err := awsp.New(ctx, providers.Settings{Cluster: "logs", StateDir: t.TempDir(),
+			Logger:  slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: c.level})),
+			Options: map[string]string{awsp.OptRegion: "us-east-1", awsp.OptEndpoint: srv.URL, awsp.OptMaxAttempts: "1"}})
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		_, err = p.Instances().List(ctx)
+		p.Close()
+		cancel()
+		if err == nil {
+			t.Fatal("List against a failing endpoint succeeded")
+		}
+		got := strings.Contains(buf.String(), "aws request") && strings.Contains(buf.String(), "service=EC2") && strings.Contains(buf.String(), "operation=DescribeInstances") && strings.Contains(buf.String(), "error=")
+		if got != c.want {
+			t.Errorf("level %s: call logged %v, want %v:\n%s", c.level, got, c.want, buf.String())
+		}
+	}
+}
