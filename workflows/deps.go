@@ -313,13 +313,6 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 	}
 	started := time.Now()
 	d.logger().Info("run", "workflow", wf.Name, "run_id", runID, "params", wf.Params, "resumed", resumed)
-	defer func() {
-		rec := d.historyRecord(runID, wf, j, resumed, started, time.Now(), err)
-		if herr := AppendHistory(d.StateDir, d.Cluster, rec); herr != nil {
-			d.logger().Warn("history not recorded", "error", herr)
-		}
-		d.logger().Info("run ended", "workflow", wf.Name, "run_id", runID, "result", rec.Result, "error", rec.Error)
-	}()
 	if wf.Check != nil {
 		if err := wf.Check(ctx); err != nil {
 			return err
@@ -334,6 +327,15 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 	if err != nil {
 		return err
 	}
+	// A run is history once it holds the lock: one refused before (bad
+	// input, a failed check, another operator's lock) changed nothing.
+	defer func() {
+		rec := d.historyRecord(runID, wf, j, resumed, started, time.Now(), err)
+		if herr := AppendHistory(d.StateDir, d.Cluster, rec); herr != nil {
+			d.logger().Warn("history not recorded", "error", herr)
+		}
+		d.logger().Info("run ended", "workflow", wf.Name, "run_id", runID, "result", rec.Result, "error", rec.Error)
+	}()
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

@@ -96,8 +96,9 @@ cleared. Grow the cluster back with add-replica. Refused while etcd still
 has a quorum unless --force. 'hamaster snapshots' lists the snapshots.
 
 Example:
-  hamaster --cluster demo recover --from demo-master --yes
-  hamaster --cluster demo recover --from demo-master --snapshot /path/to/x.db --yes`,
+  hamaster --cluster demo snapshots                                   # pick a snapshot, if restoring from one
+  hamaster --cluster demo recover --from demo-master --yes            # after losing quorum; refused (exit 3) while etcd still has one
+  hamaster --cluster demo recover --from demo-master --snapshot "$(ls -t $HAMASTER_STATE_DIR/demo/snapshots/*.db | head -1)" --yes   # the newest snapshot; also refused (exit 3) while etcd has a quorum`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "from", Usage: "the surviving replica `NAME` (required)"},
 			&cli.StringFlag{Name: "snapshot", Usage: "restore from this etcd snapshot `FILE` instead of --from's data"},
@@ -202,8 +203,8 @@ known-good template is restored and the command stops, exit 1) → back in
 the LB. 'add-replica --dns-name' runs it by itself when needed.
 
 Example:
-  hamaster --cluster demo rotate-certs --yes
-  hamaster --cluster demo rotate-certs --expiring-within 60d --yes`,
+  hamaster --cluster demo rotate-certs --drain-grace 1s --yes
+  hamaster --cluster demo rotate-certs --expiring-within 60d --drain-grace 1s --yes`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "expiring-within", Value: "30d", Usage: "also renew certificates expiring within this `DURATION` (30d, 720h)"},
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining a replica from the LB before touching it"},
