@@ -173,7 +173,13 @@ func startKubeUpNode(t *testing.T, v *vpc.VPC, vm, kubeEnv, masterCerts string) 
 		t.Fatal(err)
 	}
 	cmd.Env = append(os.Environ(), mainEnv+"=1")
-	cmd.Stdout, cmd.Stderr = nil, nil
+	// etcd's own (zap) log goes to stderr.
+	stderr, err := os.Create(filepath.Join(dir, "stderr.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	cmd.Stdout, cmd.Stderr = nil, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +213,8 @@ func (n *kubeUpNode) stop(t *testing.T) {
 
 func (n *kubeUpNode) log() string {
 	b, _ := os.ReadFile(filepath.Join(n.dir, "node.log"))
-	return string(b)
+	e, _ := os.ReadFile(filepath.Join(n.dir, "stderr.log"))
+	return string(b) + string(e)
 }
 
 func (n *kubeUpNode) status() (nodeapi.Status, error) {
@@ -340,10 +347,19 @@ func TestKubeUpMasterInVPC(t *testing.T) {
 	}
 	poll(t, 60*time.Second, "master 0's /readyz on its external address", nodes, ready(ext0, ""))
 	t.Logf("master 0 ready after %v", time.Since(start).Round(time.Millisecond))
-	st, err := n0.status()
-	if err != nil || st.Etcd != nodeapi.EtcdRunning || st.EtcdEvents != nodeapi.EtcdRunning || !slices.Contains(st.Listeners, ":443") {
-		t.Fatalf("master 0 status %+v, %v", st, err)
+	// The status file is rewritten on changes and every 500 ms.
+	statusOK := func(n *kubeUpNode) func() (bool, string) {
+		return func() (bool, string) {
+			st, err := n.status()
+			if err != nil {
+				return false, err.Error()
+			}
+			ok := st.Etcd == nodeapi.EtcdRunning && st.EtcdEvents == nodeapi.EtcdRunning && st.Ready &&
+				slices.Equal(st.Listeners, []string{":443"})
+			return ok, fmt.Sprintf("%+v", st)
+		}
 	}
+	poll(t, 10*time.Second, "master 0's status: both members running, ready, :443", nodes, statusOK(n0))
 
 	// replicate-master: add-replica-to-etcd 2379 2380 and 4002 2381 on the
 	// existing master, then the replica from replicate-master-instance's
@@ -399,10 +415,7 @@ func TestKubeUpMasterInVPC(t *testing.T) {
 		}
 		return true, ""
 	})
-	st, err = n1.status()
-	if err != nil || st.Etcd != nodeapi.EtcdRunning || st.EtcdEvents != nodeapi.EtcdRunning || !st.Ready {
-		t.Fatalf("replica status %+v, %v", st, err)
-	}
+	poll(t, 10*time.Second, "the replica's status: both members running, ready, :443", nodes, statusOK(n1))
 
 	// The apiserver stand-ins store in the shared main etcd: written
 	// through master 0, read through the replica.
