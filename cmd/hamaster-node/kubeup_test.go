@@ -173,6 +173,9 @@ func startKubeUpNode(t *testing.T, v *vpc.VPC, vm, kubeEnv, masterCerts string) 
 		t.Fatal(err)
 	}
 	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	// If the test process dies, so does the node (`ip netns exec` execs
+	// it, and the signal survives exec).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// etcd's own (zap) log goes to stderr.
 	stderr, err := os.Create(filepath.Join(dir, "stderr.log"))
 	if err != nil {
