@@ -3,6 +3,8 @@
 //
 //	hamaster-node replica --env-file F   a control-plane replica (etcd + apiserver stand-in)
 //	hamaster-node lb --config F          the L4 load balancer in front of the replicas
+//	hamaster-node kube-up-master ...     a master booted as kube-up's configure-helper.sh
+//	                                     boots one, from its kube-env and kube-master-certs
 //
 // SIGTERM or SIGINT stops either gracefully; SIGHUP makes a replica re-read
 // its static IP file and the load balancer its config. It logs JSON to
@@ -18,7 +20,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/hamaster/hamaster/dataplane/lbproxy"
 	"github.com/hamaster/hamaster/dataplane/node"
@@ -28,6 +32,16 @@ import (
 const usage = `usage:
   hamaster-node replica --env-file FILE [--log-level LEVEL]
   hamaster-node lb --config FILE [--log-level LEVEL]
+  hamaster-node kube-up-master --kube-env FILE --kube-master-certs FILE --disk DIR
+      [--hostname NAME] [--status-file FILE] [--pid-file FILE] [--log-file FILE]
+      [--resolve-timeout DURATION] [--log-level LEVEL]
+    boots a GCE kube-up master from its two metadata items as configure-helper.sh
+    does: certificates under DIR/srv/kubernetes, etcd main (etcd-<hostname>, peers
+    https://<hostname>:2380, clients https://127.0.0.1:2379) and events (:2381,
+    http://127.0.0.1:4002) with data in DIR/var/etcd/data[-events], and the
+    apiserver stand-in on :443. The hostname is ETCD_HOSTNAME, else --hostname,
+    else the machine's short hostname; its address (etcd peers listen there) is
+    resolved like gethostbyname.
 `
 
 func main() {
@@ -58,7 +72,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	var file string
+	var ku kubeUpFlags
 	switch cmd {
+	case "kube-up-master":
+		ku.register(fs)
 	case "replica":
 		fs.StringVar(&file, "env-file", "", "the replica's env file (kube-env)")
 	case "lb":
@@ -80,7 +97,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hamaster-node %s: unexpected arguments %q\n%s", cmd, fs.Args(), usage)
 		return errkind.ExitUsage
 	}
-	if file == "" {
+	if cmd == "kube-up-master" {
+		if err := ku.check(); err != nil {
+			fmt.Fprintf(stderr, "hamaster-node %s: %v\n%s", cmd, err, usage)
+			return errkind.ExitUsage
+		}
+	} else if file == "" {
 		fmt.Fprintf(stderr, "hamaster-node %s: the config file flag is required\n%s", cmd, usage)
 		return errkind.ExitUsage
 	}
@@ -89,10 +111,22 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hamaster-node: --log-level %q: want debug, info, warn or error\n", *level)
 		return errkind.ExitUsage
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("cmd", cmd)
+	logOut := stderr
+	if ku.logFile != "" {
+		f, err := os.OpenFile(ku.logFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			fmt.Fprintf(stderr, "hamaster-node %s: --log-file: %v\n", cmd, err)
+			return errkind.ExitUsage
+		}
+		defer f.Close()
+		logOut = f
+	}
+	logger := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: lvl})).With("cmd", cmd)
 
 	var err error
 	switch cmd {
+	case "kube-up-master":
+		err = runKubeUpMaster(ctx, ku, logger)
 	case "replica":
 		err = runReplica(ctx, file, logger)
 	case "lb":
@@ -124,4 +158,57 @@ func runLB(ctx context.Context, configFile string, logger *slog.Logger) error {
 	}
 	logger.Info("starting load balancer", "listen", cfg.Listen, "pid", os.Getpid())
 	return lbproxy.Run(ctx, cfg, configFile, logger)
+}
+
+// kubeUpFlags are kube-up-master's flags.
+type kubeUpFlags struct {
+	kubeEnv, masterCerts, hostname, disk string
+	statusFile, pidFile, logFile         string
+	resolveTimeout                       time.Duration
+	unsafeNoFsync                        bool
+}
+
+func (k *kubeUpFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&k.kubeEnv, "kube-env", "", "the instance's \"kube-env\" metadata item (required)")
+	fs.StringVar(&k.masterCerts, "kube-master-certs", "", "the instance's \"kube-master-certs\" metadata item (required)")
+	fs.StringVar(&k.hostname, "hostname", "", "the instance name (default: the machine's short hostname); kube-env ETCD_HOSTNAME wins")
+	fs.StringVar(&k.disk, "disk", "", "the master PD's mount point, /mnt/disks/master-pd on GCE (required)")
+	fs.StringVar(&k.statusFile, "status-file", "", "where to write the JSON status (nodeapi.Status)")
+	fs.StringVar(&k.pidFile, "pid-file", "", "written with the pid at start, removed on a clean exit")
+	fs.StringVar(&k.logFile, "log-file", "", "append logs here instead of stderr")
+	fs.DurationVar(&k.resolveTimeout, "resolve-timeout", 300*time.Second, "how long to retry resolving the hostname (configure-helper.sh: 300s)")
+	fs.BoolVar(&k.unsafeNoFsync, "etcd-unsafe-no-fsync", false, "disable etcd's fsync (tests only)")
+}
+
+func (k *kubeUpFlags) check() error {
+	for _, f := range []struct{ name, v string }{{"--kube-env", k.kubeEnv}, {"--kube-master-certs", k.masterCerts}, {"--disk", k.disk}} {
+		if f.v == "" {
+			return fmt.Errorf("%s is required", f.name)
+		}
+	}
+	return nil
+}
+
+func runKubeUpMaster(ctx context.Context, k kubeUpFlags, logger *slog.Logger) error {
+	env, err := os.ReadFile(k.kubeEnv)
+	if err != nil {
+		return errkind.Errorf(errkind.InvalidArgument, "--kube-env: %w", err)
+	}
+	crt, err := os.ReadFile(k.masterCerts)
+	if err != nil {
+		return errkind.Errorf(errkind.InvalidArgument, "--kube-master-certs: %w", err)
+	}
+	host := k.hostname
+	if host == "" {
+		// configure-helper.sh: $(hostname -s).
+		if host, err = os.Hostname(); err != nil {
+			return fmt.Errorf("hostname: %w", err)
+		}
+		host, _, _ = strings.Cut(host, ".")
+	}
+	logger.Info("starting kube-up master", "hostname", host, "disk", k.disk, "pid", os.Getpid())
+	return node.RunKubeUpMaster(ctx, node.KubeUpOptions{
+		KubeEnv: string(env), MasterCerts: string(crt), Hostname: host, Disk: k.disk,
+		StatusFile: k.statusFile, PIDFile: k.pidFile, ResolveTimeout: k.resolveTimeout, EtcdUnsafeNoFsync: k.unsafeNoFsync,
+	}, logger)
 }

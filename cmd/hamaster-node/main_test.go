@@ -24,6 +24,10 @@ func TestRunUsage(t *testing.T) {
 	if err := os.WriteFile(oldEnv, []byte("NODE_NAME=x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	kubeEnv := filepath.Join(dir, "ku-kube-env")
+	if err := os.WriteFile(kubeEnv, []byte("INITIAL_ETCD_CLUSTER: 'kubernetes-master'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name     string
 		args     []string
@@ -41,6 +45,12 @@ func TestRunUsage(t *testing.T) {
 		{"missing env file", []string{"replica", "--env-file", filepath.Join(dir, "nope")}, 2, "no such file"},
 		{"invalid env file", []string{"replica", "--env-file", badEnv}, 2, "NODE_ADDRESS"},
 		{"env file not kube-env YAML", []string{"replica", "--env-file", oldEnv}, 2, "want a mapping of KEY: 'value' lines"},
+		{"kube-up-master without files", []string{"kube-up-master", "--disk", dir}, 2, "--kube-env is required"},
+		{"kube-up-master missing kube-env", []string{"kube-up-master", "--kube-env", filepath.Join(dir, "nope"), "--kube-master-certs", kubeEnv, "--disk", dir}, 2, "no such file"},
+		{"kube-up-master not in the cluster", []string{"kube-up-master", "--kube-env", kubeEnv, "--kube-master-certs", kubeEnv, "--disk", filepath.Join(dir, "pd"), "--hostname", "kubernetes-master-x1y"},
+			2, `does not list this master's hostname \"kubernetes-master-x1y\"`},
+		{"kube-up-master without etcd TLS", []string{"kube-up-master", "--kube-env", kubeEnv, "--kube-master-certs", kubeEnv, "--disk", filepath.Join(dir, "pd"), "--hostname", "kubernetes-master"},
+			2, "kube-env has no ETCD_CA_CERT"},
 		{"missing lb config", []string{"lb", "--config", filepath.Join(dir, "nope.json")}, 2, "no such file"},
 	}
 	for _, tc := range cases {

@@ -77,7 +77,12 @@ func (c Config) embedConfig() (*embed.Config, error) {
 // etcdMember runs the embedded etcd member, restarting it with backoff when
 // it fails to start or dies (like a crash-looping static pod).
 type etcdMember struct {
-	cfg      Config
+	name string // the member's name, for errors
+	// embedConfig builds the member's configuration for each start.
+	embedConfig func() (*embed.Config, error)
+	// dial returns the client the apiserver stand-in uses once the member
+	// is ready; nil means an in-process client (v3client).
+	dial     func(ctx context.Context) (*clientv3.Client, error)
 	log      *slog.Logger
 	onChange func()
 
@@ -89,7 +94,7 @@ type etcdMember struct {
 }
 
 func newEtcdMember(cfg Config, log *slog.Logger, onChange func()) *etcdMember {
-	return &etcdMember{cfg: cfg, log: log.With("component", "etcd"), onChange: onChange, state: nodeapi.EtcdStarting}
+	return &etcdMember{name: cfg.Name, embedConfig: cfg.embedConfig, log: log.With("component", "etcd"), onChange: onChange, state: nodeapi.EtcdStarting}
 }
 
 // snapshot returns the state, the last error, and (while running) the
@@ -149,13 +154,13 @@ func (m *etcdMember) lastErr() string {
 // runOnce starts etcd and blocks until it fails or ctx is done. healthy
 // reports whether the member became ready before it stopped.
 func (m *etcdMember) runOnce(ctx context.Context) (healthy bool, err error) {
-	ec, err := m.cfg.embedConfig()
+	ec, err := m.embedConfig()
 	if err != nil {
 		return false, err
 	}
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
-		return false, fmt.Errorf("start etcd member %s: %w", m.cfg.Name, err)
+		return false, fmt.Errorf("start etcd member %s: %w", m.name, err)
 	}
 	ready := false
 	defer func() {
@@ -189,21 +194,26 @@ func (m *etcdMember) runOnce(ctx context.Context) (healthy bool, err error) {
 	case <-e.Server.ReadyNotify():
 		ready = true
 	case err := <-e.Err():
-		return false, fmt.Errorf("etcd member %s: %w", m.cfg.Name, orStopped(err))
+		return false, fmt.Errorf("etcd member %s: %w", m.name, orStopped(err))
 	case <-e.Server.StopNotify():
-		return false, fmt.Errorf("etcd member %s stopped before it was ready", m.cfg.Name)
+		return false, fmt.Errorf("etcd member %s stopped before it was ready", m.name)
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
-	cli := v3client.New(e.Server)
+	var cli *clientv3.Client
+	if m.dial == nil {
+		cli = v3client.New(e.Server)
+	} else if cli, err = m.dial(ctx); err != nil {
+		return false, fmt.Errorf("etcd member %s: client: %w", m.name, err)
+	}
 	defer cli.Close()
 	m.log.Info("etcd member ready", "member_id", e.Server.MemberID().String(), "learner", e.Server.IsLearner())
 	m.set(nodeapi.EtcdRunning, "", e.Server, cli)
 	select {
 	case err := <-e.Err():
-		return true, fmt.Errorf("etcd member %s: %w", m.cfg.Name, orStopped(err))
+		return true, fmt.Errorf("etcd member %s: %w", m.name, orStopped(err))
 	case <-e.Server.StopNotify():
-		return true, fmt.Errorf("etcd member %s stopped (removed from the cluster, or a fatal error: see its log)", m.cfg.Name)
+		return true, fmt.Errorf("etcd member %s stopped (removed from the cluster, or a fatal error: see its log)", m.name)
 	case <-ctx.Done():
 		// Hide the client and server before e.Close runs.
 		m.set(nodeapi.EtcdStarting, "", nil, nil)

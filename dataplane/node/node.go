@@ -45,9 +45,10 @@ const (
 
 // node is one running replica.
 type node struct {
-	cfg  Config
-	log  *slog.Logger
-	etcd *etcdMember
+	cfg    Config
+	log    *slog.Logger
+	etcd   *etcdMember
+	events *etcdMember // kube-up's events cluster; nil in replica mode
 
 	opts        apiserverOptions
 	tlsConfig   *tls.Config
@@ -76,7 +77,7 @@ type node struct {
 // and PID_FILE is removed. A bad APISERVER_EXTRA_ARGS does not make Run
 // fail: the apiserver is "refused" while etcd keeps running, like a VM
 // whose apiserver crash-loops.
-func Run(ctx context.Context, cfg Config, logger *slog.Logger) (err error) {
+func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -86,6 +87,15 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (err error) {
 	if !strings.HasPrefix(cfg.KubeVersion, "v1.") {
 		return errkind.Errorf(errkind.InvalidArgument, "KUBE_VERSION=%s: no control-plane binary for this version (this node runs v1.x)", cfg.KubeVersion)
 	}
+	return run(ctx, cfg, logger, func(n *node) (*etcdMember, *etcdMember) {
+		return newEtcdMember(cfg, n.log, n.poke), nil
+	})
+}
+
+// run runs a node whose etcd members members makes: the main one (the
+// apiserver's storage, /readyz's subject) and optionally an events one
+// (kube-up's second cluster), which only runs and reports its state.
+func run(ctx context.Context, cfg Config, logger *slog.Logger, members func(n *node) (main, events *etcdMember)) (err error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -111,7 +121,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (err error) {
 		servers:  map[string]*http.Server{},
 		apiState: nodeapi.APIServerStopped,
 	}
-	n.etcd = newEtcdMember(cfg, logger, n.poke)
+	n.etcd, n.events = members(n)
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -130,7 +140,13 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) (err error) {
 	etcdDone := make(chan struct{})
 	go func() {
 		defer close(etcdDone)
-		n.etcd.run(etcdCtx)
+		var wg sync.WaitGroup
+		for _, m := range []*etcdMember{n.etcd, n.events} {
+			if m != nil {
+				wg.Go(func() { m.run(etcdCtx) })
+			}
+		}
+		wg.Wait()
 	}()
 	defer func() {
 		stopEtcd()
@@ -372,20 +388,26 @@ func (n *node) status() nodeapi.Status {
 	if n.apiState != nodeapi.APIServerServing {
 		ready, reason = false, "apiserver is "+n.apiState
 	}
+	var eventsState, eventsErr string
+	if n.events != nil {
+		eventsState, eventsErr, _, _ = n.events.snapshot()
+	}
 	return nodeapi.Status{
-		PID:            os.Getpid(),
-		Name:           n.cfg.Name,
-		Etcd:           etcdState,
-		EtcdError:      etcdErr,
-		APIServer:      n.apiState,
-		APIServerError: n.apiErr,
-		Ready:          ready,
-		ReadyReason:    reason,
-		Listeners:      listeners,
-		StaticIP:       n.staticIP,
-		StaticIPError:  n.staticErr,
-		Version:        n.cfg.KubeVersion,
-		Updated:        time.Now().UTC(),
+		EtcdEvents:      eventsState,
+		EtcdEventsError: eventsErr,
+		PID:             os.Getpid(),
+		Name:            n.cfg.Name,
+		Etcd:            etcdState,
+		EtcdError:       etcdErr,
+		APIServer:       n.apiState,
+		APIServerError:  n.apiErr,
+		Ready:           ready,
+		ReadyReason:     reason,
+		Listeners:       listeners,
+		StaticIP:        n.staticIP,
+		StaticIPError:   n.staticErr,
+		Version:         n.cfg.KubeVersion,
+		Updated:         time.Now().UTC(),
 	}
 }
 

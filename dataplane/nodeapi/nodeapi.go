@@ -107,6 +107,10 @@ type Status struct {
 	// Etcd is one of EtcdStarting, EtcdRunning, EtcdFailed, EtcdStopped.
 	Etcd      string `json:"etcd"`
 	EtcdError string `json:"etcd_error,omitempty"`
+	// EtcdEvents and EtcdEventsError are the same for a kube-up master's
+	// events cluster (hamaster-node kube-up-master); empty otherwise.
+	EtcdEvents      string `json:"etcd_events,omitempty"`
+	EtcdEventsError string `json:"etcd_events_error,omitempty"`
 	// APIServer is one of APIServerServing, APIServerRefused, APIServerStopped.
 	APIServer      string `json:"apiserver"`
 	APIServerError string `json:"apiserver_error,omitempty"`

@@ -8,7 +8,10 @@
 //   - A router namespace holds the subnet's bridge and gateway; VMs reach
 //     each other over it, and their hostnames resolve through
 //     /etc/netns/<vm>/hosts (GCE's internal DNS resolves instance names),
-//     which `ip netns exec` mounts over /etc/hosts.
+//     which `ip netns exec` mounts over /etc/hosts. There is no DNS
+//     server: /etc/netns/<vm>/resolv.conf names the VM's own loopback, so
+//     a name not (yet) in the hosts file fails at once instead of sending
+//     queries towards the machine's resolver.
 //   - The operator's namespace (the caller's) reaches only the external
 //     range, routed into the router through one veth: a VM's external
 //     address, or an address the router itself holds (a load balancer's).
@@ -291,6 +294,12 @@ func (v *VPC) writeHosts() error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("vpc: %w", err)
 		}
+		resolv := filepath.Join(dir, "resolv.conf")
+		if _, err := os.Stat(resolv); os.IsNotExist(err) {
+			if err := os.WriteFile(resolv, []byte(resolvConf), 0o644); err != nil {
+				return fmt.Errorf("vpc: resolv.conf of %s: %w", vm.Name, err)
+			}
+		}
 		f, err := os.OpenFile(filepath.Join(dir, "hosts"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
 			return fmt.Errorf("vpc: %w", err)
@@ -305,6 +314,11 @@ func (v *VPC) writeHosts() error {
 	}
 	return nil
 }
+
+// resolvConf is every VM's resolver configuration: no DNS server in the
+// VPC (names come from the hosts file); a query goes to the VM's own
+// loopback and fails fast.
+const resolvConf = "# hamaster vpc: no DNS server; instance names are in /etc/hosts\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
 
 func ip(ctx context.Context, args ...string) error {
 	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
