@@ -26,6 +26,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/dataplane/vpc"
 	"github.com/hamaster/hamaster/kubeenv"
@@ -422,7 +423,23 @@ func TestKubeUpMasterInVPC(t *testing.T) {
 
 	// The apiserver stand-ins store in the shared main etcd: written
 	// through master 0, read through the replica.
-	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "kubernetes", MinVersion: tls.VersionTLS12}}}
+	// /kv needs a client certificate signed by CA_CERT (the apiserver's
+	// --client-ca-file), as kubectl's admin certificate is.
+	admin, err := km.ClusterCA.IssueClient("admin", []string{"system:masters"}, certs.ECDSA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminTLS, err := admin.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "kubernetes", MinVersion: tls.VersionTLS12}}}
+	if resp, err := anon.Get("https://" + ext0.String() + "/kv/hello"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET /kv without a client certificate = %v, %v; want 401", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "kubernetes", MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{adminTLS}}}}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "https://"+ext0.String()+"/kv/hello", strings.NewReader("world"))
 	resp, err := cl.Do(req)
 	if err != nil {

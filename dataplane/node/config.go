@@ -36,9 +36,13 @@ type Config struct {
 	EtcdElection      time.Duration // ETCD_ELECTION_MS
 	EtcdUnsafeNoFsync bool          // ETCD_UNSAFE_NO_FSYNC
 
-	APIServerPort      int    // APISERVER_PORT
-	APIServerCert      string // APISERVER_CERT
-	APIServerKey       string // APISERVER_KEY
+	APIServerPort int    // APISERVER_PORT
+	APIServerCert string // APISERVER_CERT
+	APIServerKey  string // APISERVER_KEY
+	// ClientCAFile verifies the apiserver's clients (kube-up's
+	// --client-ca-file, CA_CERT); "" uses EtcdCACert, the local
+	// provider's cluster CA.
+	ClientCAFile       string
 	APIServerExtraArgs string // APISERVER_EXTRA_ARGS
 	KubeVersion        string // KUBE_VERSION
 

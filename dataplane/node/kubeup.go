@@ -76,7 +76,10 @@ type kubeUpMaster struct {
 	apiCA, serverCert, serverKey  string
 	clientCertFile, clientKeyFile string
 	apiserverCert, apiserverKey   string
-	kubeVersion                   string
+	// clientCA is CA_CERT's file, the apiserver's --client-ca-file
+	// (configure-kubeapiserver.sh); "" when kube-env has no CA_CERT.
+	clientCA    string
+	kubeVersion string
 }
 
 // RunKubeUpMaster boots a master as cluster/gce/gci/configure-helper.sh
@@ -101,6 +104,7 @@ func RunKubeUpMaster(ctx context.Context, o KubeUpOptions, logger *slog.Logger) 
 		APIServerPort: KubeUpAPIServerPort,
 		APIServerCert: m.apiserverCert,
 		APIServerKey:  m.apiserverKey,
+		ClientCAFile:  m.clientCA,
 		KubeVersion:   m.kubeVersion,
 		DataDir:       o.Disk,
 		PIDFile:       o.PIDFile,
@@ -271,6 +275,7 @@ func (m *kubeUpMaster) writeFiles(disk string, env, crt map[string]string) error
 	}
 	if env[kubeenv.CACert] != "" {
 		files = append(files, file{kubeenv.KeyEnv, kubeenv.CACert, env, &caCert, false})
+		m.clientCA = caCert
 	}
 	if m.clientTLS {
 		// create-master-etcd-apiserver-auth, into /etc/srv/kubernetes/pki.

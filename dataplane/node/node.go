@@ -11,6 +11,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -188,7 +189,7 @@ func (n *node) startAPIServer() {
 	if err == nil {
 		n.tlsConfig, err = loadTLS(n.cfg.APIServerCert, n.cfg.APIServerKey)
 		if err == nil {
-			n.tlsConfig, err = withClientCA(n.tlsConfig, n.cfg.EtcdCACert)
+			n.tlsConfig, err = withClientCA(n.tlsConfig, cmp.Or(n.cfg.ClientCAFile, n.cfg.EtcdCACert))
 		}
 	}
 	if err == nil && opts.AuditLogPath != "" {
