@@ -373,10 +373,7 @@ Example:
 					return err
 				}
 			}
-			if err := g.checkProviderFlags(c); err != nil {
-				return err
-			}
-			p, err := g.openProvider(c)
+			p, err := g.openCheckedProvider(c)
 			if err != nil {
 				return err
 			}
@@ -446,10 +443,7 @@ Example:
 			if err := positiveDuration(c, "timeout"); err != nil {
 				return err
 			}
-			if err := g.checkProviderFlags(c); err != nil {
-				return err
-			}
-			p, err := g.openProvider(c)
+			p, err := g.openCheckedProvider(c)
 			if err != nil {
 				return err
 			}
@@ -486,10 +480,7 @@ Example:
 			if err := positiveDuration(c, "timeout"); err != nil {
 				return err
 			}
-			if err := g.checkProviderFlags(c); err != nil {
-				return err
-			}
-			p, err := g.openProvider(c)
+			p, err := g.openCheckedProvider(c)
 			if err != nil {
 				return err
 			}
@@ -660,10 +651,7 @@ Example:
 					return usageErr("--extra-args: %q is not a flag (want --name=value words)", a)
 				}
 			}
-			if err := g.checkProviderFlags(c); err != nil {
-				return err
-			}
-			p, err := g.openProvider(c)
+			p, err := g.openCheckedProvider(c)
 			if err != nil {
 				return err
 			}

@@ -23,10 +23,7 @@ func removeMember(c *cli.Context, e *env, g *globals) error {
 	if err != nil {
 		return err
 	}
-	if err := g.checkProviderFlags(c); err != nil {
-		return err
-	}
-	p, err := g.openProvider(c)
+	p, err := g.openCheckedProvider(c)
 	if err != nil {
 		return err
 	}
@@ -126,10 +123,7 @@ Example:
 					return usageErr("--snapshot: %s is not a readable file", snap)
 				}
 			}
-			if err := g.checkProviderFlags(c); err != nil {
-				return err
-			}
-			p, err := g.openProvider(c)
+			p, err := g.openCheckedProvider(c)
 			if err != nil {
 				return err
 			}
@@ -224,10 +218,7 @@ Example:
 			if err := positiveDuration(c, "health-timeout"); err != nil {
 				return err
 			}
-			if err := g.checkProviderFlags(c); err != nil {
-				return err
-			}
-			p, err := g.openProvider(c)
+			p, err := g.openCheckedProvider(c)
 			if err != nil {
 				return err
 			}

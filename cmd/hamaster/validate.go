@@ -140,6 +140,15 @@ func (g *globals) checkProviderFlags(c *cli.Context) error {
 	return nil
 }
 
+// openCheckedProvider validates the provider settings, then opens the
+// provider: what every changing command does before anything else.
+func (g *globals) openCheckedProvider(c *cli.Context) (providers.Provider, error) {
+	if err := g.checkProviderFlags(c); err != nil {
+		return nil, err
+	}
+	return g.openProvider(c)
+}
+
 // checkNewReplicaName refuses add-replica --name of a replica that already
 // exists, unless an unfinished add-replica of that very name is being
 // resumed.
