@@ -31,6 +31,10 @@ type Profile struct {
 	HealthTimeout      time.Duration
 	HealthyThreshold   int
 	UnhealthyThreshold int
+	// PassThrough: a connection sent to a target that refuses it fails;
+	// the LB does not try another target (GCE's network LB and AWS's NLB
+	// forward packets, they do not proxy and retry).
+	PassThrough bool
 }
 
 // profiles are the known timing profiles, by name.
@@ -59,11 +63,12 @@ type Profile struct {
 // is back in 30–90 s; we take 60 s.
 //
 // instant: the local provider's own timing (no boot delay, a check every
-// 100 ms, healthy after 1 pass, unhealthy after 2 failures).
+// 100 ms, healthy after 1 pass, unhealthy after 2 failures, a refused
+// connection retried on another target).
 var profiles = map[string]Profile{
 	"instant": {Name: "instant", HealthInterval: 100 * time.Millisecond, HealthTimeout: time.Second, HealthyThreshold: 1, UnhealthyThreshold: 2},
-	"gce":     {Name: "gce", BootDelay: 60 * time.Second, HealthInterval: 5 * time.Second, HealthTimeout: 5 * time.Second, HealthyThreshold: 2, UnhealthyThreshold: 2},
-	"aws":     {Name: "aws", BootDelay: 60 * time.Second, HealthInterval: 30 * time.Second, HealthTimeout: 10 * time.Second, HealthyThreshold: 5, UnhealthyThreshold: 2},
+	"gce":     {Name: "gce", BootDelay: 60 * time.Second, HealthInterval: 5 * time.Second, HealthTimeout: 5 * time.Second, HealthyThreshold: 2, UnhealthyThreshold: 2, PassThrough: true},
+	"aws":     {Name: "aws", BootDelay: 60 * time.Second, HealthInterval: 30 * time.Second, HealthTimeout: 10 * time.Second, HealthyThreshold: 5, UnhealthyThreshold: 2, PassThrough: true},
 }
 
 // Scaled returns p with every duration multiplied by f (thresholds, which
@@ -85,6 +90,7 @@ func (p Profile) ProviderOptions() map[string]string {
 		local.OptLBHealthTimeout:      p.HealthTimeout.String(),
 		local.OptLBHealthyThreshold:   strconv.Itoa(p.HealthyThreshold),
 		local.OptLBUnhealthyThreshold: strconv.Itoa(p.UnhealthyThreshold),
+		local.OptLBNoDialRetry:        strconv.FormatBool(p.PassThrough),
 	}
 }
 

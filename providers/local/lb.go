@@ -94,11 +94,16 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 		if err != nil {
 			return err
 		}
+		noRetry, err := b.p.lbNoDialRetry()
+		if err != nil {
+			return err
+		}
 		cfg = lbproxy.Config{
-			Listen:     net.JoinHostPort(ip, strconv.Itoa(providers.APIServerPort)),
-			Health:     health,
-			StatusFile: b.p.l.lbStatus(),
-			PIDFile:    b.p.l.lbPID(),
+			Listen:      net.JoinHostPort(ip, strconv.Itoa(providers.APIServerPort)),
+			Health:      health,
+			NoDialRetry: noRetry,
+			StatusFile:  b.p.l.lbStatus(),
+			PIDFile:     b.p.l.lbPID(),
 		}
 	}
 	for _, t := range targets {

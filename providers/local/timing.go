@@ -30,7 +30,24 @@ const (
 	// target unhealthy; until then the LB keeps sending new connections to
 	// it, as a cloud LB does.
 	OptLBUnhealthyThreshold = "lb-unhealthy-threshold"
+	// OptLBNoDialRetry ("true") makes the LB pass-through as a cloud's
+	// network LB is: a connection sent to a target that refuses it fails,
+	// instead of being tried on another target (lbproxy.Config.NoDialRetry).
+	OptLBNoDialRetry = "lb-no-dial-retry"
 )
+
+// lbNoDialRetry reads OptLBNoDialRetry.
+func (p *Provider) lbNoDialRetry() (bool, error) {
+	v := p.opts[OptLBNoDialRetry]
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, errkind.Errorf(errkind.InvalidArgument, "option %s: %q must be true or false", OptLBNoDialRetry, v)
+	}
+	return b, nil
+}
 
 // instantHealth is the LB health configuration without timing options.
 func (p *Provider) instantHealth() lbproxy.HealthConfig {
