@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/providers/local/localtest"
 	"github.com/hamaster/hamaster/workflows"
 )
@@ -42,12 +43,11 @@ const (
 	version  = "v1.31.0"
 )
 
-// runArm builds a fresh 3-replica cluster with the profile's timing and
-// measures one arm.
-func runArm(b *testing.B, prof Profile, arm string, upgrade func(ctx context.Context, e *workflows.Deps, markers *[]Marker, start time.Time) error) *ArmResult {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+10*prof.StepTimeout())
-	defer cancel()
-	name := "bench-" + arm
+// threeReplicas builds a fresh 3-replica local cluster with the profile's
+// timing (none for instant: the provider's defaults), and returns it with
+// its workflow deps, its CA and an etcd client the caller closes.
+func threeReplicas(ctx context.Context, b *testing.B, prof Profile, name string) (*localtest.Cluster, *workflows.Deps, *certs.CA, *etcdmember.Client) {
+	b.Helper()
 	var opts map[string]string
 	if prof.Name != "instant" {
 		opts = prof.ProviderOptions()
@@ -57,7 +57,7 @@ func runArm(b *testing.B, prof Profile, arm string, upgrade func(ctx context.Con
 	for i := 1; i <= 2; i++ {
 		wf := workflows.AddReplica(d, workflows.AddParams{Name: fmt.Sprintf("%s-master-%03d", name, i), Timeout: prof.StepTimeout()})
 		if err := workflows.Execute(ctx, d, wf, workflows.Options{}); err != nil {
-			b.Fatalf("%s: grow to 3: %v", arm, err)
+			b.Fatalf("%s: grow to 3: %v", name, err)
 		}
 	}
 	pki := workflows.PKIDir(c.Settings.StateDir, name)
@@ -69,6 +69,15 @@ func runArm(b *testing.B, prof Profile, arm string, upgrade func(ctx context.Con
 	if err != nil {
 		b.Fatal(err)
 	}
+	return c, d, ca, ecli
+}
+
+// runArm builds a fresh 3-replica cluster with the profile's timing and
+// measures one arm.
+func runArm(b *testing.B, prof Profile, arm string, upgrade func(ctx context.Context, e *workflows.Deps, markers *[]Marker, start time.Time) error) *ArmResult {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+10*prof.StepTimeout())
+	defer cancel()
+	c, d, ca, ecli := threeReplicas(ctx, b, prof, "bench-"+arm)
 	defer ecli.Close()
 
 	start := time.Now()
