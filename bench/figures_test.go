@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -89,4 +90,47 @@ func removeLeader(b *testing.B, prof Profile, move bool) leaderRemoval {
 		b.Fatalf("%s: remove leader %s: %v", name, leader, rerr)
 	}
 	return leaderRemoval{MoveLeader: move, WriteStallMS: ms(writer.longestStall(start, end)), WriterFails: writer.fails, WallMS: ms(wall)}
+}
+
+// BenchmarkBadFlagRollback upgrades a fresh 3-replica cluster with the
+// timing profile to a control-plane flag the apiserver refuses: the first
+// replica fails to start, the fail-fast gate sees it, and the replica is
+// restored from its last known good template. It prints the time from the
+// upgrade's start, and from the failing replica's recreate, to the
+// rollback complete, against the health timeout a gate without fail-fast
+// would have waited out.
+func BenchmarkBadFlagRollback(b *testing.B) {
+	prof, scale, err := profileFromEnv()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < b.N; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+10*prof.StepTimeout())
+		_, d, _, ecli := threeReplicas(ctx, b, prof, "bench-badflag")
+		ecli.Close()
+		var markers []Marker
+		start := time.Now()
+		d.Sink = markerSink{start: start, markers: &markers}
+		timeout := prof.StepTimeout()
+		wf := workflows.RollingUpgrade(d, workflows.UpgradeParams{Version: version, ExtraArgs: []string{"--no-such-flag"}, ExtraArgsSet: true, Strategy: workflows.StrategyRecreate, DrainGrace: time.Second, HealthTimeout: timeout}, 3)
+		err := workflows.Execute(ctx, d, wf, workflows.Options{})
+		total := time.Since(start)
+		cancel()
+		if !errors.Is(err, workflows.ErrConcluded) {
+			b.Fatalf("bad flag upgrade: %v; want a concluded rollback", err)
+		}
+		fromRecreate := total
+		if len(markers) > 0 {
+			fromRecreate = total - time.Duration(markers[0].AtMS*float64(time.Millisecond))
+		}
+		fmt.Fprintf(os.Stdout, "\nbad flag (--no-such-flag) to rollback complete, profile %s at scale %g:\n", prof.Name, scale)
+		for _, l := range []struct {
+			what string
+			d    time.Duration
+		}{{"from the upgrade's start", total}, {"from the failing replica's recreate", fromRecreate}, {"health timeout a gate without fail-fast waits", timeout}} {
+			fmt.Fprintf(os.Stdout, "  %-46s %7.1f s\n", l.what, l.d.Seconds())
+		}
+		fmt.Fprintf(os.Stdout, "  (%v)\n", err)
+		b.ReportMetric(total.Seconds(), "rollback-s")
+	}
 }
