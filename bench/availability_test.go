@@ -25,8 +25,16 @@ type markerSink struct {
 }
 
 func (m markerSink) Event(e workflows.Event) {
-	if e.State == "info" && strings.HasPrefix(e.Message, "upgrading ") {
+	if e.State != "info" {
+		return
+	}
+	switch {
+	case strings.HasPrefix(e.Message, "upgrading "):
 		*m.markers = append(*m.markers, Marker{AtMS: ms(time.Since(m.start)), Label: "drain+recreate " + shortName(strings.TrimPrefix(e.Message, "upgrading "))})
+	case strings.HasPrefix(e.Message, "surge: adding "):
+		// "surge: adding <new> at <version> before removing <old>"
+		f := strings.Fields(e.Message)
+		*m.markers = append(*m.markers, Marker{AtMS: ms(time.Since(m.start)), Label: "surge for " + shortName(f[len(f)-1])})
 	}
 }
 
