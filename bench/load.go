@@ -159,3 +159,26 @@ func percentile(samples []Sample, p float64) float64 {
 	i := int(p / 100 * float64(len(l)-1))
 	return l[i]
 }
+
+// longestFailRun is the longest run of consecutive failed samples (in the
+// order they started, with no success between), from the start of its
+// first to the end of its last, in milliseconds.
+func longestFailRun(samples []Sample) float64 {
+	ss := append([]Sample(nil), samples...)
+	sort.SliceStable(ss, func(i, j int) bool { return ss[i].AtMS < ss[j].AtMS })
+	var longest, from, to float64
+	in := false
+	for _, s := range ss {
+		if s.OK {
+			in = false
+			continue
+		}
+		if !in {
+			in, from, to = true, s.AtMS, s.AtMS+s.LatencyMS
+		} else {
+			to = max(to, s.AtMS+s.LatencyMS)
+		}
+		longest = max(longest, to-from)
+	}
+	return longest
+}

@@ -31,6 +31,13 @@ type Config struct {
 	Targets []Target `json:"targets"`
 	// Health says how targets are checked.
 	Health HealthConfig `json:"health"`
+	// NoDialRetry makes the proxy behave as a cloud's pass-through LB
+	// (GCE's network LB, AWS's NLB): a new connection goes to one healthy
+	// target, and if that target refuses it (its VM is down but the
+	// checks have not marked it unhealthy yet) the client's connection
+	// fails; nothing tries another target. False (the default) tries the
+	// other healthy targets in turn.
+	NoDialRetry bool `json:"no_dial_retry,omitempty"`
 	// StatusFile, if set, receives the JSON Status after every check round.
 	StatusFile string `json:"status_file,omitempty"`
 	// PIDFile, if set, holds the pid while the listener is bound.

@@ -203,8 +203,8 @@ func (l *lb) healthClient(address string, timeout time.Duration) *http.Client {
 }
 
 // HandleConn implements tcpproxy.Target: it sends src to the next healthy,
-// non-draining target, trying the others if dialing fails, and closes src
-// at once if there is none.
+// non-draining target, trying the others if dialing fails (unless
+// Config.NoDialRetry), and closes src at once if there is none.
 func (l *lb) HandleConn(src net.Conn) {
 	if !l.enter(src) {
 		_ = src.Close()
@@ -244,7 +244,8 @@ func (l *lb) HandleConn(src net.Conn) {
 	_ = src.Close()
 }
 
-// pick returns the healthy, non-draining targets in round-robin order.
+// pick returns the healthy, non-draining targets in round-robin order
+// (only the first with Config.NoDialRetry).
 func (l *lb) pick() ([]*backend, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -259,7 +260,11 @@ func (l *lb) pick() ([]*backend, time.Duration) {
 	}
 	start := int(l.next % uint64(len(ok)))
 	l.next++
-	return append(ok[start:len(ok):len(ok)], ok[:start]...), l.cfg.Health.Timeout.Duration
+	order := append(ok[start:len(ok):len(ok)], ok[:start]...)
+	if l.cfg.NoDialRetry {
+		order = order[:1]
+	}
+	return order, l.cfg.Health.Timeout.Duration
 }
 
 // enter registers a client connection; false once the lb is closing.

@@ -376,3 +376,30 @@ func TestLBHungTargetDoesNotDelayOthers(t *testing.T) {
 		t.Errorf("a marked unhealthy after %v; the hung target's %v timeout held it up", d, cfg.Health.Timeout)
 	}
 }
+
+func TestPickNoDialRetry(t *testing.T) {
+	t.Parallel()
+	for _, noRetry := range []bool{false, true} {
+		l := &lb{cfg: Config{NoDialRetry: noRetry, Health: HealthConfig{Timeout: Duration{time.Second}}}}
+		l.backends = []*backend{
+			{Target: Target{Name: "a"}, healthy: true},
+			{Target: Target{Name: "b"}, healthy: true},
+			{Target: Target{Name: "c"}, healthy: false},
+		}
+		var firsts []string
+		for range 4 {
+			got, _ := l.pick()
+			want := 2
+			if noRetry {
+				want = 1 // a pass-through LB: the chosen target or nothing
+			}
+			if len(got) != want {
+				t.Fatalf("NoDialRetry=%v: pick() gave %d targets, want %d", noRetry, len(got), want)
+			}
+			firsts = append(firsts, got[0].Name)
+		}
+		if strings.Join(firsts, ",") != "a,b,a,b" {
+			t.Errorf("NoDialRetry=%v: first targets %v, want round robin a,b,a,b", noRetry, firsts)
+		}
+	}
+}

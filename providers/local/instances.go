@@ -213,6 +213,9 @@ func (in *instances) boot(ctx context.Context, name string, tmpl providers.Templ
 	if err != nil {
 		return err
 	}
+	if err := in.p.waitBoot(ctx, name); err != nil {
+		return err
+	}
 	logPath := in.p.l.rfile(name, "node.log")
 	proc, err := start(bin, []string{"replica", "--env-file", envPath}, logPath, in.p.l.rfile(name, "node.pid"))
 	if err != nil {

@@ -90,14 +90,20 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 		return err
 	}
 	if !ok {
+		health, err := b.p.lbHealth()
+		if err != nil {
+			return err
+		}
+		noRetry, err := b.p.lbNoDialRetry()
+		if err != nil {
+			return err
+		}
 		cfg = lbproxy.Config{
-			Listen: net.JoinHostPort(ip, strconv.Itoa(providers.APIServerPort)),
-			Health: lbproxy.HealthConfig{
-				Path: "/readyz", Interval: lbproxy.Duration{Duration: 100 * time.Millisecond}, Timeout: lbproxy.Duration{Duration: time.Second},
-				HealthyThreshold: 1, UnhealthyThreshold: 2, CAFile: b.p.caFile(),
-			},
-			StatusFile: b.p.l.lbStatus(),
-			PIDFile:    b.p.l.lbPID(),
+			Listen:      net.JoinHostPort(ip, strconv.Itoa(providers.APIServerPort)),
+			Health:      health,
+			NoDialRetry: noRetry,
+			StatusFile:  b.p.l.lbStatus(),
+			PIDFile:     b.p.l.lbPID(),
 		}
 	}
 	for _, t := range targets {

@@ -128,6 +128,10 @@ type Options struct {
 	Version   string
 	ExtraArgs []string
 	StateDir  string
+	// ProviderOptions are extra local-provider options, e.g. the opt-in
+	// timing ones (local.OptBootDelay, local.OptLBHealthInterval, ...);
+	// unset, the cluster has today's instant timing.
+	ProviderOptions map[string]string
 }
 
 // Up creates a single-master local cluster named name with fast etcd
@@ -144,6 +148,9 @@ func Up(t testing.TB, name string, o Options) *Cluster {
 		local.OptNodeBinary: NodeBinary(t),
 		local.OptSubnet:     strconv.Itoa(AllocSubnet(t)),
 	}}
+	for k, v := range o.ProviderOptions {
+		s.Options[k] = v
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
