@@ -1,24 +1,8 @@
 package main
 
 import (
-	"bytes"
-	"sync"
+	"github.com/hamaster/hamaster/internal/syncbuf"
 )
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer captures output written by one goroutine and read by another.
+type syncBuffer = syncbuf.Buffer

@@ -1,14 +1,13 @@
 package gce_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/hamaster/hamaster/internal/syncbuf"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/providers/gce/gcefake"
@@ -16,23 +15,8 @@ import (
 	"github.com/hamaster/hamaster/providers/local/localtest"
 )
 
-// syncBuffer is a bytes.Buffer safe for the SDK's concurrent logging.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer captures output written by one goroutine and read by another.
+type syncBuffer = syncbuf.Buffer
 
 // The logger of providers.Settings reaches the Compute client: each
 // request is logged at debug, and nothing at a higher level.
