@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"net/netip"
 	"os"
@@ -28,7 +25,7 @@ import (
 
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
-	"github.com/hamaster/hamaster/dataplane/vpc"
+	"github.com/hamaster/hamaster/dataplane/vpc/vpctest"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/kubeenv/kubeuptest"
 )
@@ -132,19 +129,6 @@ func etcdHelper(args []string) error {
 	return fmt.Errorf("unknown helper command %q", args[0])
 }
 
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("network namespaces need root; CI runs as root")
-		}
-		t.Skip("network namespaces need root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Fatalf("iproute2's ip is needed: %v", err)
-	}
-}
-
 // kubeUpNode is a hamaster-node kube-up-master process in a VM.
 type kubeUpNode struct {
 	name, dir string
@@ -156,7 +140,7 @@ type kubeUpNode struct {
 // startKubeUpNode writes the metadata items to files and starts
 // hamaster-node kube-up-master inside vm's namespace; the test's cleanup
 // stops it (SIGTERM, then SIGKILL).
-func startKubeUpNode(t *testing.T, v *vpc.VPC, vm, kubeEnv, masterCerts string) *kubeUpNode {
+func startKubeUpNode(t *testing.T, v *vpctest.VPC, vm, kubeEnv, masterCerts string) *kubeUpNode {
 	t.Helper()
 	dir := t.TempDir()
 	n := &kubeUpNode{name: vm, dir: dir, exited: make(chan struct{})}
@@ -271,7 +255,7 @@ func getReadyz(pool *x509.CertPool, addr netip.Addr, serverName string) (int, st
 }
 
 // inVM runs the etcd helper inside vm's namespace.
-func inVM(ctx context.Context, v *vpc.VPC, vm string, args ...string) ([]byte, error) {
+func inVM(ctx context.Context, v *vpctest.VPC, vm string, args ...string) ([]byte, error) {
 	cmd, err := v.Command(ctx, vm, os.Args[0], args...)
 	if err != nil {
 		return nil, err
@@ -294,33 +278,14 @@ func inVM(ctx context.Context, v *vpc.VPC, vm string, args ...string) ([]byte, e
 // (add-replica-to-etcd, run inside master 0), then the replica booted from
 // replicate-master-instance's metadata.
 func TestKubeUpMasterInVPC(t *testing.T) {
-	needRoot(t)
+	vpctest.Need(t)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	b := make([]byte, 2)
-	_, _ = rand.Read(b)
-	id := "k" + hex.EncodeToString(b)
-	x, _ := rand.Int(rand.Reader, big.NewInt(140))
-	third := 100 + int(x.Int64()) // 198.18.100-239.0/24: test-network range (RFC 2544), away from other tests'
-	external := netip.MustParsePrefix(fmt.Sprintf("198.18.%d.0/24", third))
-	ext0 := netip.MustParseAddr(fmt.Sprintf("198.18.%d.10", third))
-	ext1 := netip.MustParseAddr(fmt.Sprintf("198.18.%d.11", third))
-	v, err := vpc.New(ctx, vpc.Options{ID: id, Subnet: netip.MustParsePrefix("10.128.0.0/20"), External: external})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Registered first, so it runs after every node's stop.
-	t.Cleanup(func() {
-		if err := v.Close(); err != nil {
-			t.Error(err)
-		}
-		out, _ := exec.Command("ip", "netns", "list").Output()
-		if strings.Contains(string(out), "hm-"+id) {
-			t.Errorf("namespaces left: %s", out)
-		}
-	})
+	// Created first, so its cleanup runs after every node's stop.
+	v := vpctest.New(ctx, t, "k")
+	ext0, ext1 := v.External(10), v.External(11)
 	const master0, replica = "kubernetes-master", "kubernetes-master-a1b"
 	if _, err := v.AddVM(ctx, master0, netip.MustParseAddr("10.128.0.2")); err != nil {
 		t.Fatal(err)
@@ -329,8 +294,8 @@ func TestKubeUpMasterInVPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Only addresses inside the VPC are dialled from here.
-	if r, err := exec.Command("ip", "route", "get", ext0.String()).CombinedOutput(); err != nil || !strings.Contains(string(r), "hm"+id+"u") {
-		t.Fatalf("%v is not routed into the VPC: %s %v", ext0, r, err)
+	if routed, r := v.Routed(ext0); !routed {
+		t.Fatalf("%v is not routed into the VPC: %s", ext0, r)
 	}
 
 	km, err := kubeuptest.NewMaster(kubeuptest.Options{Project: "hamaster-test", Zone: "us-central1-b", StaticIP: ext0.String()})

@@ -3,18 +3,15 @@ package vpc_test
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hamaster/hamaster/dataplane/vpc"
+	"github.com/hamaster/hamaster/dataplane/vpc/vpctest"
 )
 
 // helper modes, run inside a namespace by re-executing the test binary.
@@ -53,42 +50,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func need(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("network namespaces need root; CI runs as root")
-		}
-		t.Skip("network namespaces need root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Fatalf("iproute2's ip is needed (apt-get install iproute2): %v", err)
-	}
-}
-
 func TestVPCReachability(t *testing.T) {
-	need(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b := make([]byte, 2)
-	_, _ = rand.Read(b)
-	id := "t" + hex.EncodeToString(b)
-	// 198.18.0.0/15 is for test networks (RFC 2544); nothing of it leaves
-	// the namespaces below.
-	v, err := vpc.New(ctx, vpc.Options{ID: id, Subnet: netip.MustParsePrefix("10.128.0.0/20"), External: netip.MustParsePrefix("198.18.7.0/24")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := v.Close(); err != nil {
-			t.Error(err)
-		}
-		out, _ := exec.Command("ip", "netns", "list").Output()
-		if strings.Contains(string(out), "hm-"+id) {
-			t.Errorf("namespaces left: %s", out)
-		}
-	})
+	v := vpctest.New(ctx, t, "t")
 	a, err := v.AddVM(ctx, "vm-a", netip.MustParseAddr("10.128.0.2"))
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +62,7 @@ func TestVPCReachability(t *testing.T) {
 	if _, err := v.AddVM(ctx, "vm-b", netip.MustParseAddr("10.128.0.3")); err != nil {
 		t.Fatal(err)
 	}
-	ext := netip.MustParseAddr("198.18.7.10")
+	ext := v.External(10)
 	if err := v.SetExternal(ctx, ext, "vm-a"); err != nil {
 		t.Fatal(err)
 	}
@@ -141,11 +107,11 @@ func TestVPCReachability(t *testing.T) {
 	// No packet is sent to an internal address from here (this namespace
 	// may have a default route off the machine): the kernel's route for
 	// it must not lead into the VPC.
-	if r, err := exec.Command("ip", "route", "get", "10.128.0.2").CombinedOutput(); err == nil && strings.Contains(string(r), "hm"+id) {
+	if routed, r := v.Routed(netip.MustParseAddr("10.128.0.2")); routed {
 		t.Fatalf("the operator's namespace routes a VM's internal address into the VPC: %s", r)
 	}
-	if r, err := exec.Command("ip", "route", "get", ext.String()).CombinedOutput(); err != nil || !strings.Contains(string(r), "hm"+id+"u") {
-		t.Fatalf("the external address is not routed into the VPC: %s %v", r, err)
+	if routed, r := v.Routed(ext); !routed {
+		t.Fatalf("the external address is not routed into the VPC: %s", r)
 	}
 
 	// The address moves to the router (a load balancer's), then is gone.
