@@ -88,9 +88,6 @@ var (
 	EtcdEvents = EtcdCluster{Name: "events", Suffix: "-events", ClientPort: 4002, PeerPort: 2381}
 )
 
-// EtcdClusters lists both, main first.
-func EtcdClusters() []EtcdCluster { return []EtcdCluster{EtcdMain, EtcdEvents} }
-
 // MemberName is the etcd member name of the master with this hostname
 // (etcd.manifest: --name etcd-{{ hostname }}).
 func MemberName(hostname string) string { return "etcd-" + hostname }

@@ -148,36 +148,6 @@ func Replicate(src Master, existing []string, replica string) (Master, error) {
 	return out, nil
 }
 
-// OperatorClient issues the operator an etcd client certificate for main
-// etcd's client port (the same CA as the apiserver's, so hamaster reaches
-// 127.0.0.1:2379 through an SSH tunnel exactly as the apiserver does). It
-// returns the CA, certificate and key as PEM.
-func (m Master) OperatorClient(commonName string) (caPEM, certPEM, keyPEM []byte, err error) {
-	apiCA, err := m.EtcdAPIServerCA()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	p, err := apiCA.IssueClient(commonName, nil, certs.ECDSA)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return apiCA.CertPEM, p.CertPEM, p.KeyPEM, nil
-}
-
-// ReplicaHosts lists the masters among names: MASTER_NAME itself and
-// MASTER_NAME-<suffix> (cluster/gce/util.sh get-replica-name-regexp,
-// anchored here so that "kubernetes-master-ip" style names of other
-// resources never count).
-func ReplicaHosts(masterName string, names []string) []string {
-	var out []string
-	for _, n := range names {
-		if IsReplicaName(masterName, n) {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
 // IsReplicaName reports whether name is masterName or masterName-xyz with
 // three characters, as kube-up names replicas (set-replica-name: the
 // first three hex digits of an md5).
