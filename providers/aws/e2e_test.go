@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,8 +49,12 @@ func (e *env) deps(after func(string) error) *workflows.Deps {
 }
 
 func (e *env) add(ctx context.Context, name string, after func(string) error) error {
+	return e.addIn(ctx, name, "", after)
+}
+
+func (e *env) addIn(ctx context.Context, name, zone string, after func(string) error) error {
 	d := e.deps(after)
-	return workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: name, DNSKind: dnsKind, DNSName: e.dnsName(), Timeout: time.Minute}), workflows.Options{})
+	return workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: name, Zone: zone, DNSKind: dnsKind, DNSName: e.dnsName(), Timeout: time.Minute}), workflows.Options{})
 }
 
 func (e *env) remove(ctx context.Context, name string, after func(string) error) error {
@@ -208,40 +213,57 @@ func TestAddRemove1to3to1(t *testing.T) {
 	} {
 		px.Inject(f.action, f.kind, f.n)
 	}
-	names := []string{"e2e-master-a01", "e2e-master-a02"}
-	for _, n := range names {
+	// The second replica lives in the second zone: the provider must enable
+	// the NLB there (SetSubnets) or its target stays unused.
+	names := []string{"e2e-master-a01", "e2e-master-b02"}
+	zones := []string{awstest.Zone, awstest.ZoneB}
+	for k, n := range names {
 		mark := px.Mark()
 		start := time.Now()
-		if err := e.add(ctx, n, nil); err != nil {
+		if err := e.addIn(ctx, n, zones[k], nil); err != nil {
 			t.Fatalf("add %s: %v (vms: %v)", n, err, c.VMs.LastError())
 		}
 		t.Logf("add %s: %s, API calls %s", n, time.Since(start).Round(time.Millisecond), awstest.FormatCounts(px.CountsSince(mark)))
 	}
 	e.assertConverged(ctx, c.Master, names[0], names[1])
 
-	// What moto ignores, checked on the requests themselves.
-	lbc, ok := px.Last("CreateLoadBalancer")
-	if !ok {
-		t.Fatal("no CreateLoadBalancer call")
+	// What moto ignores, the proxy's NLB model answers: the Elastic IP in
+	// the subnet mapping of the master's zone, both zones enabled.
+	viaProxy := elb.NewFromConfig(aws.Config{Region: awstest.Region, Credentials: c.ELB.Options().Credentials, BaseEndpoint: aws.String(px.URL)})
+	lbs, err := viaProxy.DescribeLoadBalancers(ctx, &elb.DescribeLoadBalancersInput{Names: []string{awsp.LoadBalancerName(c.Name)}})
+	if err != nil || len(lbs.LoadBalancers) != 1 {
+		t.Fatalf("describe the NLB through the proxy: %v", err)
 	}
-	for k, want := range map[string]string{
-		"Type": "network", "Scheme": "internet-facing",
-		"SubnetMappings.member.1.AllocationId": c.EIPAllocation,
-		"SubnetMappings.member.1.SubnetId":     c.Subnet,
-		"Subnets.member.1":                     "",
-		"SubnetMappings.member.2.SubnetId":     "",
-	} {
-		if got := lbc.Params.Get(k); got != want {
-			t.Errorf("CreateLoadBalancer %s = %q, want %q", k, got, want)
+	l := lbs.LoadBalancers[0]
+	if l.Type != "network" || l.Scheme != "internet-facing" || l.State == nil || l.State.Code != "active" {
+		t.Errorf("NLB %s %s %+v, want an active internet-facing network LB", l.Type, l.Scheme, l.State)
+	}
+	gotZones := map[string]string{}
+	for _, az := range l.AvailabilityZones {
+		alloc := ""
+		for _, a := range az.LoadBalancerAddresses {
+			alloc = aws.ToString(a.AllocationId)
 		}
+		gotZones[aws.ToString(az.ZoneName)] = aws.ToString(az.SubnetId) + "/" + alloc
 	}
-	tgc, _ := px.Last("CreateTargetGroup")
-	for k, want := range map[string]string{
-		"Protocol": "TCP", "Port": "6443", "TargetType": "instance",
-		"HealthCheckProtocol": "HTTPS", "HealthCheckPath": "/readyz", "HealthCheckPort": "6443",
+	if want := map[string]string{awstest.Zone: c.Subnet + "/" + c.EIPAllocation, awstest.ZoneB: c.SubnetB + "/"}; !maps.Equal(gotZones, want) {
+		t.Errorf("NLB zones %v, want %v", gotZones, want)
+	}
+	tgs, err := c.ELB.DescribeTargetGroups(ctx, &elb.DescribeTargetGroupsInput{Names: []string{awsp.LoadBalancerName(c.Name) + "-api"}})
+	if err != nil || len(tgs.TargetGroups) != 1 {
+		t.Fatalf("describe the target group: %v", err)
+	}
+	tg := tgs.TargetGroups[0]
+	for k, v := range map[string][2]string{
+		"Protocol":            {string(tg.Protocol), "TCP"},
+		"Port":                {fmt.Sprint(aws.ToInt32(tg.Port)), "6443"},
+		"TargetType":          {string(tg.TargetType), "instance"},
+		"HealthCheckProtocol": {string(tg.HealthCheckProtocol), "HTTPS"},
+		"HealthCheckPath":     {aws.ToString(tg.HealthCheckPath), "/readyz"},
+		"HealthCheckPort":     {aws.ToString(tg.HealthCheckPort), "6443"},
 	} {
-		if got := tgc.Params.Get(k); got != want {
-			t.Errorf("CreateTargetGroup %s = %q, want %q", k, got, want)
+		if v[0] != v[1] {
+			t.Errorf("target group %s = %q, want %q", k, v[0], v[1])
 		}
 	}
 	if assoc, ok := px.Last("AssociateAddress"); ok && assoc.Params.Get("AllowReassociation") == "true" {
@@ -249,7 +271,7 @@ func TestAddRemove1to3to1(t *testing.T) {
 	}
 	served, faults := px.Served(), px.Faults()
 	t.Logf("injected faults %v; served by the proxy %v", faults, served)
-	if served["invisible"] == 0 || served["PENDING"] == 0 || served["initial"] == 0 || served["healthy"] == 0 {
+	if served["invisible"] == 0 || served["PENDING"] == 0 || served["provisioning"] == 0 || served["initial"] == 0 || served["healthy"] == 0 {
 		t.Errorf("the proxy did not serve every production behaviour: %v", served)
 	}
 	if faults[awstest.FaultThrottle] == 0 || faults[awstest.Fault5xx] == 0 {

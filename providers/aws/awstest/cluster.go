@@ -40,10 +40,14 @@ type Cluster struct {
 	R53 *route53.Client
 
 	ZoneID, VPC, Subnet, SecurityGroup string
+	// SubnetB is a second subnet, in ZoneB (10.0.2.0/24): replicas there
+	// make the provider enable the NLB in a second zone (SetSubnets).
+	SubnetB, ZoneB string
 	EIPAllocation, EIPPublicIP         string
 	// Net is N of the loopback 127.0.N.0/24 standing for the subnet;
-	// StaticIP (127.0.N.1) stands for the Elastic IP.
-	Net      int
+	// StaticIP (127.0.N.1) stands for the Elastic IP. NetB stands for
+	// SubnetB.
+	Net, NetB int
 	StaticIP string
 	CA       *certs.CA
 	Master   string
@@ -52,7 +56,20 @@ type Cluster struct {
 // Options for Up.
 type Options struct {
 	Version string
+	// Timing scales AWS's NLB timing (provisioning, health-check interval,
+	// deregistration delay); zero Scale means DefaultScale.
+	Timing Timing
 }
+
+// DefaultScale runs AWS's NLB timing 100 times faster: provisioning 1.8 s,
+// a 10 s health-check interval 100 ms, a 120 s deregistration delay 1.2 s.
+const DefaultScale = 0.01
+
+// Zone is the zone of the master's subnet; ZoneB that of the second one.
+const (
+	Zone  = Region + "a"
+	ZoneB = Region + "b"
+)
 
 // Up creates the cluster and registers its teardown.
 func Up(t *testing.T, name string, o Options) *Cluster {
@@ -60,8 +77,11 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 	if o.Version == "" {
 		o.Version = "v1.30.2"
 	}
+	if o.Timing.Scale <= 0 {
+		o.Timing.Scale = DefaultScale
+	}
 	m := StartMoto(t)
-	px := NewProxy(t, m.URL)
+	px := NewProxy(t, m.URL, o.Timing)
 	cfg := aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", ""), BaseEndpoint: aws.String(m.URL)}
 	c := &Cluster{Name: name, Moto: m, Proxy: px, EC2: ec2.NewFromConfig(cfg), ELB: elb.NewFromConfig(cfg), R53: route53.NewFromConfig(cfg), Master: name + "-master"}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -79,6 +99,9 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 	sn, err := c.EC2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: aws.String(c.VPC), CidrBlock: aws.String("10.0.1.0/24"), AvailabilityZone: aws.String(Region + "a")})
 	must(err, "CreateSubnet")
 	c.Subnet = aws.ToString(sn.Subnet.SubnetId)
+	snB, err := c.EC2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: aws.String(c.VPC), CidrBlock: aws.String("10.0.2.0/24"), AvailabilityZone: aws.String(ZoneB)})
+	must(err, "CreateSubnet "+ZoneB)
+	c.SubnetB, c.ZoneB = aws.ToString(snB.Subnet.SubnetId), ZoneB
 	sg, err := c.EC2.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{GroupName: aws.String(name + "-master"), Description: aws.String("masters"), VpcId: aws.String(c.VPC)})
 	must(err, "CreateSecurityGroup")
 	c.SecurityGroup = aws.ToString(sg.GroupId)
@@ -97,9 +120,9 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 	must(err, "CreateHostedZone")
 	c.ZoneID = aws.ToString(hz.HostedZone.Id)
 
-	c.Net = localtest.AllocSubnet(t)
+	c.Net, c.NetB = localtest.AllocSubnet(t), localtest.AllocSubnet(t)
 	c.StaticIP = fmt.Sprintf("127.0.%d.1", c.Net)
-	addrMap := fmt.Sprintf("10.0.1.0/24=127.0.%d.0/24,%s/32=%s/32", c.Net, c.EIPPublicIP, c.StaticIP)
+	addrMap := fmt.Sprintf("10.0.1.0/24=127.0.%d.0/24,10.0.2.0/24=127.0.%d.0/24,%s/32=%s/32", c.Net, c.NetB, c.EIPPublicIP, c.StaticIP)
 	stateDir := t.TempDir()
 	c.Settings = providers.Settings{Cluster: name, StateDir: stateDir, Options: map[string]string{
 		awsp.OptRegion:              Region,
@@ -108,7 +131,7 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 		awsp.OptPollInterval:        "50ms",
 		awsp.OptMaxAttempts:         "10",
 		awsp.OptMaxBackoff:          "100ms",
-		awsp.OptDeregistrationDelay: "0s",
+		awsp.OptDeregistrationDelay: "120s", // scaled by the proxy
 		awsp.OptHostedZoneID:        c.ZoneID,
 	}}
 	pki := filepath.Join(stateDir, name, "pki")
@@ -153,10 +176,12 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 			return c.StaticIP
 		case len(ip) > 7 && ip[:7] == "10.0.1.":
 			return fmt.Sprintf("127.0.%d.%s", c.Net, ip[7:])
+		case len(ip) > 7 && ip[:7] == "10.0.2.":
+			return fmt.Sprintf("127.0.%d.%s", c.NetB, ip[7:])
 		}
 		return "0.0.0.0" // never dial what is not mapped
-	}, ec2: c.EC2, elb: c.ELB, proxy: px, nodes: map[string]*proc{}, stop: make(chan struct{}), done: make(chan struct{})}
-	px.SetHealth(c.VMs.Health)
+	}, ec2: c.EC2, elb: c.ELB, proxy: px, nodes: map[string]*proc{}, zones: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{})}
+	px.SetHealth(c.VMs.Health, c.VMs.Zone)
 	c.VMs.start()
 	t.Cleanup(c.VMs.Close)
 

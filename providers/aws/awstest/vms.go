@@ -44,6 +44,7 @@ type VMs struct {
 
 	mu      sync.Mutex
 	nodes   map[string]*proc // instance ID → replica process
+	zones   map[string]string // instance ID → availability zone
 	lb      *proc
 	lbCfg   lbproxy.Config
 	lastErr error
@@ -145,8 +146,18 @@ func (v *VMs) LBRunning() bool {
 	return v.lb != nil && v.lb.Running()
 }
 
+// Zone is the availability zone of an instance the data plane has seen
+// ("" when not yet seen): the proxy's source of targets' zones.
+func (v *VMs) Zone(id string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.zones[id]
+}
+
 // Health is the proxy's source of target health: the lb process's own
-// checks, "initial" until it has checked a target.
+// checks at the target group's (scaled) interval with its healthy
+// threshold: "initial" until the threshold's passing checks, "unhealthy"
+// after a failed one while not healthy.
 func (v *VMs) Health(id string) (string, string, string) {
 	v.mu.Lock()
 	lbp := v.lb
@@ -162,8 +173,11 @@ func (v *VMs) Health(id string) (string, string, string) {
 	if !ok || t.LastChecked.IsZero() {
 		return "initial", "Elb.InitialHealthChecking", "Initial health checks in progress"
 	}
-	if t.Healthy {
+	switch {
+	case t.Healthy:
 		return "healthy", "", ""
+	case t.LastError == "":
+		return "initial", "Elb.InitialHealthChecking", "Initial health checks in progress"
 	}
 	return "unhealthy", "Target.FailedHealthChecks", "Health checks failed: " + t.LastError
 }
@@ -174,10 +188,11 @@ type observed struct {
 	eipIP     string
 	eipAlloc  string
 	eipHolder string
-	lbTargets []string // registered instance IDs
+	lbTargets []string // registered instance IDs in a zone the LB covers
+	draining  []string // deregistered instance IDs still draining
 	lbPort    int32
 	lbOK      bool
-	hcPath    string
+	tg        TargetGroupView
 }
 
 func (v *VMs) observe(ctx context.Context) (observed, error) {
@@ -217,9 +232,10 @@ func (v *VMs) observe(ctx context.Context) (observed, error) {
 	if err != nil || len(lbs.LoadBalancers) == 0 {
 		return o, nil // no load balancer
 	}
-	// What moto ignores, the proxy recorded: was the Elastic IP handed over?
-	create, ok := v.proxy.Last("CreateLoadBalancer")
-	if !ok || create.Params.Get("Name") != name || create.Params.Get("SubnetMappings.member.1.AllocationId") != o.eipAlloc || create.Params.Get("Type") != "network" {
+	// What moto ignores, the proxy's NLB model keeps: is the LB active, was
+	// the Elastic IP handed over, which zones does it cover?
+	view, ok := v.proxy.LoadBalancer(name)
+	if !ok || !view.Active || !slices.Contains(view.Allocations, o.eipAlloc) || len(view.TargetGroups) == 0 {
 		return o, nil
 	}
 	ls, err := v.elb.DescribeListeners(ctx, &elb.DescribeListenersInput{LoadBalancerArn: lbs.LoadBalancers[0].LoadBalancerArn})
@@ -228,20 +244,30 @@ func (v *VMs) observe(ctx context.Context) (observed, error) {
 	}
 	o.lbPort = aws.ToInt32(ls.Listeners[0].Port)
 	tg := ls.Listeners[0].DefaultActions[0].TargetGroupArn
+	for _, t := range view.TargetGroups {
+		if t.ARN == aws.ToString(tg) {
+			o.tg = t
+		}
+	}
+	if o.tg.ARN == "" {
+		return o, nil
+	}
 	th, err := v.elb.DescribeTargetHealth(ctx, &elb.DescribeTargetHealthInput{TargetGroupArn: tg})
 	if err != nil {
 		return o, nil
 	}
 	for _, d := range th.TargetHealthDescriptions {
+		id := aws.ToString(d.Target.Id)
+		i, ok := o.instances[id]
+		if !ok || i.Placement == nil || !slices.Contains(view.Zones, aws.ToString(i.Placement.AvailabilityZone)) {
+			continue // unused: the NLB does not route to a zone it is not enabled in
+		}
 		if d.TargetHealth != nil && d.TargetHealth.State == "healthy" { // moto: "healthy" = registered
-			o.lbTargets = append(o.lbTargets, aws.ToString(d.Target.Id))
+			o.lbTargets = append(o.lbTargets, id)
 		}
 	}
 	sort.Strings(o.lbTargets)
-	o.hcPath = "/"
-	if c, ok := v.proxy.Last("CreateTargetGroup"); ok && c.Params.Get("HealthCheckProtocol") == "HTTPS" {
-		o.hcPath = c.Params.Get("HealthCheckPath")
-	}
+	o.draining = o.tg.Draining
 	o.lbOK = true
 	return o, nil
 }
@@ -253,6 +279,11 @@ func (v *VMs) reconcile(ctx context.Context) error {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	for id, i := range o.instances {
+		if i.Placement != nil {
+			v.zones[id] = aws.ToString(i.Placement.AvailabilityZone)
+		}
+	}
 	// 1. Stop what must not run: nodes of gone instances, the LB.
 	for id, n := range v.nodes {
 		if _, ok := o.instances[id]; !ok || !n.Running() {
@@ -297,21 +328,36 @@ func (v *VMs) reconcile(ctx context.Context) error {
 	if !o.lbOK {
 		return nil
 	}
+	hcPath := "/"
+	if o.tg.Protocol == "HTTPS" || o.tg.Protocol == "HTTP" {
+		hcPath = o.tg.Path
+	}
 	cfg := lbproxy.Config{
-		Listen:     net.JoinHostPort(eip, strconv.Itoa(int(o.lbPort))),
-		Health:     lbproxy.HealthConfig{Path: o.hcPath, Interval: lbproxy.Duration{Duration: 100 * time.Millisecond}, Timeout: lbproxy.Duration{Duration: time.Second}, HealthyThreshold: 1, UnhealthyThreshold: 2, CAFile: v.caFile},
-		StatusFile: filepath.Join(v.root, "lb", "status.json"),
-		PIDFile:    filepath.Join(v.root, "lb", "lb.pid"),
+		Listen: net.JoinHostPort(eip, strconv.Itoa(int(o.lbPort))),
+		// The target group's checks, at its (scaled) interval and
+		// thresholds: a new target is healthy only after HealthyThreshold
+		// passing checks, as on AWS.
+		Health: lbproxy.HealthConfig{Path: hcPath, Interval: lbproxy.Duration{Duration: o.tg.Interval}, Timeout: lbproxy.Duration{Duration: min(o.tg.Interval, time.Second)},
+			HealthyThreshold: o.tg.Healthy, UnhealthyThreshold: o.tg.Unhealthy, CAFile: v.caFile},
+		NoDialRetry: true,
+		StatusFile:  filepath.Join(v.root, "lb", "status.json"),
+		PIDFile:     filepath.Join(v.root, "lb", "lb.pid"),
+	}
+	add := func(id string, draining bool) {
+		if i, ok := o.instances[id]; ok {
+			cfg.Targets = append(cfg.Targets, lbproxy.Target{Name: id, Address: net.JoinHostPort(v.toNet(aws.ToString(i.PrivateIpAddress)), strconv.Itoa(providers.APIServerPort)), Draining: draining})
+		}
 	}
 	for _, id := range o.lbTargets {
-		i, ok := o.instances[id]
-		if !ok {
-			continue
+		add(id, false)
+	}
+	for _, id := range o.draining {
+		if !slices.Contains(o.lbTargets, id) {
+			add(id, true)
 		}
-		cfg.Targets = append(cfg.Targets, lbproxy.Target{Name: id, Address: net.JoinHostPort(v.toNet(aws.ToString(i.PrivateIpAddress)), strconv.Itoa(providers.APIServerPort))})
 	}
 	path := filepath.Join(v.root, "lb", "config.json")
-	changed := !slices.Equal(cfg.Targets, v.lbCfg.Targets) || cfg.Listen != v.lbCfg.Listen || cfg.Health.Path != v.lbCfg.Health.Path
+	changed := !slices.Equal(cfg.Targets, v.lbCfg.Targets) || cfg.Listen != v.lbCfg.Listen || cfg.Health != v.lbCfg.Health
 	if changed || v.lb == nil {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return err
