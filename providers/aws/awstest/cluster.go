@@ -42,15 +42,15 @@ type Cluster struct {
 	ZoneID, VPC, Subnet, SecurityGroup string
 	// SubnetB is a second subnet, in ZoneB (10.0.2.0/24): replicas there
 	// make the provider enable the NLB in a second zone (SetSubnets).
-	SubnetB, ZoneB string
-	EIPAllocation, EIPPublicIP         string
+	SubnetB, ZoneB             string
+	EIPAllocation, EIPPublicIP string
 	// Net is N of the loopback 127.0.N.0/24 standing for the subnet;
 	// StaticIP (127.0.N.1) stands for the Elastic IP. NetB stands for
 	// SubnetB.
 	Net, NetB int
-	StaticIP string
-	CA       *certs.CA
-	Master   string
+	StaticIP  string
+	CA        *certs.CA
+	Master    string
 }
 
 // Options for Up.

@@ -157,6 +157,12 @@ func TestNLBStates(t *testing.T) {
 	deregistered := time.Now()
 	_, err = lbc.DeregisterTargets(ctx, &elb.DeregisterTargetsInput{TargetGroupArn: tgARN, Targets: []elbtypes.TargetDescription{{Id: aws.String(id)}}})
 	must(err, "DeregisterTargets")
+	// The SDK's TargetDeregistered waiter asks about the target by ID.
+	byID, err := lbc.DescribeTargetHealth(ctx, &elb.DescribeTargetHealthInput{TargetGroupArn: tgARN, Targets: []elbtypes.TargetDescription{{Id: aws.String(id)}}})
+	must(err, "DescribeTargetHealth by ID")
+	if len(byID.TargetHealthDescriptions) != 1 || byID.TargetHealthDescriptions[0].TargetHealth.State != "draining" {
+		t.Errorf("target asked about by ID right after deregistration: %+v, want draining", byID.TargetHealthDescriptions)
+	}
 	waitFor("deregistered target", health, "absent", "draining/Target.DeregistrationInProgress")
 	if d := time.Since(deregistered); d < timing.D(120*time.Second) {
 		t.Errorf("draining ended after %s, before the scaled delay %s", d, timing.D(120*time.Second))

@@ -43,7 +43,7 @@ type VMs struct {
 	proxy   *Proxy
 
 	mu      sync.Mutex
-	nodes   map[string]*proc // instance ID → replica process
+	nodes   map[string]*proc  // instance ID → replica process
 	zones   map[string]string // instance ID → availability zone
 	lb      *proc
 	lbCfg   lbproxy.Config
