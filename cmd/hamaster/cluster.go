@@ -56,10 +56,12 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 		gce.OptSSHAgent:      g.sshAgent,
 
 		// aws provider (--dns route53 needs --hosted-zone-id)
-		awsp.OptRegion:       c.String("aws-region"),
-		awsp.OptEndpoint:     c.String("aws-endpoint"),
-		awsp.OptSubnets:      c.String("aws-subnets"),
-		awsp.OptHostedZoneID: c.String("hosted-zone-id"),
+		awsp.OptRegion:              c.String("aws-region"),
+		awsp.OptEndpoint:            c.String("aws-endpoint"),
+		awsp.OptSubnets:             c.String("aws-subnets"),
+		awsp.OptHostedZoneID:        c.String("hosted-zone-id"),
+		awsp.OptDeregistrationDelay: c.String("aws-deregistration-delay"),
+		awsp.OptClientCIDRs:         c.String("aws-client-cidrs"),
 	}}
 }
 
@@ -185,6 +187,8 @@ func awsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "aws-endpoint", EnvVars: []string{"HAMASTER_AWS_ENDPOINT"}, Usage: "aws provider: base endpoint `URL` of every service (tests: moto; AWS_ENDPOINT_URL works too)"},
 		&cli.StringFlag{Name: "aws-subnets", EnvVars: []string{"HAMASTER_AWS_SUBNETS"}, Usage: "aws provider: subnets of new replicas by zone, `zone=subnet-id,...`"},
 		&cli.StringFlag{Name: "hosted-zone-id", EnvVars: []string{"HAMASTER_HOSTED_ZONE_ID"}, Usage: "aws provider, --dns route53: the hosted zone `ID`"},
+		&cli.StringFlag{Name: "aws-deregistration-delay", EnvVars: []string{"HAMASTER_AWS_DEREGISTRATION_DELAY"}, Usage: "aws provider: how long the NLB drains a deregistered master's open connections (watches) before closing them, `DURATION` in whole seconds 0s-3600s (default 120s); --drain-grace comes after it"},
+		&cli.StringFlag{Name: "aws-client-cidrs", EnvVars: []string{"HAMASTER_AWS_CLIENT_CIDRS"}, Usage: "aws provider: `CIDRS` clients reach the NLB from (default 0.0.0.0/0); the masters' security groups must allow them and the VPC on the apiserver port, or promotion stops naming the missing rule"},
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -43,6 +44,10 @@ import (
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
+
+// defaultDeregDelay is the deregistration delay in seconds (see
+// OptDeregistrationDelay).
+const defaultDeregDelay = 120
 
 // Name is the registry name of this provider.
 const Name = "aws"
@@ -74,8 +79,15 @@ const (
 	// (default 20s).
 	OptMaxBackoff = "aws-max-backoff"
 	// OptDeregistrationDelay is the target group's connection draining
-	// time (default 30s; AWS's own default is 300s).
+	// time (default 120s, AWS's recommended minimum for long-lived
+	// connections such as watches; AWS's own default is 300s). At its end
+	// ELBv2 closes what is still open (connection termination is on), and
+	// DrainTarget returns; the workflows' --drain-grace comes after it.
 	OptDeregistrationDelay = "aws-deregistration-delay"
+	// OptClientCIDRs are the addresses clients reach the NLB from
+	// ("cidr,cidr"; default 0.0.0.0/0): the masters' security groups must
+	// let them in, since an NLB keeps the client's address.
+	OptClientCIDRs = "aws-client-cidrs"
 )
 
 // Tags.
@@ -107,6 +119,7 @@ type Provider struct {
 	poll         time.Duration
 	maxWait      time.Duration
 	deregDelay   int
+	clientCIDRs  []netip.Prefix
 	subnetByZone map[string]string
 
 	mu    sync.Mutex // address reservations file
@@ -130,7 +143,7 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	if opts == nil {
 		opts = map[string]string{}
 	}
-	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: opts, log: s.Log(), poll: 2 * time.Second, maxWait: 15 * time.Minute, deregDelay: 30}
+	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: opts, log: s.Log(), poll: 2 * time.Second, maxWait: 15 * time.Minute, deregDelay: defaultDeregDelay}
 	var err error
 	if p.amap, err = parseAddrMap(opts[OptAddressMap]); err != nil {
 		return nil, err
@@ -142,10 +155,13 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	}
 	if v := opts[OptDeregistrationDelay]; v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > time.Hour {
-			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q is not a duration 0-3600s", OptDeregistrationDelay, v)
+		if err != nil || d < 0 || d > time.Hour || d%time.Second != 0 {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q is not a whole number of seconds 0s-3600s (ELBv2's range; 120s or more keeps watches alive)", OptDeregistrationDelay, v)
 		}
 		p.deregDelay = int(d.Seconds())
+	}
+	if p.clientCIDRs, err = parseCIDRs(opts[OptClientCIDRs]); err != nil {
+		return nil, err
 	}
 	if p.subnetByZone, err = parseSubnets(opts[OptSubnets]); err != nil {
 		return nil, err

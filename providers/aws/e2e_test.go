@@ -287,6 +287,9 @@ func TestAddRemove1to3to1(t *testing.T) {
 		t.Logf("remove %s: %s, API calls %s", names[i], time.Since(start).Round(time.Millisecond), awstest.FormatCounts(px.CountsSince(mark)))
 	}
 	e.assertConverged(ctx, c.Master)
+	if s := px.Served(); s["draining"] == 0 {
+		t.Errorf("removals never saw a target draining for the deregistration delay: %v", s)
+	}
 	if _, err := os.Stat(filepath.Join(c.Settings.StateDir, c.Name, "aws", "addresses.json")); err == nil {
 		b, _ := os.ReadFile(filepath.Join(c.Settings.StateDir, c.Name, "aws", "addresses.json"))
 		for _, n := range names {

@@ -204,11 +204,7 @@ func (in *instances) replica(ctx context.Context, i instance, vols []volume) (pr
 	m[MachineAMI] = aws.ToString(raw.ImageId)
 	m[MachineInstanceType] = string(raw.InstanceType)
 	m[MachineSubnet] = i.subnet
-	var sgs []string
-	for _, g := range raw.SecurityGroups {
-		sgs = append(sgs, aws.ToString(g.GroupId))
-	}
-	m[MachineSecurityGroups] = strings.Join(sgs, ",")
+	m[MachineSecurityGroups] = strings.Join(securityGroups(raw), ",")
 	if raw.IamInstanceProfile != nil {
 		m[MachineInstanceProfile] = aws.ToString(raw.IamInstanceProfile.Arn)
 	}

@@ -344,17 +344,85 @@ func (b *loadBalancer) ensureTG(ctx context.Context, vpc string) (string, error)
 		return "", mapErr(err, "create target group %s", b.tgName())
 	}
 	tg = aws.ToString(out.TargetGroups[0].TargetGroupArn)
-	_, err = b.p.elb.ModifyTargetGroupAttributes(ctx, &elb.ModifyTargetGroupAttributesInput{
-		TargetGroupArn: aws.String(tg),
-		Attributes:     []elbtypes.TargetGroupAttribute{{Key: aws.String("deregistration_delay.timeout_seconds"), Value: aws.String(strconv.Itoa(b.p.deregDelay))}},
-	})
-	if err != nil {
-		return "", mapErr(err, "set the deregistration delay of %s", b.tgName())
+	if err := b.ensureTGAttributes(ctx, tg); err != nil {
+		return "", err
 	}
 	b.mu.Lock()
 	b.tgARN = tg
 	b.mu.Unlock()
 	return tg, nil
+}
+
+// tgAttributes are the target group's draining settings: the
+// deregistration delay (--aws-deregistration-delay), and connection
+// termination at its end, so that a drained apiserver's long watches are
+// closed by the NLB (clients re-dial through it to a live target) rather
+// than cut when the instance goes.
+func (b *loadBalancer) tgAttributes() map[string]string {
+	return map[string]string{
+		"deregistration_delay.timeout_seconds":                strconv.Itoa(b.p.deregDelay),
+		"deregistration_delay.connection_termination.enabled": "true",
+	}
+}
+
+// ensureTGAttributes sets the draining attributes that differ (observe →
+// compare → act: a re-run, or a target group made with other settings,
+// converges).
+func (b *loadBalancer) ensureTGAttributes(ctx context.Context, tg string) error {
+	cur, err := b.p.elb.DescribeTargetGroupAttributes(ctx, &elb.DescribeTargetGroupAttributesInput{TargetGroupArn: aws.String(tg)})
+	if err != nil {
+		return mapErr(err, "describe the attributes of %s", b.tgName())
+	}
+	have := map[string]string{}
+	for _, a := range cur.Attributes {
+		have[aws.ToString(a.Key)] = aws.ToString(a.Value)
+	}
+	var set []elbtypes.TargetGroupAttribute
+	want := b.tgAttributes()
+	keys := make([]string, 0, len(want))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if have[k] != want[k] {
+			set = append(set, elbtypes.TargetGroupAttribute{Key: aws.String(k), Value: aws.String(want[k])})
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	if _, err := b.p.elb.ModifyTargetGroupAttributes(ctx, &elb.ModifyTargetGroupAttributesInput{TargetGroupArn: aws.String(tg), Attributes: set}); err != nil {
+		return mapErr(err, "set the deregistration delay (%ds) and connection termination of %s", b.p.deregDelay, b.tgName())
+	}
+	return nil
+}
+
+// Prepare implements lb.Preparer: before the Elastic IP leaves master 0,
+// check that the masters' security groups let the NLB's health checks and
+// the clients in (the error names the missing rule), and build the target
+// group, so that a promotion that cannot succeed fails before anything
+// changes.
+func (b *loadBalancer) Prepare(ctx context.Context, targets []lb.Target) error {
+	defer b.invalidate()
+	if len(targets) == 0 {
+		return errkind.Errorf(errkind.InvalidArgument, "load balancer: at least one target is needed (its subnet places the load balancer)")
+	}
+	first, err := b.p.inst.describe(ctx, targets[0].Name)
+	if err != nil {
+		return err
+	}
+	if len(first) == 0 {
+		return errkind.Errorf(errkind.NotFound, "target %s: no such replica", targets[0].Name)
+	}
+	if err := b.p.checkSecurityGroups(ctx, first[0]); err != nil {
+		return err
+	}
+	tg, err := b.ensureTG(ctx, first[0].vpc)
+	if err != nil {
+		return err
+	}
+	return b.ensureTGAttributes(ctx, tg)
 }
 
 // createLB creates the NLB with the Elastic IP in the subnet mapping of
@@ -422,6 +490,9 @@ func (b *loadBalancer) register(ctx context.Context, tg, name string) error {
 	}
 	if len(is) == 0 {
 		return errkind.Errorf(errkind.NotFound, "target %s: no such replica", name)
+	}
+	if err := b.p.checkSecurityGroups(ctx, is[0]); err != nil {
+		return err
 	}
 	if err := b.ensureZone(ctx, is[0].zone, is[0].subnet); err != nil {
 		return err
@@ -498,8 +569,10 @@ func (b *loadBalancer) deregister(ctx context.Context, tg, name string) ([]strin
 	return ids, nil
 }
 
-// DrainTarget implements lb.LoadBalancer: deregister (ELBv2 then drains
-// open connections for the deregistration delay) and mark it drained.
+// DrainTarget implements lb.LoadBalancer: deregister, mark it drained, and
+// wait while ELBv2 drains it: new connections stop at once, open ones
+// (watches) go on for the deregistration delay and are then closed
+// (connection termination). The workflows' drain grace starts after that.
 func (b *loadBalancer) DrainTarget(ctx context.Context, name string) error {
 	defer b.invalidate()
 	tg, err := b.findTG(ctx)
@@ -515,6 +588,20 @@ func (b *loadBalancer) DrainTarget(ctx context.Context, name string) error {
 	}
 	if _, err := b.p.elb.AddTags(ctx, &elb.AddTagsInput{ResourceArns: []string{tg}, Tags: []elbtypes.Tag{{Key: aws.String(tagDrainedPrefix + name), Value: aws.String(time.Now().UTC().Format(time.RFC3339))}}}); err != nil {
 		return mapErr(err, "mark %s drained", name)
+	}
+	return b.waitDeregistered(ctx, tg, name, ids)
+}
+
+// waitDeregistered waits until ELBv2 has drained the targets (no longer
+// "draining": the deregistration delay is over).
+func (b *loadBalancer) waitDeregistered(ctx context.Context, tg, name string, ids []string) error {
+	ts := make([]elbtypes.TargetDescription, 0, len(ids))
+	for _, id := range ids {
+		ts = append(ts, elbtypes.TargetDescription{Id: aws.String(id)})
+	}
+	w := elb.NewTargetDeregisteredWaiter(b.p.elb, func(o *elb.TargetDeregisteredWaiterOptions) { o.MinDelay, o.MaxDelay = b.p.poll, b.p.maxDelay() })
+	if err := w.Wait(ctx, &elb.DescribeTargetHealthInput{TargetGroupArn: aws.String(tg), Targets: ts}, b.p.waitMax(ctx)); err != nil {
+		return mapErr(err, "wait until %s is drained from %s (deregistration delay %ds)", name, b.tgName(), b.p.deregDelay)
 	}
 	return nil
 }
@@ -540,15 +627,7 @@ func (b *loadBalancer) RemoveTarget(ctx context.Context, name string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	ts := make([]elbtypes.TargetDescription, 0, len(ids))
-	for _, id := range ids {
-		ts = append(ts, elbtypes.TargetDescription{Id: aws.String(id)})
-	}
-	w := elb.NewTargetDeregisteredWaiter(b.p.elb, func(o *elb.TargetDeregisteredWaiterOptions) { o.MinDelay, o.MaxDelay = b.p.poll, b.p.maxDelay() })
-	if err := w.Wait(ctx, &elb.DescribeTargetHealthInput{TargetGroupArn: aws.String(tg), Targets: ts}, b.p.waitMax(ctx)); err != nil {
-		return mapErr(err, "wait until %s is deregistered from %s", name, b.tgName())
-	}
-	return nil
+	return b.waitDeregistered(ctx, tg, name, ids)
 }
 
 // Delete implements lb.LoadBalancer: listeners, the load balancer (waiting

@@ -105,6 +105,11 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 	sg, err := c.EC2.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{GroupName: aws.String(name + "-master"), Description: aws.String("masters"), VpcId: aws.String(c.VPC)})
 	must(err, "CreateSecurityGroup")
 	c.SecurityGroup = aws.ToString(sg.GroupId)
+	// What an NLB in front of instance targets needs (see the provider's
+	// secgroups.go): the apiserver port open to clients, which covers the
+	// health checks from the VPC.
+	_, err = c.EC2.AuthorizeSecurityGroupIngress(ctx, &ec2.AuthorizeSecurityGroupIngressInput{GroupId: sg.GroupId, IpPermissions: []ec2types.IpPermission{APIServerIngress("0.0.0.0/0")}})
+	must(err, "AuthorizeSecurityGroupIngress")
 	_, err = c.EC2.CreateKeyPair(ctx, &ec2.CreateKeyPairInput{KeyName: aws.String("kube-" + name)})
 	must(err, "CreateKeyPair")
 	imgs, err := c.EC2.DescribeImages(ctx, &ec2.DescribeImagesInput{})
@@ -190,6 +195,11 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 	c.Provider = p
 	c.WaitReady(t, ctx, c.Master)
 	return c
+}
+
+// APIServerIngress is the ingress rule tcp/6443 from cidr.
+func APIServerIngress(cidr string) ec2types.IpPermission {
+	return ec2types.IpPermission{IpProtocol: aws.String("tcp"), FromPort: aws.Int32(providers.APIServerPort), ToPort: aws.Int32(providers.APIServerPort), IpRanges: []ec2types.IpRange{{CidrIp: aws.String(cidr)}}}
 }
 
 // WaitReady waits until the named replica's node reports ready.

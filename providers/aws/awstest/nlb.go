@@ -69,8 +69,10 @@ type tgModel struct {
 	path, protocol     string
 	deregDelay         time.Duration
 	connTermination    bool
-	// draining: instance ID → when its draining ends (scaled).
-	draining map[string]time.Time
+	// registered targets (as far as the proxy saw), and draining:
+	// instance ID → when its draining ends (scaled).
+	registered map[string]bool
+	draining   map[string]time.Time
 }
 
 // TargetGroupView is what the data plane needs of a target group.
@@ -147,7 +149,7 @@ func (p *Proxy) learn(action string, params url.Values, body string) {
 			return
 		}
 		tg := &tgModel{arn: m[1], name: params.Get("Name"), interval: AWSHealthInterval, healthy: AWSHealthyThreshold, unhealthy: 2,
-			path: params.Get("HealthCheckPath"), protocol: params.Get("HealthCheckProtocol"), deregDelay: AWSDeregistrationDelay, draining: map[string]time.Time{}}
+			path: params.Get("HealthCheckPath"), protocol: params.Get("HealthCheckProtocol"), deregDelay: AWSDeregistrationDelay, registered: map[string]bool{}, draining: map[string]time.Time{}}
 		if s, err := strconv.Atoi(params.Get("HealthCheckIntervalSeconds")); err == nil {
 			tg.interval = time.Duration(s) * time.Second
 		}
@@ -184,12 +186,14 @@ func (p *Proxy) learn(action string, params url.Values, body string) {
 		if tg, ok := p.tgs[params.Get("TargetGroupArn")]; ok {
 			for _, id := range targetIDs(params) {
 				delete(tg.draining, id)
+				tg.registered[id] = true
 			}
 		}
 	case "DeregisterTargets":
 		if tg, ok := p.tgs[params.Get("TargetGroupArn")]; ok {
 			for _, id := range targetIDs(params) {
-				if _, already := tg.draining[id]; !already {
+				if tg.registered[id] { // deregistering what is not registered drains nothing
+					delete(tg.registered, id)
 					tg.draining[id] = now.Add(p.timing.D(tg.deregDelay))
 				}
 			}
