@@ -211,6 +211,7 @@ func (in *instances) replica(ctx context.Context, i instance, vols []volume) (pr
 	if raw.KeyName != nil {
 		m[MachineKeyName] = aws.ToString(raw.KeyName)
 	}
+	dataVolume := ""
 	for _, v := range vols {
 		if v.replica == i.name {
 			m[MachineDataVolumeSize] = strconv.Itoa(int(v.size))
@@ -218,7 +219,13 @@ func (in *instances) replica(ctx context.Context, i instance, vols []volume) (pr
 			if v.device != "" {
 				m[MachineDataDevice] = v.device
 			}
+			if v.attachedTo == i.id {
+				dataVolume = v.id
+			}
 		}
+	}
+	if err := in.cloneSettings(ctx, raw, dataVolume, m); err != nil {
+		return providers.Replica{}, err
 	}
 	for k, v := range m {
 		if v == "" {
@@ -595,10 +602,10 @@ func (in *instances) launch(ctx context.Context, name string, tmpl providers.Tem
 			}},
 			UserData:    aws.String(base64.StdEncoding.EncodeToString(ud)),
 			ClientToken: aws.String(res.LaunchToken),
-			TagSpecifications: []types.TagSpecification{{
-				ResourceType: types.ResourceTypeInstance,
-				Tags:         []types.Tag{{Key: aws.String(TagCluster), Value: aws.String(in.p.cluster)}, {Key: aws.String(TagName), Value: aws.String(name)}},
-			}},
+		}
+		own := []types.Tag{{Key: aws.String(TagCluster), Value: aws.String(in.p.cluster)}, {Key: aws.String(TagName), Value: aws.String(name)}}
+		if err := applyClone(input, m, res.Zone, own); err != nil {
+			return fmt.Errorf("launch %s: %w", name, err)
 		}
 		if sg := m[MachineSecurityGroups]; sg != "" {
 			input.NetworkInterfaces[0].Groups = strings.Split(sg, ",")
@@ -648,6 +655,9 @@ func (in *instances) finish(ctx context.Context, id, name string, tmpl providers
 	for _, r := range out.Reservations {
 		for _, i := range r.Instances {
 			in.p.toInstance(i)
+			if err := in.ensureSourceDestCheck(ctx, i, tmpl.Machine); err != nil {
+				return err
+			}
 		}
 	}
 	device = tmpl.Machine[MachineDataDevice]
@@ -686,7 +696,7 @@ func (in *instances) ensureVolume(ctx context.Context, name string, res reservat
 			vt = defaultDataType
 		}
 		sum := sha256.Sum256([]byte(in.p.cluster + "/" + name + "/" + res.IP + "/" + res.LaunchToken))
-		out, err := in.p.ec2.CreateVolume(ctx, &ec2.CreateVolumeInput{
+		input := &ec2.CreateVolumeInput{
 			AvailabilityZone: aws.String(res.Zone),
 			Size:             aws.Int32(size),
 			VolumeType:       types.VolumeType(vt),
@@ -700,7 +710,11 @@ func (in *instances) ensureVolume(ctx context.Context, name string, res reservat
 					{Key: aws.String(TagRole), Value: aws.String("data")},
 				},
 			}},
-		})
+		}
+		if err := applyDataVolume(input, m); err != nil {
+			return volume{}, fmt.Errorf("data volume of %s: %w", name, err)
+		}
+		out, err := in.p.ec2.CreateVolume(ctx, input)
 		if err != nil {
 			return volume{}, mapErr(err, "create data volume of %s", name)
 		}

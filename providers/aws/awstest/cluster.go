@@ -4,7 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"strconv"
 	"testing"
 	"time"
@@ -156,19 +160,46 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 	}}
 	ud, err := awsp.EncodeUserData(tmpl)
 	must(err, "user data")
-	vol, err := c.EC2.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String(Region + "a"), Size: aws.Int32(10), VolumeType: ec2types.VolumeTypeGp3,
-		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeVolume, Tags: []ec2types.Tag{clusterTag,
-			{Key: aws.String(awsp.TagName), Value: aws.String(c.Master + "-data")},
+	// Everything a real master's launch may have, so that the clone can be
+	// compared with it field by field (clone_test.go): kube-up's tags
+	// (cluster/aws/util.sh add-tag / create-master: KubernetesCluster,
+	// Role), an instance profile, IMDSv2 required with hop limit 2,
+	// EBS-optimized, a placement group and tenancy, unlimited CPU credits,
+	// an encrypted gp3 root volume with its own IOPS and throughput, an
+	// encrypted io2 data volume with a KMS key, and the source/destination
+	// check off (util.sh turns it off on the master).
+	kubeTags := []ec2types.Tag{{Key: aws.String("KubernetesCluster"), Value: aws.String(name)}, {Key: aws.String("kubernetes.io/cluster/" + name), Value: aws.String("owned")}}
+	must(createInstanceProfile(ctx, m.URL, InstanceProfile), "CreateInstanceProfile")
+	// (moto has no CreatePlacementGroup and takes any group name.)
+	vol, err := c.EC2.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String(Zone), Size: aws.Int32(20), VolumeType: ec2types.VolumeTypeIo2, Iops: aws.Int32(3000),
+		Encrypted: aws.Bool(true), KmsKeyId: aws.String(KMSKey),
+		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeVolume, Tags: append([]ec2types.Tag{clusterTag,
+			{Key: aws.String(awsp.TagName), Value: aws.String(c.Master + "-pd")},
 			{Key: aws.String(awsp.TagReplica), Value: aws.String(c.Master)},
-			{Key: aws.String(awsp.TagRole), Value: aws.String("data")}}}}})
+			{Key: aws.String(awsp.TagRole), Value: aws.String("data")}}, kubeTags...)}}})
 	must(err, "CreateVolume")
-	run, err := c.EC2.RunInstances(ctx, &ec2.RunInstancesInput{
+	// Through the proxy: it keeps what moto drops (CPU credits, the root
+	// mapping's IOPS and throughput).
+	viaProxy := ec2.NewFromConfig(cfg, func(o *ec2.Options) { o.BaseEndpoint = aws.String(px.URL) })
+	run, err := viaProxy.RunInstances(ctx, &ec2.RunInstancesInput{
 		ImageId: aws.String(ami), InstanceType: ec2types.InstanceTypeT3Medium, MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
 		NetworkInterfaces: []ec2types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: aws.String(c.Subnet), PrivateIpAddress: aws.String(masterIP), Groups: []string{c.SecurityGroup}, DeleteOnTermination: aws.Bool(true)}},
-		KeyName:           aws.String("kube-" + name), UserData: aws.String(base64.StdEncoding.EncodeToString(ud)),
-		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeInstance, Tags: []ec2types.Tag{clusterTag, {Key: aws.String(awsp.TagName), Value: aws.String(c.Master)}}}},
+		KeyName: aws.String("kube-" + name), UserData: aws.String(base64.StdEncoding.EncodeToString(ud)),
+		TagSpecifications: []ec2types.TagSpecification{
+			{ResourceType: ec2types.ResourceTypeInstance, Tags: append([]ec2types.Tag{clusterTag, {Key: aws.String(awsp.TagName), Value: aws.String(c.Master)}, {Key: aws.String("Role"), Value: aws.String(name + "-master")}}, kubeTags...)},
+			{ResourceType: ec2types.ResourceTypeVolume, Tags: kubeTags},
+		},
+		IamInstanceProfile:  &ec2types.IamInstanceProfileSpecification{Arn: aws.String(InstanceProfileARN)},
+		MetadataOptions:     &ec2types.InstanceMetadataOptionsRequest{HttpTokens: ec2types.HttpTokensStateRequired, HttpPutResponseHopLimit: aws.Int32(2), HttpEndpoint: ec2types.InstanceMetadataEndpointStateEnabled},
+		EbsOptimized:        aws.Bool(true),
+		Placement:           &ec2types.Placement{AvailabilityZone: aws.String(Zone), GroupName: aws.String(name + "-masters"), Tenancy: ec2types.TenancyDefault},
+		CreditSpecification: &ec2types.CreditSpecificationRequest{CpuCredits: aws.String("unlimited")},
+		BlockDeviceMappings: []ec2types.BlockDeviceMapping{{DeviceName: aws.String("/dev/xvda"), Ebs: &ec2types.EbsBlockDevice{VolumeSize: aws.Int32(32), VolumeType: ec2types.VolumeTypeGp3,
+			Iops: aws.Int32(4000), Throughput: aws.Int32(250), Encrypted: aws.Bool(true), KmsKeyId: aws.String(KMSKey), DeleteOnTermination: aws.Bool(true)}}},
 	})
 	must(err, "RunInstances")
+	_, err = c.EC2.ModifyInstanceAttribute(ctx, &ec2.ModifyInstanceAttributeInput{InstanceId: run.Instances[0].InstanceId, SourceDestCheck: &ec2types.AttributeBooleanValue{Value: aws.Bool(false)}})
+	must(err, "ModifyInstanceAttribute SourceDestCheck")
 	id := run.Instances[0].InstanceId
 	_, err = c.EC2.AttachVolume(ctx, &ec2.AttachVolumeInput{VolumeId: vol.VolumeId, InstanceId: id, Device: aws.String("/dev/xvdb")})
 	must(err, "AttachVolume")
@@ -195,6 +226,37 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 	c.Provider = p
 	c.WaitReady(t, ctx, c.Master)
 	return c
+}
+
+// Master 0's instance profile and KMS key (moto checks that the profile
+// exists; any key ARN is accepted).
+const (
+	InstanceProfile    = "kubernetes-master"
+	InstanceProfileARN = "arn:aws:iam::123456789012:instance-profile/" + InstanceProfile
+	KMSKey             = "arn:aws:kms:us-east-1:123456789012:key/0f7e6c1a-hamaster-test"
+)
+
+// createInstanceProfile creates an IAM instance profile in moto with one
+// query-protocol call (the module has no IAM client; moto routes by the
+// credential scope's service and does not check signatures).
+func createInstanceProfile(ctx context.Context, motoURL, name string) error {
+	form := url.Values{"Action": {"CreateInstanceProfile"}, "Version": {"2010-05-08"}, "InstanceProfileName": {name}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, motoURL+"/", strings.NewReader(form.Encode()))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/iam/aws4_request, SignedHeaders=host, Signature=0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	return nil
 }
 
 // APIServerIngress is the ingress rule tcp/6443 from cidr.

@@ -17,6 +17,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
 )
 
 // Call is one API request seen by the proxy.
@@ -66,6 +70,10 @@ type Proxy struct {
 	lbs    map[string]*nlbModel // by ARN
 	tgs    map[string]*tgModel  // by ARN
 	zoneOf func(instanceID string) string
+	// What moto drops from a launch (ec2model.go).
+	credits map[string]string // instance ID → CPU credits
+	groups  map[string]string // instance ID → placement group
+	direct  *ec2.Client       // moto itself, for the launch fix-ups
 	// Served counts what the proxy added: "invisible", "PENDING" and the
 	// target states it reported ("healthy", "initial", "unhealthy").
 	served map[string]int
@@ -78,7 +86,8 @@ func NewProxy(t testing.TB, target string, timing Timing) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{invis: map[string]int{}, pending: map[string]int{}, served: map[string]int{}, timing: timing, lbs: map[string]*nlbModel{}, tgs: map[string]*tgModel{}}
+	p := &Proxy{invis: map[string]int{}, pending: map[string]int{}, served: map[string]int{}, timing: timing, lbs: map[string]*nlbModel{}, tgs: map[string]*tgModel{}, credits: map[string]string{}, groups: map[string]string{}}
+	p.direct = ec2.NewFromConfig(aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", ""), BaseEndpoint: aws.String(target)})
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.ModifyResponse = p.modify
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -236,11 +245,24 @@ func (p *Proxy) modify(resp *http.Response) error {
 	if err != nil {
 		return err
 	}
+	if resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte("<RunInstancesResponse")) {
+		p.launchFixups(p.callParams(resp.Request), string(body))
+	}
 	out := p.rewrite(resp.Request, body, resp.StatusCode)
 	resp.Body = io.NopCloser(bytes.NewReader(out))
 	resp.ContentLength = int64(len(out))
 	resp.Header.Del("Content-Length")
 	resp.Header.Set("Content-Length", fmt.Sprint(len(out)))
+	return nil
+}
+
+// callParams are the recorded parameters of the call r forwards.
+func (p *Proxy) callParams(r *http.Request) url.Values {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i, err := strconv.Atoi(r.Header.Get("X-Awstest-Call")); err == nil && i < len(p.calls) {
+		return p.calls[i].Params
+	}
 	return nil
 }
 
@@ -260,6 +282,10 @@ func (p *Proxy) rewrite(r *http.Request, body []byte, status int) []byte {
 		p.learn(call.Action, call.Params, s)
 	}
 	switch {
+	case bytes.Contains(body, []byte("<DescribeInstancesResponse")) && len(p.groups) > 0:
+		s = p.rewritePlacement(s)
+	case bytes.Contains(body, []byte("<DescribeInstanceCreditSpecificationsResponse")):
+		s = p.rewriteCredits(s)
 	case bytes.Contains(body, []byte("<DescribeLoadBalancersResponse")):
 		s = p.rewriteLBs(s)
 	case bytes.Contains(body, []byte("<RunInstancesResponse")):
