@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
-	"strings"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -184,7 +184,7 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 	run, err := viaProxy.RunInstances(ctx, &ec2.RunInstancesInput{
 		ImageId: aws.String(ami), InstanceType: ec2types.InstanceTypeT3Medium, MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
 		NetworkInterfaces: []ec2types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: aws.String(c.Subnet), PrivateIpAddress: aws.String(masterIP), Groups: []string{c.SecurityGroup}, DeleteOnTermination: aws.Bool(true)}},
-		KeyName: aws.String("kube-" + name), UserData: aws.String(base64.StdEncoding.EncodeToString(ud)),
+		KeyName:           aws.String("kube-" + name), UserData: aws.String(base64.StdEncoding.EncodeToString(ud)),
 		TagSpecifications: []ec2types.TagSpecification{
 			{ResourceType: ec2types.ResourceTypeInstance, Tags: append([]ec2types.Tag{clusterTag, {Key: aws.String(awsp.TagName), Value: aws.String(c.Master)}, {Key: aws.String("Role"), Value: aws.String(name + "-master")}}, kubeTags...)},
 			{ResourceType: ec2types.ResourceTypeVolume, Tags: kubeTags},
