@@ -67,7 +67,9 @@ func TestParseKubeUpUserData(t *testing.T) {
 	}{
 		{"kube-up, gzip", func(t *testing.T) []byte { return gz(t, kubeUpScript) }, true, ""},
 		{"kube-up, plain", func(*testing.T) []byte { return []byte(kubeUpScript) }, false, ""},
-		{"#!/bin/bash without the space", func(*testing.T) []byte { return []byte(strings.Replace(kubeUpScript, "#! /bin/bash", "#!/bin/bash", 1)) }, false, ""},
+		{"#!/bin/bash without the space", func(*testing.T) []byte {
+			return []byte(strings.Replace(kubeUpScript, "#! /bin/bash", "#!/bin/bash", 1))
+		}, false, ""},
 		{"empty", func(*testing.T) []byte { return nil }, false, "user data is empty"},
 		{"cloud-config", func(*testing.T) []byte { return []byte("#cloud-config\nruncmd: []\n") }, false, `starts with "#cloud-config"`},
 		{"hamaster's old MIME layout", func(*testing.T) []byte {
@@ -77,8 +79,12 @@ func TestParseKubeUpUserData(t *testing.T) {
 		{"heredoc never ends", func(*testing.T) []byte {
 			return []byte(strings.Replace(kubeUpScript, "__EOF_MASTER_KUBE_ENV_YAML\n\nwget", "\nwget", 1))
 		}, false, "never ends"},
-		{"no MASTER_EIP", func(*testing.T) []byte { return []byte(strings.Replace(kubeUpScript, "MASTER_EIP: '52.1.2.3'\n", "", 1)) }, false, "has no MASTER_EIP"},
-		{"no API_SERVERS", func(*testing.T) []byte { return []byte(strings.Replace(kubeUpScript, "API_SERVERS: '172.20.0.9'\n", "", 1)) }, false, "has no API_SERVERS"},
+		{"no MASTER_EIP", func(*testing.T) []byte {
+			return []byte(strings.Replace(kubeUpScript, "MASTER_EIP: '52.1.2.3'\n", "", 1))
+		}, false, "has no MASTER_EIP"},
+		{"no API_SERVERS", func(*testing.T) []byte {
+			return []byte(strings.Replace(kubeUpScript, "API_SERVERS: '172.20.0.9'\n", "", 1))
+		}, false, "has no API_SERVERS"},
 		{"not YAML", func(*testing.T) []byte {
 			return []byte(strings.Replace(kubeUpScript, "DOCKER_STORAGE: 'aufs'", "DOCKER_STORAGE: [aufs", 1))
 		}, false, "kube_env.yaml"},
