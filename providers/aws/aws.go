@@ -43,6 +43,7 @@ import (
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/remote"
 )
 
 // defaultDeregDelay is the deregistration delay in seconds (see
@@ -122,6 +123,9 @@ type Provider struct {
 	clientCIDRs  []netip.Prefix
 	subnetByZone map[string]string
 
+	sshMu sync.Mutex
+	ssh   map[string]*remote.Client // SSH connections by address (ssh.go)
+
 	mu    sync.Mutex // address reservations file
 	inst  *instances
 	sip   *staticIP
@@ -144,6 +148,10 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 		opts = map[string]string{}
 	}
 	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: opts, log: s.Log(), poll: 2 * time.Second, maxWait: 15 * time.Minute, deregDelay: defaultDeregDelay}
+	p.ssh = map[string]*remote.Client{}
+	if opts[OptSSHBastion] != "" && opts[OptSSHUser] == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s needs --%s (and --%s or an agent)", OptSSHBastion, OptSSHUser, OptSSHKey)
+	}
 	var err error
 	if p.amap, err = parseAddrMap(opts[OptAddressMap]); err != nil {
 		return nil, err
@@ -262,16 +270,35 @@ func (p *Provider) APIServerURL(r providers.Replica) string {
 	return "https://" + net.JoinHostPort(r.Address, strconv.Itoa(providers.APIServerPort))
 }
 
-// Close implements providers.Provider.
-func (p *Provider) Close() error { return nil }
+// Close implements providers.Provider: closes the SSH connections.
+func (p *Provider) Close() error { return p.closeSSH() }
 
 // Etcd implements providers.Provider: mTLS to every running replica not
 // excluded, with the operator client certificate kept in the state dir's
-// pki (issued from the cluster CA on first use).
+// pki (issued from the cluster CA on first use). With --ssh-user, through
+// an SSH tunnel to a master (its public address, or its private one
+// through --aws-ssh-bastion): nothing is dialed at a private address from
+// the operator's machine (ssh.go).
 func (p *Provider) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Client, error) {
 	is, err := p.inst.describe(ctx, "") // no user data needed: cheaper than List
 	if err != nil {
 		return nil, err
+	}
+	if p.sshEnabled() {
+		skip := map[string]bool{}
+		for _, e := range exclude {
+			skip[e] = true
+		}
+		var cands []instance
+		for _, i := range is {
+			if i.state == providers.StateRunning && !skip[i.name] && i.name != "" {
+				cands = append(cands, i)
+			}
+		}
+		if len(cands) == 0 {
+			return nil, errkind.Errorf(errkind.FailedPrecondition, "cluster %s: no running master to reach etcd through (excluding %v)", p.cluster, exclude)
+		}
+		return p.etcdOverSSH(ctx, cands)
 	}
 	rs := make([]providers.Replica, 0, len(is))
 	for _, i := range is {
