@@ -237,20 +237,39 @@ func saveEndpoint(stateDir, cluster string, e Endpoint) error {
 	return fsutil.WriteFileAtomic(endpointFile(stateDir, cluster), b, 0o600)
 }
 
-// memberByName finds a member by name, or by peer URL for a learner that
-// has not started yet (no name).
-func memberByName(ms []etcdmember.Member, name, peerURL string) (etcdmember.Member, bool) {
-	for _, m := range ms {
-		if m.Name == name && name != "" {
-			return m, true
-		}
-		for _, u := range m.PeerURLs {
-			if peerURL != "" && u == peerURL {
-				return m, true
-			}
+// membership is the provider's etcd conventions (hamaster's own unless
+// the provider has its own, as kube-up's masters do).
+func (d *Deps) membership() providers.Membership { return providers.MembershipOf(d.Provider) }
+
+// memberIDKey is the journal key of a replica's member ID in cluster
+// ("member_id" for the main cluster, as journals have always said).
+func memberIDKey(cluster string) string {
+	if cluster == providers.EtcdMain {
+		return "member_id"
+	}
+	return "member_id_" + cluster
+}
+
+// findMember finds replica's member of cluster in ms: by its member name,
+// or, when its address is known, by its peer URL (a learner that has not
+// started has no name yet).
+func (d *Deps) findMember(ms []etcdmember.Member, cluster, replica, address string) (etcdmember.Member, bool) {
+	name, peer := d.membership().EtcdMember(cluster, replica, address)
+	if address == "" {
+		peer = ""
+	}
+	return providers.FindMember(ms, name, peer)
+}
+
+// replicaOf is the replica among rs that member m of cluster belongs to,
+// or "" (an orphan, or a learner whose VM does not exist).
+func (d *Deps) replicaOf(m etcdmember.Member, cluster string, rs []providers.Replica) string {
+	for _, rep := range rs {
+		if _, ok := d.findMember([]etcdmember.Member{m}, cluster, rep.Name, rep.Address); ok {
+			return rep.Name
 		}
 	}
-	return etcdmember.Member{}, false
+	return ""
 }
 
 // Options control how Execute runs a workflow.
