@@ -179,6 +179,9 @@ func (c *Client) listMembers(ctx context.Context) ([]Member, error) {
 			ClientURLs: pm.ClientURLs,
 			Learner:    pm.IsLearner,
 		})
+		if m := &ms[len(ms)-1]; c.cfg.ClientURLs != nil && len(m.ClientURLs) > 0 {
+			m.ClientURLs = c.cfg.ClientURLs(*m)
+		}
 	}
 	sortMembers(ms)
 	return ms, nil

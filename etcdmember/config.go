@@ -49,6 +49,12 @@ type Config struct {
 	// SSH tunnel). addr is host:port taken from an endpoint or from a
 	// member's advertised client URL.
 	DialContext func(ctx context.Context, addr string) (net.Conn, error)
+	// ClientURLs, if set, replaces the client URLs a started member
+	// advertises with the URLs to reach it by, in every Member the client
+	// returns and uses (kube-up's members all advertise
+	// https://127.0.0.1:2379, each its own loopback: a provider that
+	// tunnels names the master instead, and its DialContext finds it).
+	ClientURLs func(m Member) []string
 	// Logger receives the client's own log lines (membership changes at
 	// Info, retries at Debug); nil discards them. The etcd client library's
 	// own logging is always off.

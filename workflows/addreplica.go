@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
@@ -72,7 +71,7 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 		p.Timeout = 5 * time.Minute
 	}
 	name := func(r *Run) string { return r.Param("name") }
-	peerURL := func(r *Run) string { return providers.PeerURL(r.Get("address")) }
+	ms := d.membership()
 	inst := d.Provider.Instances()
 	wf.Steps = []Step{
 		{
@@ -97,18 +96,15 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 					return err
 				}
 				defer cli.Close()
-				ms, err := cli.Members(ctx)
+				members, err := cli.Members(ctx)
 				if err != nil {
 					return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
 				}
 				// Our own learner from an interrupted run is expected; any
 				// other pending learner or unhealthy voter refuses.
 				var others []etcdmember.Member
-				for _, m := range ms {
-					if addr := r.Get("address"); addr != "" && m.Learner && slices.Contains(m.PeerURLs, providers.PeerURL(addr)) {
-						continue
-					}
-					if m.Name == name(r) && m.Name != "" {
+				for _, m := range members {
+					if own, ok := d.findMember([]etcdmember.Member{m}, providers.EtcdMain, name(r), r.Get("address")); ok && (own.Learner || own.Name != "") {
 						continue
 					}
 					others = append(others, m)
@@ -118,9 +114,9 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				}
 				// Clone a healthy voter's replica, never the new one.
 				healthy := map[string]bool{}
-				for _, m := range others {
-					if !m.Learner && m.Healthy {
-						healthy[m.Name] = true
+				for _, rep := range rs {
+					if m, ok := d.findMember(others, providers.EtcdMain, rep.Name, rep.Address); ok && !m.Learner && m.Healthy {
+						healthy[rep.Name] = true
 					}
 				}
 				if !healthy[source] {
@@ -166,18 +162,14 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 			},
 		},
 		{
-			Name: StepAddMember, Plan: []string{"etcd MemberAddAsLearner(name, https://<address>:2380)"},
+			Name: StepAddMember, Plan: []string{"etcd MemberAddAsLearner(member, peer URL) in each etcd cluster the masters run (kube-up's: main and events)"},
 			Run: func(ctx context.Context, r *Run) error {
-				cli, err := d.Provider.Etcd(ctx, name(r))
-				if err != nil {
-					return err
+				for _, c := range ms.EtcdClusters() {
+					if err := addLearner(ctx, d, r, c); err != nil {
+						return err
+					}
 				}
-				defer cli.Close()
-				m, err := cli.AddLearner(ctx, name(r), peerURL(r))
-				if err != nil {
-					return fmt.Errorf("add etcd learner %s: %w", name(r), err)
-				}
-				return r.Set("member_id", m.IDHex())
+				return nil
 			},
 		},
 		{
@@ -190,20 +182,26 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				if err != nil {
 					return fmt.Errorf("read template of %s: %w", r.Get("source"), err)
 				}
-				cli, err := d.Provider.Etcd(ctx, name(r))
-				if err != nil {
-					return err
-				}
-				ms, err := cli.Members(ctx)
-				cli.Close()
-				if err != nil {
-					return err
+				members := map[string][]etcdmember.Member{}
+				for _, c := range ms.EtcdClusters() {
+					cli, err := ms.EtcdCluster(ctx, c, name(r))
+					if err != nil {
+						return err
+					}
+					members[c], err = cli.Members(ctx)
+					cli.Close()
+					if err != nil {
+						return fmt.Errorf("etcd %s members: %w", c, err)
+					}
 				}
 				files, err := replicaFiles(ctx, d, name(r), r.Get("address"), r.Param("dns-name"))
 				if err != nil {
 					return err
 				}
-				tmpl := CloneTemplate(src.Template, ms, name(r), peerURL(r), files)
+				tmpl, err := ms.CloneTemplate(ctx, src.Template, name(r), r.Get("address"), members, files)
+				if err != nil {
+					return fmt.Errorf("clone the template of %s: %w", r.Get("source"), err)
+				}
 				if p.Template != nil {
 					tmpl = p.Template(tmpl)
 				}
@@ -212,24 +210,36 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 			},
 		},
 		{
-			Name: StepWaitCaughtUp, Plan: []string{"etcd Status of the learner until its raft index reaches the leader's"},
+			Name: StepWaitCaughtUp, Plan: []string{"etcd Status of the learner until its raft index reaches the leader's, in each etcd cluster"},
 			Run: func(ctx context.Context, r *Run) error {
-				return withMember(ctx, d, r, func(ctx context.Context, cli *etcdmember.Client, id uint64) error {
-					r.Waiting("etcd learner %s to catch up", name(r))
-					wctx, cancel := context.WithTimeout(ctx, p.Timeout)
-					defer cancel()
-					return cli.WaitCaughtUpObserved(wctx, id, r.Observe)
-				})
+				for _, c := range ms.EtcdClusters() {
+					err := withMember(ctx, d, r, c, func(ctx context.Context, cli *etcdmember.Client, id uint64) error {
+						r.Waiting("etcd %s learner of %s to catch up", c, name(r))
+						wctx, cancel := context.WithTimeout(ctx, p.Timeout)
+						defer cancel()
+						return cli.WaitCaughtUpObserved(wctx, id, r.Observe)
+					})
+					if err != nil {
+						return err
+					}
+				}
+				return nil
 			},
 		},
 		{
-			Name: StepPromoteMember, Plan: []string{"etcd MemberPromote(learner)"},
+			Name: StepPromoteMember, Plan: []string{"etcd MemberPromote(learner), in each etcd cluster"},
 			Run: func(ctx context.Context, r *Run) error {
-				return withMember(ctx, d, r, func(ctx context.Context, cli *etcdmember.Client, id uint64) error {
-					wctx, cancel := context.WithTimeout(ctx, p.Timeout)
-					defer cancel()
-					return cli.Promote(wctx, id)
-				})
+				for _, c := range ms.EtcdClusters() {
+					err := withMember(ctx, d, r, c, func(ctx context.Context, cli *etcdmember.Client, id uint64) error {
+						wctx, cancel := context.WithTimeout(ctx, p.Timeout)
+						defer cancel()
+						return cli.Promote(wctx, id)
+					})
+					if err != nil {
+						return err
+					}
+				}
+				return nil
 			},
 		},
 		{
@@ -288,30 +298,26 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 	return wf
 }
 
-// CloneTemplate derives a new replica's template from an existing one:
-// everything is copied except the certificate files and the etcd
-// environment (INITIAL_ETCD_CLUSTER lists every member plus the new one,
-// ETCD_INITIAL_CLUSTER_STATE=existing).
-func CloneTemplate(src providers.Template, ms []etcdmember.Member, name, peerURL string, files map[string][]byte) providers.Template {
-	t := src.Clone()
-	peers := map[string]string{}
-	for _, m := range ms {
-		if m.Name == "" || len(m.PeerURLs) == 0 {
-			continue // a learner not started yet: ours, added below
-		}
-		peers[m.Name] = m.PeerURLs[0]
+// addLearner adds the replica's member to cluster as a learner (again:
+// AddLearner finds one already added by its peer URL) and journals its ID.
+func addLearner(ctx context.Context, d *Deps, r *Run, cluster string) error {
+	cli, err := d.membership().EtcdCluster(ctx, cluster, r.Param("name"))
+	if err != nil {
+		return err
 	}
-	peers[name] = peerURL
-	t.Env[providers.EnvInitialEtcdCluster] = providers.InitialCluster(peers)
-	t.Env[providers.EnvEtcdInitialClusterState] = "existing"
-	t.Files = files
-	return t
+	defer cli.Close()
+	member, peer := d.membership().EtcdMember(cluster, r.Param("name"), r.Get("address"))
+	m, err := cli.AddLearner(ctx, member, peer)
+	if err != nil {
+		return fmt.Errorf("add etcd %s learner %s (%s): %w", cluster, member, peer, err)
+	}
+	return r.Set(memberIDKey(cluster), m.IDHex())
 }
 
-// withMember connects to etcd (not through name itself) and resolves the
-// replica's member ID.
-func withMember(ctx context.Context, d *Deps, r *Run, f func(context.Context, *etcdmember.Client, uint64) error) error {
-	cli, err := d.Provider.Etcd(ctx, r.Param("name"))
+// withMember connects to cluster (not through the replica itself) and
+// resolves the replica's member ID there.
+func withMember(ctx context.Context, d *Deps, r *Run, cluster string, f func(context.Context, *etcdmember.Client, uint64) error) error {
+	cli, err := d.membership().EtcdCluster(ctx, cluster, r.Param("name"))
 	if err != nil {
 		return err
 	}
@@ -320,9 +326,10 @@ func withMember(ctx context.Context, d *Deps, r *Run, f func(context.Context, *e
 	if err != nil {
 		return err
 	}
-	m, ok := memberByName(ms, r.Param("name"), providers.PeerURL(r.Get("address")))
+	m, ok := d.findMember(ms, cluster, r.Param("name"), r.Get("address"))
 	if !ok {
-		return errkind.Errorf(errkind.NotFound, "etcd member for %s (peer %s) is gone", r.Param("name"), providers.PeerURL(r.Get("address")))
+		member, peer := d.membership().EtcdMember(cluster, r.Param("name"), r.Get("address"))
+		return errkind.Errorf(errkind.NotFound, "etcd %s member %s of %s (peer %s) is gone", cluster, member, r.Param("name"), peer)
 	}
 	return f(ctx, cli, m.ID)
 }
@@ -332,6 +339,9 @@ func withMember(ctx context.Context, d *Deps, r *Run, f func(context.Context, *e
 func replicaFiles(ctx context.Context, d *Deps, name, address, dnsName string) (map[string][]byte, error) {
 	if address == "" {
 		return nil, errors.New("no address reserved")
+	}
+	if !d.issuesCertificates() {
+		return nil, nil // the new master gets its own from CloneTemplate
 	}
 	ca, err := d.CA()
 	if err != nil {
@@ -446,7 +456,7 @@ func dnsStep(d *Deps, kind, name string) Step {
 // present, the replica's member is a healthy voter.
 func verifyStep(d *Deps, name func(*Run) string, wantMember bool) Step {
 	return Step{
-		Name: StepVerify, Always: true, Plan: []string{"GET https://<static IP>:6443/readyz", "etcd MemberList: the replica's member is a healthy voter (or gone, after a removal)"},
+		Name: StepVerify, Always: true, Plan: []string{"GET https://<static IP>:<apiserver port>/readyz", "etcd MemberList of each cluster: the replica's member is a healthy voter (or gone, after a removal)"},
 		Run: func(ctx context.Context, r *Run) error {
 			ip, _, err := d.Provider.StaticIP().Get(ctx)
 			if err != nil {
@@ -463,25 +473,36 @@ func verifyStep(d *Deps, name func(*Run) string, wantMember bool) Step {
 			if !wantMember {
 				exclude = append(exclude, name(r))
 			}
-			cli, err := d.Provider.Etcd(ctx, exclude...)
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			ms, err := cli.Members(ctx)
-			if err != nil {
-				return err
-			}
-			m, found := memberByName(ms, name(r), "")
-			switch {
-			case wantMember && (!found || m.Learner || !m.Healthy):
-				return fmt.Errorf("member %s is not a healthy voter: %+v", name(r), m)
-			case !wantMember && found:
-				return fmt.Errorf("member %s is still in the cluster", name(r))
+			for _, c := range d.membership().EtcdClusters() {
+				if err := verifyMember(ctx, d, c, name(r), wantMember, exclude); err != nil {
+					return err
+				}
 			}
 			return nil
 		},
 	}
+}
+
+// verifyMember checks that replica is a healthy voter of cluster (or, with
+// !want, not a member).
+func verifyMember(ctx context.Context, d *Deps, cluster, replica string, want bool, exclude []string) error {
+	cli, err := d.membership().EtcdCluster(ctx, cluster, exclude...)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ms, err := cli.Members(ctx)
+	if err != nil {
+		return err
+	}
+	m, found := d.findMember(ms, cluster, replica, "")
+	switch {
+	case want && (!found || m.Learner || !m.Healthy):
+		return fmt.Errorf("etcd %s member of %s is not a healthy voter: %+v", cluster, replica, m)
+	case !want && found:
+		return fmt.Errorf("etcd %s member of %s is still in the cluster", cluster, replica)
+	}
+	return nil
 }
 
 func orDefault(s, def string) string {

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,30 +83,60 @@ func (d *Deps) loadCA() (*certs.CA, error) {
 
 // HTTP returns a client that trusts the cluster's CA, for /readyz and
 // /version probes.
-func (d *Deps) HTTP() (*http.Client, error) {
+func (d *Deps) HTTP(ctx context.Context) (*http.Client, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.http != nil {
 		return d.http, nil
 	}
-	ca, err := d.loadCA()
+	pool, err := d.trustPool(ctx)
 	if err != nil {
 		return nil, err
 	}
 	d.http = &http.Client{
 		Timeout: 2 * time.Second,
 		Transport: &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12},
+			TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 			DisableKeepAlives: true,
 		},
 	}
 	return d.http, nil
 }
 
+// trustPool is the CA the apiservers' certificates chain to: the one the
+// masters' own metadata names (providers.MasterCertificates), else the
+// cluster CA in the state dir. Called with d.mu held.
+func (d *Deps) trustPool(ctx context.Context) (*x509.CertPool, error) {
+	mc, ok := d.Provider.(providers.MasterCertificates)
+	if !ok {
+		ca, err := d.loadCA()
+		if err != nil {
+			return nil, err
+		}
+		return ca.Pool(), nil
+	}
+	pemBytes, err := mc.ClusterCA(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the masters' cluster CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemBytes) {
+		return nil, errkind.Errorf(errkind.FailedPrecondition, "the masters' cluster CA is not a PEM certificate")
+	}
+	return pool, nil
+}
+
+// issuesCertificates reports whether hamaster issues the replicas'
+// certificates (not when the masters carry their own).
+func (d *Deps) issuesCertificates() bool {
+	_, own := d.Provider.(providers.MasterCertificates)
+	return !own
+}
+
 // Probe GETs base+path and returns the body of a 200, or an error with
 // the status and body.
 func (d *Deps) Probe(ctx context.Context, base, path string) (string, error) {
-	c, err := d.HTTP()
+	c, err := d.HTTP(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -237,20 +268,39 @@ func saveEndpoint(stateDir, cluster string, e Endpoint) error {
 	return fsutil.WriteFileAtomic(endpointFile(stateDir, cluster), b, 0o600)
 }
 
-// memberByName finds a member by name, or by peer URL for a learner that
-// has not started yet (no name).
-func memberByName(ms []etcdmember.Member, name, peerURL string) (etcdmember.Member, bool) {
-	for _, m := range ms {
-		if m.Name == name && name != "" {
-			return m, true
-		}
-		for _, u := range m.PeerURLs {
-			if peerURL != "" && u == peerURL {
-				return m, true
-			}
+// membership is the provider's etcd conventions (hamaster's own unless
+// the provider has its own, as kube-up's masters do).
+func (d *Deps) membership() providers.Membership { return providers.MembershipOf(d.Provider) }
+
+// memberIDKey is the journal key of a replica's member ID in cluster
+// ("member_id" for the main cluster, as journals have always said).
+func memberIDKey(cluster string) string {
+	if cluster == providers.EtcdMain {
+		return "member_id"
+	}
+	return "member_id_" + cluster
+}
+
+// findMember finds replica's member of cluster in ms: by its member name,
+// or, when its address is known, by its peer URL (a learner that has not
+// started has no name yet).
+func (d *Deps) findMember(ms []etcdmember.Member, cluster, replica, address string) (etcdmember.Member, bool) {
+	name, peer := d.membership().EtcdMember(cluster, replica, address)
+	if address == "" {
+		peer = ""
+	}
+	return providers.FindMember(ms, name, peer)
+}
+
+// replicaOf is the replica among rs that member m of cluster belongs to,
+// or "" (an orphan, or a learner whose VM does not exist).
+func (d *Deps) replicaOf(m etcdmember.Member, cluster string, rs []providers.Replica) string {
+	for _, rep := range rs {
+		if _, ok := d.findMember([]etcdmember.Member{m}, cluster, rep.Name, rep.Address); ok {
+			return rep.Name
 		}
 	}
-	return etcdmember.Member{}, false
+	return ""
 }
 
 // Options control how Execute runs a workflow.

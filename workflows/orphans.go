@@ -3,7 +3,6 @@ package workflows
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/hamaster/hamaster/errkind"
@@ -22,31 +21,32 @@ type Orphan struct {
 	Command string `json:"command"`
 }
 
-// owner returns the replica that owns m (same name, or a peer URL on its
-// address), or "".
-func owner(m etcdmember.Member, addrs map[string]string) string {
-	if _, ok := addrs[m.Name]; ok && m.Name != "" {
-		return m.Name
-	}
+// owner returns the replica that owns main-cluster member m (its member
+// name, or a peer URL on its address, by the provider's conventions), or
+// "".
+func owner(ms providers.Membership, m etcdmember.Member, addrs map[string]string) string {
 	for name, a := range addrs {
-		if slices.Contains(m.PeerURLs, providers.PeerURL(a)) {
+		member, peer := ms.EtcdMember(providers.EtcdMain, name, a)
+		if _, ok := providers.FindMember([]etcdmember.Member{m}, member, peer); ok {
 			return name
 		}
 	}
 	return ""
 }
 
-// findOrphans lists the members no replica owns. A learner an unfinished
-// add-replica is adding (its address in the journal) is not an orphan:
-// re-running that add finishes it.
-func findOrphans(cluster string, ms []etcdmember.Member, addrs map[string]string, j *Journal) []Orphan {
+// findOrphans lists the main cluster's members no replica owns. A learner
+// an unfinished add-replica is adding (its address in the journal) is not
+// an orphan: re-running that add finishes it.
+func findOrphans(cluster string, ms providers.Membership, members []etcdmember.Member, addrs map[string]string, j *Journal) []Orphan {
 	var out []Orphan
-	for _, m := range ms {
-		if owner(m, addrs) != "" {
+	for _, m := range members {
+		if owner(ms, m, addrs) != "" {
 			continue
 		}
-		if j != nil && !j.Finished && j.Workflow == "add-replica" && j.Data["address"] != "" && slices.Contains(m.PeerURLs, providers.PeerURL(j.Data["address"])) {
-			continue
+		if j != nil && !j.Finished && j.Workflow == "add-replica" && j.Data["address"] != "" {
+			if owner(ms, m, map[string]string{j.Params["name"]: j.Data["address"]}) != "" {
+				continue
+			}
 		}
 		out = append(out, Orphan{ID: m.IDHex(), Name: m.Name, Learner: m.Learner, PeerURLs: m.PeerURLs,
 			Command: fmt.Sprintf("hamaster --cluster %s remove-replica --member-id %s --yes", cluster, m.IDHex())})
@@ -107,7 +107,7 @@ func RemoveMember(d *Deps, id uint64, force bool) *Workflow {
 				for _, rep := range rs {
 					addrs[rep.Name] = rep.Address
 				}
-				if o := owner(m, addrs); o != "" {
+				if o := owner(d.membership(), m, addrs); o != "" {
 					return errkind.Errorf(errkind.InvalidArgument, "--member-id: member %s belongs to replica %s; remove the replica with --name %s", idHex, o, o)
 				}
 				if err := etcdmember.CanRemove(ms, id); err != nil {

@@ -48,17 +48,14 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 	}
 	victim := p.Name
 	inst := d.Provider.Instances()
-	memberOf := func(ctx context.Context, cli *etcdmember.Client, r *Run) (etcdmember.Member, []etcdmember.Member, bool, error) {
-		ms, err := cli.Members(ctx)
+	ms := d.membership()
+	memberOf := func(ctx context.Context, cli *etcdmember.Client, cluster string, r *Run) (etcdmember.Member, []etcdmember.Member, bool, error) {
+		members, err := cli.Members(ctx)
 		if err != nil {
 			return etcdmember.Member{}, nil, false, err
 		}
-		peer := ""
-		if a := r.Get("address"); a != "" {
-			peer = providers.PeerURL(a)
-		}
-		m, ok := memberByName(ms, victim, peer)
-		return m, ms, ok, nil
+		m, ok := d.findMember(members, cluster, victim, r.Get("address"))
+		return m, members, ok, nil
 	}
 	lastReplica := func(rs []providers.Replica) error {
 		if len(rs) == 1 && rs[0].Name == victim {
@@ -105,7 +102,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 					return err
 				}
 				defer cli.Close()
-				m, ms, isMember, err := memberOf(ctx, cli, r)
+				m, members, isMember, err := memberOf(ctx, cli, providers.EtcdMain, r)
 				if err != nil {
 					return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
 				}
@@ -119,7 +116,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 					return errkind.Errorf(errkind.InvalidArgument, "--name: no replica, etcd member or reservation named %q in cluster %s (replicas: %v)", victim, d.Cluster, names)
 				}
 				if isMember {
-					if err := etcdmember.CanRemove(ms, m.ID); err != nil {
+					if err := etcdmember.CanRemove(members, m.ID); err != nil {
 						if r.Param("force") != "true" {
 							return fmt.Errorf("%w (pass --force to remove anyway, risking etcd quorum loss)", err)
 						}
@@ -201,39 +198,49 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 			},
 		},
 		{
-			Name: StepMoveLeader, Plan: []string{"etcd MoveLeader to the most up-to-date healthy voter, if the victim leads"},
+			Name: StepMoveLeader, Plan: []string{"etcd MoveLeader to the most up-to-date healthy voter, in each etcd cluster the victim leads"},
 			Run: func(ctx context.Context, r *Run) error {
-				cli, err := d.Provider.Etcd(ctx, victim)
-				if err != nil {
-					return err
+				for _, c := range ms.EtcdClusters() {
+					cli, err := ms.EtcdCluster(ctx, c, victim)
+					if err != nil {
+						return err
+					}
+					m, _, ok, err := memberOf(ctx, cli, c, r)
+					if err == nil && ok && m.Leader {
+						var to uint64
+						if to, err = cli.MoveLeader(ctx, m.ID); err != nil {
+							err = fmt.Errorf("move etcd %s leadership away from %s: %w", c, victim, err)
+						} else {
+							r.Info("etcd %s leadership moved from %s to %x", c, victim, to)
+						}
+					}
+					cli.Close()
+					if err != nil {
+						return err
+					}
 				}
-				defer cli.Close()
-				m, _, ok, err := memberOf(ctx, cli, r)
-				if err != nil || !ok || !m.Leader {
-					return err
-				}
-				to, err := cli.MoveLeader(ctx, m.ID)
-				if err != nil {
-					return fmt.Errorf("move etcd leadership away from %s: %w", victim, err)
-				}
-				r.Info("etcd leadership moved from %s to %x", victim, to)
 				return nil
 			},
 		},
 		{
-			Name: StepRemoveMember, Plan: []string{"etcd MemberRemove(victim) through a surviving member"},
+			Name: StepRemoveMember, Plan: []string{"etcd MemberRemove(victim) through a surviving member, in each etcd cluster (events first, main last)"},
 			Run: func(ctx context.Context, r *Run) error {
-				cli, err := d.Provider.Etcd(ctx, victim)
-				if err != nil {
-					return err
-				}
-				defer cli.Close()
-				m, _, ok, err := memberOf(ctx, cli, r)
-				if err != nil || !ok {
-					return err
-				}
-				if err := cli.Remove(ctx, m.ID); err != nil {
-					return fmt.Errorf("remove etcd member %s: %w", victim, err)
+				cs := ms.EtcdClusters()
+				for i := len(cs) - 1; i >= 0; i-- {
+					cli, err := ms.EtcdCluster(ctx, cs[i], victim)
+					if err != nil {
+						return err
+					}
+					m, _, ok, err := memberOf(ctx, cli, cs[i], r)
+					if err == nil && ok {
+						if err = cli.Remove(ctx, m.ID); err != nil {
+							err = fmt.Errorf("remove etcd %s member %s of %s: %w", cs[i], m.Name, victim, err)
+						}
+					}
+					cli.Close()
+					if err != nil {
+						return err
+					}
 				}
 				return nil
 			},

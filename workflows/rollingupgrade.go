@@ -145,7 +145,7 @@ func upgradePreflight(d *Deps, p UpgradeParams) Step {
 				if m.Learner {
 					return errkind.Errorf(errkind.FailedPrecondition, "learner %s is pending (an unfinished add-replica?); finish or remove it first", m.IDHex())
 				}
-				if !m.Healthy && !inFlight(r, m.Name) {
+				if !m.Healthy && !inFlight(r, d.replicaOf(m, providers.EtcdMain, rs)) {
 					return errkind.Errorf(errkind.FailedPrecondition, "etcd voter %s is unhealthy: %s", m.Name, m.Err)
 				}
 				voters++
@@ -203,7 +203,7 @@ func pickNext(ctx context.Context, d *Deps, p UpgradeParams, exclude map[string]
 	leader := ""
 	for _, m := range ms {
 		if m.Leader {
-			leader = m.Name
+			leader = d.replicaOf(m, providers.EtcdMain, rs)
 		}
 	}
 	for _, rep := range todo {
@@ -354,7 +354,7 @@ func moveLeaderOff(ctx context.Context, d *Deps, r *Run, name string) error {
 	if err != nil {
 		return err
 	}
-	m, ok := memberByName(ms, name, "")
+	m, ok := d.findMember(ms, providers.EtcdMain, name, "")
 	if !ok || !m.Leader || len(ms) == 1 {
 		return nil
 	}
@@ -412,7 +412,7 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 		if err != nil {
 			return fmt.Errorf("etcd member: %w", err)
 		}
-		m, ok := memberByName(ms, rep.Name, "")
+		m, ok := d.findMember(ms, providers.EtcdMain, rep.Name, rep.Address)
 		if !ok || m.Learner || !m.Healthy {
 			return fmt.Errorf("etcd member %s not a healthy voter (%s)", rep.Name, m.Err)
 		}

@@ -150,7 +150,7 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 	for _, r := range rs {
 		addrs[r.Name] = r.Address
 	}
-	rep.Orphans = findOrphans(d.Cluster, rep.Members, addrs, rep.Journal)
+	rep.Orphans = findOrphans(d.Cluster, d.membership(), rep.Members, addrs, rep.Journal)
 	if err := probeEndpoint(ctx, d, rep); err != nil {
 		rep.EndpointError = err.Error()
 	}
