@@ -20,6 +20,7 @@ package aws
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -219,6 +220,13 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	p.inst = &instances{p: p}
 	p.sip = &staticIP{p: p}
 	p.lbal = &loadBalancer{p: p}
+	kubeUp, err := p.detectKubeUp(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the cluster's masters: %w", err)
+	}
+	if kubeUp {
+		return &KubeUpProvider{Provider: p}, nil
+	}
 	return p, nil
 }
 

@@ -185,17 +185,11 @@ func (in *instances) dataVolumes(ctx context.Context, name string) ([]volume, er
 // replica assembles a Replica: its template comes from the user data and
 // the instance's and data volume's settings.
 func (in *instances) replica(ctx context.Context, i instance, vols []volume) (providers.Replica, error) {
-	attr, err := in.p.ec2.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: aws.String(i.id), Attribute: types.InstanceAttributeNameUserData})
+	ud, err := in.userData(ctx, i)
 	if err != nil {
-		return providers.Replica{}, mapErr(err, "read user data of %s (%s)", i.name, i.id)
+		return providers.Replica{}, err
 	}
-	var ud []byte
-	if attr.UserData != nil && attr.UserData.Value != nil {
-		if ud, err = base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value)); err != nil {
-			return providers.Replica{}, fmt.Errorf("user data of %s (%s) is not base64: %w", i.name, i.id, err)
-		}
-	}
-	t, err := DecodeUserData(ud)
+	t, err := templateOf(ud)
 	if err != nil {
 		return providers.Replica{}, fmt.Errorf("user data of %s (%s): %w", i.name, i.id, err)
 	}
@@ -233,6 +227,21 @@ func (in *instances) replica(ctx context.Context, i instance, vols []volume) (pr
 		}
 	}
 	return providers.Replica{Name: i.name, Zone: i.zone, Address: i.address, State: i.state, Template: t}, nil
+}
+
+// userData is the instance's user data (not base64).
+func (in *instances) userData(ctx context.Context, i instance) ([]byte, error) {
+	attr, err := in.p.ec2.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: aws.String(i.id), Attribute: types.InstanceAttributeNameUserData})
+	if err != nil {
+		return nil, mapErr(err, "read user data of %s (%s)", i.name, i.id)
+	}
+	var ud []byte
+	if attr.UserData != nil && attr.UserData.Value != nil {
+		if ud, err = base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value)); err != nil {
+			return nil, fmt.Errorf("user data of %s (%s) is not base64: %w", i.name, i.id, err)
+		}
+	}
+	return ud, nil
 }
 
 // List implements providers.Instances: instances tagged with the cluster.
@@ -543,7 +552,7 @@ func (in *instances) launch(ctx context.Context, name string, tmpl providers.Tem
 	if err != nil {
 		return err
 	}
-	ud, err := EncodeUserData(tmpl)
+	ud, err := userDataOf(tmpl)
 	if err != nil {
 		return err
 	}

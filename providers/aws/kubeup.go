@@ -5,10 +5,12 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/kubeenv"
+	"github.com/hamaster/hamaster/providers"
 )
 
 // kube-up's AWS master contract (kubernetes cluster/aws/util.sh up to
@@ -180,4 +182,50 @@ func (u KubeUpUserData) String() string {
 		z = "gzip"
 	}
 	return fmt.Sprintf("kube-up AWS master user data (%s, %d kube-env keys)", z, len(u.Env))
+}
+
+// MachineKubeUpScript keeps, in a kube-up master's Template.Machine, the
+// script around its kube_env.yaml heredoc and whether it was gzipped
+// (JSON): a clone's user data is the same script with its own kube-env.
+const MachineKubeUpScript = "kube-up-script"
+
+type scriptSpec struct {
+	Before string `json:"before"`
+	After  string `json:"after"`
+	Gzip   bool   `json:"gzip,omitempty"`
+}
+
+// templateOf reads a master's user data: kube-up's AWS format (the
+// contract), or hamaster's own MIME layout (userdata.go: what the test
+// fake's data plane boots). Anything else is refused, saying what kube-up's
+// format is.
+func templateOf(ud []byte) (providers.Template, error) {
+	u, err := ParseKubeUpUserData(ud)
+	if err == nil {
+		t := providers.Template{Env: u.Env, Files: map[string][]byte{}, Machine: map[string]string{
+			MachineKubeUpScript: encodeJSON(scriptSpec{Before: u.Before, After: u.After, Gzip: u.Gzip}),
+		}}
+		t.Version = u.Env[kubeenv.KubeVersion]
+		return t, nil
+	}
+	if bytes.HasPrefix(ud, []byte("MIME-Version:")) {
+		return DecodeUserData(ud)
+	}
+	return providers.Template{}, err
+}
+
+// userDataOf renders a template's user data in the format it came in.
+func userDataOf(t providers.Template) ([]byte, error) {
+	var s scriptSpec
+	if err := decodeJSON(t.Machine, MachineKubeUpScript, &s); err != nil {
+		return nil, err
+	}
+	if s.Before == "" {
+		return EncodeUserData(t)
+	}
+	env := maps.Clone(t.Env)
+	if t.Version != "" {
+		env[kubeenv.KubeVersion] = t.Version
+	}
+	return KubeUpUserData{Env: env, Before: s.Before, After: s.After, Gzip: s.Gzip}.Render()
 }

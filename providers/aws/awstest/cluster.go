@@ -60,6 +60,11 @@ type Cluster struct {
 // Options for Up.
 type Options struct {
 	Version string
+	// MasterUserData, when set, is master 0's user data (not base64)
+	// instead of hamaster's layout; the data plane boots only hamaster's
+	// layout, so master 0 then has no running node and Up does not wait
+	// for one.
+	MasterUserData []byte
 	// Timing scales AWS's NLB timing (provisioning, health-check interval,
 	// deregistration delay); zero Scale means DefaultScale.
 	Timing Timing
@@ -160,6 +165,9 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 	}}
 	ud, err := awsp.EncodeUserData(tmpl)
 	must(err, "user data")
+	if o.MasterUserData != nil {
+		ud = o.MasterUserData
+	}
 	// Everything a real master's launch may have, so that the clone can be
 	// compared with it field by field (clone_test.go): kube-up's tags
 	// (cluster/aws/util.sh add-tag / create-master: KubernetesCluster,
@@ -216,7 +224,7 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 			return fmt.Sprintf("127.0.%d.%s", c.NetB, ip[7:])
 		}
 		return "0.0.0.0" // never dial what is not mapped
-	}, ec2: c.EC2, elb: c.ELB, proxy: px, nodes: map[string]*proc{}, zones: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{})}
+	}, ec2: c.EC2, elb: c.ELB, proxy: px, nodes: map[string]*proc{}, zones: map[string]string{}, unbootable: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	px.SetHealth(c.VMs.Health, c.VMs.Zone)
 	c.VMs.start()
 	t.Cleanup(c.VMs.Close)
@@ -224,7 +232,9 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 	p, err := awsp.New(ctx, c.Settings)
 	must(err, "open provider")
 	c.Provider = p
-	c.WaitReady(t, ctx, c.Master)
+	if o.MasterUserData == nil {
+		c.WaitReady(t, ctx, c.Master)
+	}
 	return c
 }
 

@@ -1,7 +1,9 @@
 package awstest
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"encoding/base64"
 	"fmt"
 	"net"
@@ -45,6 +47,9 @@ type VMs struct {
 	mu      sync.Mutex
 	nodes   map[string]*proc  // instance ID → replica process
 	zones   map[string]string // instance ID → availability zone
+	// unbootable: instances whose user data is not hamaster's layout
+	// (a kube-up master's): no node is started for them.
+	unbootable map[string]bool
 	lb      *proc
 	lbCfg   lbproxy.Config
 	lastErr error
@@ -52,6 +57,9 @@ type VMs struct {
 	stop chan struct{}
 	done chan struct{}
 }
+
+// errUnbootable: the instance's user data is not hamaster's layout.
+var errUnbootable = errors.New("user data the data plane does not boot")
 
 // proc is one data-plane process and what it stands for.
 type proc struct {
@@ -315,10 +323,14 @@ func (v *VMs) reconcile(ctx context.Context) error {
 	}
 	// 3. Start nodes of new instances.
 	for id, i := range o.instances {
-		if _, ok := v.nodes[id]; ok {
+		if _, ok := v.nodes[id]; ok || v.unbootable[id] {
 			continue
 		}
 		n, err := v.startNode(ctx, i, o.volumeOf[id], id == o.eipHolder, eip)
+		if errors.Is(err, errUnbootable) {
+			v.unbootable[id] = true
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("start node for %s: %w", id, err)
 		}
@@ -393,6 +405,9 @@ func (v *VMs) startNode(ctx context.Context, i ec2types.Instance, vol string, ho
 	ud, err := base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value))
 	if err != nil {
 		return nil, err
+	}
+	if !bytes.HasPrefix(ud, []byte("MIME-Version:")) {
+		return nil, errUnbootable
 	}
 	tmpl, err := awsp.DecodeUserData(ud)
 	if err != nil {
