@@ -3,8 +3,8 @@ package awstest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -44,15 +44,15 @@ type VMs struct {
 	elb     *elb.Client
 	proxy   *Proxy
 
-	mu      sync.Mutex
-	nodes   map[string]*proc  // instance ID → replica process
-	zones   map[string]string // instance ID → availability zone
+	mu    sync.Mutex
+	nodes map[string]*proc  // instance ID → replica process
+	zones map[string]string // instance ID → availability zone
 	// unbootable: instances whose user data is not hamaster's layout
 	// (a kube-up master's): no node is started for them.
 	unbootable map[string]bool
-	lb      *proc
-	lbCfg   lbproxy.Config
-	lastErr error
+	lb         *proc
+	lbCfg      lbproxy.Config
+	lastErr    error
 
 	stop chan struct{}
 	done chan struct{}
