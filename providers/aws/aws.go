@@ -121,6 +121,7 @@ type Provider struct {
 	poll         time.Duration
 	maxWait      time.Duration
 	deregDelay   int
+	apiPort      int // the masters' apiserver port: 443 on kube-up's
 	clientCIDRs  []netip.Prefix
 	subnetByZone map[string]string
 
@@ -148,7 +149,7 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	if opts == nil {
 		opts = map[string]string{}
 	}
-	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: opts, log: s.Log(), poll: 2 * time.Second, maxWait: 15 * time.Minute, deregDelay: defaultDeregDelay}
+	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: opts, log: s.Log(), poll: 2 * time.Second, maxWait: 15 * time.Minute, deregDelay: defaultDeregDelay, apiPort: providers.APIServerPort}
 	p.ssh = map[string]*remote.Client{}
 	if opts[OptSSHBastion] != "" && opts[OptSSHUser] == "" {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s needs --%s (and --%s or an agent)", OptSSHBastion, OptSSHUser, OptSSHKey)
@@ -225,6 +226,7 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 		return nil, fmt.Errorf("read the cluster's masters: %w", err)
 	}
 	if kubeUp {
+		p.apiPort = KubeUpAPIServerPort
 		return &KubeUpProvider{Provider: p}, nil
 	}
 	return p, nil
@@ -273,9 +275,13 @@ func (p *Provider) DNS(kind string) (dns.Records, error) {
 	return nil, errkind.Errorf(errkind.InvalidArgument, "--dns: %q is not available with the aws provider (valid: static, route53)", kind)
 }
 
+// APIServerPort implements providers.APIServerPorter: the port the
+// masters' apiservers, the NLB's listener and its health checks use.
+func (p *Provider) APIServerPort() int { return p.apiPort }
+
 // APIServerURL implements providers.Provider.
 func (p *Provider) APIServerURL(r providers.Replica) string {
-	return "https://" + net.JoinHostPort(r.Address, strconv.Itoa(providers.APIServerPort))
+	return "https://" + net.JoinHostPort(r.Address, strconv.Itoa(p.apiPort))
 }
 
 // Close implements providers.Provider: closes the SSH connections.

@@ -44,6 +44,12 @@ var (
 	_ providers.MasterCertificates = (*KubeUpProvider)(nil)
 )
 
+// KubeUpAPIServerPort is the apiserver's port on kube-up's masters (the
+// AWS ones served https://${KUBE_MASTER_IP} on 443, as the GCE ones do:
+// configure-kubeapiserver.sh --secure-port=443): the NLB listens and
+// checks health there.
+const KubeUpAPIServerPort = 443
+
 // Hostname is the hostname EC2 gives an instance with this private IP
 // (its private DNS name's first label).
 func Hostname(privateIP string) string {

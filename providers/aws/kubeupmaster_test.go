@@ -106,6 +106,9 @@ func TestKubeUpAWSMaster(t *testing.T) {
 	if !ok {
 		t.Fatalf("provider on a kube-up AWS master is %T, want *aws.KubeUpProvider", c.Provider)
 	}
+	if got := providers.APIServerPortOf(k); got != 443 {
+		t.Errorf("apiserver port on kube-up masters %d, want 443", got)
+	}
 	if got := k.EtcdClusters(); len(got) != 2 || got[0] != providers.EtcdMain || got[1] != providers.EtcdEvents {
 		t.Errorf("EtcdClusters %v", got)
 	}

@@ -19,7 +19,6 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/lb"
-	"github.com/hamaster/hamaster/providers"
 )
 
 // loadBalancer implements lb.LoadBalancer with an internet-facing Network
@@ -290,18 +289,18 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 	}
 	has := false
 	for _, l := range ls.Listeners {
-		has = has || aws.ToInt32(l.Port) == providers.APIServerPort
+		has = has || int(aws.ToInt32(l.Port)) == b.p.apiPort
 	}
 	if !has {
 		_, err := b.p.elb.CreateListener(ctx, &elb.CreateListenerInput{
 			LoadBalancerArn: aws.String(arn),
 			Protocol:        elbtypes.ProtocolEnumTcp,
-			Port:            aws.Int32(providers.APIServerPort),
+			Port:            aws.Int32(int32(b.p.apiPort)),
 			DefaultActions:  []elbtypes.Action{{Type: elbtypes.ActionTypeEnumForward, TargetGroupArn: aws.String(tg)}},
 			Tags:            b.tags(),
 		})
 		if err != nil && code(err) != "DuplicateListener" {
-			return mapErr(err, "create TCP listener :%d on %s", providers.APIServerPort, b.lbName())
+			return mapErr(err, "create TCP listener :%d on %s", b.p.apiPort, b.lbName())
 		}
 	}
 	for _, t := range targets {
@@ -321,11 +320,11 @@ func (b *loadBalancer) ensureTG(ctx context.Context, vpc string) (string, error)
 	if !errors.Is(err, errkind.NotFound) {
 		return tg, err
 	}
-	port := strconv.Itoa(providers.APIServerPort)
+	port := strconv.Itoa(b.p.apiPort)
 	out, err := b.p.elb.CreateTargetGroup(ctx, &elb.CreateTargetGroupInput{
 		Name:                       aws.String(b.tgName()),
 		Protocol:                   elbtypes.ProtocolEnumTcp,
-		Port:                       aws.Int32(providers.APIServerPort),
+		Port:                       aws.Int32(int32(b.p.apiPort)),
 		VpcId:                      aws.String(vpc),
 		TargetType:                 elbtypes.TargetTypeEnumInstance,
 		HealthCheckEnabled:         aws.Bool(true),

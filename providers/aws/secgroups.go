@@ -12,7 +12,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/hamaster/hamaster/errkind"
-	"github.com/hamaster/hamaster/providers"
 )
 
 // An NLB with instance targets preserves the client's address, and it has
@@ -84,7 +83,7 @@ func (p *Provider) checkSecurityGroups(ctx context.Context, i instance) error {
 		return mapErr(err, "describe VPC %s of %s", i.vpc, i.name)
 	}
 	var need []required
-	port := int32(providers.APIServerPort)
+	port := int32(p.apiPort)
 	for _, v := range vpcs.Vpcs {
 		if c, err := netip.ParsePrefix(aws.ToString(v.CidrBlock)); err == nil {
 			need = append(need, required{c.Masked(), port, "NLB health checks come from the load balancer's private addresses in VPC " + i.vpc})
