@@ -47,6 +47,12 @@ import (
 	"github.com/hamaster/hamaster/remote"
 )
 
+// Values of OptMasterFormat.
+const (
+	MasterFormatKubeUp   = "kube-up"
+	MasterFormatHamaster = "hamaster"
+)
+
 // defaultDeregDelay is the deregistration delay in seconds (see
 // OptDeregistrationDelay).
 const defaultDeregDelay = 120
@@ -86,6 +92,11 @@ const (
 	// ELBv2 closes what is still open (connection termination is on), and
 	// DrainTarget returns; the workflows' --drain-grace comes after it.
 	OptDeregistrationDelay = "aws-deregistration-delay"
+	// OptMasterFormat says which conventions the masters follow:
+	// "kube-up" (kube-up's AWS user data, KubeUpProvider) or "hamaster"
+	// (hamaster's own layout); empty: read from a running master's user
+	// data when the provider opens.
+	OptMasterFormat = "aws-master-format"
 	// OptClientCIDRs are the addresses clients reach the NLB from
 	// ("cidr,cidr"; default 0.0.0.0/0): the masters' security groups must
 	// let them in, since an NLB keeps the client's address.
@@ -221,9 +232,17 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	p.inst = &instances{p: p}
 	p.sip = &staticIP{p: p}
 	p.lbal = &loadBalancer{p: p}
-	kubeUp, err := p.detectKubeUp(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read the cluster's masters: %w", err)
+	var kubeUp bool
+	switch f := opts[OptMasterFormat]; f {
+	case "":
+		if kubeUp, err = p.detectKubeUp(ctx); err != nil {
+			return nil, fmt.Errorf("read the cluster's masters to tell their format (or set --%s): %w", OptMasterFormat, err)
+		}
+	case MasterFormatKubeUp:
+		kubeUp = true
+	case MasterFormatHamaster:
+	default:
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q (valid: %s, %s, or empty to read it from the masters' user data)", OptMasterFormat, f, MasterFormatKubeUp, MasterFormatHamaster)
 	}
 	if kubeUp {
 		p.apiPort = KubeUpAPIServerPort
