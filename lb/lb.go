@@ -79,6 +79,13 @@ type Preparer interface {
 	Prepare(ctx context.Context, targets []Target) error
 }
 
+// PromotionNoter is an optional capability of a LoadBalancer: it says
+// what promoting the static IP to it costs the clients of that address
+// (how long it answers nowhere, and why), for --dry-run and the docs.
+type PromotionNoter interface {
+	PromotionNote() string
+}
+
 // Releaser is an optional capability of a LoadBalancer: give up the static
 // IP (delete only what binds it, e.g. the forwarding rule) and leave the
 // rest for Delete, so that demotion can attach the IP to the last replica

@@ -692,3 +692,13 @@ func (b *loadBalancer) Delete(ctx context.Context) error {
 func LoadBalancerName(cluster string) string {
 	return (&Provider{cluster: cluster}).resourceName("")
 }
+
+// PromotionNote implements lb.PromotionNoter: the Elastic IP handover's
+// outage. From DisassociateAddress until the NLB serves, the Elastic IP
+// answers nowhere: the NLB is "provisioning" for minutes (AWS documents "a
+// few minutes") and master 0 is "initial" until it passes the healthy
+// threshold's checks (2 at 10 s). TestFirstAddOutage measured 224 s for
+// that under AWS's timings (3 min provisioning) scaled by 0.01.
+func (b *loadBalancer) PromotionNote() string {
+	return "the Elastic IP handover leaves the Elastic IP answering nowhere from its detach until the new NLB is active (provisioning takes a few minutes on AWS) and master 0 has passed 2 health checks at 10 s: about 3-4 minutes for every client of the Elastic IP (224 s measured under AWS's documented timings)"
+}
