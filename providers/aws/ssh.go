@@ -166,3 +166,46 @@ func (p *Provider) closeSSH() error {
 	}
 	return errors.Join(errs...)
 }
+
+// DialAPIServer implements providers.APIServerDialer: without --ssh-user
+// a direct dial (the operator is inside the VPC); with it, the bastion's
+// sshd (--aws-ssh-bastion) or a running master's (on its public address)
+// opens the connection, inside the VPC — the workflows' /readyz and
+// /version probes never route to a private address from outside.
+func (p *Provider) DialAPIServer(ctx context.Context, network, addr string) (net.Conn, error) {
+	if !p.sshEnabled() {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	if b := p.opts[OptSSHBastion]; b != "" {
+		c, err := p.sshDial(ctx, b, false)
+		if err != nil {
+			return nil, fmt.Errorf("bastion %s (--%s): %w", b, OptSSHBastion, err)
+		}
+		return c.DialContext(ctx, network, addr)
+	}
+	is, err := p.inst.describe(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, i := range is {
+		if i.state != providers.StateRunning {
+			continue
+		}
+		a, via, err := p.sshAddress(i)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c, err := p.sshDial(ctx, a, via)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ssh %s (%s): %w", i.name, a, err))
+			continue
+		}
+		return c.DialContext(ctx, network, addr)
+	}
+	return nil, errkind.Errorf(errkind.Unavailable, "cluster %s: no master reachable over SSH to reach apiserver %s through: %w", p.cluster, addr, errors.Join(errs...))
+}
+
+var _ providers.APIServerDialer = (*Provider)(nil)

@@ -18,6 +18,7 @@ import (
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/aws/awstest"
 	"github.com/hamaster/hamaster/remote/sshtest"
+	"github.com/hamaster/hamaster/workflows"
 )
 
 // TestEtcdThroughSSH reaches master 0's etcd from "outside the VPC" both
@@ -45,10 +46,11 @@ func TestEtcdThroughSSH(t *testing.T) {
 	ln.Close()
 	public, private := net.JoinHostPort(c.StaticIP, port), net.JoinHostPort(master.Address, port)
 	etcdAddr := net.JoinHostPort(master.Address, fmt.Sprint(providers.EtcdClientPort))
+	apiAddr := net.JoinHostPort(master.Address, fmt.Sprint(providers.APIServerPort))
 	srv := sshtest.Start(t, sshtest.Options{Config: []string{
 		"ListenAddress " + public,
 		"ListenAddress " + private,
-		"PermitOpen " + etcdAddr + " " + private,
+		"PermitOpen " + etcdAddr + " " + private + " " + apiAddr,
 		"LogLevel DEBUG1",
 	}})
 	for _, a := range []string{public, private} {
@@ -116,6 +118,15 @@ func TestEtcdThroughSSH(t *testing.T) {
 			}
 			if got := strings.Contains(log, jump); got != tc.jumped {
 				t.Errorf("jump through the bastion to %s: %v, want %v:\n%s", private, got, tc.jumped, log)
+			}
+			// The workflows' apiserver probes go through the tunnel too.
+			d := &workflows.Deps{Provider: p, Cluster: c.Name, StateDir: c.Settings.StateDir}
+			before = len(srv.Log())
+			if _, err := d.Probe(ctx, p.APIServerURL(master), "/readyz"); err != nil {
+				t.Fatalf("probe the apiserver through ssh: %v", err)
+			}
+			if apiTunnel := fmt.Sprintf("direct_tcpip: originator 0.0.0.0 port 0, target %s port %d", master.Address, providers.APIServerPort); !strings.Contains(srv.Log()[before:], apiTunnel) {
+				t.Errorf("sshd's log shows no tunnel to the apiserver %s:\n%s", apiAddr, srv.Log()[before:])
 			}
 		})
 	}
