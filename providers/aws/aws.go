@@ -92,6 +92,13 @@ const (
 	// ELBv2 closes what is still open (connection termination is on), and
 	// DrainTarget returns; the workflows' --drain-grace comes after it.
 	OptDeregistrationDelay = "aws-deregistration-delay"
+	// OptEndpointMode is how clients reach the apiservers once there is
+	// more than one master: "eip-handover" (the default for now: the
+	// Elastic IP moves from master 0 to the NLB, an outage of minutes, see
+	// PromotionNote) or "dns" (the Route53 name of --dns route53 becomes
+	// an alias to the NLB once it serves; master 0 keeps the Elastic IP:
+	// no outage). "dns" needs --hosted-zone-id.
+	OptEndpointMode = "aws-endpoint-mode"
 	// OptMasterFormat says which conventions the masters follow:
 	// "kube-up" (kube-up's AWS user data, KubeUpProvider) or "hamaster"
 	// (hamaster's own layout); empty: read from a running master's user
@@ -133,6 +140,7 @@ type Provider struct {
 	maxWait      time.Duration
 	deregDelay   int
 	apiPort      int // the masters' apiserver port: 443 on kube-up's
+	dnsEndpoint  bool
 	clientCIDRs  []netip.Prefix
 	subnetByZone map[string]string
 
@@ -180,6 +188,16 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q is not a whole number of seconds 0s-3600s (ELBv2's range; 120s or more keeps watches alive)", OptDeregistrationDelay, v)
 		}
 		p.deregDelay = int(d.Seconds())
+	}
+	switch m := opts[OptEndpointMode]; m {
+	case "", "eip-handover":
+	case "dns":
+		if opts[OptHostedZoneID] == "" {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s dns needs --%s (the Route53 name lives there)", OptEndpointMode, OptHostedZoneID)
+		}
+		p.dnsEndpoint = true
+	default:
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q (valid: eip-handover, dns)", OptEndpointMode, m)
 	}
 	if p.clientCIDRs, err = parseCIDRs(opts[OptClientCIDRs]); err != nil {
 		return nil, err

@@ -32,6 +32,9 @@ type env struct {
 	c   *awstest.Cluster
 	mu  sync.Mutex
 	out strings.Builder
+	// dns: the cluster runs with --aws-endpoint-mode dns (master 0 keeps
+	// the Elastic IP; the name aliases the NLB while there is one).
+	dns bool
 }
 
 const dnsKind = "route53"
@@ -96,7 +99,11 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 		if len(lbs.LoadBalancers) != 1 || len(tgs.TargetGroups) != 1 {
 			t.Errorf("%d replicas but %d load balancers and %d target groups", len(want), len(lbs.LoadBalancers), len(tgs.TargetGroups))
 		}
-		if aws.ToString(eip.AssociationId) != "" {
+		if e.dns {
+			if aws.ToString(eip.InstanceId) == "" {
+				t.Errorf("DNS endpoint: the Elastic IP left the masters")
+			}
+		} else if aws.ToString(eip.AssociationId) != "" {
 			t.Errorf("Elastic IP still associated with %s while the NLB owns it", aws.ToString(eip.InstanceId))
 		}
 		if rep.LB == nil {
@@ -164,9 +171,16 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 				for _, v := range r.ResourceRecords {
 					a = append(a, aws.ToString(r.Name)+"="+aws.ToString(v.Value))
 				}
+				if r.AliasTarget != nil {
+					a = append(a, aws.ToString(r.Name)+"=alias:"+strings.TrimSuffix(strings.ToLower(aws.ToString(r.AliasTarget.DNSName)), "."))
+				}
 			}
 		}
-		if w := []string{e.dnsName() + "=" + c.EIPPublicIP}; !slices.Equal(a, w) {
+		w := []string{e.dnsName() + "=" + c.EIPPublicIP}
+		if e.dns && len(want) > 1 {
+			w = []string{e.dnsName() + "=alias:" + strings.ToLower(aws.ToString(lbs.LoadBalancers[0].DNSName))}
+		}
+		if !slices.Equal(a, w) {
 			t.Errorf("A records %v, want %v", a, w)
 		}
 	}
@@ -348,4 +362,30 @@ func TestCrashResume(t *testing.T) {
 		e.assertConverged(ctx, e.c.Master)
 		t.Logf("crash after add step %-24s and remove step %-24s: converged", as, rs)
 	}
+}
+
+// TestAddRemoveDNSEndpoint grows 1→3→1 with the DNS endpoint: master 0
+// keeps the Elastic IP throughout, the name is an alias to the NLB while
+// there is more than one master and an A record to the Elastic IP before
+// and after, and nothing is left behind.
+func TestAddRemoveDNSEndpoint(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t, c: awstest.Up(t, "dnsep", awstest.Options{EndpointMode: "dns"}), dns: true}
+	c := e.c
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c.Proxy.PendingChanges(2)
+	names := []string{"dnsep-master-a01", "dnsep-master-b02"}
+	for k, n := range names {
+		if err := e.addIn(ctx, n, []string{awstest.Zone, awstest.ZoneB}[k], nil); err != nil {
+			t.Fatalf("add %s: %v (vms: %v)", n, err, c.VMs.LastError())
+		}
+	}
+	e.assertConverged(ctx, c.Master, names[0], names[1])
+	for i := len(names) - 1; i >= 0; i-- {
+		if err := e.remove(ctx, names[i], nil); err != nil {
+			t.Fatalf("remove %s: %v", names[i], err)
+		}
+	}
+	e.assertConverged(ctx, c.Master)
 }

@@ -139,6 +139,13 @@ func (b *loadBalancer) get(ctx context.Context) (lb.Status, error) {
 		return lb.Status{}, err
 	}
 	st := lb.Status{IP: b.p.amap.toNet(ip)}
+	if b.p.dnsEndpoint {
+		if l, err := b.describeLB(ctx); err == nil {
+			if a := lbAddresses(l); len(a) > 0 {
+				st.IP = b.p.amap.toNet(a[0])
+			}
+		}
+	}
 	tg, err := b.findTG(ctx)
 	if errors.Is(err, errkind.NotFound) {
 		return st, nil
@@ -255,7 +262,11 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 	if b.p.amap.toNet(e.publicIP) != ip {
 		return errkind.Errorf(errkind.InvalidArgument, "load balancer IP %s is not the cluster's Elastic IP %s", ip, b.p.amap.toNet(e.publicIP))
 	}
-	if e.instanceID != "" {
+	allocation := e.allocationID
+	switch {
+	case b.p.dnsEndpoint:
+		allocation = "" // master 0 keeps the Elastic IP; the Route53 name moves
+	case e.instanceID != "":
 		return errkind.Errorf(errkind.FailedPrecondition, "Elastic IP %s is still attached to instance %s; detach it first", ip, e.instanceID)
 	}
 	if len(targets) == 0 {
@@ -274,7 +285,7 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 	}
 	arn, err := b.findLB(ctx)
 	if errors.Is(err, errkind.NotFound) {
-		arn, err = b.createLB(ctx, first[0].subnet, e.allocationID)
+		arn, err = b.createLB(ctx, first[0].subnet, allocation)
 	}
 	if err != nil {
 		return err
@@ -428,12 +439,16 @@ func (b *loadBalancer) Prepare(ctx context.Context, targets []lb.Target) error {
 // the first target's subnet, and turns cross-zone load balancing on (the
 // Elastic IP lives in one zone; replicas may live in others).
 func (b *loadBalancer) createLB(ctx context.Context, subnet, allocationID string) (string, error) {
+	mapping := elbtypes.SubnetMapping{SubnetId: aws.String(subnet)}
+	if allocationID != "" { // "": the DNS endpoint, AWS assigns the address
+		mapping.AllocationId = aws.String(allocationID)
+	}
 	out, err := b.p.elb.CreateLoadBalancer(ctx, &elb.CreateLoadBalancerInput{
 		Name:           aws.String(b.lbName()),
 		Type:           elbtypes.LoadBalancerTypeEnumNetwork,
 		Scheme:         elbtypes.LoadBalancerSchemeEnumInternetFacing,
 		IpAddressType:  elbtypes.IpAddressTypeIpv4,
-		SubnetMappings: []elbtypes.SubnetMapping{{SubnetId: aws.String(subnet), AllocationId: aws.String(allocationID)}},
+		SubnetMappings: []elbtypes.SubnetMapping{mapping},
 		Tags:           b.tags(),
 	})
 	if code(err) == "DuplicateLoadBalancerName" {
@@ -700,5 +715,53 @@ func LoadBalancerName(cluster string) string {
 // threshold's checks (2 at 10 s). TestFirstAddOutage measured 224 s for
 // that under AWS's timings (3 min provisioning) scaled by 0.01.
 func (b *loadBalancer) PromotionNote() string {
+	if b.p.dnsEndpoint {
+		return "none with the DNS endpoint (--aws-endpoint-mode dns): master 0 keeps the Elastic IP while the NLB provisions and passes its health checks; the Route53 name becomes an alias to the NLB only in the update-dns step, once it serves"
+	}
 	return "the Elastic IP handover leaves the Elastic IP answering nowhere from its detach until the new NLB is active (provisioning takes a few minutes on AWS) and master 0 has passed 2 health checks at 10 s: about 3-4 minutes for every client of the Elastic IP (224 s measured under AWS's documented timings)"
+}
+
+// describeLB is the NLB as ELBv2 reports it, or errkind.NotFound.
+func (b *loadBalancer) describeLB(ctx context.Context) (elbtypes.LoadBalancer, error) {
+	out, err := b.p.elb.DescribeLoadBalancers(ctx, &elb.DescribeLoadBalancersInput{Names: []string{b.lbName()}})
+	if code(err) == "LoadBalancerNotFound" || err == nil && len(out.LoadBalancers) == 0 {
+		return elbtypes.LoadBalancer{}, errkind.Errorf(errkind.NotFound, "cluster %s has no load balancer (%s)", b.p.cluster, b.lbName())
+	}
+	if err != nil {
+		return elbtypes.LoadBalancer{}, mapErr(err, "describe load balancer %s", b.lbName())
+	}
+	return out.LoadBalancers[0], nil
+}
+
+// lbAddresses are the NLB's public addresses, zone by zone.
+func lbAddresses(l elbtypes.LoadBalancer) []string {
+	var out []string
+	for _, az := range l.AvailabilityZones {
+		for _, a := range az.LoadBalancerAddresses {
+			if ip := aws.ToString(a.IpAddress); ip != "" {
+				out = append(out, ip)
+			}
+		}
+	}
+	return out
+}
+
+// Release implements lb.Releaser, called by demotion before the static IP
+// goes to the last master. With the Elastic IP handover the NLB holds the
+// Elastic IP until it is deleted (an NLB's mappings cannot change), so
+// Release deletes it. With the DNS endpoint the NLB never had it: Release
+// moves every Route53 name aliasing the NLB back to the Elastic IP (and
+// waits until Route53 is in sync) before the NLB goes.
+func (b *loadBalancer) Release(ctx context.Context) error {
+	if !b.p.dnsEndpoint {
+		return b.Delete(ctx)
+	}
+	l, err := b.describeLB(ctx)
+	if errors.Is(err, errkind.NotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return b.p.unaliasNLB(ctx, aws.ToString(l.DNSName))
 }

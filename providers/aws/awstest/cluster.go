@@ -50,16 +50,19 @@ type Cluster struct {
 	EIPAllocation, EIPPublicIP string
 	// Net is N of the loopback 127.0.N.0/24 standing for the subnet;
 	// StaticIP (127.0.N.1) stands for the Elastic IP. NetB stands for
-	// SubnetB.
-	Net, NetB int
-	StaticIP  string
-	CA        *certs.CA
-	Master    string
+	// SubnetB, NetLB for the addresses AWS assigns an NLB (AssignedNet).
+	Net, NetB, NetLB int
+	StaticIP         string
+	CA               *certs.CA
+	Master           string
 }
 
 // Options for Up.
 type Options struct {
 	Version string
+	// EndpointMode is the provider's --aws-endpoint-mode ("" = its
+	// default, the Elastic IP handover).
+	EndpointMode string
 	// MasterUserData, when set, is master 0's user data (not base64)
 	// instead of hamaster's layout; the data plane boots only hamaster's
 	// layout, so master 0 then has no running node and Up does not wait
@@ -134,9 +137,9 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 	must(err, "CreateHostedZone")
 	c.ZoneID = aws.ToString(hz.HostedZone.Id)
 
-	c.Net, c.NetB = localtest.AllocSubnet(t), localtest.AllocSubnet(t)
+	c.Net, c.NetB, c.NetLB = localtest.AllocSubnet(t), localtest.AllocSubnet(t), localtest.AllocSubnet(t)
 	c.StaticIP = fmt.Sprintf("127.0.%d.1", c.Net)
-	addrMap := fmt.Sprintf("10.0.1.0/24=127.0.%d.0/24,10.0.2.0/24=127.0.%d.0/24,%s/32=%s/32", c.Net, c.NetB, c.EIPPublicIP, c.StaticIP)
+	addrMap := fmt.Sprintf("10.0.1.0/24=127.0.%d.0/24,10.0.2.0/24=127.0.%d.0/24,%s0/24=127.0.%d.0/24,%s/32=%s/32", c.Net, c.NetB, AssignedNet, c.NetLB, c.EIPPublicIP, c.StaticIP)
 	stateDir := t.TempDir()
 	c.Settings = providers.Settings{Cluster: name, StateDir: stateDir, Options: map[string]string{
 		awsp.OptRegion:              Region,
@@ -147,6 +150,7 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 		awsp.OptMaxBackoff:          "100ms",
 		awsp.OptDeregistrationDelay: "120s", // scaled by the proxy
 		awsp.OptHostedZoneID:        c.ZoneID,
+		awsp.OptEndpointMode:        o.EndpointMode,
 	}}
 	pki := filepath.Join(stateDir, name, "pki")
 	ca, _, err := certs.LoadOrCreateCA(pki, name+"-ca", certs.ECDSA)
@@ -222,6 +226,8 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 			return fmt.Sprintf("127.0.%d.%s", c.Net, ip[7:])
 		case len(ip) > 7 && ip[:7] == "10.0.2.":
 			return fmt.Sprintf("127.0.%d.%s", c.NetB, ip[7:])
+		case strings.HasPrefix(ip, AssignedNet):
+			return fmt.Sprintf("127.0.%d.%s", c.NetLB, strings.TrimPrefix(ip, AssignedNet))
 		}
 		return "0.0.0.0" // never dial what is not mapped
 	}, ec2: c.EC2, elb: c.ELB, proxy: px, nodes: map[string]*proc{}, zones: map[string]string{}, unbootable: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}

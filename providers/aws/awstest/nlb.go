@@ -94,7 +94,10 @@ type LBView struct {
 	// Allocations are the Elastic IP allocation IDs in its subnet mappings.
 	Allocations []string
 	// Zones are the availability zones the LB is enabled in.
-	Zones        []string
+	Zones []string
+	// Addresses are the addresses AWS assigned (mappings without an
+	// Elastic IP), zone by zone.
+	Addresses    []string
 	TargetGroups []TargetGroupView
 }
 
@@ -268,19 +271,40 @@ func (p *Proxy) rewriteLBs(s string) string {
 	return b.String()
 }
 
-func (l *nlbModel) renderZones() string {
+// AssignedNet is where the proxy's NLBs get the public addresses AWS
+// assigns to a subnet mapping without an Elastic IP: 198.51.100.<10+k>
+// for the k-th zone (TEST-NET-2; the harness maps it to loopback).
+const AssignedNet = "198.51.100."
+
+func (l *nlbModel) sortedZones() []string {
 	zs := make([]string, 0, len(l.zones))
 	for z := range l.zones {
 		zs = append(zs, z)
 	}
 	sort.Strings(zs)
+	return zs
+}
+
+// assigned is the address AWS assigned in zone z (no Elastic IP there).
+func (l *nlbModel) assigned(z string) string {
+	for k, zz := range l.sortedZones() {
+		if zz == z && l.mappings[l.zones[z]] == "" {
+			return AssignedNet + strconv.Itoa(10+k)
+		}
+	}
+	return ""
+}
+
+func (l *nlbModel) renderZones() string {
 	var b strings.Builder
 	b.WriteString("<AvailabilityZones>")
-	for _, z := range zs {
+	for _, z := range l.sortedZones() {
 		sn := l.zones[z]
 		b.WriteString("<member><ZoneName>" + z + "</ZoneName><SubnetId>" + sn + "</SubnetId>")
 		if a := l.mappings[sn]; a != "" {
 			b.WriteString("<LoadBalancerAddresses><member><AllocationId>" + a + "</AllocationId></member></LoadBalancerAddresses>")
+		} else if ip := l.assigned(z); ip != "" {
+			b.WriteString("<LoadBalancerAddresses><member><IpAddress>" + ip + "</IpAddress></member></LoadBalancerAddresses>")
 		}
 		b.WriteString("</member>")
 	}
@@ -340,8 +364,11 @@ func (p *Proxy) LoadBalancer(name string) (LBView, bool) {
 				v.Allocations = append(v.Allocations, a)
 			}
 		}
-		for z := range l.zones {
+		for _, z := range l.sortedZones() {
 			v.Zones = append(v.Zones, z)
+			if ip := l.assigned(z); ip != "" {
+				v.Addresses = append(v.Addresses, ip)
+			}
 		}
 		sort.Strings(v.Allocations)
 		sort.Strings(v.Zones)

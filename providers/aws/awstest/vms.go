@@ -199,6 +199,7 @@ type observed struct {
 	lbTargets []string // registered instance IDs in a zone the LB covers
 	draining  []string // deregistered instance IDs still draining
 	lbPort    int32
+	lbListen  string // the data plane's address the NLB serves on
 	lbOK      bool
 	tg        TargetGroupView
 }
@@ -243,7 +244,15 @@ func (v *VMs) observe(ctx context.Context) (observed, error) {
 	// What moto ignores, the proxy's NLB model keeps: is the LB active, was
 	// the Elastic IP handed over, which zones does it cover?
 	view, ok := v.proxy.LoadBalancer(name)
-	if !ok || !view.Active || !slices.Contains(view.Allocations, o.eipAlloc) || len(view.TargetGroups) == 0 {
+	if !ok || !view.Active || len(view.TargetGroups) == 0 {
+		return o, nil
+	}
+	switch {
+	case slices.Contains(view.Allocations, o.eipAlloc):
+		o.lbListen = v.toNet(o.eipIP) // the Elastic IP handed over
+	case len(view.Allocations) == 0 && len(view.Addresses) > 0:
+		o.lbListen = v.toNet(view.Addresses[0]) // an AWS-assigned address
+	default:
 		return o, nil
 	}
 	ls, err := v.elb.DescribeListeners(ctx, &elb.DescribeListenersInput{LoadBalancerArn: lbs.LoadBalancers[0].LoadBalancerArn})
@@ -345,7 +354,7 @@ func (v *VMs) reconcile(ctx context.Context) error {
 		hcPath = o.tg.Path
 	}
 	cfg := lbproxy.Config{
-		Listen: net.JoinHostPort(eip, strconv.Itoa(int(o.lbPort))),
+		Listen: net.JoinHostPort(o.lbListen, strconv.Itoa(int(o.lbPort))),
 		// The target group's checks, at its (scaled) interval and
 		// thresholds: a new target is healthy only after HealthyThreshold
 		// passing checks, as on AWS.
@@ -381,7 +390,7 @@ func (v *VMs) reconcile(ctx context.Context) error {
 	}
 	if v.lb == nil {
 		for _, n := range v.nodes {
-			if n.static == eip && eip != "" {
+			if n.static == o.lbListen && o.lbListen != "" {
 				return nil // a node still holds the address
 			}
 		}
