@@ -64,6 +64,7 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 		awsp.OptClientCIDRs:         c.String("aws-client-cidrs"),
 		awsp.OptSSHBastion:          c.String("aws-ssh-bastion"),
 		awsp.OptMasterFormat:        c.String("aws-master-format"),
+		awsp.OptEndpointMode:        c.String("aws-endpoint-mode"),
 	}}
 }
 
@@ -190,6 +191,7 @@ func awsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "aws-subnets", EnvVars: []string{"HAMASTER_AWS_SUBNETS"}, Usage: "aws provider: subnets of new replicas by zone, `zone=subnet-id,...`"},
 		&cli.StringFlag{Name: "hosted-zone-id", EnvVars: []string{"HAMASTER_HOSTED_ZONE_ID"}, Usage: "aws provider, --dns route53: the hosted zone `ID`"},
 		&cli.StringFlag{Name: "aws-deregistration-delay", EnvVars: []string{"HAMASTER_AWS_DEREGISTRATION_DELAY"}, Usage: "aws provider: how long the NLB drains a deregistered master's open connections (watches) before closing them, `DURATION` in whole seconds 0s-3600s (default 120s); --drain-grace comes after it"},
+		&cli.StringFlag{Name: "aws-endpoint-mode", EnvVars: []string{"HAMASTER_AWS_ENDPOINT_MODE"}, Usage: "aws provider: how clients reach the apiservers once there are several masters, `MODE` dns (the Route53 name becomes an alias to the NLB once it serves; master 0 keeps the Elastic IP; no outage; the default with --hosted-zone-id) or eip-handover (the Elastic IP moves to the NLB: minutes of outage; the default without a hosted zone)"},
 		&cli.StringFlag{Name: "aws-master-format", EnvVars: []string{"HAMASTER_AWS_MASTER_FORMAT"}, Usage: "aws provider: the masters' `FORMAT`, kube-up (kube-up's AWS user data: members etcd-<EC2 hostname>, main and events etcd, the masters' own certificates) or hamaster (default: read from a running master's user data)"},
 		&cli.StringFlag{Name: "aws-ssh-bastion", EnvVars: []string{"HAMASTER_AWS_SSH_BASTION"}, Usage: "aws provider, with --ssh-user: reach each master's etcd by jumping through this bastion's sshd, `HOST[:PORT]` (known_hosts checked), to the master's private address; without it, SSH goes to the master's public address"},
 		&cli.StringFlag{Name: "aws-client-cidrs", EnvVars: []string{"HAMASTER_AWS_CLIENT_CIDRS"}, Usage: "aws provider: `CIDRS` clients reach the NLB from (default 0.0.0.0/0); the masters' security groups must allow them and the VPC on the apiserver port, or promotion stops naming the missing rule"},

@@ -93,11 +93,11 @@ const (
 	// DrainTarget returns; the workflows' --drain-grace comes after it.
 	OptDeregistrationDelay = "aws-deregistration-delay"
 	// OptEndpointMode is how clients reach the apiservers once there is
-	// more than one master: "eip-handover" (the default for now: the
-	// Elastic IP moves from master 0 to the NLB, an outage of minutes, see
-	// PromotionNote) or "dns" (the Route53 name of --dns route53 becomes
-	// an alias to the NLB once it serves; master 0 keeps the Elastic IP:
-	// no outage). "dns" needs --hosted-zone-id.
+	// more than one master: "dns" (the default with --hosted-zone-id: the
+	// Route53 name of --dns route53 becomes an alias to the NLB once it
+	// serves, master 0 keeps the Elastic IP: no outage) or "eip-handover"
+	// (the default without a hosted zone: the Elastic IP moves from master
+	// 0 to the NLB, an outage of minutes, see PromotionNote).
 	OptEndpointMode = "aws-endpoint-mode"
 	// OptMasterFormat says which conventions the masters follow:
 	// "kube-up" (kube-up's AWS user data, KubeUpProvider) or "hamaster"
@@ -189,7 +189,11 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 		}
 		p.deregDelay = int(d.Seconds())
 	}
-	switch m := opts[OptEndpointMode]; m {
+	mode := opts[OptEndpointMode]
+	if mode == "" && opts[OptHostedZoneID] != "" {
+		mode = "dns" // managed DNS is AWS's way: a name, not an address, moves
+	}
+	switch mode {
 	case "", "eip-handover":
 	case "dns":
 		if opts[OptHostedZoneID] == "" {
@@ -197,7 +201,7 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 		}
 		p.dnsEndpoint = true
 	default:
-		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q (valid: eip-handover, dns)", OptEndpointMode, m)
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q (valid: eip-handover, dns)", OptEndpointMode, mode)
 	}
 	if p.clientCIDRs, err = parseCIDRs(opts[OptClientCIDRs]); err != nil {
 		return nil, err
