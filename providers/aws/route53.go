@@ -64,7 +64,7 @@ func (r *route53Records) Get(ctx context.Context, name string) ([]string, error)
 		// An alias to the NLB: its addresses.
 		l, err := r.p.lbal.describeLB(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("A record %s aliases %s: %w", name, aws.ToString(rs.AliasTarget.DNSName), err)
+			return nil, fmt.Errorf("record %s (A) aliases %s: %w", name, aws.ToString(rs.AliasTarget.DNSName), err)
 		}
 		for _, a := range lbAddresses(l) {
 			ips = append(ips, r.p.amap.toNet(a))
