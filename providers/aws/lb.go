@@ -175,7 +175,12 @@ func (b *loadBalancer) get(ctx context.Context) (lb.Status, error) {
 			case elbtypes.TargetHealthStateEnumDraining:
 				th.Draining = true
 			case elbtypes.TargetHealthStateEnumUnused:
-				continue // not registered
+				if h.TargetHealth.Reason == elbtypes.TargetHealthReasonEnumNotRegistered {
+					continue // not registered
+				}
+				// Target.NotInUse: registered in a zone the NLB does not
+				// cover (or no listener forwards to the group): reported
+				// unhealthy with that reason, not hidden.
 			}
 			if r := string(h.TargetHealth.Reason); r != "" {
 				th.Reason = strings.TrimSpace(r + " " + aws.ToString(h.TargetHealth.Description))
