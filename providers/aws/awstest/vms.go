@@ -361,8 +361,12 @@ func (v *VMs) reconcile(ctx context.Context) error {
 		Health: lbproxy.HealthConfig{Path: hcPath, Interval: lbproxy.Duration{Duration: o.tg.Interval}, Timeout: lbproxy.Duration{Duration: min(o.tg.Interval, time.Second)},
 			HealthyThreshold: o.tg.Healthy, UnhealthyThreshold: o.tg.Unhealthy, CAFile: v.caFile},
 		NoDialRetry: true,
-		StatusFile:  filepath.Join(v.root, "lb", "status.json"),
-		PIDFile:     filepath.Join(v.root, "lb", "lb.pid"),
+		// A target leaves the config at the end of its (scaled)
+		// deregistration delay: with connection termination on, its open
+		// connections are closed then, as the NLB does.
+		TerminateRemoved: o.tg.ConnTermination,
+		StatusFile:       filepath.Join(v.root, "lb", "status.json"),
+		PIDFile:          filepath.Join(v.root, "lb", "lb.pid"),
 	}
 	add := func(id string, draining bool) {
 		if i, ok := o.instances[id]; ok {
@@ -378,7 +382,7 @@ func (v *VMs) reconcile(ctx context.Context) error {
 		}
 	}
 	path := filepath.Join(v.root, "lb", "config.json")
-	changed := !slices.Equal(cfg.Targets, v.lbCfg.Targets) || cfg.Listen != v.lbCfg.Listen || cfg.Health != v.lbCfg.Health
+	changed := !slices.Equal(cfg.Targets, v.lbCfg.Targets) || cfg.Listen != v.lbCfg.Listen || cfg.Health != v.lbCfg.Health || cfg.TerminateRemoved != v.lbCfg.TerminateRemoved
 	if changed || v.lb == nil {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return err
