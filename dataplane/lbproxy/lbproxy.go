@@ -44,8 +44,8 @@ type backend struct {
 	failStreak  int
 	lastErr     string
 	lastChecked time.Time
-	active      int  // open proxied connections
-	checking    bool // a health check is in flight
+	active      int                   // open proxied connections
+	checking    bool                  // a health check is in flight
 	dsts        map[net.Conn]struct{} // the backend sides of active
 }
 
