@@ -770,3 +770,8 @@ func (b *loadBalancer) Release(ctx context.Context) error {
 	}
 	return b.p.unaliasNLB(ctx, aws.ToString(l.DNSName))
 }
+
+// OwnAddress implements lb.OwnAddress: with the DNS endpoint the NLB
+// serves on the addresses AWS assigns it and the Route53 name finds it;
+// master 0 keeps the Elastic IP.
+func (b *loadBalancer) OwnAddress() bool { return b.p.dnsEndpoint }

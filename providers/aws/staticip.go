@@ -110,16 +110,6 @@ func (s *staticIP) Attach(ctx context.Context, replica string) error {
 	switch {
 	case e.instanceID == id:
 		return nil
-	case e.instanceID != "" && s.p.dnsEndpoint:
-		// The DNS endpoint: the Elastic IP is a master's own address; the
-		// last one left takes it (clients use the Route53 name).
-		if _, err := s.p.ec2.AssociateAddress(ctx, &ec2.AssociateAddressInput{AllocationId: aws.String(e.allocationID), InstanceId: aws.String(id), AllowReassociation: aws.Bool(true)}); err != nil {
-			return mapErr(err, "move Elastic IP %s to %s (%s)", e.publicIP, replica, id)
-		}
-		return s.p.pollUntil(ctx, fmt.Sprintf("Elastic IP %s to show on %s", e.publicIP, replica), func() (bool, error) {
-			cur, err := s.describe(ctx)
-			return err == nil && cur.instanceID == id, err
-		})
 	case e.instanceID != "":
 		holder, _ := s.p.nameOf(ctx, e.instanceID)
 		return errkind.Errorf(errkind.FailedPrecondition, "Elastic IP %s is attached to %s (%s); detach it first", e.publicIP, holder, e.instanceID)
@@ -137,9 +127,6 @@ func (s *staticIP) Attach(ctx context.Context, replica string) error {
 // holding it, then wait until EC2 reports it unassociated. An address on a
 // load balancer is not a replica's: nothing to do.
 func (s *staticIP) Detach(ctx context.Context) error {
-	if s.p.dnsEndpoint {
-		return nil // the DNS endpoint: the Elastic IP stays master 0's own address
-	}
 	e, err := s.describe(ctx)
 	if err != nil || e.instanceID == "" {
 		return err
