@@ -191,7 +191,9 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 			t.Errorf("A records %v, want %v", a, w)
 		}
 	}
-	if got := c.VMs.Nodes(); !slices.Equal(got, want) {
+	// The data plane follows EC2 by polling it: a terminated instance's
+	// node may take a moment to stop.
+	if got := waitNodes(ctx, c, want); !slices.Equal(got, want) {
 		t.Errorf("node processes %v, want %v (vms: %v)", got, want, c.VMs.LastError())
 	}
 	b, _ := os.ReadFile(filepath.Join(c.Settings.StateDir, c.Name, "aws", "addresses.json"))
@@ -399,4 +401,24 @@ func TestAddRemoveDNSEndpoint(t *testing.T) {
 		}
 	}
 	e.assertConverged(ctx, c.Master)
+}
+
+// waitNodes polls the data plane's node processes until they are want, for
+// at most 10 s, and returns the last seen.
+func waitNodes(ctx context.Context, c *awstest.Cluster, want []string) []string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		got := c.VMs.Nodes()
+		if slices.Equal(got, want) {
+			return got
+		}
+		select {
+		case <-ctx.Done():
+			return got
+		case <-tick.C:
+		}
+	}
 }
