@@ -95,18 +95,14 @@ const (
 	// OptDrainSeconds is the backend service's connection-draining timeout
 	// (default 30).
 	OptDrainSeconds = "gce-drain-seconds"
-	// SSH to a master for etcd (kube-up masters serve etcd on 127.0.0.1
-	// only): with ssh-user and ssh-key set, Etcd dials through an SSH
-	// tunnel to a healthy master; otherwise it dials members directly.
+	// SSH to the masters for etcd (kube-up masters serve etcd on
+	// 127.0.0.1 only): ssh-user is required, with ssh-key or an agent,
+	// and ssh-known-hosts unless host keys are deliberately not checked.
 	OptSSHUser       = "ssh-user"
 	OptSSHKey        = "ssh-key"
 	OptSSHKnownHosts = "ssh-known-hosts"
 	OptSSHInsecure   = "ssh-insecure-skip-host-key-check"
 	OptSSHPort       = "ssh-port"
-	// OptSSHEtcdEndpoint is etcd's client URL as seen from the master the
-	// tunnel ends on (default https://127.0.0.1:2379: kube-up masters
-	// serve etcd on localhost only).
-	OptSSHEtcdEndpoint = "ssh-etcd-endpoint"
 	// OptSSHAgent is the SSH agent socket used when no key file is given.
 	OptSSHAgent = "ssh-agent-socket"
 )
@@ -208,6 +204,9 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	}
 	if n := p.fwName(); len(n) > 63 {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s %q: too long, the firewall rule %s would pass Compute's 63-character name limit", OptMasterName, p.masterName(), n)
+	}
+	if o[OptSSHUser] == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: required with the gce provider: kube-up masters serve etcd on 127.0.0.1 only, so hamaster reaches it over SSH to each master's external address, as kube-up's `gcloud compute ssh` does", OptSSHUser)
 	}
 	if p.network == "" {
 		p.network = "global/networks/default"

@@ -209,7 +209,7 @@ func (in *instances) replica(ctx context.Context, x *computepb.Instance) (provid
 			delete(env, envKubeVersion)
 			t.Env = env
 		case kubeenv.KeyCerts:
-			files, err := kubeenv.ParseFiles(it.GetValue())
+			files, err := templateFiles(it.GetValue())
 			if err != nil {
 				return r, fmt.Errorf("instance %s: metadata %s: %w", x.GetName(), kubeenv.KeyCerts, err)
 			}
@@ -417,7 +417,7 @@ func (in *instances) insert(ctx context.Context, name, zone string, tmpl provide
 	}
 	items := []*computepb.Items{
 		{Key: proto.String(kubeenv.KeyEnv), Value: proto.String(kubeenv.Render(env))},
-		{Key: proto.String(kubeenv.KeyCerts), Value: proto.String(kubeenv.RenderFiles(tmpl.Files))},
+		{Key: proto.String(kubeenv.KeyCerts), Value: proto.String(certsItem(tmpl.Files))},
 		{Key: proto.String(MetadataAPIServerArgs), Value: proto.String(string(args))},
 	}
 	labels := in.p.labels()
