@@ -105,3 +105,14 @@ func FindMember(ms []etcdmember.Member, name, peerURL string) (etcdmember.Member
 	}
 	return etcdmember.Member{}, false
 }
+
+// MasterCertificates is implemented by providers whose masters carry
+// certificates made by the tool that built them (kube-up's, in their
+// kube-env and kube-master-certs metadata): hamaster issues none for them
+// (Membership.CloneTemplate gives a new master its own), does not rotate
+// theirs, and trusts the CA they name when it probes the apiservers.
+type MasterCertificates interface {
+	// ClusterCA is the PEM of the CA that signed the masters' apiserver
+	// serving certificates, as the masters' metadata holds it.
+	ClusterCA(ctx context.Context) ([]byte, error)
+}

@@ -340,6 +340,9 @@ func replicaFiles(ctx context.Context, d *Deps, name, address, dnsName string) (
 	if address == "" {
 		return nil, errors.New("no address reserved")
 	}
+	if !d.issuesCertificates() {
+		return nil, nil // the new master gets its own from CloneTemplate
+	}
 	ca, err := d.CA()
 	if err != nil {
 		return nil, err

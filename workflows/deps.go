@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,30 +83,60 @@ func (d *Deps) loadCA() (*certs.CA, error) {
 
 // HTTP returns a client that trusts the cluster's CA, for /readyz and
 // /version probes.
-func (d *Deps) HTTP() (*http.Client, error) {
+func (d *Deps) HTTP(ctx context.Context) (*http.Client, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.http != nil {
 		return d.http, nil
 	}
-	ca, err := d.loadCA()
+	pool, err := d.trustPool(ctx)
 	if err != nil {
 		return nil, err
 	}
 	d.http = &http.Client{
 		Timeout: 2 * time.Second,
 		Transport: &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12},
+			TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 			DisableKeepAlives: true,
 		},
 	}
 	return d.http, nil
 }
 
+// trustPool is the CA the apiservers' certificates chain to: the one the
+// masters' own metadata names (providers.MasterCertificates), else the
+// cluster CA in the state dir. Called with d.mu held.
+func (d *Deps) trustPool(ctx context.Context) (*x509.CertPool, error) {
+	mc, ok := d.Provider.(providers.MasterCertificates)
+	if !ok {
+		ca, err := d.loadCA()
+		if err != nil {
+			return nil, err
+		}
+		return ca.Pool(), nil
+	}
+	pemBytes, err := mc.ClusterCA(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the masters' cluster CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemBytes) {
+		return nil, errkind.Errorf(errkind.FailedPrecondition, "the masters' cluster CA is not a PEM certificate")
+	}
+	return pool, nil
+}
+
+// issuesCertificates reports whether hamaster issues the replicas'
+// certificates (not when the masters carry their own).
+func (d *Deps) issuesCertificates() bool {
+	_, own := d.Provider.(providers.MasterCertificates)
+	return !own
+}
+
 // Probe GETs base+path and returns the body of a 200, or an error with
 // the status and body.
 func (d *Deps) Probe(ctx context.Context, base, path string) (string, error) {
-	c, err := d.HTTP()
+	c, err := d.HTTP(ctx)
 	if err != nil {
 		return "", err
 	}

@@ -22,7 +22,9 @@ func probeEndpoint(ctx context.Context, d *Deps, rep Report) error {
 	if rep.StaticIP == "" {
 		return fmt.Errorf("no static IP")
 	}
-	ca, err := d.CA()
+	d.mu.Lock()
+	pool, err := d.trustPool(ctx)
+	d.mu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -33,11 +35,11 @@ func probeEndpoint(ctx context.Context, d *Deps, rep Report) error {
 	c := &http.Client{
 		Timeout: 2 * time.Second,
 		Transport: &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: ca.Pool(), ServerName: serverName, MinVersion: tls.VersionTLS12},
+			TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
 			DisableKeepAlives: true,
 		},
 	}
-	base := "https://" + net.JoinHostPort(rep.StaticIP, strconv.Itoa(providers.APIServerPort))
+	base := "https://" + net.JoinHostPort(rep.StaticIP, strconv.Itoa(providers.APIServerPortOf(d.Provider)))
 	n := max(3, 2*len(rep.Replicas))
 	for i := 0; i < n; i++ {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)

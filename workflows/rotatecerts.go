@@ -36,6 +36,12 @@ func RotateCerts(d *Deps, p RotateParams, replicas []string) *Workflow {
 		p.HealthTimeout = 5 * time.Minute
 	}
 	wf := &Workflow{Name: "rotate-certs", Params: map[string]string{"expiring-within": p.Within.String()}}
+	wf.Check = func(context.Context) error {
+		if !d.issuesCertificates() {
+			return errkind.Errorf(errkind.FailedPrecondition, "the %s provider's masters carry the certificates kube-up made (kube-env and kube-master-certs metadata), which hamaster does not issue or rotate; renew them with the tool that built the cluster", d.Provider.Name())
+		}
+		return nil
+	}
 	wf.Steps = append(wf.Steps, Step{
 		Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot → <state-dir>/<cluster>/snapshots/"},
 		Run: func(ctx context.Context, r *Run) error { return takeSnapshot(ctx, d, r, "rotate-certs") },

@@ -96,3 +96,23 @@ func (p *Provider) CloneTemplate(_ context.Context, src providers.Template, repl
 	}
 	return t, nil
 }
+
+// ClusterCA implements providers.MasterCertificates: kube-env's CA_CERT
+// (base64 PEM; util.sh build-linux-kube-env), the CA of every master's
+// apiserver certificate (MASTER_CERT).
+func (p *Provider) ClusterCA(ctx context.Context) ([]byte, error) {
+	rs, err := p.inst.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rs {
+		if v := r.Template.Env[kubeenv.CACert]; v != "" {
+			b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(v))
+			if err != nil {
+				return nil, fmt.Errorf("master %s: kube-env %s is not base64: %w", r.Name, kubeenv.CACert, err)
+			}
+			return b, nil
+		}
+	}
+	return nil, errkind.Errorf(errkind.FailedPrecondition, "cluster %s: no master (named %s or %s-<3 characters>) has %s in its kube-env", p.cluster, p.masterName(), p.masterName(), kubeenv.CACert)
+}
