@@ -75,6 +75,8 @@ type Options struct {
 	APIDir string
 	// Logger receives one line per call at debug level.
 	Logger *slog.Logger
+	// Addr is where the API listens (default 127.0.0.1:0, a free port).
+	Addr string
 	// VPC, when set, runs the data plane in a namespace VPC with
 	// kube-up masters (see VPCOptions); Subnet is then unused.
 	VPC *VPCOptions
@@ -181,7 +183,11 @@ func New(o Options) (*Server, error) {
 	if s.dnsDoc, err = loadDiscovery(dir, "dns/v1/dns-api.json"); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := o.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
