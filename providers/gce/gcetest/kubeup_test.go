@@ -3,6 +3,7 @@ package gcetest_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
+	gax "github.com/googleapis/gax-go/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/crypto/ssh"
@@ -21,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/providers/gce/gcefake"
 	"github.com/hamaster/hamaster/providers/gce/gcetest"
 )
 
@@ -82,6 +85,7 @@ func etcdMembers(ctx context.Context, t *testing.T, c *gcetest.KubeUpCluster, sc
 }
 
 func TestUpKubeUpMaster0(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	c := gcetest.UpKubeUp(t, "kubernetes", gcetest.KubeUpOptions{})
 	t.Logf("master 0 ready on %s:443 after %v", c.StaticIP, time.Since(start).Round(time.Millisecond))
@@ -228,4 +232,138 @@ func TestUpKubeUpMaster0(t *testing.T) {
 func lastLines(s string, n int) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
+
+// waitOp fails the test unless the call and its operation succeed.
+func waitOp(ctx context.Context, t *testing.T, what string, op interface {
+	Wait(context.Context, ...gax.CallOption) error
+}, err error) {
+	t.Helper()
+	if err == nil {
+		err = op.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// TestKubeUpLoadBalancerInVPC promotes the static IP to a load balancer
+// the way the provider does (detach it from master 0, forwarding rule on
+// it to a health-checked backend service), checks the fake's LB in the
+// router namespace honours the probes' firewall rule, then demotes.
+func TestKubeUpLoadBalancerInVPC(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	c := gcetest.UpKubeUp(t, "lbtest", gcetest.KubeUpOptions{})
+	t.Logf("master 0 ready after %v", time.Since(start).Round(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	m, p := c.Master, c.Fake.Project()
+	opts := []option.ClientOption{option.WithEndpoint(c.Fake.URL), option.WithoutAuthentication()}
+	ic, err := compute.NewInstancesRESTClient(ctx, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ic.Close()
+	hcs, _ := compute.NewRegionHealthChecksRESTClient(ctx, opts...)
+	defer hcs.Close()
+	igs, _ := compute.NewInstanceGroupsRESTClient(ctx, opts...)
+	defer igs.Close()
+	bss, _ := compute.NewRegionBackendServicesRESTClient(ctx, opts...)
+	defer bss.Close()
+	frs, _ := compute.NewForwardingRulesRESTClient(ctx, opts...)
+	defer frs.Close()
+	fws, _ := compute.NewFirewallsRESTClient(ctx, opts...)
+	defer fws.Close()
+	link := func(rel string) string { return "projects/" + p + "/" + rel }
+
+	// detach-external-ip, then an ephemeral address for master 0.
+	op, err := ic.DeleteAccessConfig(ctx, &computepb.DeleteAccessConfigInstanceRequest{Project: p, Zone: m.Zone, Instance: m.Name, AccessConfig: "external-nat", NetworkInterface: "nic0"})
+	waitOp(ctx, t, "detach the static IP", op, err)
+	op, err = ic.AddAccessConfig(ctx, &computepb.AddAccessConfigInstanceRequest{Project: p, Zone: m.Zone, Instance: m.Name, NetworkInterface: "nic0",
+		AccessConfigResource: &computepb.AccessConfig{Name: proto.String("external-nat"), Type: proto.String("ONE_TO_ONE_NAT")}})
+	waitOp(ctx, t, "ephemeral address", op, err)
+
+	op, err = hcs.Insert(ctx, &computepb.InsertRegionHealthCheckRequest{Project: p, Region: m.Region, HealthCheckResource: &computepb.HealthCheck{
+		Name: proto.String(m.Name + "-hc"), Type: proto.String("HTTPS"), HttpsHealthCheck: &computepb.HTTPSHealthCheck{Port: proto.Int32(443), RequestPath: proto.String("/readyz")},
+		CheckIntervalSec: proto.Int32(2), TimeoutSec: proto.Int32(2), HealthyThreshold: proto.Int32(1), UnhealthyThreshold: proto.Int32(2)}})
+	waitOp(ctx, t, "health check", op, err)
+	group := link("zones/" + m.Zone + "/instanceGroups/" + m.Name)
+	op, err = igs.Insert(ctx, &computepb.InsertInstanceGroupRequest{Project: p, Zone: m.Zone, InstanceGroupResource: &computepb.InstanceGroup{Name: proto.String(m.Name)}})
+	waitOp(ctx, t, "instance group", op, err)
+	op, err = igs.AddInstances(ctx, &computepb.AddInstancesInstanceGroupRequest{Project: p, Zone: m.Zone, InstanceGroup: m.Name,
+		InstanceGroupsAddInstancesRequestResource: &computepb.InstanceGroupsAddInstancesRequest{Instances: []*computepb.InstanceReference{{Instance: proto.String(link("zones/" + m.Zone + "/instances/" + m.Name))}}}})
+	waitOp(ctx, t, "add master 0 to the group", op, err)
+	op, err = bss.Insert(ctx, &computepb.InsertRegionBackendServiceRequest{Project: p, Region: m.Region, BackendServiceResource: &computepb.BackendService{
+		Name: proto.String(m.Name), LoadBalancingScheme: proto.String("EXTERNAL"), Protocol: proto.String("TCP"),
+		HealthChecks: []string{link("regions/" + m.Region + "/healthChecks/" + m.Name + "-hc")},
+		Backends:     []*computepb.Backend{{Group: proto.String(group), BalancingMode: proto.String("CONNECTION")}}}})
+	waitOp(ctx, t, "backend service", op, err)
+	op, err = frs.Insert(ctx, &computepb.InsertForwardingRuleRequest{Project: p, Region: m.Region, ForwardingRuleResource: &computepb.ForwardingRule{
+		Name: proto.String(m.Name), IPAddress: proto.String(c.StaticIP), IPProtocol: proto.String("TCP"), Ports: []string{"443"},
+		LoadBalancingScheme: proto.String("EXTERNAL"), BackendService: proto.String(link("regions/" + m.Region + "/backendServices/" + m.Name))}})
+	waitOp(ctx, t, "forwarding rule on the static IP", op, err)
+	if b, _ := os.ReadFile(c.KnownHostsFile); strings.Contains(string(b), c.StaticIP+" ") {
+		t.Errorf("known_hosts names the static IP the LB now holds:\n%s", b)
+	}
+
+	health := func() string {
+		h, err := bss.GetHealth(ctx, &computepb.GetHealthRegionBackendServiceRequest{Project: p, Region: m.Region, BackendService: m.Name,
+			ResourceGroupReferenceResource: &computepb.ResourceGroupReference{Group: proto.String(group)}})
+		if err != nil || len(h.GetHealthStatus()) != 1 {
+			return fmt.Sprintf("%v %v", h, err)
+		}
+		return h.GetHealthStatus()[0].GetHealthState()
+	}
+	// kube-up's MASTER_NAME-https lets 0.0.0.0/0 in on tcp:443, the
+	// probes' ranges included (create-master: no --source-ranges).
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	waitHealth := func(want, why string) {
+		t.Helper()
+		for got := health(); got != want; got = health() {
+			if time.Now().After(deadline) {
+				t.Fatalf("master 0 not %s 30s after %s: %s", want, why, got)
+			}
+			<-tick.C
+		}
+	}
+	waitHealth("HEALTHY", "the forwarding rule, kube-up's https rule letting the probes in")
+	// An operator who narrowed access to the apiserver drops the probes.
+	fop, err := fws.Delete(ctx, &computepb.DeleteFirewallRequest{Project: p, Firewall: m.Name + "-https"})
+	waitOp(ctx, t, "delete "+m.Name+"-https", fop, err)
+	deadline = time.Now().Add(30 * time.Second)
+	waitHealth("UNHEALTHY", "deleting the only rule letting the probes in")
+	op, err = fws.Insert(ctx, &computepb.InsertFirewallRequest{Project: p, FirewallResource: &computepb.Firewall{
+		Name: proto.String(m.Name + "-lb-health-checks"), Network: proto.String(link("global/networks/default")), SourceRanges: gcefake.HealthCheckRanges,
+		TargetTags: []string{m.Tag}, Allowed: []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{"443"}}}}})
+	waitOp(ctx, t, "firewall rule for the probes", op, err)
+	deadline = time.Now().Add(30 * time.Second)
+	waitHealth("HEALTHY", "the probes' rule")
+	if err := c.WaitReady(ctx, c.StaticIP, 30*time.Second); err != nil {
+		t.Fatalf("through the LB: %v", err)
+	}
+	t.Logf("the LB serves the static IP after %v", time.Since(start).Round(time.Millisecond))
+
+	// Demotion: the rule goes, the static IP returns to master 0.
+	dop, err := frs.Delete(ctx, &computepb.DeleteForwardingRuleRequest{Project: p, Region: m.Region, ForwardingRule: m.Name})
+	waitOp(ctx, t, "delete the forwarding rule", dop, err)
+	op, err = ic.DeleteAccessConfig(ctx, &computepb.DeleteAccessConfigInstanceRequest{Project: p, Zone: m.Zone, Instance: m.Name, AccessConfig: "external-nat", NetworkInterface: "nic0"})
+	waitOp(ctx, t, "drop the ephemeral address", op, err)
+	op, err = ic.AddAccessConfig(ctx, &computepb.AddAccessConfigInstanceRequest{Project: p, Zone: m.Zone, Instance: m.Name, NetworkInterface: "nic0",
+		AccessConfigResource: &computepb.AccessConfig{Name: proto.String("external-nat"), Type: proto.String("ONE_TO_ONE_NAT"), NatIP: proto.String(c.StaticIP)}})
+	waitOp(ctx, t, "re-attach the static IP", op, err)
+	if err := c.WaitReady(ctx, c.StaticIP, 30*time.Second); err != nil {
+		t.Fatalf("master 0 on the static IP again: %v", err)
+	}
+	sc, err := sshDial(t, c, c.StaticIP)
+	if err != nil {
+		t.Fatalf("ssh to master 0 on the static IP again: %v", err)
+	}
+	sc.Close()
+	if _, lbs := c.Fake.RunningProcesses(); lbs != 0 {
+		t.Errorf("%d LB processes left after the rule's deletion", lbs)
+	}
+	t.Logf("done after %v", time.Since(start).Round(time.Millisecond))
 }
