@@ -41,6 +41,7 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 
 		// gce provider (Application Default Credentials; --dns clouddns needs --dns-zone)
 		gce.OptProject:       c.String("gce-project"),
+		gce.OptEndpoint:      c.String("gce-endpoint"),
 		gce.OptRegion:        c.String("gce-region"),
 		gce.OptZones:         c.String("gce-zone"),
 		gce.OptNetwork:       c.String("gce-network"),
@@ -192,6 +193,7 @@ func awsFlags() []cli.Flag {
 func gceFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "gce-project", EnvVars: []string{"HAMASTER_GCE_PROJECT"}, Usage: "gce provider: `PROJECT` id"},
+		&cli.StringFlag{Name: "gce-endpoint", EnvVars: []string{"HAMASTER_GCE_ENDPOINT"}, Usage: "gce provider: base `URL` of the Compute and Cloud DNS APIs, without authentication: a fake's, e.g. bin/gcefake's (never set it for a real project)"},
 		&cli.StringFlag{Name: "gce-region", EnvVars: []string{"HAMASTER_GCE_REGION"}, Usage: "gce provider: `REGION` (default: from the first zone)"},
 		&cli.StringFlag{Name: "gce-zone", EnvVars: []string{"HAMASTER_GCE_ZONE"}, Usage: "gce provider: `ZONE[,ZONE...]` of the replicas (new replicas go to the least used)"},
 		&cli.StringFlag{Name: "gce-network", EnvVars: []string{"HAMASTER_GCE_NETWORK"}, Usage: "gce provider: `NETWORK` (default global/networks/default)"},

@@ -109,6 +109,22 @@ func New(ctx context.Context, o Options) (*VPC, error) {
 	return v, nil
 }
 
+// Subnet is the internal range.
+func (v *VPC) Subnet() netip.Prefix { return v.o.Subnet }
+
+// Gateway is the subnet's gateway (the router's address on it).
+func (v *VPC) Gateway() netip.Addr { return v.gw }
+
+// External is the external range.
+func (v *VPC) External() netip.Prefix { return v.o.External }
+
+// ExternalUsable reports whether addr may be given to a VM or the router:
+// in the external range, and neither its network, broadcast or uplink
+// address.
+func (v *VPC) ExternalUsable(addr netip.Addr) bool {
+	return v.o.External.Contains(addr) && addr != v.o.External.Addr() && addr != v.self && addr != v.peer && addr != v.self.Next()
+}
+
 // AddVM creates a VM namespace with eth0 on the subnet at internal, the
 // gateway as its default route, and every VM's hostname in its hosts file.
 func (v *VPC) AddVM(ctx context.Context, name string, internal netip.Addr) (*VM, error) {

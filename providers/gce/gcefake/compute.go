@@ -48,6 +48,10 @@ func (s *Server) dispatchCompute(ctx context.Context, r *request) (any, *apiErro
 	}
 	fam, verb := parts[1], parts[2]
 	switch fam {
+	case "projects":
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.project(r, verb)
 	case "zoneOperations", "regionOperations", "globalOperations":
 		switch verb {
 		case "get":
@@ -183,6 +187,10 @@ func (s *Server) dispatchCompute(ctx context.Context, r *request) (any, *apiErro
 		}), nil
 	case "regionBackendServices.getHealth":
 		return s.getHealth(r, it)
+	case "instances.getSerialPortOutput":
+		out := s.serialOutput(scope, it)
+		return map[string]any{"kind": "compute#serialPortOutput", "contents": out, "start": "0", "next": strconv.Itoa(len(out)),
+			"selfLink": s.link(collKey + "/" + name + "/serialPort")}, nil
 	}
 	return nil, errf(501, "notImplemented", "%s is not implemented by the fake", r.method)
 }
@@ -224,6 +232,11 @@ func (s *Server) insertHook(fam, scope string, it map[string]any) (func() *apiEr
 			it["addressType"] = typ
 		}
 		if ip := str(it, "address"); ip != "" {
+			if typ == "INTERNAL" {
+				if aerr := s.checkInternal(ip); aerr != nil {
+					return nil, aerr
+				}
+			}
 			if len(s.addressesWithIP(ip)) > 0 {
 				return nil, errf(409, "alreadyExists", "IP %s is already reserved", ip)
 			}
@@ -420,6 +433,9 @@ func remove(l []any, x string) []any {
 // allocIP returns the lowest free loopback IP of the internal (.2-.127)
 // or external (.128-.254) range. Called with s.mu held.
 func (s *Server) allocIP(internal bool) (string, *apiError) {
+	if s.o.VPC != nil {
+		return s.vpcAllocIP(internal)
+	}
 	lo, hi := 128, 254
 	if internal {
 		lo, hi = 2, 127
@@ -567,6 +583,9 @@ func (s *Server) insertInstance(scope string, it map[string]any) (func() *apiErr
 				return nil, notFound("addresses", lastSeg(ip))
 			}
 			ip = str(a, "address")
+		}
+		if aerr := s.checkInternal(ip); aerr != nil {
+			return nil, aerr
 		}
 		if u := s.addressUsers(ip); len(u) > 0 {
 			return nil, errf(400, "resourceInUseByAnotherResource", "IP %s is in use by %s", ip, u[0])

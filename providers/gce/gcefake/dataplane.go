@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +37,7 @@ type nodeProc struct {
 	dir    string
 	status string
 	addr   string
+	caFile string // the CA that signed its apiserver's certificate
 }
 
 type lbProc struct {
@@ -78,6 +80,9 @@ func (s *Server) instDir(key string) string {
 func (s *Server) bootNode(key string) *apiError {
 	if s.o.NodeBinary == "" {
 		return nil
+	}
+	if s.o.VPC != nil {
+		return s.bootVM(key)
 	}
 	s.mu.Lock()
 	in := s.findByLink(key)
@@ -142,7 +147,7 @@ func (s *Server) bootNode(key string) *apiError {
 		p.Stop()
 		return nil
 	}
-	s.nodes[key] = &nodeProc{Process: p, dir: dir, status: status, addr: addr}
+	s.nodes[key] = &nodeProc{Process: p, dir: dir, status: status, addr: addr, caFile: filepath.Join(dir, "certs", "ca.crt")}
 	s.mu.Unlock()
 	pid := p.Pid()
 	return s.pollUntil(time.Minute, "instance "+lastSeg(key)+" to boot (etcd running)", func() (bool, error) {
@@ -168,6 +173,9 @@ func (s *Server) stopNode(key string) {
 	if n != nil {
 		n.Stop()
 	}
+	if s.o.VPC != nil {
+		s.stopVM(key)
+	}
 }
 
 // bindNAT makes the node listen on exactly its access config's natIP.
@@ -182,6 +190,9 @@ func (s *Server) bindNAT(key string) *apiError {
 		}
 	}
 	s.mu.Unlock()
+	if s.o.VPC != nil {
+		return s.vpcBindNAT(key, nat)
+	}
 	if n == nil || !n.Running() {
 		return nil
 	}
@@ -247,6 +258,11 @@ func (s *Server) syncLBs() *apiError {
 			cfg.StatusFile = filepath.Join(dir, "status.json")
 			cfg.PIDFile = filepath.Join(dir, "lb.pid")
 			cfg.Health = lbproxy.HealthConfig{Path: "/", Interval: lbproxy.Duration{Duration: s.o.HealthInterval}, Timeout: lbproxy.Duration{Duration: time.Second}, HealthyThreshold: 1, UnhealthyThreshold: 2}
+			if s.o.VPC != nil {
+				// MASTER_CERT names kubernetes.*, the static IP and
+				// MASTER_NAME, not a master's internal address.
+				cfg.Health.ServerName = "kubernetes"
+			}
 			if hcs := list(bs, "healthChecks"); len(hcs) > 0 {
 				if hc := s.findByLink(hcs[0].(string)); hc != nil {
 					if p := str(obj(hc["httpsHealthCheck"]), "requestPath"); p != "" {
@@ -284,7 +300,7 @@ func (s *Server) syncLBs() *apiError {
 					names[m.(string)] = true
 					delete(s.draining[key], m.(string))
 					if n := s.nodes[m.(string)]; n != nil && cfg.Health.CAFile == "" {
-						cfg.Health.CAFile = filepath.Join(n.dir, "certs", "ca.crt")
+						cfg.Health.CAFile = n.caFile
 					}
 				}
 			}
@@ -304,7 +320,7 @@ func (s *Server) syncLBs() *apiError {
 			sort.Slice(cfg.Targets, func(i, j int) bool { return cfg.Targets[i].Name < cfg.Targets[j].Name })
 			if cfg.Health.CAFile == "" {
 				for _, n := range s.nodes {
-					cfg.Health.CAFile = filepath.Join(n.dir, "certs", "ca.crt")
+					cfg.Health.CAFile = n.caFile
 					break
 				}
 			}
@@ -343,9 +359,28 @@ func (s *Server) applyLB(key, bs string, cfg lbproxy.Config, names map[string]bo
 		return nil
 	}
 	_ = os.Remove(cfg.StatusFile)
-	p, err := vm.Start(s.o.NodeBinary, []string{"lb", "--config", cfgPath}, filepath.Join(dir, "lb.log"))
-	if err != nil {
-		return errf(500, "internalError", "%v", err)
+	var p *vm.Process
+	if s.o.VPC != nil {
+		// The forwarding rule's address is the router's; the LB runs
+		// there and reaches the masters' internal addresses.
+		host, _, _ := net.SplitHostPort(cfg.Listen)
+		a, err := netip.ParseAddr(host)
+		if err != nil || !s.o.VPC.Net.ExternalUsable(a) {
+			return errf(500, "internalError", "forwarding rule address %s is not in the VPC's external range", host)
+		}
+		if err := s.o.VPC.Net.SetExternal(s.closeCtx, a, ""); err != nil {
+			return errf(500, "internalError", "%v", err)
+		}
+		s.setExtOwner(a, "lb:"+key)
+		var aerr *apiError
+		if p, aerr = s.startIn("", s.o.NodeBinary, []string{"lb", "--config", cfgPath}, filepath.Join(dir, "lb.log")); aerr != nil {
+			return aerr
+		}
+	} else {
+		var err error
+		if p, err = vm.Start(s.o.NodeBinary, []string{"lb", "--config", cfgPath}, filepath.Join(dir, "lb.log")); err != nil {
+			return errf(500, "internalError", "%v", err)
+		}
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -372,6 +407,15 @@ func (s *Server) stopLB(key string) {
 	s.mu.Unlock()
 	if l != nil {
 		l.Stop()
+	}
+	if s.o.VPC != nil && l != nil {
+		host, _, _ := net.SplitHostPort(l.cfg.Listen)
+		if a, err := netip.ParseAddr(host); err == nil && s.extOwner(a) == "lb:"+key {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = s.o.VPC.Net.ClearExternal(ctx, a)
+			s.setExtOwner(a, "")
+		}
 	}
 }
 
