@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/providers/gce/gcefake"
 	"github.com/hamaster/hamaster/providers/gce/gcetest"
@@ -66,7 +67,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 	if err != nil {
 		e.t.Fatalf("status: %v", err)
 	}
-	workflowstest.AssertReplicasAndMembers(e.t, rep, want)
+	workflowstest.AssertReplicasAndMembersNamed(e.t, rep, want, kubeenv.MemberName)
 	f := e.c.Fake
 	lbParts := [][2]string{{"forwardingRules", ""}, {"backendServices", ""}, {"healthChecks", ""}, {"instanceGroups", ""}, {"firewalls", ""}}
 	switch {
@@ -78,7 +79,12 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 			e.t.Errorf("static IP attached to %q, want %s", rep.StaticIPHolder, want[0])
 		}
 		for _, part := range lbParts {
-			if got := f.Names(part[0]); len(got) != 0 {
+			got := f.Names(part[0])
+			if part[0] == "firewalls" {
+				// kube-up's own rules stay (util.sh create-master: MASTER_NAME-https, MASTER_NAME-etcd).
+				got = slices.DeleteFunc(got, func(n string) bool { return n == e.c.Master+"-https" || n == e.c.Master+"-etcd" })
+			}
+			if len(got) != 0 {
 				e.t.Errorf("LB demoted but %s %v left", part[0], got)
 			}
 		}
@@ -102,9 +108,11 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 	var disks, addrs []string
 	for _, n := range want {
 		disks = append(disks, n, n+"-pd")
-		addrs = append(addrs, n+"-internal")
+		if n != e.c.Master { // kube-up reserves no internal address for master 0
+			addrs = append(addrs, n+"-internal")
+		}
 	}
-	addrs = append(addrs, e.c.Name+"-master-ip")
+	addrs = append(addrs, e.c.Master+"-ip")
 	sort.Strings(disks)
 	sort.Strings(addrs)
 	if got := f.Names("instances"); !slices.Equal(got, want) {

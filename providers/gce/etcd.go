@@ -236,6 +236,21 @@ func (p *Provider) dropSSH(name string) {
 	delete(p.ssh, name) // closed with the provider
 }
 
+// closeSSH closes the connection to master name now: its external address
+// changed (the static IP moved), so the connection is dead but would be
+// noticed only by keepalives, while the etcd clients tunnelled through it
+// (the cluster lock's lease among them) stall. Closed, their next dial
+// finds the master at its new address.
+func (p *Provider) closeSSH(name string) {
+	p.mu.Lock()
+	c := p.ssh[name]
+	delete(p.ssh, name)
+	p.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
+}
+
 // externalIP is the master's external (NAT) address: the static IP while
 // it holds it, else its ephemeral one (kube-up gives every master one).
 func (p *Provider) externalIP(ctx context.Context, name string) (string, error) {

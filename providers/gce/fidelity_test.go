@@ -11,10 +11,8 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/api/option"
 
-	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/lb"
-	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce/gcefake"
 	"github.com/hamaster/hamaster/providers/gce/gcetest"
 )
@@ -95,23 +93,13 @@ func TestCreateSurvivesCapacityAndQuotaInsideOperations(t *testing.T) {
 	c := gcetest.Up(t, "cap", gcetest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	master, err := c.Provider.Instances().Get(ctx, c.Master)
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := c.Master + "-c4p"
-	// A standalone one-member replica (the conformance suite's template):
-	// master 0's own kube-env would not let it join.
-	addr, err := c.Provider.Instances().ReserveAddress(ctx, name, gcetest.ZoneA)
-	if err != nil {
+	// A standalone master (the conformance suite's template): master 0's
+	// own kube-env would not let it join.
+	if _, err := c.Provider.Instances().ReserveAddress(ctx, name, gcetest.ZoneA); err != nil {
 		t.Fatal(err)
 	}
-	tmpl := master.Template.Clone()
-	if tmpl.Files, err = providers.ReplicaFiles(c.CA, name, addr, certs.APIServerSANs{StaticIP: c.StaticIP}); err != nil {
-		t.Fatal(err)
-	}
-	tmpl.Env[providers.EnvInitialEtcdCluster] = name + "=" + providers.PeerURL(addr)
-	tmpl.Env[providers.EnvEtcdInitialClusterState] = "new"
+	tmpl := c.StandaloneTemplate(ctx, t, name)
 	for _, f := range []struct {
 		fault gcefake.Fault
 		kind  error

@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -327,10 +328,22 @@ func (p *Provider) DNS(kind string) (dns.Records, error) {
 	return nil, errkind.Errorf(errkind.InvalidArgument, "--dns: %q is not available with the gce provider (valid: static, clouddns)", kind)
 }
 
-// APIServerURL implements providers.Provider.
+// APIServerURL implements providers.Provider: the master's external
+// address (kube-up's ${MASTER_NAME}-https firewall rule opens 443 to the
+// masters from anywhere; util.sh create-master), never the internal one,
+// which the operator cannot route to.
 func (p *Provider) APIServerURL(r providers.Replica) string {
-	return fmt.Sprintf("https://%s:%d", r.Address, p.apiPort)
+	addr := r.External
+	if addr == "" {
+		addr = r.Address
+	}
+	return fmt.Sprintf("https://%s", net.JoinHostPort(addr, strconv.Itoa(p.apiPort)))
 }
+
+// APIServerName implements providers.APIServerNamer: every kube-up
+// master's MASTER_CERT names "kubernetes" (util.sh create-certs: sans
+// DNS:kubernetes,...), not the master's own addresses.
+func (p *Provider) APIServerName() string { return "kubernetes" }
 
 // APIServerPort implements providers.APIServerPorter.
 func (p *Provider) APIServerPort() int { return p.apiPort }

@@ -170,6 +170,11 @@ func (in *instances) replica(ctx context.Context, x *computepb.Instance) (provid
 	m[MachineType] = lastSeg(x.GetMachineType())
 	if nics := x.GetNetworkInterfaces(); len(nics) > 0 {
 		r.Address = nics[0].GetNetworkIP()
+		for _, ac := range nics[0].GetAccessConfigs() {
+			if ac.GetNatIP() != "" {
+				r.External = ac.GetNatIP()
+			}
+		}
 		m[MachineNetwork] = relLink(nics[0].GetNetwork())
 		m[MachineSubnetwork] = relLink(nics[0].GetSubnetwork())
 	}

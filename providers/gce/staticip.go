@@ -86,6 +86,7 @@ func (s *staticIP) Detach(ctx context.Context) error {
 			return err
 		}
 	}
+	s.p.closeSSH(holder)
 	return s.addAccessConfig(ctx, holder, zone, "")
 }
 
@@ -114,6 +115,7 @@ func (s *staticIP) Attach(ctx context.Context, replica string) error {
 			return err
 		}
 	}
+	s.p.closeSSH(replica)
 	return s.addAccessConfig(ctx, replica, zone, ip)
 }
 
