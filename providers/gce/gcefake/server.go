@@ -223,6 +223,9 @@ func (s *Server) Close() error {
 		go func() { defer wg.Done(); l.Stop() }()
 	}
 	wg.Wait()
+	// Operations still running finish (their boots see s.closed), then
+	// every VM goes: its processes, namespace and external address.
+	s.bg.Wait()
 	s.mu.Lock()
 	var vms []string
 	for k := range s.vms {
@@ -234,7 +237,6 @@ func (s *Server) Close() error {
 		go func() { defer wg.Done(); s.stopVM(k) }()
 	}
 	wg.Wait()
-	s.bg.Wait()
 	return nil
 }
 

@@ -232,6 +232,13 @@ func (s *Server) startIn(holder, bin string, args []string, logPath string) (*vm
 	if err != nil {
 		return nil, errf(500, "internalError", "%v", err)
 	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		p.Stop()
+		return nil, errf(503, "backendError", "the fake is closing")
+	}
 	return p, nil
 }
 
