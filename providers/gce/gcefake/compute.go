@@ -236,6 +236,8 @@ func (s *Server) insertHook(fam, scope string, it map[string]any) (func() *apiEr
 				if aerr := s.checkInternal(ip); aerr != nil {
 					return nil, aerr
 				}
+			} else if aerr := s.checkExternal(ip); aerr != nil {
+				return nil, aerr
 			}
 			if len(s.addressesWithIP(ip)) > 0 {
 				return nil, errf(409, "alreadyExists", "IP %s is already reserved", ip)
