@@ -643,6 +643,8 @@ func (s *Server) fillAccessConfig(ac map[string]any) *apiError {
 		}
 	} else if u := s.addressUsers(ip); len(u) > 0 {
 		return errf(400, "resourceInUseByAnotherResource", "The IP address %s is in use by %s", ip, u[0])
+	} else if aerr := s.checkExternal(ip); aerr != nil {
+		return aerr
 	}
 	ac["natIP"] = ip
 	return nil
