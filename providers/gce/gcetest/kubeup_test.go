@@ -367,3 +367,62 @@ func TestKubeUpLoadBalancerInVPC(t *testing.T) {
 	}
 	t.Logf("done after %v", time.Since(start).Round(time.Millisecond))
 }
+
+// TestKubeUpAddressesInVPC: internal addresses are reserved from the
+// subnetwork's range, external ones from what the VPC routes.
+func TestKubeUpAddressesInVPC(t *testing.T) {
+	t.Parallel()
+	c := gcetest.UpKubeUp(t, "addr", gcetest.KubeUpOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ac, err := compute.NewAddressesRESTClient(ctx, option.WithEndpoint(c.Fake.URL), option.WithoutAuthentication())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	subnet := netip.MustParsePrefix("10.128.0.0/20")
+	external := c.VPC.VPC.External() // vpc.VPC's range, not vpctest's address helper
+	for _, tc := range []struct {
+		name, typ, addr string
+		wantIn          netip.Prefix // "" with wantErr
+		wantErr         string
+	}{
+		{name: "internal-auto", typ: "INTERNAL", wantIn: subnet},
+		{name: "internal-given", typ: "INTERNAL", addr: "10.128.3.7", wantIn: netip.MustParsePrefix("10.128.3.7/32")},
+		{name: "internal-outside", typ: "INTERNAL", addr: "10.129.0.5", wantErr: "outside the subnetwork"},
+		{name: "internal-gateway", typ: "INTERNAL", addr: "10.128.0.1", wantErr: "outside the subnetwork"},
+		{name: "external-auto", typ: "EXTERNAL", wantIn: external},
+		{name: "external-outside", typ: "EXTERNAL", addr: "203.0.113.9", wantErr: "not available"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &computepb.Address{Name: proto.String(tc.name), AddressType: proto.String(tc.typ)}
+			if tc.addr != "" {
+				a.Address = proto.String(tc.addr)
+			}
+			op, err := ac.Insert(ctx, &computepb.InsertAddressRequest{Project: c.Fake.Project(), Region: c.Master.Region, AddressResource: a})
+			if err == nil {
+				err = op.Wait(ctx)
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := ac.Get(ctx, &computepb.GetAddressRequest{Project: c.Fake.Project(), Region: c.Master.Region, Address: tc.name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ip := netip.MustParseAddr(got.GetAddress())
+			if !tc.wantIn.Contains(ip) || ip == tc.wantIn.Addr() && tc.wantIn.Bits() < 32 {
+				t.Errorf("address %v, want a host of %v", ip, tc.wantIn)
+			}
+			if tc.typ == "INTERNAL" && ip == netip.MustParseAddr("10.128.0.1") {
+				t.Errorf("got the gateway %v", ip)
+			}
+		})
+	}
+}
