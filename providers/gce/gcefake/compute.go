@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -385,6 +386,12 @@ func (s *Server) deleteEffect(fam, scope, collKey, name string) *apiError {
 	switch fam {
 	case "instances":
 		s.stopNode(scope + "/instances/" + name)
+		if s.o.VPC != nil {
+			// A VM made again under this name is a new machine: new host
+			// key (operators meet a changed key in known_hosts), empty
+			// serial port, fresh boot disk.
+			_ = os.RemoveAll(s.instDir(scope + "/instances/" + name))
+		}
 	case "forwardingRules":
 		s.stopLB(scope + "/forwardingRules/" + name)
 	}
