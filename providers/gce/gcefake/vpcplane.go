@@ -240,7 +240,7 @@ func (s *Server) startIn(holder, bin string, args []string, logPath string) (*vm
 	if err != nil {
 		return nil, errf(500, "internalError", "%v", err)
 	}
-	p, err := vm.Start(cmd.Path, cmd.Args[1:], logPath)
+	p, err := vm.StartTied(cmd.Path, cmd.Args[1:], logPath)
 	if err != nil {
 		return nil, errf(500, "internalError", "%v", err)
 	}
