@@ -45,8 +45,10 @@ reachable, as from an operator's laptop.
 When master NAME serves on its static IP, gcefake writes DIR/hamaster.env
 (export HAMASTER_... lines that point hamaster at it) and runs until
 SIGINT or SIGTERM, then stops every process and deletes every namespace
-and file it made. It needs root (network namespaces), iproute2's ip and
-OpenSSH's sshd.
+and file it made (killed with SIGKILL, its processes die with it but
+its namespaces stay: ip netns list | grep hm-f, then ip netns del each,
+and remove DIR/gcefake). It needs root (network namespaces), iproute2's
+ip and OpenSSH's sshd.
 
   terminal 1:  sudo bin/gcefake --state /tmp/gce --kube-up-master kubernetes-master
   terminal 2:  sudo -s

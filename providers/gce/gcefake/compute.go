@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -236,6 +237,8 @@ func (s *Server) insertHook(fam, scope string, it map[string]any) (func() *apiEr
 				if aerr := s.checkInternal(ip); aerr != nil {
 					return nil, aerr
 				}
+			} else if aerr := s.checkExternal(ip); aerr != nil {
+				return nil, aerr
 			}
 			if len(s.addressesWithIP(ip)) > 0 {
 				return nil, errf(409, "alreadyExists", "IP %s is already reserved", ip)
@@ -383,6 +386,12 @@ func (s *Server) deleteEffect(fam, scope, collKey, name string) *apiError {
 	switch fam {
 	case "instances":
 		s.stopNode(scope + "/instances/" + name)
+		if s.o.VPC != nil {
+			// A VM made again under this name is a new machine: new host
+			// key (operators meet a changed key in known_hosts), empty
+			// serial port, fresh boot disk.
+			_ = os.RemoveAll(s.instDir(scope + "/instances/" + name))
+		}
 	case "forwardingRules":
 		s.stopLB(scope + "/forwardingRules/" + name)
 	}
@@ -641,6 +650,8 @@ func (s *Server) fillAccessConfig(ac map[string]any) *apiError {
 		}
 	} else if u := s.addressUsers(ip); len(u) > 0 {
 		return errf(400, "resourceInUseByAnotherResource", "The IP address %s is in use by %s", ip, u[0])
+	} else if aerr := s.checkExternal(ip); aerr != nil {
+		return aerr
 	}
 	ac["natIP"] = ip
 	return nil

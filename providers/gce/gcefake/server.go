@@ -27,6 +27,18 @@
 // 127.0.N.0/24 (Options.Subnet): internal addresses 127.0.N.2-127,
 // external ones 127.0.N.128-254. Nothing is ever sent to a non-loopback
 // address, and the provider needs no address translation.
+//
+// VPC mode (Options.VPC, see VPCOptions; needs root): instances are
+// kube-up masters in a dataplane/vpc network-namespace VPC instead. Each
+// is a VM namespace at an internal address of the subnetwork (e.g.
+// 10.128.0.0/20) running `hamaster-node kube-up-master` booted from its
+// kube-env and kube-master-certs metadata (data disk master-pd) and sshd
+// on port 22 (keys from the project's and the instance's ssh-keys); access
+// configs and the static IP are addresses of the VPC's external range,
+// the only ones the operator's namespace reaches; a forwarding rule's
+// `hamaster-node lb` runs in the router namespace on the rule's address.
+// The fake keeps a known_hosts file for the VMs' external addresses, and
+// instances.getSerialPortOutput shows a master's boot log.
 package gcefake
 
 import (
@@ -223,6 +235,9 @@ func (s *Server) Close() error {
 		go func() { defer wg.Done(); l.Stop() }()
 	}
 	wg.Wait()
+	// Operations still running finish (their boots see s.closed), then
+	// every VM goes: its processes, namespace and external address.
+	s.bg.Wait()
 	s.mu.Lock()
 	var vms []string
 	for k := range s.vms {
@@ -234,7 +249,6 @@ func (s *Server) Close() error {
 		go func() { defer wg.Done(); s.stopVM(k) }()
 	}
 	wg.Wait()
-	s.bg.Wait()
 	return nil
 }
 

@@ -114,6 +114,18 @@ func (s *Server) checkInternal(ip string) *apiError {
 	return nil
 }
 
+// checkExternal refuses an EXTERNAL address the VPC cannot route (GCE
+// refuses to reserve an address it does not own for the project).
+func (s *Server) checkExternal(ip string) *apiError {
+	if s.o.VPC == nil {
+		return nil
+	}
+	if a, err := netip.ParseAddr(ip); err != nil || !s.o.VPC.Net.ExternalUsable(a) {
+		return errf(400, "invalid", "Invalid value for field 'resource.address': '%s'. Specified IP address is not available to the project (the fake's external range is %v).", ip, s.o.VPC.Net.External())
+	}
+	return nil
+}
+
 // bootVM boots an instance in VPC mode: its namespace, sshd, its external
 // address, then the kube-up master when its metadata has a kube-env. The
 // instance is RUNNING once its processes started, as GCE reports a VM
@@ -228,9 +240,16 @@ func (s *Server) startIn(holder, bin string, args []string, logPath string) (*vm
 	if err != nil {
 		return nil, errf(500, "internalError", "%v", err)
 	}
-	p, err := vm.Start(cmd.Path, cmd.Args[1:], logPath)
+	p, err := vm.StartTied(cmd.Path, cmd.Args[1:], logPath)
 	if err != nil {
 		return nil, errf(500, "internalError", "%v", err)
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		p.Stop()
+		return nil, errf(503, "backendError", "the fake is closing")
 	}
 	return p, nil
 }

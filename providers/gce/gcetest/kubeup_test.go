@@ -197,21 +197,38 @@ func TestUpKubeUpMaster0(t *testing.T) {
 	// A master whose kube-env is wrong boots, as on GCE, and fails: its
 	// serial port output says why.
 	bad := m.Name + "-bad"
-	op, err = ic.Insert(ctx, &computepb.InsertInstanceRequest{Project: c.Fake.Project(), Zone: m.Zone, InstanceResource: &computepb.Instance{
-		Name: proto.String(bad), MachineType: proto.String("zones/" + m.Zone + "/machineTypes/n1-standard-1"),
-		Disks:             []*computepb.AttachedDisk{{Boot: proto.Bool(true), AutoDelete: proto.Bool(true), InitializeParams: &computepb.AttachedDiskInitializeParams{SourceImage: proto.String("projects/cos-cloud/global/images/cos")}}},
-		NetworkInterfaces: []*computepb.NetworkInterface{{Network: proto.String("global/networks/default")}},
-		Metadata: &computepb.Metadata{Items: []*computepb.Items{
-			{Key: proto.String("kube-env"), Value: proto.String("INITIAL_ETCD_CLUSTER: '" + bad + "'\n")},
-			{Key: proto.String("kube-master-certs"), Value: proto.String("")},
-		}},
-	}})
-	if err == nil {
-		err = op.Wait(ctx)
+	insertBad := func() {
+		t.Helper()
+		op, err := ic.Insert(ctx, &computepb.InsertInstanceRequest{Project: c.Fake.Project(), Zone: m.Zone, InstanceResource: &computepb.Instance{
+			Name: proto.String(bad), MachineType: proto.String("zones/" + m.Zone + "/machineTypes/n1-standard-1"),
+			Disks: []*computepb.AttachedDisk{{Boot: proto.Bool(true), AutoDelete: proto.Bool(true), InitializeParams: &computepb.AttachedDiskInitializeParams{SourceImage: proto.String("projects/cos-cloud/global/images/cos")}}},
+			NetworkInterfaces: []*computepb.NetworkInterface{{Network: proto.String("global/networks/default"),
+				AccessConfigs: []*computepb.AccessConfig{{Name: proto.String("external-nat"), Type: proto.String("ONE_TO_ONE_NAT")}}}},
+			Metadata: &computepb.Metadata{Items: []*computepb.Items{
+				{Key: proto.String("kube-env"), Value: proto.String("INITIAL_ETCD_CLUSTER: '" + bad + "'\n")},
+				{Key: proto.String("kube-master-certs"), Value: proto.String("")},
+			}},
+		}})
+		waitOp(ctx, t, "insert "+bad+" (GCE accepts the instance; its boot fails)", op, err)
 	}
-	if err != nil {
-		t.Fatalf("insert %s: %v (GCE accepts the instance; its boot fails)", bad, err)
+	// hostKey is bad's line in known_hosts (its external address and key).
+	hostKey := func() string {
+		t.Helper()
+		got, err := ic.Get(ctx, &computepb.GetInstanceRequest{Project: c.Fake.Project(), Zone: m.Zone, Instance: bad})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := got.GetNetworkInterfaces()[0].GetAccessConfigs()[0].GetNatIP()
+		b, _ := os.ReadFile(c.KnownHostsFile)
+		for _, l := range strings.Split(string(b), "\n") {
+			if addr, key, ok := strings.Cut(l, " "); ok && addr == ip {
+				return key
+			}
+		}
+		t.Fatalf("known_hosts has no line for %s's %s:\n%s", bad, ip, b)
+		return ""
 	}
+	insertBad()
 	deadline := time.Now().Add(30 * time.Second)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -225,6 +242,19 @@ func TestUpKubeUpMaster0(t *testing.T) {
 			t.Fatalf("%s: no boot failure in its serial output after 30s:\n%s", bad, out)
 		}
 		<-tick.C
+	}
+
+	// Deleted and made again under the same name, it is a new machine:
+	// a new host key, an empty serial port.
+	key1 := hostKey()
+	dop, err := ic.Delete(ctx, &computepb.DeleteInstanceRequest{Project: c.Fake.Project(), Zone: m.Zone, Instance: bad})
+	waitOp(ctx, t, "delete "+bad, dop, err)
+	insertBad()
+	if key2 := hostKey(); key2 == key1 {
+		t.Errorf("%s made again kept its host key %s", bad, key1)
+	}
+	if out := c.Fake.SerialPortOutput(m.Zone, bad); strings.Count(out, "starting kube-up master") > 1 {
+		t.Errorf("the new %s's serial output holds the old one's boot:\n%s", bad, out)
 	}
 	t.Logf("done after %v", time.Since(start).Round(time.Millisecond))
 }
@@ -366,4 +396,63 @@ func TestKubeUpLoadBalancerInVPC(t *testing.T) {
 		t.Errorf("%d LB processes left after the rule's deletion", lbs)
 	}
 	t.Logf("done after %v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestKubeUpAddressesInVPC: internal addresses are reserved from the
+// subnetwork's range, external ones from what the VPC routes.
+func TestKubeUpAddressesInVPC(t *testing.T) {
+	t.Parallel()
+	c := gcetest.UpKubeUp(t, "addr", gcetest.KubeUpOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ac, err := compute.NewAddressesRESTClient(ctx, option.WithEndpoint(c.Fake.URL), option.WithoutAuthentication())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	subnet := netip.MustParsePrefix("10.128.0.0/20")
+	external := c.VPC.VPC.External() // vpc.VPC's range, not vpctest's address helper
+	for _, tc := range []struct {
+		name, typ, addr string
+		wantIn          netip.Prefix // "" with wantErr
+		wantErr         string
+	}{
+		{name: "internal-auto", typ: "INTERNAL", wantIn: subnet},
+		{name: "internal-given", typ: "INTERNAL", addr: "10.128.3.7", wantIn: netip.MustParsePrefix("10.128.3.7/32")},
+		{name: "internal-outside", typ: "INTERNAL", addr: "10.129.0.5", wantErr: "outside the subnetwork"},
+		{name: "internal-gateway", typ: "INTERNAL", addr: "10.128.0.1", wantErr: "outside the subnetwork"},
+		{name: "external-auto", typ: "EXTERNAL", wantIn: external},
+		{name: "external-outside", typ: "EXTERNAL", addr: "203.0.113.9", wantErr: "not available"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &computepb.Address{Name: proto.String(tc.name), AddressType: proto.String(tc.typ)}
+			if tc.addr != "" {
+				a.Address = proto.String(tc.addr)
+			}
+			op, err := ac.Insert(ctx, &computepb.InsertAddressRequest{Project: c.Fake.Project(), Region: c.Master.Region, AddressResource: a})
+			if err == nil {
+				err = op.Wait(ctx)
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := ac.Get(ctx, &computepb.GetAddressRequest{Project: c.Fake.Project(), Region: c.Master.Region, Address: tc.name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ip := netip.MustParseAddr(got.GetAddress())
+			if !tc.wantIn.Contains(ip) || ip == tc.wantIn.Addr() && tc.wantIn.Bits() < 32 {
+				t.Errorf("address %v, want a host of %v", ip, tc.wantIn)
+			}
+			if tc.typ == "INTERNAL" && ip == netip.MustParseAddr("10.128.0.1") {
+				t.Errorf("got the gateway %v", ip)
+			}
+		})
+	}
 }
