@@ -57,10 +57,12 @@ type VPC struct {
 	gw, self netip.Addr
 	peer     netip.Addr // the router's end of the uplink
 
-	mu    sync.Mutex
-	vms   map[string]*VM
-	hosts map[string]netip.Addr
-	ext   map[netip.Addr]string // external address → VM name, "" for the router
+	mu  sync.Mutex
+	vms map[string]*VM
+	// lastIndex is the last VM index handed out.
+	lastIndex int
+	hosts     map[string]netip.Addr
+	ext       map[netip.Addr]string // external address → VM name, "" for the router
 }
 
 // VM is one namespace on the VPC.
@@ -136,10 +138,11 @@ func (v *VPC) AddVM(ctx context.Context, name string, internal netip.Addr) (*VM,
 		v.mu.Unlock()
 		return nil, fmt.Errorf("vpc: VM %s exists", name)
 	}
-	vm := &VM{Name: name, Internal: internal, index: len(v.vms) + 1}
-	for _, other := range v.vms {
-		vm.index = max(vm.index, other.index+1)
-	}
+	// Indexes are never reused: a deleted namespace lives on (with its
+	// veth in the router) while a process still runs in it, so a new VM
+	// must not take its names.
+	v.lastIndex++
+	vm := &VM{Name: name, Internal: internal, index: v.lastIndex}
 	vm.NS = fmt.Sprintf("hm-%s-%d", v.o.ID, vm.index)
 	v.vms[name] = vm
 	v.hosts[name] = internal

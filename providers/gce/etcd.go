@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -112,18 +111,20 @@ func (p *Provider) EtcdCluster(ctx context.Context, cluster string, exclude ...s
 			}
 			return out
 		}}
-	var errs []error
+	// Every candidate is an endpoint: when the master a connection goes
+	// through is recreated (a rolling upgrade), the client fails over to
+	// another, and the cluster lock's lease keeps being renewed.
 	for _, r := range cands {
-		cfg.Endpoints = []string{scheme + "://" + net.JoinHostPort(r.Name, strconv.Itoa(c.ClientPort))}
-		cli, err := etcdmember.New(ctx, cfg)
-		if err != nil {
-			p.dropSSH(r.Name)
-			errs = append(errs, fmt.Errorf("etcd %s on %s: %w", cluster, r.Name, err))
-			continue
-		}
-		return cli, nil
+		cfg.Endpoints = append(cfg.Endpoints, scheme+"://"+net.JoinHostPort(r.Name, strconv.Itoa(c.ClientPort)))
 	}
-	return nil, errkind.Errorf(errkind.Unavailable, "cluster %s: no master's etcd %s reachable over SSH: %w", p.cluster, cluster, errors.Join(errs...))
+	cli, err := etcdmember.New(ctx, cfg)
+	if err != nil {
+		for _, r := range cands {
+			p.dropSSH(r.Name)
+		}
+		return nil, errkind.Errorf(errkind.Unavailable, "cluster %s: no master's etcd %s reachable over SSH: %w", p.cluster, cluster, err)
+	}
+	return cli, nil
 }
 
 // etcdClientTLS is how hamaster talks to cluster c's client port on

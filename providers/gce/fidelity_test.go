@@ -49,12 +49,17 @@ func TestLBNeedsTheHealthCheckFirewallRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fws.Close()
-	op, err := fws.Delete(ctx, &computepb.DeleteFirewallRequest{Project: c.Fake.Project(), Firewall: c.Master + "-lb-health-checks"})
-	if err != nil {
-		t.Fatalf("delete the rule the provider made: %v", err)
-	}
-	if err := op.Wait(ctx); err != nil {
-		t.Fatal(err)
+	// kube-up's MASTER_NAME-https (tcp:443 from anywhere) lets the probes
+	// in too; an operator who narrowed it to their clients, as many do,
+	// relies on the provider's rule alone. Without either, no probe passes.
+	for _, fw := range []string{c.Master + "-lb-health-checks", c.Master + "-https"} {
+		op, err := fws.Delete(ctx, &computepb.DeleteFirewallRequest{Project: c.Fake.Project(), Firewall: fw})
+		if err != nil {
+			t.Fatalf("delete firewall rule %s: %v", fw, err)
+		}
+		if err := op.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitHealth(ctx, t, l, c.Master, false)
 	// Prepare is idempotent and puts the rule back.

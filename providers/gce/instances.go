@@ -271,6 +271,14 @@ func (in *instances) disk(ctx context.Context, source string) (diskInfo, error) 
 // ReserveAddress implements providers.Instances: a regional INTERNAL
 // address <name>-ip in the subnetwork.
 func (in *instances) ReserveAddress(ctx context.Context, name, _ string) (string, error) {
+	return in.reserveAddress(ctx, name, "")
+}
+
+// reserveAddress reserves <name>-internal: ip "" takes any free address
+// of the subnetwork; an ip the instance already uses is promoted to a
+// reservation (as `gcloud compute addresses create --addresses IP` does
+// for an ephemeral internal IP), so it survives the instance's deletion.
+func (in *instances) reserveAddress(ctx context.Context, name, ip string) (string, error) {
 	if err := in.checkName(name); err != nil {
 		return "", err
 	}
@@ -296,6 +304,7 @@ func (in *instances) ReserveAddress(ctx context.Context, name, _ string) (string
 				Subnetwork:  proto.String(in.p.subnet),
 				Description: proto.String(fmt.Sprintf("hamaster cluster %s: internal address of replica %s", in.p.cluster, name)),
 				Labels:      in.p.labels(),
+				Address:     optional(ip),
 			}})
 	})
 	if err := ignore(err, errkind.AlreadyExists); err != nil {
@@ -524,6 +533,13 @@ func (in *instances) Recreate(ctx context.Context, name string, tmpl providers.T
 	natIP := ""
 	switch {
 	case err == nil:
+		// Keep the internal address across the recreate: kube-up's master
+		// 0 has no reservation of its own (create-master reserves only the
+		// static IP), and without one its address would be free for any
+		// other VM while it is deleted.
+		if _, err := in.reserveAddress(ctx, name, x.GetNetworkInterfaces()[0].GetNetworkIP()); err != nil {
+			return providers.Replica{}, fmt.Errorf("recreate replica %s: keep its internal address: %w", name, err)
+		}
 		sip, _, _ := in.p.staticAddress(ctx)
 		for _, ac := range x.GetNetworkInterfaces()[0].GetAccessConfigs() {
 			if sip != "" && ac.GetNatIP() == sip {
@@ -607,4 +623,12 @@ func (in *instances) Delete(ctx context.Context, name string) error {
 	delete(in.p.zoneOf, name)
 	in.p.mu.Unlock()
 	return in.ReleaseAddress(ctx, name)
+}
+
+// optional is a proto optional string, nil for "".
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return proto.String(s)
 }
