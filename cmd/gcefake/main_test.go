@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -121,7 +122,7 @@ func TestGCEFakeProcess(t *testing.T) {
 		t.Skip("needs /usr/sbin/sshd")
 	}
 	start := time.Now()
-	bin := build(t, "cmd/gcefake", "cmd/hamaster-node")
+	bin := build(t, "cmd/gcefake", "cmd/hamaster-node", "cmd/hamaster")
 	t.Logf("built in %v", time.Since(start).Round(time.Millisecond))
 	state := filepath.Join(t.TempDir(), "state")
 	before := netnsList(t)
@@ -238,6 +239,8 @@ func TestGCEFakeProcess(t *testing.T) {
 	conn.Close()
 	sc.Close()
 
+	cliFlow(t, bin, env)
+
 	// SIGTERM: every process, namespace and file goes.
 	nsDuring := netnsList(t)
 	made := 0
@@ -278,5 +281,103 @@ func TestGCEFakeProcess(t *testing.T) {
 	}
 	if r, _ := exec.Command("ip", "route", "show", ext).Output(); len(bytes.TrimSpace(r)) > 0 {
 		t.Errorf("route to %s left: %s", ext, r)
+	}
+}
+
+// cliFlow is the acceptance run, with the hamaster binary and
+// nothing but hamaster.env: add-replica twice, remove-replica twice, and
+// after each half what the REST API shows.
+func cliFlow(t *testing.T, bin string, env map[string]string) {
+	t.Helper()
+	hm := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(bin, "hamaster"), args...)
+		cmd.Env = os.Environ()
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("hamaster %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		t.Logf("hamaster %s: %v", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+		return string(out)
+	}
+	api := env["HAMASTER_GCE_ENDPOINT"] + "/compute/v1/projects/" + env["HAMASTER_GCE_PROJECT"]
+	region := "regions/us-central1"
+	get := func(path string) map[string]any {
+		t.Helper()
+		resp, err := http.Get(api + "/" + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusNotFound {
+			return nil
+		}
+		var m map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		return m
+	}
+	names := func(coll string) []string {
+		t.Helper()
+		var out []string
+		items, _ := get(coll)["items"].([]any)
+		for _, it := range items {
+			out = append(out, it.(map[string]any)["name"].(string))
+		}
+		slices.Sort(out)
+		return out
+	}
+	zone := "zones/" + env["HAMASTER_GCE_ZONE"]
+	master := env["HAMASTER_GCE_MASTER_NAME"]
+	replicas := []string{master + "-a1b", master + "-c2d"}
+	for _, r := range replicas {
+		hm("add-replica", "--name", r, "--yes")
+	}
+	// Replica kube-env as replicate-master-instance writes it.
+	inst := get(zone + "/instances/" + replicas[0])
+	kubeEnv := ""
+	for _, it := range inst["metadata"].(map[string]any)["items"].([]any) {
+		if it.(map[string]any)["key"] == "kube-env" {
+			kubeEnv = it.(map[string]any)["value"].(string)
+		}
+	}
+	for _, want := range []string{"INITIAL_ETCD_CLUSTER: '" + master + "," + replicas[0] + "'", "INITIAL_ETCD_CLUSTER_STATE: 'existing'"} {
+		if !strings.Contains(kubeEnv, want) {
+			t.Errorf("%s kube-env lacks %s", replicas[0], want)
+		}
+	}
+	fr := get(region + "/forwardingRules/" + master)
+	if fr == nil || fr["IPAddress"] != env["GCEFAKE_STATIC_IP"] || fmt.Sprint(fr["ports"]) != "[443]" {
+		t.Errorf("forwarding rule %s: %v", master, fr)
+	}
+	fw := get("global/firewalls/" + master + "-lb-health-checks")
+	if fw == nil || !strings.Contains(fmt.Sprint(fw["sourceRanges"]), "35.191.0.0/16") || !strings.Contains(fmt.Sprint(fw["sourceRanges"]), "130.211.0.0/22") ||
+		fmt.Sprint(fw["allowed"]) != "[map[IPProtocol:tcp ports:[443]]]" {
+		t.Errorf("health-check firewall rule: %v", fw)
+	}
+	if out := hm("status"); !strings.Contains(out, replicas[1]) {
+		t.Errorf("status does not show %s:\n%s", replicas[1], out)
+	}
+	for i := len(replicas) - 1; i >= 0; i-- {
+		hm("remove-replica", "--name", replicas[i], "--yes")
+	}
+	// Back to kube-up's master alone, holding its static IP.
+	inst = get(zone + "/instances/" + master)
+	if nat := inst["networkInterfaces"].([]any)[0].(map[string]any)["accessConfigs"].([]any)[0].(map[string]any)["natIP"]; nat != env["GCEFAKE_STATIC_IP"] {
+		t.Errorf("static IP not back on %s: natIP %v", master, nat)
+	}
+	for coll, want := range map[string][]string{
+		zone + "/instances": {master}, zone + "/disks": {master, master + "-pd"}, region + "/addresses": {master + "-ip"},
+		region + "/forwardingRules": nil, region + "/backendServices": nil, region + "/healthChecks": nil, zone + "/instanceGroups": nil,
+		"global/firewalls": {master + "-etcd", master + "-https"},
+	} {
+		if got := names(coll); !slices.Equal(got, want) {
+			t.Errorf("%s after the removals: %v, want %v", coll, got, want)
+		}
 	}
 }

@@ -352,7 +352,7 @@ Re-running after a crash resumes at the first unfinished step.
 Example:
   hamaster --cluster demo add-replica --yes`,
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "name", Usage: "replica `NAME` (default <cluster>-master-<3 hex>)"},
+			&cli.StringFlag{Name: "name", Usage: "replica `NAME` (default <cluster>-master-<3 hex>; gce: --gce-master-name-<3 hex>, as kube-up names replicas)"},
 			&cli.StringFlag{Name: "zone", Usage: "zone/failure domain for the new replica (cloud providers)"},
 			&cli.StringFlag{Name: "dns", Value: "static", Usage: "DNS `DRIVER`: static (print the records an operator must set), clouddns (gce, with --dns-zone) or route53 (aws, with --hosted-zone-id)"},
 			&cli.StringFlag{Name: "dns-name", Usage: "DNS `NAME` of the endpoint; its A record is kept on the static IP"},

@@ -369,6 +369,10 @@ func (p *Provider) staticAddressName() string {
 	return p.masterName() + "-ip"
 }
 
+// MasterName is kube-up's MASTER_NAME: master 0's name; replicas are
+// MASTER_NAME-<3 characters>.
+func (p *Provider) MasterName() string { return p.masterName() }
+
 // masterName is kube-up's MASTER_NAME.
 func (p *Provider) masterName() string {
 	if n := p.opts[OptMasterName]; n != "" {
