@@ -361,7 +361,7 @@ func TestRollingUpgradeRecreate(t *testing.T) {
 	upgrade := func(version string) error {
 		d := e.deps(nil)
 		return workflows.Execute(ctx, d, workflows.RollingUpgrade(d, workflows.UpgradeParams{
-			Version: version, Strategy: workflows.StrategyRecreate, DrainGrace: 300 * time.Millisecond, HealthTimeout: time.Minute}, 3), workflows.Options{})
+			Version: version, Strategy: workflows.StrategyRecreate, DrainGrace: 300 * time.Millisecond, HealthTimeout: 2 * time.Minute}, 3), workflows.Options{})
 	}
 	before, _ := e.c.Provider.Instances().List(ctx)
 	pr := startProber(e)
