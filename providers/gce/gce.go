@@ -33,8 +33,9 @@
 //
 // Template mapping: Env ↔ the kube-env metadata item (kube-up's `KEY:
 // 'value'` lines, see package kubeenv), with Version as its KUBE_VERSION;
-// Files ↔ kube-master-certs (base64 per file); ExtraArgs ↔ the
-// hamaster-apiserver-args item (JSON list); Machine ↔ the instance
+// Files ↔ kube-master-certs (base64 per file); ExtraArgs ↔ kube-env's
+// APISERVER_TEST_ARGS (configure-kubeapiserver.sh appends it to the
+// apiserver's flags); Machine ↔ the instance
 // settings copied when cloning (keys Machine*), other metadata items as
 // "metadata.<key>" and labels as "label.<key>".
 package gce
@@ -121,9 +122,8 @@ const (
 
 // Metadata items.
 const (
-	MetadataAPIServerArgs = "hamaster-apiserver-args"
-	envKubeVersion        = "KUBE_VERSION"
-	dataDeviceName        = "master-pd"
+	envKubeVersion = "KUBE_VERSION"
+	dataDeviceName = "master-pd"
 )
 
 // Provider is the GCE provider bound to one cluster.

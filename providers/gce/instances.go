@@ -2,7 +2,6 @@ package gce
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -212,6 +211,10 @@ func (in *instances) replica(ctx context.Context, x *computepb.Instance) (provid
 			}
 			t.Version = env[envKubeVersion]
 			delete(env, envKubeVersion)
+			// configure-kubeapiserver.sh start-kube-apiserver appends
+			// ${APISERVER_TEST_ARGS} to the apiserver's flags.
+			t.ExtraArgs = strings.Fields(env[kubeenv.APIServerTestArgs])
+			delete(env, kubeenv.APIServerTestArgs)
 			t.Env = env
 		case kubeenv.KeyCerts:
 			files, err := templateFiles(it.GetValue())
@@ -219,10 +222,6 @@ func (in *instances) replica(ctx context.Context, x *computepb.Instance) (provid
 				return r, fmt.Errorf("instance %s: metadata %s: %w", x.GetName(), kubeenv.KeyCerts, err)
 			}
 			t.Files = files
-		case MetadataAPIServerArgs:
-			if err := json.Unmarshal([]byte(it.GetValue()), &t.ExtraArgs); err != nil {
-				return r, fmt.Errorf("instance %s: metadata %s: %w", x.GetName(), MetadataAPIServerArgs, err)
-			}
 		default:
 			m[machineMetadata+it.GetKey()] = it.GetValue()
 		}
@@ -425,14 +424,12 @@ func (in *instances) insert(ctx context.Context, name, zone string, tmpl provide
 	if tmpl.Version != "" {
 		env[envKubeVersion] = tmpl.Version
 	}
-	args, err := json.Marshal(append([]string{}, tmpl.ExtraArgs...))
-	if err != nil {
-		return err
+	if len(tmpl.ExtraArgs) > 0 {
+		env[kubeenv.APIServerTestArgs] = strings.Join(tmpl.ExtraArgs, " ")
 	}
 	items := []*computepb.Items{
 		{Key: proto.String(kubeenv.KeyEnv), Value: proto.String(kubeenv.Render(env))},
 		{Key: proto.String(kubeenv.KeyCerts), Value: proto.String(certsItem(tmpl.Files))},
-		{Key: proto.String(MetadataAPIServerArgs), Value: proto.String(string(args))},
 	}
 	labels := in.p.labels()
 	var keys []string
@@ -489,7 +486,7 @@ func (in *instances) insert(ctx context.Context, name, zone string, tmpl provide
 		}
 		inst.ServiceAccounts = []*computepb.ServiceAccount{{Email: proto.String(sa), Scopes: scopes}}
 	}
-	err = in.p.mutate(ctx, "insert instance "+name, func(ctx context.Context, rid *string) (*compute.Operation, error) {
+	err := in.p.mutate(ctx, "insert instance "+name, func(ctx context.Context, rid *string) (*compute.Operation, error) {
 		return in.p.instances.Insert(ctx, &computepb.InsertInstanceRequest{Project: in.p.project, Zone: zone, RequestId: rid, InstanceResource: inst})
 	})
 	if errors.Is(err, errkind.AlreadyExists) && strings.Contains(err.Error(), "/disks/") {

@@ -171,6 +171,8 @@ func New(o Options) (*Server, error) {
 		if err := os.WriteFile(o.VPC.KnownHosts, nil, 0o644); err != nil {
 			return nil, fmt.Errorf("gcefake: known_hosts: %w", err)
 		}
+	} else if o.NodeBinary != "" {
+		return nil, fmt.Errorf("gcefake: a data plane (NodeBinary) runs only in a VPC (Options.VPC): the fake's masters boot as kube-up's do, in namespaces")
 	} else if o.Subnet < 1 || o.Subnet > 254 {
 		return nil, fmt.Errorf("gcefake: Subnet %d: want 1-254", o.Subnet)
 	}
