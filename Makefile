@@ -17,6 +17,7 @@ PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster ./cmd/hamaster
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster-node ./cmd/hamaster-node
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gcefake ./cmd/gcefake
 
 # The CLI for every platform operators run it on, version stamped, static
 # and reproducible (-trimpath): dist/hamaster-<os>-<arch>.

@@ -93,10 +93,14 @@ func (d *Deps) HTTP(ctx context.Context) (*http.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	serverName := ""
+	if n, ok := d.Provider.(providers.APIServerNamer); ok {
+		serverName = n.APIServerName()
+	}
 	d.http = &http.Client{
 		Timeout: 2 * time.Second,
 		Transport: &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
 			DisableKeepAlives: true,
 		},
 	}

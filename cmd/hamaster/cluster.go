@@ -41,6 +41,7 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 
 		// gce provider (Application Default Credentials; --dns clouddns needs --dns-zone)
 		gce.OptProject:       c.String("gce-project"),
+		gce.OptEndpoint:      c.String("gce-endpoint"),
 		gce.OptRegion:        c.String("gce-region"),
 		gce.OptZones:         c.String("gce-zone"),
 		gce.OptNetwork:       c.String("gce-network"),
@@ -192,6 +193,7 @@ func awsFlags() []cli.Flag {
 func gceFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "gce-project", EnvVars: []string{"HAMASTER_GCE_PROJECT"}, Usage: "gce provider: `PROJECT` id"},
+		&cli.StringFlag{Name: "gce-endpoint", EnvVars: []string{"HAMASTER_GCE_ENDPOINT"}, Usage: "gce provider: base `URL` of the Compute and Cloud DNS APIs, without authentication: a fake's, e.g. bin/gcefake's (never set it for a real project)"},
 		&cli.StringFlag{Name: "gce-region", EnvVars: []string{"HAMASTER_GCE_REGION"}, Usage: "gce provider: `REGION` (default: from the first zone)"},
 		&cli.StringFlag{Name: "gce-zone", EnvVars: []string{"HAMASTER_GCE_ZONE"}, Usage: "gce provider: `ZONE[,ZONE...]` of the replicas (new replicas go to the least used)"},
 		&cli.StringFlag{Name: "gce-network", EnvVars: []string{"HAMASTER_GCE_NETWORK"}, Usage: "gce provider: `NETWORK` (default global/networks/default)"},
@@ -350,7 +352,7 @@ Re-running after a crash resumes at the first unfinished step.
 Example:
   hamaster --cluster demo add-replica --yes`,
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "name", Usage: "replica `NAME` (default <cluster>-master-<3 hex>)"},
+			&cli.StringFlag{Name: "name", Usage: "replica `NAME` (default <cluster>-master-<3 hex>; gce: --gce-master-name-<3 hex>, as kube-up names replicas)"},
 			&cli.StringFlag{Name: "zone", Usage: "zone/failure domain for the new replica (cloud providers)"},
 			&cli.StringFlag{Name: "dns", Value: "static", Usage: "DNS `DRIVER`: static (print the records an operator must set), clouddns (gce, with --dns-zone) or route53 (aws, with --hosted-zone-id)"},
 			&cli.StringFlag{Name: "dns-name", Usage: "DNS `NAME` of the endpoint; its A record is kept on the static IP"},

@@ -219,6 +219,34 @@ func getRetryingLeaderChange(ctx context.Context, cli *clientv3.Client, key stri
 	}
 }
 
+// retryUnproposed runs write again while etcd refuses it before it
+// entered the raft log: "raft proposal dropped" (raft.ErrProposalDropped,
+// while leadership moves) and "no leader" (refused before proposing).
+// Neither was applied, so repeating is safe; any other error, a timeout
+// among them (it may have been applied), is returned as it is.
+func retryUnproposed(ctx context.Context, write func() error) error {
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := write()
+		if err == nil || !unproposed(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-tick.C:
+		}
+	}
+}
+
+// unproposed reports whether etcd refused a write before proposing it.
+// raft.ErrProposalDropped reaches the client as an untyped gRPC error, so
+// it is matched by its text.
+func unproposed(err error) bool {
+	return errors.Is(err, rpctypes.ErrNoLeader) || strings.Contains(err.Error(), "raft proposal dropped")
+}
+
 func leaderChanging(err error) bool {
 	return errors.Is(err, rpctypes.ErrLeaderChanged) || errors.Is(err, rpctypes.ErrNoLeader) ||
 		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) || errors.Is(err, rpctypes.ErrTimeout) ||
@@ -242,7 +270,11 @@ func (n *node) serveKVPut(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), n.kvTimeout())
 	defer cancel()
-	resp, err := cli.Put(ctx, key, string(value))
+	var resp *clientv3.PutResponse
+	err = retryUnproposed(ctx, func() (err error) {
+		resp, err = cli.Put(ctx, key, string(value))
+		return err
+	})
 	if err != nil {
 		http.Error(w, "etcd: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -259,7 +291,11 @@ func (n *node) serveKVDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), n.kvTimeout())
 	defer cancel()
-	resp, err := cli.Delete(ctx, key)
+	var resp *clientv3.DeleteResponse
+	err := retryUnproposed(ctx, func() (err error) {
+		resp, err = cli.Delete(ctx, key)
+		return err
+	})
 	if err != nil {
 		http.Error(w, "etcd: "+err.Error(), http.StatusServiceUnavailable)
 		return

@@ -76,6 +76,9 @@ func open(s providers.Settings) (*Provider, error) {
 		p.opts = map[string]string{}
 	}
 	p.inst = &instances{p: p}
+	if err := p.validateTiming(); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
