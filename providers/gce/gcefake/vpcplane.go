@@ -21,6 +21,7 @@ import (
 
 	"github.com/hamaster/hamaster/dataplane/vm"
 	"github.com/hamaster/hamaster/dataplane/vpc"
+	"github.com/hamaster/hamaster/internal/proctree"
 	"github.com/hamaster/hamaster/kubeenv"
 )
 
@@ -380,7 +381,7 @@ func (s *Server) stopVM(key string) {
 	}
 	x.node.Stop()
 	if x.sshd != nil {
-		killDescendants(x.sshd.Pid())
+		proctree.KillDescendants(x.sshd.Pid())
 		x.sshd.Stop()
 	}
 	// Not s.closeCtx: Close cancels it before stopping the VMs.
@@ -547,60 +548,6 @@ func loadOrCreateHostKey(path string) (ssh.PublicKey, error) {
 		return nil, err
 	}
 	return signer.PublicKey(), nil
-}
-
-// killDescendants kills every process below pid (sshd's per-connection
-// processes start sessions of their own, so a group kill misses them).
-func killDescendants(pid int) {
-	for range 5 {
-		ds := descendants(pid)
-		if len(ds) == 0 {
-			return
-		}
-		for _, d := range ds {
-			if p, err := os.FindProcess(d); err == nil {
-				_ = p.Kill()
-			}
-		}
-	}
-}
-
-// descendants lists the processes below pid, from /proc.
-func descendants(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	children := map[int][]int{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 2 {
-			continue
-		}
-		if pp, err := strconv.Atoi(f[1]); err == nil {
-			children[pp] = append(children[pp], p)
-		}
-	}
-	var out []int
-	for q := []int{pid}; len(q) > 0; q = q[1:] {
-		for _, c := range children[q[0]] {
-			out = append(out, c)
-			q = append(q, c)
-		}
-	}
-	return out
 }
 
 // serialOutput is SerialPortOutput for an instance resource. Called with
