@@ -47,7 +47,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -359,7 +358,6 @@ func (p *Provider) Close() error {
 	return nil
 }
 
-func (p *Provider) pki(f string) string { return filepath.Join(p.stateDir, p.cluster, "pki", f) }
 
 // Cluster-wide resource names.
 func (p *Provider) staticAddressName() string {
