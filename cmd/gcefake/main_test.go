@@ -289,6 +289,7 @@ func TestGCEFakeProcess(t *testing.T) {
 // after each half what the REST API shows.
 func cliFlow(t *testing.T, bin string, env map[string]string) {
 	t.Helper()
+	stateDir := t.TempDir()
 	hm := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(bin, "hamaster"), args...)
@@ -296,6 +297,9 @@ func cliFlow(t *testing.T, bin string, env map[string]string) {
 		for k, v := range env {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
+		// The operator's journals and snapshots are theirs, not the
+		// fake's: kept outside --state, which gcefake empties on exit.
+		cmd.Env = append(cmd.Env, "HAMASTER_STATE_DIR="+stateDir)
 		start := time.Now()
 		out, err := cmd.CombinedOutput()
 		if err != nil {
