@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -221,10 +222,24 @@ hamaster-node process on 127.0.N.2 with the static IP 127.0.N.1 attached
 (N derived from the cluster name, or --subnet). Idempotent: running it
 again finishes an interrupted 'up'.
 
-Example:
-  hamaster --cluster demo local up --version v1.30.2`,
+--control-plane chooses, once for the cluster's life, what serves each
+replica's apiserver port:
+  standin  hamaster-node's own stand-in (/readyz, /version, /kv), any v1.x
+           version, ~30 MB per replica, starts in well under a second
+  real     kube-apiserver at --version, from --kube-apiserver-dir
+           (<dir>/<version>/kube-apiserver; 'make kube-apiserver' builds
+           v1.33.13 and v1.34.4), ~250 MB per replica; a replica whose
+           version has no binary there refuses to start its apiserver
+
+Examples:
+  hamaster --cluster demo local up --version v1.30.2
+  make kube-apiserver
+  hamaster --cluster demo local up --control-plane real --version v1.33.13
+  hamaster --cluster demo kubeconfig > demo.kubeconfig`,
 					Flags: []cli.Flag{
-						&cli.StringFlag{Name: "version", Value: "v1.30.2", Usage: "control-plane `VERSION` master-0 reports"},
+						&cli.StringFlag{Name: "version", Value: "v1.30.2", Usage: "control-plane `VERSION` master-0 reports (runs, with --control-plane real)"},
+						&cli.StringFlag{Name: "control-plane", Value: "standin", EnvVars: []string{"HAMASTER_CONTROL_PLANE"}, Usage: "what serves the apiserver port: `standin|real` (see above)"},
+						&cli.StringFlag{Name: "kube-apiserver-dir", EnvVars: []string{"HAMASTER_KUBE_APISERVER_DIR"}, Usage: "--control-plane real: `DIR` of <version>/kube-apiserver (default $XDG_CACHE_HOME/hamaster/kube-apiserver, else ~/.cache/...)"},
 						&cli.StringSliceFlag{Name: "extra-args", Usage: "control-plane flags (e.g. --v=2)"},
 						&cli.StringFlag{Name: "subnet", Usage: "N of 127.0.N.0/24 (1-254; default derived from the cluster name)"},
 						&cli.IntFlag{Name: "etcd-heartbeat-ms", Value: 100, Usage: "etcd heartbeat interval of the replicas"},
@@ -257,7 +272,10 @@ Example:
 						o := local.UpOptions{Version: c.String("version"), ExtraArgs: c.StringSlice("extra-args"), Env: map[string]string{
 							"ETCD_HEARTBEAT_MS": fmt.Sprint(c.Int("etcd-heartbeat-ms")),
 							"ETCD_ELECTION_MS":  fmt.Sprint(c.Int("etcd-election-ms")),
-						}}
+						}, ControlPlane: c.String("control-plane"), KubeAPIServerDir: c.String("kube-apiserver-dir")}
+						if cp := o.ControlPlane; cp != "standin" && cp != "real" {
+							return usageErr("--control-plane %q: want standin or real", cp)
+						}
 						if g.dryRun {
 							return g.result(e, fmt.Sprintf("Plan: local up %s: cluster record, CA, master-0 %s, static IP attached. Dry run: nothing was changed.", g.cluster, local.MasterName(g.cluster)),
 								map[string]any{"schema": 1, "kind": "plan", "workflow": "local-up", "cluster": g.cluster, "provider": local.Name, "dry_run": true,
@@ -272,8 +290,9 @@ Example:
 						if err := waitReady(ctx, d, ip); err != nil {
 							return err
 						}
-						return g.result(e, fmt.Sprintf("cluster %s is up: endpoint https://%s:6443 (etcd and apiserver on %s)", g.cluster, ip, local.MasterName(g.cluster)),
-							map[string]any{"cluster": g.cluster, "state": "up", "endpoint": fmt.Sprintf("https://%s:6443", ip), "replica": local.MasterName(g.cluster)})
+						cp := cmp.Or(p.Info().ControlPlane, "standin")
+						return g.result(e, fmt.Sprintf("cluster %s is up: endpoint https://%s:6443 (etcd and apiserver on %s; control plane: %s)", g.cluster, ip, local.MasterName(g.cluster), cp),
+							map[string]any{"cluster": g.cluster, "state": "up", "endpoint": fmt.Sprintf("https://%s:6443", ip), "replica": local.MasterName(g.cluster), "control_plane": cp})
 					},
 				},
 				{
@@ -310,6 +329,7 @@ Example:
 		removeReplicaCommand(e, g),
 		rollingUpgradeCommand(e, g),
 		statusCommand(e, g),
+		kubeconfigCommand(e, g),
 		terraformCommand(e, g),
 		recoverCommand(e, g),
 		rotateCertsCommand(e, g),

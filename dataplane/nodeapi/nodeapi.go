@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hamaster/hamaster/kubeenv"
@@ -93,6 +94,27 @@ const (
 	// KUBE_VERSION, from KUBE_APISERVER_DIR.
 	ControlPlaneReal = "real"
 )
+
+// KubeAPIServerPath is where the real apiserver binary of version lives
+// under dir (KUBE_APISERVER_DIR); a SHA256SUMS file beside it records its
+// checksum.
+func KubeAPIServerPath(dir, version string) string {
+	return filepath.Join(dir, version, "kube-apiserver")
+}
+
+// DefaultKubeAPIServerDir is where 'make kube-apiserver' puts the
+// binaries: $XDG_CACHE_HOME/hamaster/kube-apiserver, else
+// $HOME/.cache/hamaster/kube-apiserver.
+func DefaultKubeAPIServerDir() (string, error) {
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "hamaster", "kube-apiserver"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("kube-apiserver cache: neither XDG_CACHE_HOME nor HOME is set: %w", err)
+	}
+	return filepath.Join(home, ".cache", "hamaster", "kube-apiserver"), nil
+}
 
 // DefaultServiceClusterIPRange is SERVICE_CLUSTER_IP_RANGE left empty
 // (kube-up's; providers.DefaultServiceCIDR, which the certificates use).

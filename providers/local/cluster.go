@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/fsutil"
 )
@@ -27,13 +28,26 @@ type ClusterInfo struct {
 	Subnet   int       `json:"subnet"`
 	StaticIP string    `json:"static_ip"`
 	Created  time.Time `json:"created"`
+	// ControlPlane is what every replica runs behind its apiserver port:
+	// nodeapi.ControlPlaneStandin ("" in records older than the choice)
+	// or nodeapi.ControlPlaneReal.
+	ControlPlane string `json:"control_plane,omitempty"`
+	// KubeAPIServerDir holds the real apiserver binaries by version
+	// (<dir>/<version>/kube-apiserver); ControlPlane real only.
+	KubeAPIServerDir string `json:"kube_apiserver_dir,omitempty"`
 }
+
+// Real reports whether the cluster's replicas run the real kube-apiserver.
+func (ci ClusterInfo) Real() bool { return ci.ControlPlane == nodeapi.ControlPlaneReal }
 
 // layout names every path of one local cluster.
 type layout struct{ dir string }
 
-func (l layout) clusterFile() string      { return filepath.Join(l.dir, "cluster.json") }
-func (l layout) pki() string              { return filepath.Join(l.dir, "pki") }
+func (l layout) clusterFile() string { return filepath.Join(l.dir, "cluster.json") }
+func (l layout) pki() string         { return filepath.Join(l.dir, "pki") }
+func (l layout) serviceAccountKey() string {
+	return filepath.Join(l.dir, "pki", "service-account.key")
+}
 func (l layout) replicas() string         { return filepath.Join(l.dir, "replicas") }
 func (l layout) replica(n string) string  { return filepath.Join(l.dir, "replicas", n) }
 func (l layout) addresses() string        { return filepath.Join(l.dir, "addresses.json") }
