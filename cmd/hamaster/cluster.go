@@ -512,12 +512,25 @@ Example:
 			if err != nil {
 				return err
 			}
+			// The local provider's replicas run the stand-in or the real
+			// kube-apiserver (local up --control-plane).
+			controlPlane := ""
+			if lp, ok := p.(*local.Provider); ok {
+				controlPlane = cmp.Or(lp.Info().ControlPlane, "standin")
+			}
 			if g.json() {
-				if err := writeJSON(e.stdout, statusJSON(rep)); err != nil {
+				out := statusJSON(rep)
+				if controlPlane != "" {
+					out["control_plane"] = controlPlane
+				}
+				if err := writeJSON(e.stdout, out); err != nil {
 					return err
 				}
 			} else {
 				printStatus(e, rep)
+				if controlPlane != "" {
+					fmt.Fprintf(e.stdout, "\nCONTROL PLANE: %s\n", map[string]string{"standin": "standin (hamaster-node's apiserver stand-in: /readyz, /version, /kv)", "real": "real (kube-apiserver; hamaster kubeconfig writes a kubeconfig for it)"}[controlPlane])
+				}
 			}
 			if !rep.Healthy() {
 				return errkind.Errorf(errkind.FailedPrecondition, "cluster %s is not healthy", g.cluster)

@@ -5,6 +5,9 @@
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/hamaster/kube-apiserver/<version>/
 #       kube-apiserver  kubectl  SHA256SUMS
 #
+# (HAMASTER_KUBE_APISERVER_DIR overrides the directory, as it does for
+# 'hamaster local up --kube-apiserver-dir').
+#
 #   tools/kube-apiserver/build.sh            # every pinned version
 #   tools/kube-apiserver/build.sh v1.34.4    # one of them
 #
@@ -14,7 +17,7 @@
 # later ones only check the checksums.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-cache=${XDG_CACHE_HOME:-$HOME/.cache}/hamaster/kube-apiserver
+cache=${HAMASTER_KUBE_APISERVER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hamaster/kube-apiserver}
 
 pinned() {
 	for mod in "$here"/v1.*/go.mod; do
@@ -22,6 +25,7 @@ pinned() {
 	done
 }
 
+all_start=$(date +%s)
 versions=("$@")
 [ ${#versions[@]} -gt 0 ] || mapfile -t versions < <(pinned)
 
@@ -58,3 +62,4 @@ for version in "${versions[@]}"; do
 	trap - EXIT
 	echo "kube-apiserver $version: built in $(( $(date +%s) - start ))s ($(du -h "$out/kube-apiserver" | cut -f1)): $out/kube-apiserver"
 done
+echo "kube-apiserver ${versions[*]}: ready in $(( $(date +%s) - all_start ))s under $cache"
