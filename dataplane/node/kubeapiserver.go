@@ -311,17 +311,39 @@ func (n *node) runKubeAPIServerOnce(ctx context.Context, k *kubeAPIServer) (exit
 	case <-ctx.Done():
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(kubeAPIServerStopTimeout)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		n.log.Warn("kube-apiserver did not stop in time; killing it", "pid", cmd.Process.Pid, "timeout", kubeAPIServerStopTimeout)
-		_ = cmd.Process.Kill()
-		<-done
-	}
+	n.awaitKubeAPIServerExit(context.WithoutCancel(ctx), cmd.Process, done)
 	n.log.Info("kube-apiserver stopped", "pid", cmd.Process.Pid)
 	return "", true
+}
+
+// awaitKubeAPIServerExit waits for a SIGTERMed apiserver to exit: up to
+// kubeAPIServerStopTimeout, but only DefaultShutdownDelay plus a few
+// seconds while its etcd member cannot serve (a replica being deleted has
+// had its member removed first: the apiserver's graceful shutdown would
+// wait on storage that is gone). Then SIGKILL.
+func (n *node) awaitKubeAPIServerExit(ctx context.Context, p *os.Process, done <-chan error) {
+	start := time.Now()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		elapsed := time.Since(start)
+		storageGone := false
+		if elapsed > DefaultShutdownDelay+3*time.Second {
+			ok, _ := n.probeEtcd(ctx)
+			storageGone = !ok
+		}
+		if storageGone || elapsed > kubeAPIServerStopTimeout {
+			n.log.Warn("kube-apiserver did not stop in time; killing it", "pid", p.Pid, "after", elapsed.Round(time.Millisecond), "etcd_member_unavailable", storageGone)
+			_ = p.Kill()
+			<-done
+			return
+		}
+	}
 }
 
 // exitReason keeps what explains an apiserver's exit from its stderr: the
