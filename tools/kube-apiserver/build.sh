@@ -37,7 +37,11 @@ for version in "${versions[@]}"; do
 		exit 2
 	fi
 	out=$cache/$version
-	if [ -f "$out/SHA256SUMS" ] && (cd "$out" && sha256sum --quiet -c SHA256SUMS) 2>/dev/null; then
+	# What the binaries are built from: a changed go.mod, go.sum or this
+	# script rebuilds them.
+	from=$(cat "$moddir/go.mod" "$moddir/go.sum" "$0" | sha256sum | cut -d' ' -f1)
+	if [ -f "$out/SHA256SUMS" ] && [ "$(cat "$out/BUILT_FROM" 2>/dev/null)" = "$from" ] &&
+		(cd "$out" && sha256sum --quiet -c SHA256SUMS) 2>/dev/null; then
 		echo "kube-apiserver $version: cached in $out (checksums match)"
 		continue
 	fi
@@ -58,6 +62,7 @@ for version in "${versions[@]}"; do
 	(cd "$tmp" && sha256sum kube-apiserver kubectl > SHA256SUMS)
 	mv -f "$tmp/kube-apiserver" "$tmp/kubectl" "$out/"
 	mv -f "$tmp/SHA256SUMS" "$out/SHA256SUMS"
+	echo "$from" > "$out/BUILT_FROM"
 	rm -rf "$tmp"
 	trap - EXIT
 	echo "kube-apiserver $version: built in $(( $(date +%s) - start ))s ($(du -h "$out/kube-apiserver" | cut -f1)): $out/kube-apiserver"

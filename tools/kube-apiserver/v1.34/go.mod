@@ -10,6 +10,9 @@ module github.com/hamaster/hamaster/tools/kube-apiserver/v1.34
 
 go 1.26
 
+// As k8s.io/kubernetes v1.34.4's own go.mod.
+godebug default=go1.24
+
 tool (
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kubectl
