@@ -225,10 +225,10 @@ again finishes an interrupted 'up'.
 --control-plane chooses, once for the cluster's life, what serves each
 replica's apiserver port:
   standin  hamaster-node's own stand-in (/readyz, /version, /kv), any v1.x
-           version, ~30 MB per replica, starts in well under a second
+           version, ~45 MB per replica (etcd included), ready in under a second
   real     kube-apiserver at --version, from --kube-apiserver-dir
            (<dir>/<version>/kube-apiserver; 'make kube-apiserver' builds
-           v1.33.13 and v1.34.4), ~250 MB per replica; a replica whose
+           v1.33.13 and v1.34.4), ~300 MB per replica, ready in ~3 s; a replica whose
            version has no binary there refuses to start its apiserver
 
 Examples:
@@ -238,7 +238,7 @@ Examples:
   hamaster --cluster demo kubeconfig > demo.kubeconfig`,
 					Flags: []cli.Flag{
 						&cli.StringFlag{Name: "version", Value: "v1.30.2", Usage: "control-plane `VERSION` master-0 reports (runs, with --control-plane real)"},
-						&cli.StringFlag{Name: "control-plane", Value: "standin", EnvVars: []string{"HAMASTER_CONTROL_PLANE"}, Usage: "what serves the apiserver port: `standin|real` (see above)"},
+						&cli.StringFlag{Name: "control-plane", EnvVars: []string{"HAMASTER_CONTROL_PLANE"}, Usage: "what serves the apiserver port: `standin|real` (see above; default: standin for a new cluster, the recorded choice for an existing one)"},
 						&cli.StringFlag{Name: "kube-apiserver-dir", EnvVars: []string{"HAMASTER_KUBE_APISERVER_DIR"}, Usage: "--control-plane real: `DIR` of <version>/kube-apiserver (default $XDG_CACHE_HOME/hamaster/kube-apiserver, else ~/.cache/...)"},
 						&cli.StringSliceFlag{Name: "extra-args", Usage: "control-plane flags (e.g. --v=2)"},
 						&cli.StringFlag{Name: "subnet", Usage: "N of 127.0.N.0/24 (1-254; default derived from the cluster name)"},
@@ -273,7 +273,7 @@ Examples:
 							"ETCD_HEARTBEAT_MS": fmt.Sprint(c.Int("etcd-heartbeat-ms")),
 							"ETCD_ELECTION_MS":  fmt.Sprint(c.Int("etcd-election-ms")),
 						}, ControlPlane: c.String("control-plane"), KubeAPIServerDir: c.String("kube-apiserver-dir")}
-						if cp := o.ControlPlane; cp != "standin" && cp != "real" {
+						if cp := o.ControlPlane; cp != "" && cp != "standin" && cp != "real" {
 							return usageErr("--control-plane %q: want standin or real", cp)
 						}
 						if g.dryRun {

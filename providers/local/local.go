@@ -151,9 +151,10 @@ type UpOptions struct {
 	// Env is copied into the master's template (and so into every clone):
 	// etcd tuning such as ETCD_HEARTBEAT_MS.
 	Env map[string]string
-	// ControlPlane is nodeapi.ControlPlaneStandin ("" too) or
+	// ControlPlane is nodeapi.ControlPlaneStandin or
 	// nodeapi.ControlPlaneReal, chosen at the first up for every replica
-	// the cluster will have.
+	// the cluster will have; "" keeps the recorded choice (standin for a
+	// new cluster).
 	ControlPlane string
 	// KubeAPIServerDir holds the real apiserver binaries by version
 	// ("": nodeapi.DefaultKubeAPIServerDir).
@@ -165,7 +166,6 @@ type UpOptions struct {
 func (o *UpOptions) checkControlPlane() error {
 	switch o.ControlPlane {
 	case "", nodeapi.ControlPlaneStandin:
-		o.ControlPlane = nodeapi.ControlPlaneStandin
 		return nil
 	case nodeapi.ControlPlaneReal:
 	default:
@@ -222,7 +222,7 @@ func Up(ctx context.Context, s providers.Settings, o UpOptions, progress func(st
 		if info, err = p.newClusterInfo(s); err != nil {
 			return nil, err
 		}
-		info.ControlPlane = o.ControlPlane
+		info.ControlPlane = cmp.Or(o.ControlPlane, nodeapi.ControlPlaneStandin)
 		if info.Real() {
 			info.KubeAPIServerDir = o.KubeAPIServerDir
 		}
@@ -231,7 +231,7 @@ func Up(ctx context.Context, s providers.Settings, o UpOptions, progress func(st
 		}
 	} else if err != nil {
 		return nil, err
-	} else if have := cmp.Or(info.ControlPlane, nodeapi.ControlPlaneStandin); have != o.ControlPlane {
+	} else if have := cmp.Or(info.ControlPlane, nodeapi.ControlPlaneStandin); o.ControlPlane != "" && have != o.ControlPlane {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--control-plane %s: cluster %s runs %s (chosen when it was created; 'local down' and up again to change it)", o.ControlPlane, s.Cluster, have)
 	}
 	p.info = info

@@ -95,3 +95,38 @@ func TestSubnetConflictRefused(t *testing.T) {
 		t.Fatalf("refused up left state behind: %v", err)
 	}
 }
+
+// TestUpControlPlaneRefusedBeforeAnythingChanges: a bad --control-plane,
+// or a real control plane whose version has no kube-apiserver binary, is
+// an InvalidArgument naming the flag, and no cluster state is written.
+func TestUpControlPlaneRefusedBeforeAnythingChanges(t *testing.T) {
+	t.Parallel()
+	bins := t.TempDir()
+	cases := []struct {
+		name    string
+		o       local.UpOptions
+		wantErr []string
+	}{
+		{"unknown control plane", local.UpOptions{Version: "v1.33.13", ControlPlane: "kind"}, []string{"--control-plane", `"kind"`, "standin", "real"}},
+		{"real without a binary", local.UpOptions{Version: "v1.30.2", ControlPlane: "real", KubeAPIServerDir: bins}, []string{"--control-plane real --version v1.30.2", "no kube-apiserver", "make kube-apiserver"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			state := t.TempDir()
+			s := providers.Settings{Cluster: "cp", StateDir: state, Options: map[string]string{local.OptNodeBinary: "/nonexistent"}}
+			_, err := local.Up(context.Background(), s, tc.o, func(string) {})
+			if !errors.Is(err, errkind.InvalidArgument) {
+				t.Fatalf("err = %v, want InvalidArgument", err)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err %q does not name %q", err, w)
+				}
+			}
+			if ents, _ := os.ReadDir(state); len(ents) != 0 {
+				t.Errorf("state dir has %v after a refused up; want nothing written", ents)
+			}
+		})
+	}
+}
