@@ -230,12 +230,12 @@ replica's apiserver port:
            (<dir>/<version>/kube-apiserver; 'make kube-apiserver' builds
            v1.33.13 and v1.34.4), ~300 MB per replica, ready in ~3 s; a replica whose
            version has no binary there refuses to start its apiserver
+For a real control plane: 'make kube-apiserver', then
+'hamaster --cluster demo local up --control-plane real --version v1.33.13'
+and 'hamaster --cluster demo kubeconfig --file demo.kubeconfig' for kubectl.
 
-Examples:
-  hamaster --cluster demo local up --version v1.30.2
-  make kube-apiserver
-  hamaster --cluster demo local up --control-plane real --version v1.33.13
-  hamaster --cluster demo kubeconfig > demo.kubeconfig`,
+Example:
+  hamaster --cluster demo local up --version v1.30.2`,
 					Flags: []cli.Flag{
 						&cli.StringFlag{Name: "version", Value: "v1.30.2", Usage: "control-plane `VERSION` master-0 reports (runs, with --control-plane real)"},
 						&cli.StringFlag{Name: "control-plane", EnvVars: []string{"HAMASTER_CONTROL_PLANE"}, Usage: "what serves the apiserver port: `standin|real` (see above; default: standin for a new cluster, the recorded choice for an existing one)"},
