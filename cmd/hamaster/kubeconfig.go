@@ -33,7 +33,7 @@ Examples:
   hamaster --cluster demo kubeconfig > demo.kubeconfig
   hamaster --cluster demo kubeconfig --file demo.kubeconfig
   kubectl --kubeconfig demo.kubeconfig get --raw /readyz
-  kubectl --kubeconfig demo.kubeconfig get endpoints kubernetes
+  kubectl --kubeconfig demo.kubeconfig get ns
   hamaster --cluster demo kubeconfig --user alice --group dev --group qa`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "user", Value: "hamaster-admin", Usage: "the certificate's CN: the Kubernetes `USER` name"},
