@@ -1,9 +1,10 @@
 // Package node is the runtime of one control-plane replica of the local
 // provider: what a cloud VM runs. It reads its configuration from an env
 // file (the local stand-in for GCE's "kube-env" metadata), runs a real
-// embedded etcd member, and serves a kube-apiserver stand-in over HTTPS
-// with /healthz, /readyz, /version and a small /kv/{key} API backed by the
-// local etcd member.
+// embedded etcd member, and serves either a kube-apiserver stand-in over
+// HTTPS with /healthz, /readyz, /version and a small /kv/{key} API backed
+// by the local etcd member, or (CONTROL_PLANE=real) a real kube-apiserver
+// as a child process (kubeapiserver.go).
 //
 // A parent process starts it as `hamaster-node replica --env-file F` and
 // watches STATUS_FILE; SIGHUP re-reads STATIC_IP_FILE, SIGTERM stops it

@@ -1,9 +1,11 @@
 // Package local is hamaster's embedded provider: a replica ("VM") is a
-// detached hamaster-node process running real etcd and a control-plane
-// stand-in on its own loopback address (127.0.N.x, N derived from the
-// cluster name); its data dir is its persistent disk; the static IP is the
-// loopback address 127.0.N.1; the load balancer is a hamaster-node lb
-// process bound to that address. Nothing needs installing. Processes
+// detached hamaster-node process running real etcd and the apiserver (a
+// stand-in, or kube-apiserver with --control-plane real) on its own
+// loopback address (127.0.N.x, N derived from the cluster name); its data
+// dir is its persistent disk; the static IP is the loopback address
+// 127.0.N.1; the load balancer is a hamaster-node lb process bound to that
+// address. Nothing needs installing but, for the real apiserver, its
+// binaries (make kube-apiserver). Processes
 // outlive the CLI and are found again from the state dir (pid files checked
 // against /proc).
 package local
