@@ -52,7 +52,7 @@ func (n *node) checkReady(ctx context.Context) (bool, string) {
 		return r.ok, r.reason
 	}
 	// A caller that goes away must not cache a failure for the others.
-	if n.kapi != nil {
+	if n.kapi.Load() != nil {
 		r.ok, r.reason = n.probeKubeAPIServer(context.WithoutCancel(ctx))
 	} else {
 		r.ok, r.reason = n.probeEtcd(context.WithoutCancel(ctx))
@@ -386,7 +386,7 @@ func (nopCloser) Close() error { return nil }
 // bind starts serving HTTPS on addr (with the real apiserver: forwarding
 // addr to it). The caller holds n.mu.
 func (n *node) bind(addr string) error {
-	if n.kapi != nil {
+	if n.kapi.Load() != nil {
 		p, err := startTCPProxy(addr, n.cfg.APIServerAddress())
 		if err != nil {
 			return err

@@ -401,7 +401,7 @@ func (e *exitReason) reason() string {
 // probeKubeAPIServer is the readiness check with the real apiserver: its
 // own /readyz (etcd included). An answer marks it serving.
 func (n *node) probeKubeAPIServer(ctx context.Context) (bool, string) {
-	serving, ready, reason := n.kapi.checkReady(ctx)
+	serving, ready, reason := n.kapi.Load().checkReady(ctx)
 	if serving {
 		n.mu.Lock()
 		changed := n.apiState != nodeapi.APIServerServing

@@ -52,8 +52,10 @@ type node struct {
 	etcd   *etcdMember
 	events *etcdMember // kube-up's events cluster; nil in replica mode
 
-	opts        apiserverOptions
-	kapi        *kubeAPIServer // the real apiserver (CONTROL_PLANE=real), else nil
+	opts apiserverOptions
+	// kapi is the real apiserver (CONTROL_PLANE=real) once started, else
+	// nil; set after the status loop runs, hence atomic.
+	kapi        atomic.Pointer[kubeAPIServer]
 	kapiStop    context.CancelFunc
 	kapiDone    chan struct{}
 	tlsConfig   *tls.Config
@@ -203,7 +205,7 @@ func (n *node) startAPIServer(ctx context.Context) {
 			n.poke()
 			return
 		}
-		n.kapi = k
+		n.kapi.Store(k)
 		kctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 		n.kapiStop, n.kapiDone = stop, make(chan struct{})
 		go func() {
@@ -239,7 +241,7 @@ func (n *node) startAPIServer(ctx context.Context) {
 // makes the static-IP listener match STATIC_IP_FILE (re-read every time:
 // it is a few bytes).
 func (n *node) reconcileListeners() {
-	if (n.httpHandler == nil && n.kapi == nil) || n.shuttingDown.Load() {
+	if (n.httpHandler == nil && n.kapi.Load() == nil) || n.shuttingDown.Load() {
 		return
 	}
 	n.mu.Lock()
@@ -252,7 +254,7 @@ func (n *node) reconcileListeners() {
 	}()
 
 	primary := n.cfg.APIServerAddress()
-	if n.kapi != nil {
+	if n.kapi.Load() != nil {
 		if n.apiState != nodeapi.APIServerServing {
 			return // the static IP waits until the apiserver serves
 		}
@@ -337,7 +339,7 @@ func readStaticIP(path string) (string, error) {
 func (n *node) shutdownAPIServer() {
 	n.shuttingDown.Store(true)
 	n.poke()
-	if n.kapi != nil {
+	if n.kapi.Load() != nil {
 		// kube-apiserver fails /readyz on SIGTERM and keeps serving for its
 		// --shutdown-delay-duration; the static IP forwards until it exits.
 		n.kapiStop()
@@ -432,8 +434,8 @@ func (n *node) status() nodeapi.Status {
 	controlPlane, kapiPID := nodeapi.ControlPlaneStandin, 0
 	if n.cfg.Real() {
 		controlPlane = nodeapi.ControlPlaneReal
-		if n.kapi != nil {
-			kapiPID = n.kapi.PID()
+		if n.kapi.Load() != nil {
+			kapiPID = n.kapi.Load().PID()
 		}
 		if n.apiState == nodeapi.APIServerServing {
 			listeners = append(listeners, n.cfg.APIServerAddress())
