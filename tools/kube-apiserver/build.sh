@@ -39,7 +39,7 @@ for version in "${versions[@]}"; do
 	out=$cache/$version
 	# What the binaries are built from: a changed go.mod, go.sum or this
 	# script rebuilds them.
-	from=$(cat "$moddir/go.mod" "$moddir/go.sum" "$0" | sha256sum | cut -d' ' -f1)
+	from=$(cat "$moddir/go.mod" "$moddir/go.sum" "$here/build.sh" | sha256sum | cut -d' ' -f1)
 	if [ -f "$out/SHA256SUMS" ] && [ "$(cat "$out/BUILT_FROM" 2>/dev/null)" = "$from" ] &&
 		(cd "$out" && sha256sum --quiet -c SHA256SUMS) 2>/dev/null; then
 		echo "kube-apiserver $version: cached in $out (checksums match)"
