@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/local"
@@ -128,5 +129,15 @@ func TestUpControlPlaneRefusedBeforeAnythingChanges(t *testing.T) {
 				t.Errorf("state dir has %v after a refused up; want nothing written", ents)
 			}
 		})
+	}
+}
+
+// The real apiserver's --service-cluster-ip-range (the node's default)
+// must be the range whose first address the certificates cover.
+func TestServiceRangeMatchesCertificates(t *testing.T) {
+	t.Parallel()
+	if nodeapi.DefaultServiceClusterIPRange != providers.DefaultServiceCIDR {
+		t.Fatalf("node's default SERVICE_CLUSTER_IP_RANGE %s, certificates' service range %s: the kubernetes service IP would not be in the apiserver certificate",
+			nodeapi.DefaultServiceClusterIPRange, providers.DefaultServiceCIDR)
 	}
 }
