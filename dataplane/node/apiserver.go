@@ -52,7 +52,11 @@ func (n *node) checkReady(ctx context.Context) (bool, string) {
 		return r.ok, r.reason
 	}
 	// A caller that goes away must not cache a failure for the others.
-	r.ok, r.reason = n.probeEtcd(context.WithoutCancel(ctx))
+	if n.kapi.Load() != nil {
+		r.ok, r.reason = n.probeKubeAPIServer(context.WithoutCancel(ctx))
+	} else {
+		r.ok, r.reason = n.probeEtcd(context.WithoutCancel(ctx))
+	}
 	r.at = time.Now()
 	return r.ok, r.reason
 }
@@ -415,8 +419,18 @@ type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
 
-// bind starts serving HTTPS on addr. The caller holds n.mu.
+// bind starts serving HTTPS on addr (with the real apiserver: forwarding
+// addr to it). The caller holds n.mu.
 func (n *node) bind(addr string) error {
+	if n.kapi.Load() != nil {
+		p, err := startTCPProxy(addr, n.cfg.APIServerAddress())
+		if err != nil {
+			return err
+		}
+		n.proxies[addr] = p
+		n.log.Info("forwarding to kube-apiserver", "addr", addr, "to", n.cfg.APIServerAddress())
+		return nil
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -442,6 +456,12 @@ func (n *node) bind(addr string) error {
 // accepted on it are closed, so another process can bind addr right after.
 // The caller holds n.mu.
 func (n *node) unbind(addr string) {
+	if p := n.proxies[addr]; p != nil {
+		delete(n.proxies, addr)
+		_ = p.Close()
+		n.log.Info("stopped forwarding to kube-apiserver", "addr", addr)
+		return
+	}
 	srv := n.servers[addr]
 	if srv == nil {
 		return
