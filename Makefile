@@ -1,4 +1,5 @@
-# hamaster — see README.md. Targets: build test lint demo bench dist man.
+# hamaster — see README.md. Targets: build test lint demo bench dist man
+# kube-apiserver test-real.
 GO       ?= go
 BIN      ?= bin
 DIST     ?= dist
@@ -12,11 +13,12 @@ DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
-.PHONY: build test lint demo bench verify-fmt fix-fmt clean dist man
+.PHONY: build test lint demo bench verify-fmt fix-fmt clean dist man kube-apiserver test-real
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster ./cmd/hamaster
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster-node ./cmd/hamaster-node
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gcefake ./cmd/gcefake
 
 # The CLI for every platform operators run it on, version stamped, static
 # and reproducible (-trimpath): dist/hamaster-<os>-<arch>.
@@ -48,8 +50,23 @@ verify-fmt:
 fix-fmt:
 	gofmt -w .
 
-# The main job on the embedded local provider: up → add ×2 → status →
-# write/read through the LB → remove → status → down.
+# The real kube-apiserver and kubectl of every pinned version (v1.33.13,
+# v1.34.4), built from the separate module tools/kube-apiserver/ into
+# $(KUBE_APISERVER_DIR)/<version>/ with their sha256 in SHA256SUMS. Builds
+# only what is missing (about 5 min per version on 2 cores the first time).
+KUBE_APISERVER_DIR ?= $(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME),$(HOME)/.cache)/hamaster/kube-apiserver
+kube-apiserver:
+	HAMASTER_KUBE_APISERVER_DIR=$(KUBE_APISERVER_DIR) ./tools/kube-apiserver/build.sh
+
+# The real-apiserver tier: grow/shrink with the apiservers' endpoint
+# leases, rolling-upgrade v1.33.13 → v1.34.4 under load, a refused flag,
+# a killed apiserver mid-upgrade (a few minutes; not part of make test).
+test-real: kube-apiserver build
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -count=1 -timeout 30m -run '^TestRealAPIServer' -v ./workflows/ ./cmd/hamaster/
+
+# The main job on the embedded local provider with a real kube-apiserver
+# (built on first use): up → add ×2 → status → kubectl through the LB →
+# remove → status → down.
 demo: build
 	./scripts/demo.sh
 

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/local/localtest"
 	"github.com/hamaster/hamaster/workflows"
 )
 
@@ -67,9 +70,27 @@ func removeLeader(b *testing.B, prof Profile, move bool) leaderRemoval {
 		b.Fatalf("%s: no etcd leader among %+v", name, members)
 	}
 	leader := members[i].Name
+	// The writer goes through one surviving member only, as an apiserver
+	// on a surviving replica does (--etcd-servers is its own member): what
+	// it sees is the election, not its own member going away.
+	rs, err := d.Provider.Instances().List(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var survivor []providers.Replica
+	for _, r := range rs {
+		if r.Name != leader && len(survivor) == 0 {
+			survivor = append(survivor, r)
+		}
+	}
+	wcli, err := providers.OperatorEtcd(ctx, d.StateDir, d.Cluster, survivor, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer wcli.Close()
 
 	start := time.Now()
-	writer := &etcdWriter{cli: ecli.Raw(), start: start}
+	writer := &etcdWriter{cli: wcli.Raw(), start: start}
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { writer.run(wctx, 1<<30); close(done) }()
@@ -132,5 +153,63 @@ func BenchmarkBadFlagRollback(b *testing.B) {
 		}
 		fmt.Fprintf(os.Stdout, "  (%v)\n", err)
 		b.ReportMetric(total.Seconds(), "rollback-s")
+	}
+}
+
+// BenchmarkFirstAdd grows a fresh single-replica cluster with the timing
+// profile to two while clients call /readyz on the static IP, each on a
+// new connection, and prints the endpoint's outage: the first add promotes
+// the static IP from master 0 to a new load balancer (kube-up's
+// detach-external-ip + create-loadbalancer on GCE; an Elastic IP handed
+// from the master to an NLB on AWS), and from the detach until the LB has
+// provisioned and seen master 0 pass its healthy threshold, the address
+// answers nowhere.
+func BenchmarkFirstAdd(b *testing.B) {
+	prof, scale, err := profileFromEnv()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < b.N; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+10*prof.StepTimeout())
+		var opts map[string]string
+		if prof.Name != "instant" {
+			opts = prof.ProviderOptions()
+		}
+		name := "bench-first-add"
+		c := localtest.Up(b, name, localtest.Options{ProviderOptions: opts})
+		d := &workflows.Deps{Provider: c.Provider, Cluster: name, StateDir: c.Settings.StateDir, Sink: workflows.Discard{}, Out: os.Stderr, Holder: "bench"}
+		ca, err := d.CA()
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		gen := newLoadGen(fmt.Sprintf("https://%s:%d", c.Provider.Info().StaticIP, providers.APIServerPort), &tls.Config{RootCAs: ca.Pool()}, start)
+		lctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { gen.probe(lctx, 20*time.Millisecond); close(done) }()
+		time.Sleep(warmup) // steady load before the add: part of what is measured
+		t0 := time.Now()
+		err = workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: name + "-master-001", Timeout: prof.StepTimeout()}), workflows.Options{})
+		wall := time.Since(t0)
+		time.Sleep(cooldown)
+		stop()
+		<-done
+		cancel()
+		if err != nil {
+			b.Fatalf("first add: %v", err)
+		}
+		failed := 0
+		for _, s := range gen.samples {
+			if !s.OK {
+				failed++
+			}
+		}
+		outage := longestFailRun(gen.samples) / 1000
+		fmt.Fprintf(os.Stdout, "\nfirst add (static IP → load balancer), profile %s at scale %g:\n", prof.Name, scale)
+		fmt.Fprintf(os.Stdout, "  %-40s %7.1f s (unscaled: %.0f s)\n", "endpoint outage (longest failure run)", outage, outage/scale)
+		fmt.Fprintf(os.Stdout, "  %-40s %7d of %d\n", "failed /readyz requests", failed, len(gen.samples))
+		fmt.Fprintf(os.Stdout, "  %-40s %7.1f s\n", "add-replica wall time", wall.Seconds())
+		fmt.Fprintf(os.Stdout, "  %-40s %7.1f s + %d × %.1f s\n", "expected: LB provisioning + healthy streak", prof.LBProvisioning.Seconds(), prof.HealthyThreshold, prof.HealthInterval.Seconds())
+		b.ReportMetric(outage, "outage-s")
 	}
 }

@@ -101,6 +101,22 @@ func (g *loadGen) run(ctx context.Context, interval time.Duration, maxTicks int)
 	wg.Wait()
 }
 
+// probe calls /readyz every interval until ctx ends.
+func (g *loadGen) probe(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		case <-tick.C:
+		}
+		wg.Go(func() { g.do(ctx, "readyz", http.MethodGet, "/readyz", nil, nil) })
+	}
+}
+
 // etcdWriter writes to etcd continuously and records when writes succeed.
 type etcdWriter struct {
 	cli   *clientv3.Client

@@ -35,6 +35,9 @@ type Profile struct {
 	// the LB does not try another target (GCE's network LB and AWS's NLB
 	// forward packets, they do not proxy and retry).
 	PassThrough bool
+	// LBProvisioning is how long a new load balancer takes before it
+	// forwards anything (the first add's promotion of the static IP).
+	LBProvisioning time.Duration
 }
 
 // profiles are the known timing profiles, by name.
@@ -60,7 +63,13 @@ type Profile struct {
 // deregistration delay (300 s by default) only keeps existing connections
 // of a draining target; the load sends every request on a new connection,
 // so it is not modelled. An EC2 instance replaced from its launch template
-// is back in 30–90 s; we take 60 s.
+// is back in 30–90 s; we take 60 s. A new NLB stays "provisioning" before
+// "active" (DescribeLoadBalancers State.Code); AWS documents no duration,
+// and minutes are usual: we take 180 s.
+//
+// For gce, the forwarding rule's operation is done once it is programmed,
+// and no extra provisioning time is modelled: the first add's wait is the
+// health checks'.
 //
 // instant: the local provider's own timing (no boot delay, a check every
 // 100 ms, healthy after 1 pass, unhealthy after 2 failures, a refused
@@ -68,7 +77,7 @@ type Profile struct {
 var profiles = map[string]Profile{
 	"instant": {Name: "instant", HealthInterval: 100 * time.Millisecond, HealthTimeout: time.Second, HealthyThreshold: 1, UnhealthyThreshold: 2},
 	"gce":     {Name: "gce", BootDelay: 60 * time.Second, HealthInterval: 5 * time.Second, HealthTimeout: 5 * time.Second, HealthyThreshold: 2, UnhealthyThreshold: 2, PassThrough: true},
-	"aws":     {Name: "aws", BootDelay: 60 * time.Second, HealthInterval: 30 * time.Second, HealthTimeout: 10 * time.Second, HealthyThreshold: 5, UnhealthyThreshold: 2, PassThrough: true},
+	"aws":     {Name: "aws", BootDelay: 60 * time.Second, HealthInterval: 30 * time.Second, HealthTimeout: 10 * time.Second, HealthyThreshold: 5, UnhealthyThreshold: 2, PassThrough: true, LBProvisioning: 180 * time.Second},
 }
 
 // Scaled returns p with every duration multiplied by f (thresholds, which
@@ -79,6 +88,7 @@ func (p Profile) Scaled(f float64) Profile {
 	p.BootDelay = s(p.BootDelay)
 	p.HealthInterval = s(p.HealthInterval)
 	p.HealthTimeout = s(p.HealthTimeout)
+	p.LBProvisioning = s(p.LBProvisioning)
 	return p
 }
 
@@ -91,13 +101,14 @@ func (p Profile) ProviderOptions() map[string]string {
 		local.OptLBHealthyThreshold:   strconv.Itoa(p.HealthyThreshold),
 		local.OptLBUnhealthyThreshold: strconv.Itoa(p.UnhealthyThreshold),
 		local.OptLBNoDialRetry:        strconv.FormatBool(p.PassThrough),
+		local.OptLBProvisionDelay:     p.LBProvisioning.String(),
 	}
 }
 
 // StepTimeout bounds one workflow wait for a replica to come back healthy
 // behind the LB: its boot, a full healthy streak, and a minute of margin.
 func (p Profile) StepTimeout() time.Duration {
-	return time.Minute + 2*(p.BootDelay+time.Duration(p.HealthyThreshold+1)*p.HealthInterval)
+	return time.Minute + 2*(p.BootDelay+p.LBProvisioning+time.Duration(p.HealthyThreshold+1)*p.HealthInterval)
 }
 
 // profileFromEnv reads HAMASTER_BENCH_PROFILE (default instant) and

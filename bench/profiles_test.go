@@ -21,6 +21,9 @@ func TestProfileScaledKeepsEveryState(t *testing.T) {
 		if (p.BootDelay > 0) != (s.BootDelay > 0) {
 			t.Errorf("%s: boot delay %v dropped to %v", name, p.BootDelay, s.BootDelay)
 		}
+		if (p.LBProvisioning > 0) != (s.LBProvisioning > 0) {
+			t.Errorf("%s: LB provisioning %v dropped to %v", name, p.LBProvisioning, s.LBProvisioning)
+		}
 	}
 }
 

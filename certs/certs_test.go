@@ -1098,3 +1098,34 @@ func TestMutualTLS(t *testing.T) {
 		})
 	}
 }
+
+func TestLoadOrCreateServiceAccountKey(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "service-account.key")
+	created, err := LoadOrCreateServiceAccountKey(path, ECDSA)
+	if err != nil || !created {
+		t.Fatalf("first call: created=%v err=%v, want a new key", created, err)
+	}
+	first, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseKeyPEM(first); err != nil {
+		t.Fatalf("written key does not parse: %v", err)
+	}
+	created, err = LoadOrCreateServiceAccountKey(path, ECDSA)
+	if err != nil || created {
+		t.Fatalf("second call: created=%v err=%v, want the existing key kept", created, err)
+	}
+	if again, _ := os.ReadFile(path); string(again) != string(first) {
+		t.Fatal("second call replaced the key: replicas would stop verifying each other's tokens")
+	}
+	bad := filepath.Join(dir, "bad.key")
+	if err := os.WriteFile(bad, []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateServiceAccountKey(bad, ECDSA); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("garbage key file: err=%v, want an error naming %s", err, bad)
+	}
+}

@@ -37,6 +37,10 @@ const (
 	// hamaster's data plane reads them (kube-up's nearest is
 	// APISERVER_TEST_ARGS).
 	APIServerExtraArgs = "APISERVER_EXTRA_ARGS"
+	// APIServerTestArgs are a kube-up master's extra apiserver flags,
+	// space-separated (configure-kubeapiserver.sh start-kube-apiserver:
+	// params="... ${APISERVER_TEST_ARGS:-} ...").
+	APIServerTestArgs = "APISERVER_TEST_ARGS"
 	// MasterName is the first master's name (KUBERNETES_MASTER_NAME).
 	MasterName = "KUBERNETES_MASTER_NAME"
 	// EtcdVersion is the etcd image version.

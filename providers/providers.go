@@ -77,6 +77,10 @@ type Replica struct {
 	Zone string `json:"zone,omitempty"`
 	// Address is the internal address etcd peers and the LB use.
 	Address string `json:"address"`
+	// External is the address the operator reaches the replica at when
+	// the internal one is not routable from outside the cloud (a GCE
+	// master's external NAT IP); "" when Address is reachable.
+	External string `json:"external_address,omitempty"`
 	// State is "running", "stopped" or "provisioning".
 	State string `json:"state"`
 	// Template is the replica's current configuration.
@@ -153,6 +157,15 @@ type APIServerPorter interface {
 // probes dial through it.
 type APIServerDialer interface {
 	DialAPIServer(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// APIServerNamer is implemented by providers whose replicas' serving
+// certificates do not name the address hamaster probes them at (kube-up's
+// MASTER_CERT names the static IP, the service IP, kubernetes.* and
+// MASTER_NAME, not each master's own address): the probes verify the
+// certificate for this name instead, against the same CA.
+type APIServerNamer interface {
+	APIServerName() string
 }
 
 // APIServerPortOf is the port p's apiservers, its static IP and its LB

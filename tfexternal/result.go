@@ -215,10 +215,20 @@ func Result(rep workflows.Report, in Inputs) (map[string]string, error) {
 // stays the same from one Terraform refresh to the next as long as the
 // replicas do not change. "" only if all 4096 names are taken.
 func NextReplicaName(cluster string, taken map[string]bool) string {
+	return nextName(cluster, cluster+"-master", taken)
+}
+
+// NextReplicaNameFor is NextReplicaName for masters named masterName-<3
+// hex> (kube-up's MASTER_NAME, when it is not <cluster>-master).
+func NextReplicaNameFor(cluster, masterName string, taken map[string]bool) string {
+	return nextName(cluster, masterName, taken)
+}
+
+func nextName(cluster, masterName string, taken map[string]bool) string {
 	tried := map[string]bool{}
 	for i := 0; len(tried) < 4096 && i < 1<<20; i++ {
 		sum := sha256.Sum256([]byte(cluster + "/" + strconv.Itoa(i)))
-		n := cluster + "-master-" + hex.EncodeToString(sum[:2])[:3]
+		n := masterName + "-" + hex.EncodeToString(sum[:2])[:3]
 		if !taken[n] {
 			return n
 		}

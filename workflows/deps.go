@@ -93,8 +93,12 @@ func (d *Deps) HTTP(ctx context.Context) (*http.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	serverName := ""
+	if n, ok := d.Provider.(providers.APIServerNamer); ok {
+		serverName = n.APIServerName()
+	}
 	tr := &http.Transport{
-		TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
 		DisableKeepAlives: true,
 	}
 	if dl, ok := d.Provider.(providers.APIServerDialer); ok {

@@ -1,7 +1,8 @@
 // Command hamaster-node is what the local provider runs in place of cloud
 // VMs and load balancers:
 //
-//	hamaster-node replica --env-file F   a control-plane replica (etcd + apiserver stand-in)
+//	hamaster-node replica --env-file F   a control-plane replica (etcd + the apiserver
+//	                                     stand-in, or kube-apiserver with CONTROL_PLANE=real)
 //	hamaster-node lb --config F          the L4 load balancer in front of the replicas
 //	hamaster-node kube-up-master ...     a master booted as kube-up's configure-helper.sh
 //	                                     boots one, from its kube-env and kube-master-certs

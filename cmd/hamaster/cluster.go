@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -41,6 +42,7 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 
 		// gce provider (Application Default Credentials; --dns clouddns needs --dns-zone)
 		gce.OptProject:       c.String("gce-project"),
+		gce.OptEndpoint:      c.String("gce-endpoint"),
 		gce.OptRegion:        c.String("gce-region"),
 		gce.OptZones:         c.String("gce-zone"),
 		gce.OptNetwork:       c.String("gce-network"),
@@ -202,6 +204,7 @@ func awsFlags() []cli.Flag {
 func gceFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "gce-project", EnvVars: []string{"HAMASTER_GCE_PROJECT"}, Usage: "gce provider: `PROJECT` id"},
+		&cli.StringFlag{Name: "gce-endpoint", EnvVars: []string{"HAMASTER_GCE_ENDPOINT"}, Usage: "gce provider: base `URL` of the Compute and Cloud DNS APIs, without authentication: a fake's, e.g. bin/gcefake's (never set it for a real project)"},
 		&cli.StringFlag{Name: "gce-region", EnvVars: []string{"HAMASTER_GCE_REGION"}, Usage: "gce provider: `REGION` (default: from the first zone)"},
 		&cli.StringFlag{Name: "gce-zone", EnvVars: []string{"HAMASTER_GCE_ZONE"}, Usage: "gce provider: `ZONE[,ZONE...]` of the replicas (new replicas go to the least used)"},
 		&cli.StringFlag{Name: "gce-network", EnvVars: []string{"HAMASTER_GCE_NETWORK"}, Usage: "gce provider: `NETWORK` (default global/networks/default)"},
@@ -231,10 +234,24 @@ hamaster-node process on 127.0.N.2 with the static IP 127.0.N.1 attached
 (N derived from the cluster name, or --subnet). Idempotent: running it
 again finishes an interrupted 'up'.
 
+--control-plane chooses, once for the cluster's life, what serves each
+replica's apiserver port:
+  standin  hamaster-node's own stand-in (/readyz, /version, /kv), any v1.x
+           version, ~45 MB per replica (etcd included), ready in under a second
+  real     kube-apiserver at --version, from --kube-apiserver-dir
+           (<dir>/<version>/kube-apiserver; 'make kube-apiserver' builds
+           v1.33.13 and v1.34.4), ~300 MB per replica, ready in ~3 s; a replica whose
+           version has no binary there refuses to start its apiserver
+For a real control plane: 'make kube-apiserver', then
+'hamaster --cluster demo local up --control-plane real --version v1.33.13'
+and 'hamaster --cluster demo kubeconfig --file demo.kubeconfig' for kubectl.
+
 Example:
   hamaster --cluster demo local up --version v1.30.2`,
 					Flags: []cli.Flag{
-						&cli.StringFlag{Name: "version", Value: "v1.30.2", Usage: "control-plane `VERSION` master-0 reports"},
+						&cli.StringFlag{Name: "version", Value: "v1.30.2", Usage: "control-plane `VERSION` master-0 reports (runs, with --control-plane real)"},
+						&cli.StringFlag{Name: "control-plane", EnvVars: []string{"HAMASTER_CONTROL_PLANE"}, Usage: "what serves the apiserver port: `standin|real` (see above; default: standin for a new cluster, the recorded choice for an existing one)"},
+						&cli.StringFlag{Name: "kube-apiserver-dir", EnvVars: []string{"HAMASTER_KUBE_APISERVER_DIR"}, Usage: "--control-plane real: `DIR` of <version>/kube-apiserver (default $XDG_CACHE_HOME/hamaster/kube-apiserver, else ~/.cache/...)"},
 						&cli.StringSliceFlag{Name: "extra-args", Usage: "control-plane flags (e.g. --v=2)"},
 						&cli.StringFlag{Name: "subnet", Usage: "N of 127.0.N.0/24 (1-254; default derived from the cluster name)"},
 						&cli.IntFlag{Name: "etcd-heartbeat-ms", Value: 100, Usage: "etcd heartbeat interval of the replicas"},
@@ -267,7 +284,10 @@ Example:
 						o := local.UpOptions{Version: c.String("version"), ExtraArgs: c.StringSlice("extra-args"), Env: map[string]string{
 							"ETCD_HEARTBEAT_MS": fmt.Sprint(c.Int("etcd-heartbeat-ms")),
 							"ETCD_ELECTION_MS":  fmt.Sprint(c.Int("etcd-election-ms")),
-						}}
+						}, ControlPlane: c.String("control-plane"), KubeAPIServerDir: c.String("kube-apiserver-dir")}
+						if cp := o.ControlPlane; cp != "" && cp != "standin" && cp != "real" {
+							return usageErr("--control-plane %q: want standin or real", cp)
+						}
 						if g.dryRun {
 							return g.result(e, fmt.Sprintf("Plan: local up %s: cluster record, CA, master-0 %s, static IP attached. Dry run: nothing was changed.", g.cluster, local.MasterName(g.cluster)),
 								map[string]any{"schema": 1, "kind": "plan", "workflow": "local-up", "cluster": g.cluster, "provider": local.Name, "dry_run": true,
@@ -282,8 +302,9 @@ Example:
 						if err := waitReady(ctx, d, ip); err != nil {
 							return err
 						}
-						return g.result(e, fmt.Sprintf("cluster %s is up: endpoint https://%s:6443 (etcd and apiserver on %s)", g.cluster, ip, local.MasterName(g.cluster)),
-							map[string]any{"cluster": g.cluster, "state": "up", "endpoint": fmt.Sprintf("https://%s:6443", ip), "replica": local.MasterName(g.cluster)})
+						cp := cmp.Or(p.Info().ControlPlane, "standin")
+						return g.result(e, fmt.Sprintf("cluster %s is up: endpoint https://%s:6443 (etcd and apiserver on %s; control plane: %s)", g.cluster, ip, local.MasterName(g.cluster), cp),
+							map[string]any{"cluster": g.cluster, "state": "up", "endpoint": fmt.Sprintf("https://%s:6443", ip), "replica": local.MasterName(g.cluster), "control_plane": cp})
 					},
 				},
 				{
@@ -320,6 +341,7 @@ Example:
 		removeReplicaCommand(e, g),
 		rollingUpgradeCommand(e, g),
 		statusCommand(e, g),
+		kubeconfigCommand(e, g),
 		terraformCommand(e, g),
 		recoverCommand(e, g),
 		rotateCertsCommand(e, g),
@@ -360,7 +382,7 @@ Re-running after a crash resumes at the first unfinished step.
 Example:
   hamaster --cluster demo add-replica --yes`,
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "name", Usage: "replica `NAME` (default <cluster>-master-<3 hex>)"},
+			&cli.StringFlag{Name: "name", Usage: "replica `NAME` (default <cluster>-master-<3 hex>; gce: --gce-master-name-<3 hex>, as kube-up names replicas)"},
 			&cli.StringFlag{Name: "zone", Usage: "zone/failure domain for the new replica (cloud providers)"},
 			&cli.StringFlag{Name: "dns", Value: "static", Usage: "DNS `DRIVER`: static (print the records an operator must set), clouddns (gce, with --dns-zone) or route53 (aws, with --hosted-zone-id)"},
 			&cli.StringFlag{Name: "dns-name", Usage: "DNS `NAME` of the endpoint; its A record is kept on the static IP"},
@@ -502,12 +524,25 @@ Example:
 			if err != nil {
 				return err
 			}
+			// The local provider's replicas run the stand-in or the real
+			// kube-apiserver (local up --control-plane).
+			controlPlane := ""
+			if lp, ok := p.(*local.Provider); ok {
+				controlPlane = cmp.Or(lp.Info().ControlPlane, "standin")
+			}
 			if g.json() {
-				if err := writeJSON(e.stdout, statusJSON(rep)); err != nil {
+				out := statusJSON(rep)
+				if controlPlane != "" {
+					out["control_plane"] = controlPlane
+				}
+				if err := writeJSON(e.stdout, out); err != nil {
 					return err
 				}
 			} else {
 				printStatus(e, rep)
+				if controlPlane != "" {
+					fmt.Fprintf(e.stdout, "\nCONTROL PLANE: %s\n", map[string]string{"standin": "standin (hamaster-node's apiserver stand-in: /readyz, /version, /kv)", "real": "real (kube-apiserver; hamaster kubeconfig writes a kubeconfig for it)"}[controlPlane])
+				}
 			}
 			if !rep.Healthy() {
 				return errkind.Errorf(errkind.FailedPrecondition, "cluster %s is not healthy", g.cluster)

@@ -221,7 +221,7 @@ func TestREADMEAndHelpExamplesRunVerbatim(t *testing.T) {
 		ex := helpExamples()
 		// The order that makes each example meaningful; add-replica's runs
 		// twice so that rolling-upgrade has the three replicas it needs.
-		order := []string{"local up", "add-replica", "add-replica", "status", "snapshots", "rotate-certs", "rolling-upgrade", "remove-replica",
+		order := []string{"local up", "add-replica", "add-replica", "status", "kubeconfig", "snapshots", "rotate-certs", "rolling-upgrade", "remove-replica",
 			"recover", "etcd", "etcd members", "etcd health", "etcd snapshot", "version", "history", "completion", "local down"}
 		for path := range ex {
 			if !slices.Contains(order, path) {

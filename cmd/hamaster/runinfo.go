@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"strings"
 	"time"
 
 	"github.com/hamaster/hamaster/etcdmember"
@@ -54,12 +55,20 @@ func nextReplicaName(ctx context.Context, d *workflows.Deps) string {
 			for _, m := range ms {
 				if m.Name != "" {
 					taken[m.Name] = true
+					// kube-up's members are etcd-<hostname>, the hostname
+					// the replica's name.
+					if h, ok := strings.CutPrefix(m.Name, "etcd-"); ok {
+						taken[h] = true
+					}
 				}
 			}
 		}
 		cli.Close()
 	} else if d.Logger != nil {
 		d.Logger.Warn("next replica name: etcd members", "error", err)
+	}
+	if n, ok := d.Provider.(interface{ MasterName() string }); ok {
+		return tfexternal.NextReplicaNameFor(d.Cluster, n.MasterName(), taken)
 	}
 	return tfexternal.NextReplicaName(d.Cluster, taken)
 }

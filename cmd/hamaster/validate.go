@@ -177,7 +177,7 @@ func checkNewReplicaName(ctx context.Context, g *globals, p providers.Provider, 
 // positional arguments (terraform has its own protocol for them).
 func takesNoArgs(name string) bool {
 	switch name {
-	case "etcd", "local", "add-replica", "remove-replica", "rolling-upgrade", "status", "recover", "snapshots", "rotate-certs":
+	case "etcd", "local", "add-replica", "remove-replica", "rolling-upgrade", "status", "recover", "snapshots", "rotate-certs", "kubeconfig":
 		return true
 	}
 	return false

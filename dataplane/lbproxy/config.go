@@ -79,6 +79,11 @@ type HealthConfig struct {
 	UnhealthyThreshold int `json:"unhealthy_threshold,omitempty"`
 	// CAFile is the PEM CA that signed the targets' serving certificates.
 	CAFile string `json:"ca_file"`
+	// ServerName is the name checks verify the targets' certificates
+	// for (default: each target's IP). A kube-up master's MASTER_CERT
+	// names the static IP and kubernetes.*, not the master's internal
+	// address, so the GCE fake checks them as "kubernetes".
+	ServerName string `json:"server_name,omitempty"`
 }
 
 // Duration is a time.Duration written in JSON as a string ("200ms"); a

@@ -179,7 +179,7 @@ func (l *lb) buildBackends(cfg Config, old []*backend) []*backend {
 		if b.client != nil {
 			b.client.CloseIdleConnections()
 		}
-		b.client = l.healthClient(t.Address, cfg.Health.Timeout.Duration)
+		b.client = l.healthClient(t.Address, cfg.Health.ServerName, cfg.Health.Timeout.Duration)
 		out = append(out, b)
 	}
 	for _, b := range byKey {
@@ -193,10 +193,14 @@ func (l *lb) buildBackends(cfg Config, old []*backend) []*backend {
 	return out
 }
 
-// healthClient checks one target: TLS verified against the CA with the
-// target's IP as ServerName, a new connection per check.
-func (l *lb) healthClient(address string, timeout time.Duration) *http.Client {
+// healthClient checks one target: TLS verified against the CA with
+// serverName (default: the target's IP) as ServerName, a new connection
+// per check.
+func (l *lb) healthClient(address, serverName string, timeout time.Duration) *http.Client {
 	host, _, _ := net.SplitHostPort(address)
+	if serverName != "" {
+		host = serverName
+	}
 	return &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{

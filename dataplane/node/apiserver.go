@@ -52,7 +52,11 @@ func (n *node) checkReady(ctx context.Context) (bool, string) {
 		return r.ok, r.reason
 	}
 	// A caller that goes away must not cache a failure for the others.
-	r.ok, r.reason = n.probeEtcd(context.WithoutCancel(ctx))
+	if n.kapi.Load() != nil {
+		r.ok, r.reason = n.probeKubeAPIServer(context.WithoutCancel(ctx))
+	} else {
+		r.ok, r.reason = n.probeEtcd(context.WithoutCancel(ctx))
+	}
 	r.at = time.Now()
 	return r.ok, r.reason
 }
@@ -219,6 +223,34 @@ func getRetryingLeaderChange(ctx context.Context, cli *clientv3.Client, key stri
 	}
 }
 
+// retryUnproposed runs write again while etcd refuses it before it
+// entered the raft log: "raft proposal dropped" (raft.ErrProposalDropped,
+// while leadership moves) and "no leader" (refused before proposing).
+// Neither was applied, so repeating is safe; any other error, a timeout
+// among them (it may have been applied), is returned as it is.
+func retryUnproposed(ctx context.Context, write func() error) error {
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := write()
+		if err == nil || !unproposed(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-tick.C:
+		}
+	}
+}
+
+// unproposed reports whether etcd refused a write before proposing it.
+// raft.ErrProposalDropped reaches the client as an untyped gRPC error, so
+// it is matched by its text.
+func unproposed(err error) bool {
+	return errors.Is(err, rpctypes.ErrNoLeader) || strings.Contains(err.Error(), "raft proposal dropped")
+}
+
 func leaderChanging(err error) bool {
 	return errors.Is(err, rpctypes.ErrLeaderChanged) || errors.Is(err, rpctypes.ErrNoLeader) ||
 		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) || errors.Is(err, rpctypes.ErrTimeout) ||
@@ -242,7 +274,11 @@ func (n *node) serveKVPut(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), n.kvTimeout())
 	defer cancel()
-	resp, err := cli.Put(ctx, key, string(value))
+	var resp *clientv3.PutResponse
+	err = retryUnproposed(ctx, func() (err error) {
+		resp, err = cli.Put(ctx, key, string(value))
+		return err
+	})
 	if err != nil {
 		http.Error(w, "etcd: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -259,7 +295,11 @@ func (n *node) serveKVDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), n.kvTimeout())
 	defer cancel()
-	resp, err := cli.Delete(ctx, key)
+	var resp *clientv3.DeleteResponse
+	err := retryUnproposed(ctx, func() (err error) {
+		resp, err = cli.Delete(ctx, key)
+		return err
+	})
 	if err != nil {
 		http.Error(w, "etcd: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -379,8 +419,18 @@ type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
 
-// bind starts serving HTTPS on addr. The caller holds n.mu.
+// bind starts serving HTTPS on addr (with the real apiserver: forwarding
+// addr to it). The caller holds n.mu.
 func (n *node) bind(addr string) error {
+	if n.kapi.Load() != nil {
+		p, err := startTCPProxy(addr, n.cfg.APIServerAddress())
+		if err != nil {
+			return err
+		}
+		n.proxies[addr] = p
+		n.log.Info("forwarding to kube-apiserver", "addr", addr, "to", n.cfg.APIServerAddress())
+		return nil
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -406,6 +456,12 @@ func (n *node) bind(addr string) error {
 // accepted on it are closed, so another process can bind addr right after.
 // The caller holds n.mu.
 func (n *node) unbind(addr string) {
+	if p := n.proxies[addr]; p != nil {
+		delete(n.proxies, addr)
+		_ = p.Close()
+		n.log.Info("stopped forwarding to kube-apiserver", "addr", addr)
+		return
+	}
 	srv := n.servers[addr]
 	if srv == nil {
 		return

@@ -46,6 +46,11 @@ type Config struct {
 	APIServerExtraArgs string // APISERVER_EXTRA_ARGS
 	KubeVersion        string // KUBE_VERSION
 
+	ControlPlane          string // CONTROL_PLANE: nodeapi.ControlPlaneStandin ("" too) or ControlPlaneReal
+	KubeAPIServerDir      string // KUBE_APISERVER_DIR
+	ServiceAccountKeyFile string // SERVICE_ACCOUNT_KEY_FILE
+	ServiceClusterIPRange string // SERVICE_CLUSTER_IP_RANGE
+
 	DataDir      string // DATA_DIR
 	StaticIPFile string // STATIC_IP_FILE
 	PIDFile      string // PID_FILE
@@ -124,6 +129,10 @@ func (c Config) Env() map[string]string {
 		nodeapi.KeyStaticIPFile:            c.StaticIPFile,
 		nodeapi.KeyPIDFile:                 c.PIDFile,
 		nodeapi.KeyStatusFile:              c.StatusFile,
+		nodeapi.KeyControlPlane:            c.ControlPlane,
+		nodeapi.KeyKubeAPIServerDir:        c.KubeAPIServerDir,
+		nodeapi.KeyServiceAccountKeyFile:   c.ServiceAccountKeyFile,
+		nodeapi.KeyServiceClusterIPRange:   c.ServiceClusterIPRange,
 	}
 	ints := map[string]int{
 		nodeapi.KeyEtcdClientPort:  c.EtcdClientPort,
@@ -179,6 +188,11 @@ func ConfigFromEnv(env map[string]string) (Config, error) {
 		StaticIPFile:        env[nodeapi.KeyStaticIPFile],
 		PIDFile:             env[nodeapi.KeyPIDFile],
 		StatusFile:          env[nodeapi.KeyStatusFile],
+
+		ControlPlane:          env[nodeapi.KeyControlPlane],
+		KubeAPIServerDir:      env[nodeapi.KeyKubeAPIServerDir],
+		ServiceAccountKeyFile: env[nodeapi.KeyServiceAccountKeyFile],
+		ServiceClusterIPRange: env[nodeapi.KeyServiceClusterIPRange],
 	}
 	var err error
 	if c.EtcdClientPort, err = envPort(env, nodeapi.KeyEtcdClientPort, nodeapi.DefaultEtcdClientPort); err != nil {
@@ -298,6 +312,49 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		return bad("%s is empty: want the replica's persistent directory (etcd data goes to DATA_DIR/etcd)", nodeapi.KeyDataDir)
+	}
+	return c.validateControlPlane()
+}
+
+// Real reports whether the replica runs the real kube-apiserver.
+func (c Config) Real() bool { return c.ControlPlane == nodeapi.ControlPlaneReal }
+
+// ServiceCIDR is SERVICE_CLUSTER_IP_RANGE or its default.
+func (c Config) ServiceCIDR() string {
+	if c.ServiceClusterIPRange == "" {
+		return nodeapi.DefaultServiceClusterIPRange
+	}
+	return c.ServiceClusterIPRange
+}
+
+// validateControlPlane checks CONTROL_PLANE and, for the real apiserver,
+// what it needs beyond the stand-in (a missing binary is not a config
+// error: the apiserver is refused, like a VM whose image cannot be pulled).
+func (c Config) validateControlPlane() error {
+	bad := func(format string, args ...any) error {
+		return errkind.Errorf(errkind.InvalidArgument, format, args...)
+	}
+	switch c.ControlPlane {
+	case "", nodeapi.ControlPlaneStandin:
+		return nil
+	case nodeapi.ControlPlaneReal:
+	default:
+		return bad("%s=%q: want %q or %q", nodeapi.KeyControlPlane, c.ControlPlane, nodeapi.ControlPlaneStandin, nodeapi.ControlPlaneReal)
+	}
+	if c.KubeAPIServerDir == "" {
+		return bad("%s is empty: %s=real needs the directory of the kube-apiserver binaries (<dir>/<version>/kube-apiserver, make kube-apiserver)", nodeapi.KeyKubeAPIServerDir, nodeapi.KeyControlPlane)
+	}
+	if c.ServiceAccountKeyFile == "" {
+		return bad("%s is empty: %s=real needs the cluster's service-account signing key (PEM)", nodeapi.KeyServiceAccountKeyFile, nodeapi.KeyControlPlane)
+	}
+	if err := checkFile(nodeapi.KeyServiceAccountKeyFile, c.ServiceAccountKeyFile); err != nil {
+		return err
+	}
+	if !c.EtcdTLS() {
+		return bad("%s=real needs etcd mTLS (%s and the other etcd certificate keys): the apiserver reaches its member with a client certificate", nodeapi.KeyControlPlane, nodeapi.KeyEtcdCACert)
+	}
+	if _, _, err := net.ParseCIDR(c.ServiceCIDR()); err != nil {
+		return bad("%s=%q: want a CIDR such as %s", nodeapi.KeyServiceClusterIPRange, c.ServiceClusterIPRange, nodeapi.DefaultServiceClusterIPRange)
 	}
 	return nil
 }

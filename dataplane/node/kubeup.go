@@ -80,6 +80,7 @@ type kubeUpMaster struct {
 	// (configure-kubeapiserver.sh); "" when kube-env has no CA_CERT.
 	clientCA    string
 	kubeVersion string
+	extraArgs   string // APISERVER_TEST_ARGS
 }
 
 // RunKubeUpMaster boots a master as cluster/gce/gci/configure-helper.sh
@@ -106,9 +107,12 @@ func RunKubeUpMaster(ctx context.Context, o KubeUpOptions, logger *slog.Logger) 
 		APIServerKey:  m.apiserverKey,
 		ClientCAFile:  m.clientCA,
 		KubeVersion:   m.kubeVersion,
-		DataDir:       o.Disk,
-		PIDFile:       o.PIDFile,
-		StatusFile:    o.StatusFile,
+		// start-kube-apiserver appends ${APISERVER_TEST_ARGS} to the
+		// flags; the stand-in refuses what kube-apiserver would.
+		APIServerExtraArgs: m.extraArgs,
+		DataDir:            o.Disk,
+		PIDFile:            o.PIDFile,
+		StatusFile:         o.StatusFile,
 	}
 	clientTLS, err := m.apiserverEtcdTLS()
 	if err != nil {
@@ -159,7 +163,7 @@ func prepareKubeUp(ctx context.Context, o KubeUpOptions) (*kubeUpMaster, error) 
 		// configure-helper.sh main: start-etcd-servers is skipped.
 		return nil, bad("kube-env ETCD_SERVERS=%q: an external etcd is not supported (the master would run no etcd of its own)", v)
 	}
-	m := &kubeUpMaster{host: env["ETCD_HOSTNAME"], noFsync: o.EtcdUnsafeNoFsync, kubeVersion: env[kubeenv.KubeVersion]}
+	m := &kubeUpMaster{host: env["ETCD_HOSTNAME"], noFsync: o.EtcdUnsafeNoFsync, kubeVersion: env[kubeenv.KubeVersion], extraArgs: env[kubeenv.APIServerTestArgs]}
 	if m.host == "" {
 		m.host = o.Hostname
 	}

@@ -1,9 +1,10 @@
 // Package node is the runtime of one control-plane replica of the local
 // provider: what a cloud VM runs. It reads its configuration from an env
 // file (the local stand-in for GCE's "kube-env" metadata), runs a real
-// embedded etcd member, and serves a kube-apiserver stand-in over HTTPS
-// with /healthz, /readyz, /version and a small /kv/{key} API backed by the
-// local etcd member.
+// embedded etcd member, and serves either a kube-apiserver stand-in over
+// HTTPS with /healthz, /readyz, /version and a small /kv/{key} API backed
+// by the local etcd member, or (CONTROL_PLANE=real) a real kube-apiserver
+// as a child process (kubeapiserver.go).
 //
 // A parent process starts it as `hamaster-node replica --env-file F` and
 // watches STATUS_FILE; SIGHUP re-reads STATIC_IP_FILE, SIGTERM stops it
@@ -51,7 +52,12 @@ type node struct {
 	etcd   *etcdMember
 	events *etcdMember // kube-up's events cluster; nil in replica mode
 
-	opts        apiserverOptions
+	opts apiserverOptions
+	// kapi is the real apiserver (CONTROL_PLANE=real) once started, else
+	// nil; set after the status loop runs, hence atomic.
+	kapi        atomic.Pointer[kubeAPIServer]
+	kapiStop    context.CancelFunc
+	kapiDone    chan struct{}
 	tlsConfig   *tls.Config
 	httpHandler http.Handler
 	audit       io.WriteCloser
@@ -65,6 +71,7 @@ type node struct {
 
 	mu          sync.Mutex // guards the fields below
 	servers     map[string]*http.Server
+	proxies     map[string]*tcpProxy // real apiserver: static IP → NODE_ADDRESS
 	apiState    string
 	apiErr      string
 	staticIP    string // the IP STATIC_IP_FILE names
@@ -120,6 +127,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, members func(n *n
 		log:      logger,
 		changed:  make(chan struct{}, 1),
 		servers:  map[string]*http.Server{},
+		proxies:  map[string]*tcpProxy{},
 		apiState: nodeapi.APIServerStopped,
 	}
 	n.etcd, n.events = members(n)
@@ -161,7 +169,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, members func(n *n
 		}
 	}()
 
-	n.startAPIServer()
+	n.startAPIServer(ctx)
 	if n.audit != nil {
 		defer n.audit.Close()
 	}
@@ -183,8 +191,29 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, members func(n *n
 }
 
 // startAPIServer parses the apiserver flags and certificate and binds the
-// listeners; on a bad flag or certificate the apiserver is refused.
-func (n *node) startAPIServer() {
+// listeners; on a bad flag or certificate the apiserver is refused. With
+// CONTROL_PLANE=real it starts the real apiserver's supervisor instead
+// (refused when the version has no binary).
+func (n *node) startAPIServer(ctx context.Context) {
+	if n.cfg.Real() {
+		k, err := newKubeAPIServer(n.cfg)
+		if err != nil {
+			n.log.Error("apiserver refused to start", "err", err)
+			n.mu.Lock()
+			n.apiState, n.apiErr = nodeapi.APIServerRefused, err.Error()
+			n.mu.Unlock()
+			n.poke()
+			return
+		}
+		n.kapi.Store(k)
+		kctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		n.kapiStop, n.kapiDone = stop, make(chan struct{})
+		go func() {
+			defer close(n.kapiDone)
+			n.runKubeAPIServer(kctx, k)
+		}()
+		return
+	}
 	opts, err := parseAPIServerArgs(n.cfg.APIServerExtraArgs)
 	if err == nil {
 		n.tlsConfig, err = loadTLS(n.cfg.APIServerCert, n.cfg.APIServerKey)
@@ -212,7 +241,7 @@ func (n *node) startAPIServer() {
 // makes the static-IP listener match STATIC_IP_FILE (re-read every time:
 // it is a few bytes).
 func (n *node) reconcileListeners() {
-	if n.httpHandler == nil || n.shuttingDown.Load() {
+	if (n.httpHandler == nil && n.kapi.Load() == nil) || n.shuttingDown.Load() {
 		return
 	}
 	n.mu.Lock()
@@ -225,7 +254,11 @@ func (n *node) reconcileListeners() {
 	}()
 
 	primary := n.cfg.APIServerAddress()
-	if n.servers[primary] == nil {
+	if n.kapi.Load() != nil {
+		if n.apiState != nodeapi.APIServerServing {
+			return // the static IP waits until the apiserver serves
+		}
+	} else if n.servers[primary] == nil {
 		if err := n.bind(primary); err != nil {
 			if n.apiErr != err.Error() {
 				n.log.Error("apiserver cannot listen", "addr", primary, "err", err)
@@ -306,6 +339,23 @@ func readStaticIP(path string) (string, error) {
 func (n *node) shutdownAPIServer() {
 	n.shuttingDown.Store(true)
 	n.poke()
+	if n.kapi.Load() != nil {
+		// kube-apiserver fails /readyz on SIGTERM and keeps serving for its
+		// --shutdown-delay-duration; the static IP forwards until it exits.
+		n.kapiStop()
+		<-n.kapiDone
+		n.mu.Lock()
+		proxies := n.proxies
+		n.proxies = map[string]*tcpProxy{}
+		n.staticBound = ""
+		n.apiState, n.apiErr = nodeapi.APIServerStopped, ""
+		n.mu.Unlock()
+		for _, p := range proxies {
+			_ = p.Close()
+		}
+		n.poke()
+		return
+	}
 	if n.httpHandler == nil {
 		return
 	}
@@ -374,9 +424,22 @@ func (n *node) status() nodeapi.Status {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	listeners := make([]string, 0, len(n.servers))
+	listeners := make([]string, 0, len(n.servers)+len(n.proxies)+1)
 	for addr := range n.servers {
 		listeners = append(listeners, addr)
+	}
+	for addr := range n.proxies {
+		listeners = append(listeners, addr)
+	}
+	controlPlane, kapiPID := nodeapi.ControlPlaneStandin, 0
+	if n.cfg.Real() {
+		controlPlane = nodeapi.ControlPlaneReal
+		if n.kapi.Load() != nil {
+			kapiPID = n.kapi.Load().PID()
+		}
+		if n.apiState == nodeapi.APIServerServing {
+			listeners = append(listeners, n.cfg.APIServerAddress())
+		}
 	}
 	sort.Slice(listeners, func(i, j int) bool {
 		// NODE_ADDRESS first, then the static IP.
@@ -408,6 +471,8 @@ func (n *node) status() nodeapi.Status {
 		StaticIP:        n.staticIP,
 		StaticIPError:   n.staticErr,
 		Version:         n.cfg.KubeVersion,
+		ControlPlane:    controlPlane,
+		APIServerPID:    kapiPID,
 		Updated:         time.Now().UTC(),
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hamaster/hamaster/kubeenv"
@@ -67,7 +68,57 @@ const (
 	KeyEtcdElectionMS = "ETCD_ELECTION_MS"
 	// KeyEtcdUnsafeNoFsync disables fsync in etcd ("true"; tests only).
 	KeyEtcdUnsafeNoFsync = "ETCD_UNSAFE_NO_FSYNC"
+	// KeyControlPlane is what serves the apiserver port: ControlPlaneStandin
+	// (the default) or ControlPlaneReal.
+	KeyControlPlane = "CONTROL_PLANE"
+	// KeyKubeAPIServerDir holds the real apiserver binaries by version,
+	// <dir>/<KUBE_VERSION>/kube-apiserver with a SHA256SUMS beside it
+	// (make kube-apiserver writes them); used when CONTROL_PLANE=real.
+	KeyKubeAPIServerDir = "KUBE_APISERVER_DIR"
+	// KeyServiceAccountKeyFile is the PEM private key every replica of the
+	// cluster signs and verifies service-account tokens with (the same
+	// file for all, issued once per cluster like the CA); CONTROL_PLANE=real.
+	KeyServiceAccountKeyFile = "SERVICE_ACCOUNT_KEY_FILE"
+	// KeyServiceClusterIPRange is kube-up's SERVICE_CLUSTER_IP_RANGE: its
+	// first address is the "kubernetes" service IP the apiserver
+	// certificates cover (default DefaultServiceClusterIPRange).
+	KeyServiceClusterIPRange = "SERVICE_CLUSTER_IP_RANGE"
 )
+
+// Control planes a replica can run (KeyControlPlane).
+const (
+	// ControlPlaneStandin is hamaster-node's own apiserver stand-in:
+	// /healthz, /readyz, /version and /kv, in-process, any v1.x version.
+	ControlPlaneStandin = "standin"
+	// ControlPlaneReal is a real kube-apiserver child process at
+	// KUBE_VERSION, from KUBE_APISERVER_DIR.
+	ControlPlaneReal = "real"
+)
+
+// KubeAPIServerPath is where the real apiserver binary of version lives
+// under dir (KUBE_APISERVER_DIR); a SHA256SUMS file beside it records its
+// checksum.
+func KubeAPIServerPath(dir, version string) string {
+	return filepath.Join(dir, version, "kube-apiserver")
+}
+
+// DefaultKubeAPIServerDir is where 'make kube-apiserver' puts the
+// binaries: $XDG_CACHE_HOME/hamaster/kube-apiserver, else
+// $HOME/.cache/hamaster/kube-apiserver.
+func DefaultKubeAPIServerDir() (string, error) {
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "hamaster", "kube-apiserver"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("kube-apiserver cache: neither XDG_CACHE_HOME nor HOME is set: %w", err)
+	}
+	return filepath.Join(home, ".cache", "hamaster", "kube-apiserver"), nil
+}
+
+// DefaultServiceClusterIPRange is SERVICE_CLUSTER_IP_RANGE left empty
+// (kube-up's; providers.DefaultServiceCIDR, which the certificates use).
+const DefaultServiceClusterIPRange = "10.0.0.0/16"
 
 // Initial cluster states.
 const (
@@ -92,7 +143,7 @@ const (
 	EtcdStopped  = "stopped"  // the node stopped cleanly (final status)
 )
 
-// States of the control-plane stand-in in Status.APIServer.
+// States of the apiserver (stand-in or real) in Status.APIServer.
 const (
 	APIServerServing = "serving" // listening (see Status.Listeners)
 	APIServerRefused = "refused" // did not start: APISERVER_EXTRA_ARGS is bad (see Status.APIServerError)
@@ -123,10 +174,14 @@ type Status struct {
 	Listeners []string `json:"listeners"`
 	// StaticIP is the IP STATIC_IP_FILE named when last read; StaticIPError
 	// says why it is not (yet) bound or could not be read.
-	StaticIP      string    `json:"static_ip,omitempty"`
-	StaticIPError string    `json:"static_ip_error,omitempty"`
-	Version       string    `json:"version"`
-	Updated       time.Time `json:"updated"`
+	StaticIP      string `json:"static_ip,omitempty"`
+	StaticIPError string `json:"static_ip_error,omitempty"`
+	Version       string `json:"version"`
+	// ControlPlane is ControlPlaneStandin or ControlPlaneReal; APIServerPID
+	// is the real kube-apiserver's process while it runs.
+	ControlPlane string    `json:"control_plane,omitempty"`
+	APIServerPID int       `json:"apiserver_pid,omitempty"`
+	Updated      time.Time `json:"updated"`
 }
 
 // ReadStatus reads a status file written by a node.

@@ -25,6 +25,18 @@ type Process struct {
 
 // Start starts bin with args; the log file's directory is created.
 func Start(bin string, args []string, logPath string) (*Process, error) {
+	return start(bin, args, logPath, false)
+}
+
+// StartTied is Start for a process that must not outlive its parent (a
+// fake's VM processes, unlike the local provider's replicas, which
+// outlive the CLI that started them): where the kernel can (Linux), it
+// is killed when the parent dies, even by SIGKILL.
+func StartTied(bin string, args []string, logPath string) (*Process, error) {
+	return start(bin, args, logPath, true)
+}
+
+func start(bin string, args []string, logPath string, tied bool) (*Process, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		return nil, err
 	}
@@ -36,6 +48,9 @@ func Start(bin string, args []string, logPath string) (*Process, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if tied {
+		dieWithParent(cmd.SysProcAttr)
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}

@@ -57,10 +57,12 @@ type VPC struct {
 	gw, self netip.Addr
 	peer     netip.Addr // the router's end of the uplink
 
-	mu    sync.Mutex
-	vms   map[string]*VM
-	hosts map[string]netip.Addr
-	ext   map[netip.Addr]string // external address → VM name, "" for the router
+	mu  sync.Mutex
+	vms map[string]*VM
+	// lastIndex is the last VM index handed out.
+	lastIndex int
+	hosts     map[string]netip.Addr
+	ext       map[netip.Addr]string // external address → VM name, "" for the router
 }
 
 // VM is one namespace on the VPC.
@@ -109,6 +111,22 @@ func New(ctx context.Context, o Options) (*VPC, error) {
 	return v, nil
 }
 
+// Subnet is the internal range.
+func (v *VPC) Subnet() netip.Prefix { return v.o.Subnet }
+
+// Gateway is the subnet's gateway (the router's address on it).
+func (v *VPC) Gateway() netip.Addr { return v.gw }
+
+// External is the external range.
+func (v *VPC) External() netip.Prefix { return v.o.External }
+
+// ExternalUsable reports whether addr may be given to a VM or the router:
+// in the external range, and neither its network, broadcast or uplink
+// address.
+func (v *VPC) ExternalUsable(addr netip.Addr) bool {
+	return v.o.External.Contains(addr) && addr != v.o.External.Addr() && addr != v.self && addr != v.peer && addr != v.self.Next()
+}
+
 // AddVM creates a VM namespace with eth0 on the subnet at internal, the
 // gateway as its default route, and every VM's hostname in its hosts file.
 func (v *VPC) AddVM(ctx context.Context, name string, internal netip.Addr) (*VM, error) {
@@ -120,10 +138,11 @@ func (v *VPC) AddVM(ctx context.Context, name string, internal netip.Addr) (*VM,
 		v.mu.Unlock()
 		return nil, fmt.Errorf("vpc: VM %s exists", name)
 	}
-	vm := &VM{Name: name, Internal: internal, index: len(v.vms) + 1}
-	for _, other := range v.vms {
-		vm.index = max(vm.index, other.index+1)
-	}
+	// Indexes are never reused: a deleted namespace lives on (with its
+	// veth in the router) while a process still runs in it, so a new VM
+	// must not take its names.
+	v.lastIndex++
+	vm := &VM{Name: name, Internal: internal, index: v.lastIndex}
 	vm.NS = fmt.Sprintf("hm-%s-%d", v.o.ID, vm.index)
 	v.vms[name] = vm
 	v.hosts[name] = internal

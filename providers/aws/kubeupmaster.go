@@ -42,6 +42,7 @@ type KubeUpProvider struct {
 var (
 	_ providers.Membership         = (*KubeUpProvider)(nil)
 	_ providers.MasterCertificates = (*KubeUpProvider)(nil)
+	_ providers.APIServerNamer     = (*KubeUpProvider)(nil)
 )
 
 // KubeUpAPIServerPort is the apiserver's port on kube-up's masters (the
@@ -80,6 +81,12 @@ func (k *KubeUpProvider) EtcdMember(cluster, _, address string) (string, string)
 	host := Hostname(k.amap.toCloud(address))
 	return kubeenv.MemberName(host) + c.Suffix, kubeenv.PeerURL(c, host)
 }
+
+// APIServerName implements providers.APIServerNamer: kube-up's
+// MASTER_CERT names kubernetes (and the Elastic IP and master 0's internal
+// address: util.sh create-certs), not each master's own address, and a
+// clone keeps it.
+func (k *KubeUpProvider) APIServerName() string { return "kubernetes" }
 
 // ClusterCA implements providers.MasterCertificates: CA_CERT of a running
 // master's kube-env.

@@ -54,7 +54,7 @@ func TestFindsMastersByNameWithoutLabels(t *testing.T) {
 		}
 	}
 	p, err := gce.New(ctx, providers.Settings{Cluster: "kubernetes", StateDir: t.TempDir(), Options: map[string]string{
-		gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA + "," + gcetest.ZoneB, gce.OptEndpoint: f.URL}})
+		gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA + "," + gcetest.ZoneB, gce.OptEndpoint: f.URL, gce.OptSSHUser: "unused"}})
 	if err != nil {
 		t.Fatal(err)
 	}

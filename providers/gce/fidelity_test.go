@@ -11,10 +11,8 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/api/option"
 
-	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/lb"
-	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce/gcefake"
 	"github.com/hamaster/hamaster/providers/gce/gcetest"
 )
@@ -51,12 +49,17 @@ func TestLBNeedsTheHealthCheckFirewallRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fws.Close()
-	op, err := fws.Delete(ctx, &computepb.DeleteFirewallRequest{Project: c.Fake.Project(), Firewall: c.Master + "-lb-health-checks"})
-	if err != nil {
-		t.Fatalf("delete the rule the provider made: %v", err)
-	}
-	if err := op.Wait(ctx); err != nil {
-		t.Fatal(err)
+	// kube-up's MASTER_NAME-https (tcp:443 from anywhere) lets the probes
+	// in too; an operator who narrowed it to their clients, as many do,
+	// relies on the provider's rule alone. Without either, no probe passes.
+	for _, fw := range []string{c.Master + "-lb-health-checks", c.Master + "-https"} {
+		op, err := fws.Delete(ctx, &computepb.DeleteFirewallRequest{Project: c.Fake.Project(), Firewall: fw})
+		if err != nil {
+			t.Fatalf("delete firewall rule %s: %v", fw, err)
+		}
+		if err := op.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitHealth(ctx, t, l, c.Master, false)
 	// Prepare is idempotent and puts the rule back.
@@ -95,23 +98,13 @@ func TestCreateSurvivesCapacityAndQuotaInsideOperations(t *testing.T) {
 	c := gcetest.Up(t, "cap", gcetest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	master, err := c.Provider.Instances().Get(ctx, c.Master)
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := c.Master + "-c4p"
-	// A standalone one-member replica (the conformance suite's template):
-	// master 0's own kube-env would not let it join.
-	addr, err := c.Provider.Instances().ReserveAddress(ctx, name, gcetest.ZoneA)
-	if err != nil {
+	// A standalone master (the conformance suite's template): master 0's
+	// own kube-env would not let it join.
+	if _, err := c.Provider.Instances().ReserveAddress(ctx, name, gcetest.ZoneA); err != nil {
 		t.Fatal(err)
 	}
-	tmpl := master.Template.Clone()
-	if tmpl.Files, err = providers.ReplicaFiles(c.CA, name, addr, certs.APIServerSANs{StaticIP: c.StaticIP}); err != nil {
-		t.Fatal(err)
-	}
-	tmpl.Env[providers.EnvInitialEtcdCluster] = name + "=" + providers.PeerURL(addr)
-	tmpl.Env[providers.EnvEtcdInitialClusterState] = "new"
+	tmpl := c.StandaloneTemplate(ctx, t, name)
 	for _, f := range []struct {
 		fault gcefake.Fault
 		kind  error

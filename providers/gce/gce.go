@@ -33,8 +33,9 @@
 //
 // Template mapping: Env ↔ the kube-env metadata item (kube-up's `KEY:
 // 'value'` lines, see package kubeenv), with Version as its KUBE_VERSION;
-// Files ↔ kube-master-certs (base64 per file); ExtraArgs ↔ the
-// hamaster-apiserver-args item (JSON list); Machine ↔ the instance
+// Files ↔ kube-master-certs (base64 per file); ExtraArgs ↔ kube-env's
+// APISERVER_TEST_ARGS (configure-kubeapiserver.sh appends it to the
+// apiserver's flags); Machine ↔ the instance
 // settings copied when cloning (keys Machine*), other metadata items as
 // "metadata.<key>" and labels as "label.<key>".
 package gce
@@ -44,8 +45,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,18 +96,14 @@ const (
 	// OptDrainSeconds is the backend service's connection-draining timeout
 	// (default 30).
 	OptDrainSeconds = "gce-drain-seconds"
-	// SSH to a master for etcd (kube-up masters serve etcd on 127.0.0.1
-	// only): with ssh-user and ssh-key set, Etcd dials through an SSH
-	// tunnel to a healthy master; otherwise it dials members directly.
+	// SSH to the masters for etcd (kube-up masters serve etcd on
+	// 127.0.0.1 only): ssh-user is required, with ssh-key or an agent,
+	// and ssh-known-hosts unless host keys are deliberately not checked.
 	OptSSHUser       = "ssh-user"
 	OptSSHKey        = "ssh-key"
 	OptSSHKnownHosts = "ssh-known-hosts"
 	OptSSHInsecure   = "ssh-insecure-skip-host-key-check"
 	OptSSHPort       = "ssh-port"
-	// OptSSHEtcdEndpoint is etcd's client URL as seen from the master the
-	// tunnel ends on (default https://127.0.0.1:2379: kube-up masters
-	// serve etcd on localhost only).
-	OptSSHEtcdEndpoint = "ssh-etcd-endpoint"
 	// OptSSHAgent is the SSH agent socket used when no key file is given.
 	OptSSHAgent = "ssh-agent-socket"
 )
@@ -124,9 +121,8 @@ const (
 
 // Metadata items.
 const (
-	MetadataAPIServerArgs = "hamaster-apiserver-args"
-	envKubeVersion        = "KUBE_VERSION"
-	dataDeviceName        = "master-pd"
+	envKubeVersion = "KUBE_VERSION"
+	dataDeviceName = "master-pd"
 )
 
 // Provider is the GCE provider bound to one cluster.
@@ -208,6 +204,9 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	}
 	if n := p.fwName(); len(n) > 63 {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s %q: too long, the firewall rule %s would pass Compute's 63-character name limit", OptMasterName, p.masterName(), n)
+	}
+	if o[OptSSHUser] == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: required with the gce provider: kube-up masters serve etcd on 127.0.0.1 only, so hamaster reaches it over SSH to each master's external address, as kube-up's `gcloud compute ssh` does", OptSSHUser)
 	}
 	if p.network == "" {
 		p.network = "global/networks/default"
@@ -328,10 +327,22 @@ func (p *Provider) DNS(kind string) (dns.Records, error) {
 	return nil, errkind.Errorf(errkind.InvalidArgument, "--dns: %q is not available with the gce provider (valid: static, clouddns)", kind)
 }
 
-// APIServerURL implements providers.Provider.
+// APIServerURL implements providers.Provider: the master's external
+// address (kube-up's ${MASTER_NAME}-https firewall rule opens 443 to the
+// masters from anywhere; util.sh create-master), never the internal one,
+// which the operator cannot route to.
 func (p *Provider) APIServerURL(r providers.Replica) string {
-	return fmt.Sprintf("https://%s:%d", r.Address, p.apiPort)
+	addr := r.External
+	if addr == "" {
+		addr = r.Address
+	}
+	return fmt.Sprintf("https://%s", net.JoinHostPort(addr, strconv.Itoa(p.apiPort)))
 }
+
+// APIServerName implements providers.APIServerNamer: every kube-up
+// master's MASTER_CERT names "kubernetes" (util.sh create-certs: sans
+// DNS:kubernetes,...), not the master's own addresses.
+func (p *Provider) APIServerName() string { return "kubernetes" }
 
 // APIServerPort implements providers.APIServerPorter.
 func (p *Provider) APIServerPort() int { return p.apiPort }
@@ -347,7 +358,6 @@ func (p *Provider) Close() error {
 	return nil
 }
 
-func (p *Provider) pki(f string) string { return filepath.Join(p.stateDir, p.cluster, "pki", f) }
 
 // Cluster-wide resource names.
 func (p *Provider) staticAddressName() string {
@@ -356,6 +366,10 @@ func (p *Provider) staticAddressName() string {
 	}
 	return p.masterName() + "-ip"
 }
+
+// MasterName is kube-up's MASTER_NAME: master 0's name; replicas are
+// MASTER_NAME-<3 characters>.
+func (p *Provider) MasterName() string { return p.masterName() }
 
 // masterName is kube-up's MASTER_NAME.
 func (p *Provider) masterName() string {

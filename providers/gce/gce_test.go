@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
@@ -21,24 +20,12 @@ func TestConformance(t *testing.T) {
 	c := gcetest.Up(t, "conf", gcetest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	master, err := c.Provider.Instances().Get(ctx, c.Master)
-	if err != nil {
-		t.Fatal(err)
-	}
 	providertest.Run(t, providertest.Harness{
 		Provider:    c.Provider,
 		Timeout:     time.Minute,
 		ReplicaName: c.Master + "-c0f",
-		Template: func(t *testing.T, name, address string) providers.Template {
-			files, err := providers.ReplicaFiles(c.CA, name, address, certs.APIServerSANs{StaticIP: c.StaticIP})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tmpl := master.Template.Clone()
-			tmpl.Files = files
-			tmpl.Env[providers.EnvInitialEtcdCluster] = name + "=" + providers.PeerURL(address)
-			tmpl.Env[providers.EnvEtcdInitialClusterState] = "new"
-			return tmpl
+		Template: func(t *testing.T, name, _ string) providers.Template {
+			return c.StandaloneTemplate(ctx, t, name)
 		},
 	})
 }
@@ -54,7 +41,7 @@ func TestCloudDNS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, err := gce.New(ctx, providers.Settings{Cluster: "dns", StateDir: t.TempDir(), Options: map[string]string{
-		gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA, gce.OptEndpoint: f.URL, gce.OptDNSZone: "z"}})
+		gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA, gce.OptEndpoint: f.URL, gce.OptDNSZone: "z", gce.OptSSHUser: "unused"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package gce
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -170,6 +169,11 @@ func (in *instances) replica(ctx context.Context, x *computepb.Instance) (provid
 	m[MachineType] = lastSeg(x.GetMachineType())
 	if nics := x.GetNetworkInterfaces(); len(nics) > 0 {
 		r.Address = nics[0].GetNetworkIP()
+		for _, ac := range nics[0].GetAccessConfigs() {
+			if ac.GetNatIP() != "" {
+				r.External = ac.GetNatIP()
+			}
+		}
 		m[MachineNetwork] = relLink(nics[0].GetNetwork())
 		m[MachineSubnetwork] = relLink(nics[0].GetSubnetwork())
 	}
@@ -207,17 +211,17 @@ func (in *instances) replica(ctx context.Context, x *computepb.Instance) (provid
 			}
 			t.Version = env[envKubeVersion]
 			delete(env, envKubeVersion)
+			// configure-kubeapiserver.sh start-kube-apiserver appends
+			// ${APISERVER_TEST_ARGS} to the apiserver's flags.
+			t.ExtraArgs = strings.Fields(env[kubeenv.APIServerTestArgs])
+			delete(env, kubeenv.APIServerTestArgs)
 			t.Env = env
 		case kubeenv.KeyCerts:
-			files, err := kubeenv.ParseFiles(it.GetValue())
+			files, err := templateFiles(it.GetValue())
 			if err != nil {
 				return r, fmt.Errorf("instance %s: metadata %s: %w", x.GetName(), kubeenv.KeyCerts, err)
 			}
 			t.Files = files
-		case MetadataAPIServerArgs:
-			if err := json.Unmarshal([]byte(it.GetValue()), &t.ExtraArgs); err != nil {
-				return r, fmt.Errorf("instance %s: metadata %s: %w", x.GetName(), MetadataAPIServerArgs, err)
-			}
 		default:
 			m[machineMetadata+it.GetKey()] = it.GetValue()
 		}
@@ -266,6 +270,14 @@ func (in *instances) disk(ctx context.Context, source string) (diskInfo, error) 
 // ReserveAddress implements providers.Instances: a regional INTERNAL
 // address <name>-ip in the subnetwork.
 func (in *instances) ReserveAddress(ctx context.Context, name, _ string) (string, error) {
+	return in.reserveAddress(ctx, name, "")
+}
+
+// reserveAddress reserves <name>-internal: ip "" takes any free address
+// of the subnetwork; an ip the instance already uses is promoted to a
+// reservation (as `gcloud compute addresses create --addresses IP` does
+// for an ephemeral internal IP), so it survives the instance's deletion.
+func (in *instances) reserveAddress(ctx context.Context, name, ip string) (string, error) {
 	if err := in.checkName(name); err != nil {
 		return "", err
 	}
@@ -291,6 +303,7 @@ func (in *instances) ReserveAddress(ctx context.Context, name, _ string) (string
 				Subnetwork:  proto.String(in.p.subnet),
 				Description: proto.String(fmt.Sprintf("hamaster cluster %s: internal address of replica %s", in.p.cluster, name)),
 				Labels:      in.p.labels(),
+				Address:     optional(ip),
 			}})
 	})
 	if err := ignore(err, errkind.AlreadyExists); err != nil {
@@ -411,14 +424,12 @@ func (in *instances) insert(ctx context.Context, name, zone string, tmpl provide
 	if tmpl.Version != "" {
 		env[envKubeVersion] = tmpl.Version
 	}
-	args, err := json.Marshal(append([]string{}, tmpl.ExtraArgs...))
-	if err != nil {
-		return err
+	if len(tmpl.ExtraArgs) > 0 {
+		env[kubeenv.APIServerTestArgs] = strings.Join(tmpl.ExtraArgs, " ")
 	}
 	items := []*computepb.Items{
 		{Key: proto.String(kubeenv.KeyEnv), Value: proto.String(kubeenv.Render(env))},
-		{Key: proto.String(kubeenv.KeyCerts), Value: proto.String(kubeenv.RenderFiles(tmpl.Files))},
-		{Key: proto.String(MetadataAPIServerArgs), Value: proto.String(string(args))},
+		{Key: proto.String(kubeenv.KeyCerts), Value: proto.String(certsItem(tmpl.Files))},
 	}
 	labels := in.p.labels()
 	var keys []string
@@ -475,7 +486,7 @@ func (in *instances) insert(ctx context.Context, name, zone string, tmpl provide
 		}
 		inst.ServiceAccounts = []*computepb.ServiceAccount{{Email: proto.String(sa), Scopes: scopes}}
 	}
-	err = in.p.mutate(ctx, "insert instance "+name, func(ctx context.Context, rid *string) (*compute.Operation, error) {
+	err := in.p.mutate(ctx, "insert instance "+name, func(ctx context.Context, rid *string) (*compute.Operation, error) {
 		return in.p.instances.Insert(ctx, &computepb.InsertInstanceRequest{Project: in.p.project, Zone: zone, RequestId: rid, InstanceResource: inst})
 	})
 	if errors.Is(err, errkind.AlreadyExists) && strings.Contains(err.Error(), "/disks/") {
@@ -519,6 +530,13 @@ func (in *instances) Recreate(ctx context.Context, name string, tmpl providers.T
 	natIP := ""
 	switch {
 	case err == nil:
+		// Keep the internal address across the recreate: kube-up's master
+		// 0 has no reservation of its own (create-master reserves only the
+		// static IP), and without one its address would be free for any
+		// other VM while it is deleted.
+		if _, err := in.reserveAddress(ctx, name, x.GetNetworkInterfaces()[0].GetNetworkIP()); err != nil {
+			return providers.Replica{}, fmt.Errorf("recreate replica %s: keep its internal address: %w", name, err)
+		}
 		sip, _, _ := in.p.staticAddress(ctx)
 		for _, ac := range x.GetNetworkInterfaces()[0].GetAccessConfigs() {
 			if sip != "" && ac.GetNatIP() == sip {
@@ -602,4 +620,12 @@ func (in *instances) Delete(ctx context.Context, name string) error {
 	delete(in.p.zoneOf, name)
 	in.p.mu.Unlock()
 	return in.ReleaseAddress(ctx, name)
+}
+
+// optional is a proto optional string, nil for "".
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return proto.String(s)
 }

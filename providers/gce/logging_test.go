@@ -35,7 +35,7 @@ func TestSettingsLoggerLogsSDKRequestsAtDebug(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		p, err := gce.New(ctx, providers.Settings{Cluster: "logs", StateDir: t.TempDir(),
 			Logger:  slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: c.level})),
-			Options: map[string]string{gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA, gce.OptEndpoint: f.URL}})
+			Options: map[string]string{gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA, gce.OptEndpoint: f.URL, gce.OptSSHUser: "unused"}})
 		if err != nil {
 			cancel()
 			t.Fatal(err)

@@ -68,8 +68,11 @@ func (s *staticIP) Get(ctx context.Context) (string, string, error) {
 // which is DONE once the replica no longer answers on the static IP.
 func (s *staticIP) Detach(ctx context.Context) error {
 	ip, holder, err := s.Get(ctx)
-	if err != nil || holder == "" {
+	if err != nil {
 		return err
+	}
+	if holder == "" {
+		return s.ensureExternal(ctx)
 	}
 	x, zone, err := s.p.inst.getRaw(ctx, holder)
 	if err != nil {
@@ -83,6 +86,7 @@ func (s *staticIP) Detach(ctx context.Context) error {
 			return err
 		}
 	}
+	s.p.closeSSH(holder)
 	return s.addAccessConfig(ctx, holder, zone, "")
 }
 
@@ -111,7 +115,29 @@ func (s *staticIP) Attach(ctx context.Context, replica string) error {
 			return err
 		}
 	}
+	s.p.closeSSH(replica)
 	return s.addAccessConfig(ctx, replica, zone, ip)
+}
+
+// ensureExternal gives every master without an access config an
+// ephemeral external IP: a Detach interrupted between deleting the static
+// IP's access config and adding the ephemeral one left its holder
+// unreachable over SSH (and so etcd through it) until this re-run.
+func (s *staticIP) ensureExternal(ctx context.Context) error {
+	xs, err := s.p.inst.listRaw(ctx)
+	if err != nil {
+		return err
+	}
+	for _, x := range xs {
+		nics := x.GetNetworkInterfaces()
+		if len(nics) == 0 || len(nics[0].GetAccessConfigs()) > 0 {
+			continue
+		}
+		if err := s.addAccessConfig(ctx, x.GetName(), lastSeg(x.GetZone()), ""); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *staticIP) deleteAccessConfig(ctx context.Context, name, zone, ac string) error {

@@ -1,9 +1,11 @@
 // Package local is hamaster's embedded provider: a replica ("VM") is a
-// detached hamaster-node process running real etcd and a control-plane
-// stand-in on its own loopback address (127.0.N.x, N derived from the
-// cluster name); its data dir is its persistent disk; the static IP is the
-// loopback address 127.0.N.1; the load balancer is a hamaster-node lb
-// process bound to that address. Nothing needs installing. Processes
+// detached hamaster-node process running real etcd and the apiserver (a
+// stand-in, or kube-apiserver with --control-plane real) on its own
+// loopback address (127.0.N.x, N derived from the cluster name); its data
+// dir is its persistent disk; the static IP is the loopback address
+// 127.0.N.1; the load balancer is a hamaster-node lb process bound to that
+// address. Nothing needs installing but, for the real apiserver, its
+// binaries (make kube-apiserver). Processes
 // outlive the CLI and are found again from the state dir (pid files checked
 // against /proc).
 package local
@@ -17,6 +19,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/fsutil"
 )
@@ -27,13 +30,26 @@ type ClusterInfo struct {
 	Subnet   int       `json:"subnet"`
 	StaticIP string    `json:"static_ip"`
 	Created  time.Time `json:"created"`
+	// ControlPlane is what every replica runs behind its apiserver port:
+	// nodeapi.ControlPlaneStandin ("" in records older than the choice)
+	// or nodeapi.ControlPlaneReal.
+	ControlPlane string `json:"control_plane,omitempty"`
+	// KubeAPIServerDir holds the real apiserver binaries by version
+	// (<dir>/<version>/kube-apiserver); ControlPlane real only.
+	KubeAPIServerDir string `json:"kube_apiserver_dir,omitempty"`
 }
+
+// Real reports whether the cluster's replicas run the real kube-apiserver.
+func (ci ClusterInfo) Real() bool { return ci.ControlPlane == nodeapi.ControlPlaneReal }
 
 // layout names every path of one local cluster.
 type layout struct{ dir string }
 
-func (l layout) clusterFile() string      { return filepath.Join(l.dir, "cluster.json") }
-func (l layout) pki() string              { return filepath.Join(l.dir, "pki") }
+func (l layout) clusterFile() string { return filepath.Join(l.dir, "cluster.json") }
+func (l layout) pki() string         { return filepath.Join(l.dir, "pki") }
+func (l layout) serviceAccountKey() string {
+	return filepath.Join(l.dir, "pki", "service-account.key")
+}
 func (l layout) replicas() string         { return filepath.Join(l.dir, "replicas") }
 func (l layout) replica(n string) string  { return filepath.Join(l.dir, "replicas", n) }
 func (l layout) addresses() string        { return filepath.Join(l.dir, "addresses.json") }

@@ -205,6 +205,14 @@ func (in *instances) boot(ctx context.Context, name string, tmpl providers.Templ
 		return err
 	}
 	layout := vm.Layout{Dir: dir, DataDir: filepath.Join(dir, "data")}
+	if in.p.info.Real() {
+		// What the "VM image" runs, not part of the template: the real
+		// apiserver, its binaries and the cluster's service-account key.
+		tmpl = tmpl.Clone()
+		tmpl.Env[nodeapi.KeyControlPlane] = nodeapi.ControlPlaneReal
+		tmpl.Env[nodeapi.KeyKubeAPIServerDir] = in.p.info.KubeAPIServerDir
+		tmpl.Env[nodeapi.KeyServiceAccountKeyFile] = in.p.l.serviceAccountKey()
+	}
 	envPath, err := vm.Prepare(layout, name, addr, tmpl)
 	if err != nil {
 		return err

@@ -116,6 +116,9 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 		return err
 	}
 	if b.p.lbProc().pid() == 0 {
+		if err := b.p.waitModelled(ctx, OptLBProvisionDelay, "load balancer provisioning"); err != nil {
+			return err
+		}
 		bin, err := b.p.nodeBinary()
 		if err != nil {
 			return err

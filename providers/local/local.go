@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,6 +78,9 @@ func open(s providers.Settings) (*Provider, error) {
 		p.opts = map[string]string{}
 	}
 	p.inst = &instances{p: p}
+	if err := p.validateTiming(); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -149,6 +154,56 @@ type UpOptions struct {
 	// Env is copied into the master's template (and so into every clone):
 	// etcd tuning such as ETCD_HEARTBEAT_MS.
 	Env map[string]string
+	// ControlPlane is nodeapi.ControlPlaneStandin or
+	// nodeapi.ControlPlaneReal, chosen at the first up for every replica
+	// the cluster will have; "" keeps the recorded choice (standin for a
+	// new cluster).
+	ControlPlane string
+	// KubeAPIServerDir holds the real apiserver binaries by version
+	// ("": nodeapi.DefaultKubeAPIServerDir).
+	KubeAPIServerDir string
+}
+
+// checkControlPlane validates o's control-plane choice before anything
+// changes: a real control plane needs a binary for o.Version.
+func (o *UpOptions) checkControlPlane() error {
+	switch o.ControlPlane {
+	case "", nodeapi.ControlPlaneStandin:
+		return nil
+	case nodeapi.ControlPlaneReal:
+	default:
+		return errkind.Errorf(errkind.InvalidArgument, "--control-plane %q: want %s (hamaster-node's apiserver stand-in) or %s (kube-apiserver)", o.ControlPlane, nodeapi.ControlPlaneStandin, nodeapi.ControlPlaneReal)
+	}
+	if o.KubeAPIServerDir == "" {
+		d, err := nodeapi.DefaultKubeAPIServerDir()
+		if err != nil {
+			return errkind.Errorf(errkind.InvalidArgument, "--kube-apiserver-dir: %v", err)
+		}
+		o.KubeAPIServerDir = d
+	}
+	abs, err := filepath.Abs(o.KubeAPIServerDir)
+	if err != nil {
+		return errkind.Errorf(errkind.InvalidArgument, "--kube-apiserver-dir %s: %v", o.KubeAPIServerDir, err)
+	}
+	o.KubeAPIServerDir = abs
+	bin := nodeapi.KubeAPIServerPath(abs, o.Version)
+	if _, err := os.Stat(bin); err != nil {
+		var have []string
+		if ents, err := os.ReadDir(abs); err == nil {
+			for _, e := range ents {
+				if _, err := os.Stat(nodeapi.KubeAPIServerPath(abs, e.Name())); err == nil {
+					have = append(have, e.Name())
+				}
+			}
+		}
+		built := "none"
+		if len(have) > 0 {
+			built = strings.Join(have, ", ")
+		}
+		return errkind.Errorf(errkind.InvalidArgument, "--control-plane real --version %s: no kube-apiserver at %s (built here: %s); run 'make kube-apiserver' or pick a built --version",
+			o.Version, bin, built)
+	}
+	return nil
 }
 
 // MasterName is the name of a cluster's first master.
@@ -158,6 +213,9 @@ func MasterName(cluster string) string { return cluster + "-master" }
 // record, CA and operator etcd client certificate, master-0 with the static
 // IP attached, ready through the static IP. Idempotent.
 func Up(ctx context.Context, s providers.Settings, o UpOptions, progress func(string)) (*Provider, error) {
+	if err := o.checkControlPlane(); err != nil {
+		return nil, err
+	}
 	p, err := open(s)
 	if err != nil {
 		return nil, err
@@ -167,17 +225,30 @@ func Up(ctx context.Context, s providers.Settings, o UpOptions, progress func(st
 		if info, err = p.newClusterInfo(s); err != nil {
 			return nil, err
 		}
+		info.ControlPlane = cmp.Or(o.ControlPlane, nodeapi.ControlPlaneStandin)
+		if info.Real() {
+			info.KubeAPIServerDir = o.KubeAPIServerDir
+		}
 		if err := writeJSON(p.l.clusterFile(), info, 0o600); err != nil {
 			return nil, err
 		}
 	} else if err != nil {
 		return nil, err
+	} else if have := cmp.Or(info.ControlPlane, nodeapi.ControlPlaneStandin); o.ControlPlane != "" && have != o.ControlPlane {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--control-plane %s: cluster %s runs %s (chosen when it was created; 'local down' and up again to change it)", o.ControlPlane, s.Cluster, have)
 	}
 	p.info = info
 	progress(fmt.Sprintf("cluster %s: subnet 127.0.%d.0/24, static IP %s", s.Cluster, info.Subnet, info.StaticIP))
 	ca, _, err := certs.LoadOrCreateCA(p.l.pki(), s.Cluster+"-ca", certs.ECDSA)
 	if err != nil {
 		return nil, fmt.Errorf("cluster CA: %w", err)
+	}
+	if info.Real() {
+		// One key for every replica: a token one apiserver issues must
+		// verify on the others.
+		if _, err := certs.LoadOrCreateServiceAccountKey(p.l.serviceAccountKey(), certs.ECDSA); err != nil {
+			return nil, err
+		}
 	}
 	clientCert := filepath.Join(p.l.pki(), "etcd-client.crt")
 	if _, err := os.Stat(clientCert); err != nil {

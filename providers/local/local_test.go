@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/local"
@@ -93,5 +94,50 @@ func TestSubnetConflictRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(s.StateDir, "subnet-b", "replicas")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("refused up left state behind: %v", err)
+	}
+}
+
+// TestUpControlPlaneRefusedBeforeAnythingChanges: a bad --control-plane,
+// or a real control plane whose version has no kube-apiserver binary, is
+// an InvalidArgument naming the flag, and no cluster state is written.
+func TestUpControlPlaneRefusedBeforeAnythingChanges(t *testing.T) {
+	t.Parallel()
+	bins := t.TempDir()
+	cases := []struct {
+		name    string
+		o       local.UpOptions
+		wantErr []string
+	}{
+		{"unknown control plane", local.UpOptions{Version: "v1.33.13", ControlPlane: "kind"}, []string{"--control-plane", `"kind"`, "standin", "real"}},
+		{"real without a binary", local.UpOptions{Version: "v1.30.2", ControlPlane: "real", KubeAPIServerDir: bins}, []string{"--control-plane real --version v1.30.2", "no kube-apiserver", "make kube-apiserver"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			state := t.TempDir()
+			s := providers.Settings{Cluster: "cp", StateDir: state, Options: map[string]string{local.OptNodeBinary: "/nonexistent"}}
+			_, err := local.Up(context.Background(), s, tc.o, func(string) {})
+			if !errors.Is(err, errkind.InvalidArgument) {
+				t.Fatalf("err = %v, want InvalidArgument", err)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err %q does not name %q", err, w)
+				}
+			}
+			if ents, _ := os.ReadDir(state); len(ents) != 0 {
+				t.Errorf("state dir has %v after a refused up; want nothing written", ents)
+			}
+		})
+	}
+}
+
+// The real apiserver's --service-cluster-ip-range (the node's default)
+// must be the range whose first address the certificates cover.
+func TestServiceRangeMatchesCertificates(t *testing.T) {
+	t.Parallel()
+	if nodeapi.DefaultServiceClusterIPRange != providers.DefaultServiceCIDR {
+		t.Fatalf("node's default SERVICE_CLUSTER_IP_RANGE %s, certificates' service range %s: the kubernetes service IP would not be in the apiserver certificate",
+			nodeapi.DefaultServiceClusterIPRange, providers.DefaultServiceCIDR)
 	}
 }

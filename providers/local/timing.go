@@ -34,6 +34,10 @@ const (
 	// network LB is: a connection sent to a target that refuses it fails,
 	// instead of being tried on another target (lbproxy.Config.NoDialRetry).
 	OptLBNoDialRetry = "lb-no-dial-retry"
+	// OptLBProvisionDelay is how long a new load balancer takes to be
+	// provisioned before it forwards anything (an NLB's "provisioning"
+	// state before "active").
+	OptLBProvisionDelay = "lb-provision-delay"
 )
 
 // lbNoDialRetry reads OptLBNoDialRetry.
@@ -99,19 +103,40 @@ func (p *Provider) durationOpt(key string) (time.Duration, bool, error) {
 	return d, true, nil
 }
 
+// validateTiming checks every timing option up front, so a bad one is
+// refused before anything changes.
+func (p *Provider) validateTiming() error {
+	for _, k := range []string{OptBootDelay, OptLBProvisionDelay} {
+		if _, _, err := p.durationOpt(k); err != nil {
+			return err
+		}
+	}
+	if _, err := p.lbHealth(); err != nil {
+		return err
+	}
+	_, err := p.lbNoDialRetry()
+	return err
+}
+
 // waitBoot models the time a VM takes to be (re)provisioned and boot: it
 // waits OptBootDelay (none when unset), or until ctx ends.
 func (p *Provider) waitBoot(ctx context.Context, name string) error {
-	d, ok, err := p.durationOpt(OptBootDelay)
+	return p.waitModelled(ctx, OptBootDelay, "replica "+name+": boot delay")
+}
+
+// waitModelled waits the duration of option key (none when unset), or
+// until ctx ends.
+func (p *Provider) waitModelled(ctx context.Context, key, what string) error {
+	d, ok, err := p.durationOpt(key)
 	if err != nil || !ok || d == 0 {
 		return err
 	}
-	p.log.DebugContext(ctx, "modelled VM boot delay", "replica", name, "delay", d)
+	p.log.DebugContext(ctx, "modelled cloud delay", "what", what, "delay", d)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return fmt.Errorf("replica %s: boot delay: %w", name, ctx.Err())
+		return fmt.Errorf("%s: %w", what, ctx.Err())
 	case <-t.C:
 		return nil
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/providers"
 )
 
 func TestLBHealthOptions(t *testing.T) {
@@ -63,5 +65,23 @@ func TestBootDelay(t *testing.T) {
 	p.opts = map[string]string{OptBootDelay: "-1s"}
 	if err := p.waitBoot(context.Background(), "r"); !errors.Is(err, errkind.InvalidArgument) {
 		t.Fatalf("waitBoot() = %v, want InvalidArgument", err)
+	}
+}
+
+// A bad timing option is refused when the provider opens, naming the
+// option, before any command changes anything.
+func TestTimingOptionsCheckedAtOpen(t *testing.T) {
+	t.Parallel()
+	for _, k := range []string{OptBootDelay, OptLBProvisionDelay, OptLBHealthInterval, OptLBHealthyThreshold, OptLBNoDialRetry} {
+		t.Run(k, func(t *testing.T) {
+			t.Parallel()
+			_, err := open(providers.Settings{Cluster: "c", StateDir: t.TempDir(), Options: map[string]string{k: "soon"}})
+			if !errors.Is(err, errkind.InvalidArgument) || !strings.Contains(err.Error(), k) {
+				t.Fatalf("open with %s=soon: %v; want InvalidArgument naming %s", k, err, k)
+			}
+		})
+	}
+	if _, err := open(providers.Settings{Cluster: "c", StateDir: t.TempDir(), Options: map[string]string{OptLBProvisionDelay: "3m"}}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -12,7 +12,6 @@ package sshtest
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -24,7 +23,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,6 +31,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/hamaster/hamaster/internal/proctree"
 )
 
 // SSHD is the server binary.
@@ -338,17 +338,7 @@ func (s *Server) stop(t testing.TB, exited chan error) {
 // sessions of their own, so a process-group kill would miss them), then
 // sshd itself, and waits for sshd.
 func (s *Server) kill(exited chan error) {
-	for range 5 {
-		ds := descendants(s.cmd.Process.Pid)
-		if len(ds) == 0 {
-			break
-		}
-		for _, pid := range ds {
-			if p, err := os.FindProcess(pid); err == nil {
-				_ = p.Kill()
-			}
-		}
-	}
+	proctree.KillDescendants(s.cmd.Process.Pid)
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	timer := time.NewTimer(5 * time.Second)
 	defer timer.Stop()
@@ -359,50 +349,6 @@ func (s *Server) kill(exited chan error) {
 		<-exited
 	}
 	s.closeLog()
-}
-
-// descendants lists the processes below pid, from /proc.
-func descendants(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	children := map[int][]int{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(string(stat[i+1:]))
-		if len(fields) < 2 {
-			continue
-		}
-		ppid, err := strconv.Atoi(fields[1])
-		if err != nil {
-			continue
-		}
-		children[ppid] = append(children[ppid], p)
-	}
-	var out []int
-	queue := []int{pid}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			out = append(out, c)
-			queue = append(queue, c)
-		}
-	}
-	return out
 }
 
 // lockedBuffer collects log lines from the reader goroutine.

@@ -15,6 +15,13 @@ import (
 // not) as healthy replicas and as healthy, voting etcd members.
 func AssertReplicasAndMembers(t testing.TB, rep workflows.Report, want []string) {
 	t.Helper()
+	AssertReplicasAndMembersNamed(t, rep, want, func(r string) string { return r })
+}
+
+// AssertReplicasAndMembersNamed is AssertReplicasAndMembers for masters
+// whose etcd members are named otherwise (kube-up's: etcd-<hostname>).
+func AssertReplicasAndMembersNamed(t testing.TB, rep workflows.Report, want []string, member func(replica string) string) {
+	t.Helper()
 	want = slices.Sorted(slices.Values(want))
 	var names, members []string
 	for _, r := range rep.Replicas {
@@ -34,8 +41,13 @@ func AssertReplicasAndMembers(t testing.TB, rep workflows.Report, want []string)
 	if !slices.Equal(names, want) {
 		t.Errorf("replicas %v, want %v", names, want)
 	}
-	if !slices.Equal(members, want) {
-		t.Errorf("etcd members %v, want %v (%s)", members, want, rep.MembersError)
+	var wantMembers []string
+	for _, r := range want {
+		wantMembers = append(wantMembers, member(r))
+	}
+	sort.Strings(wantMembers)
+	if !slices.Equal(members, wantMembers) {
+		t.Errorf("etcd members %v, want %v (%s)", members, wantMembers, rep.MembersError)
 	}
 }
 

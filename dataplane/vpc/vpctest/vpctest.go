@@ -49,14 +49,23 @@ func Need(t testing.TB) {
 func New(ctx context.Context, t testing.TB, prefix string) *VPC {
 	t.Helper()
 	Need(t)
-	b := make([]byte, 2)
-	_, _ = rand.Read(b)
-	x, _ := rand.Int(rand.Reader, big.NewInt(140))
-	v := &VPC{ID: prefix + hex.EncodeToString(b), Third: 100 + int(x.Int64())}
-	var err error
-	v.VPC, err = vpc.New(ctx, vpc.Options{ID: v.ID, Subnet: netip.MustParsePrefix("10.128.0.0/20"), External: netip.MustParsePrefix(fmt.Sprintf("198.18.%d.0/24", v.Third))})
-	if err != nil {
-		t.Fatal(err)
+	// Tests in other packages run at the same time and pick their ranges
+	// the same way: a range (or ID) already taken makes `ip` answer "File
+	// exists"; try another.
+	var v *VPC
+	for attempt := 1; ; attempt++ {
+		b := make([]byte, 2)
+		_, _ = rand.Read(b)
+		x, _ := rand.Int(rand.Reader, big.NewInt(140))
+		v = &VPC{ID: prefix + hex.EncodeToString(b), Third: 100 + int(x.Int64())}
+		var err error
+		v.VPC, err = vpc.New(ctx, vpc.Options{ID: v.ID, Subnet: netip.MustParsePrefix("10.128.0.0/20"), External: netip.MustParsePrefix(fmt.Sprintf("198.18.%d.0/24", v.Third))})
+		if err == nil {
+			break
+		}
+		if attempt == 20 || !strings.Contains(err.Error(), "File exists") {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		if err := v.Close(); err != nil {

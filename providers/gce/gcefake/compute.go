@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -48,6 +49,10 @@ func (s *Server) dispatchCompute(ctx context.Context, r *request) (any, *apiErro
 	}
 	fam, verb := parts[1], parts[2]
 	switch fam {
+	case "projects":
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.project(r, verb)
 	case "zoneOperations", "regionOperations", "globalOperations":
 		switch verb {
 		case "get":
@@ -183,6 +188,10 @@ func (s *Server) dispatchCompute(ctx context.Context, r *request) (any, *apiErro
 		}), nil
 	case "regionBackendServices.getHealth":
 		return s.getHealth(r, it)
+	case "instances.getSerialPortOutput":
+		out := s.serialOutput(scope, it)
+		return map[string]any{"kind": "compute#serialPortOutput", "contents": out, "start": "0", "next": strconv.Itoa(len(out)),
+			"selfLink": s.link(collKey + "/" + name + "/serialPort")}, nil
 	}
 	return nil, errf(501, "notImplemented", "%s is not implemented by the fake", r.method)
 }
@@ -224,6 +233,13 @@ func (s *Server) insertHook(fam, scope string, it map[string]any) (func() *apiEr
 			it["addressType"] = typ
 		}
 		if ip := str(it, "address"); ip != "" {
+			if typ == "INTERNAL" {
+				if aerr := s.checkInternal(ip); aerr != nil {
+					return nil, aerr
+				}
+			} else if aerr := s.checkExternal(ip); aerr != nil {
+				return nil, aerr
+			}
 			if len(s.addressesWithIP(ip)) > 0 {
 				return nil, errf(409, "alreadyExists", "IP %s is already reserved", ip)
 			}
@@ -370,6 +386,12 @@ func (s *Server) deleteEffect(fam, scope, collKey, name string) *apiError {
 	switch fam {
 	case "instances":
 		s.stopNode(scope + "/instances/" + name)
+		if s.o.VPC != nil {
+			// A VM made again under this name is a new machine: new host
+			// key (operators meet a changed key in known_hosts), empty
+			// serial port, fresh boot disk.
+			_ = os.RemoveAll(s.instDir(scope + "/instances/" + name))
+		}
 	case "forwardingRules":
 		s.stopLB(scope + "/forwardingRules/" + name)
 	}
@@ -420,6 +442,9 @@ func remove(l []any, x string) []any {
 // allocIP returns the lowest free loopback IP of the internal (.2-.127)
 // or external (.128-.254) range. Called with s.mu held.
 func (s *Server) allocIP(internal bool) (string, *apiError) {
+	if s.o.VPC != nil {
+		return s.vpcAllocIP(internal)
+	}
 	lo, hi := 128, 254
 	if internal {
 		lo, hi = 2, 127
@@ -568,6 +593,9 @@ func (s *Server) insertInstance(scope string, it map[string]any) (func() *apiErr
 			}
 			ip = str(a, "address")
 		}
+		if aerr := s.checkInternal(ip); aerr != nil {
+			return nil, aerr
+		}
 		if u := s.addressUsers(ip); len(u) > 0 {
 			return nil, errf(400, "resourceInUseByAnotherResource", "IP %s is in use by %s", ip, u[0])
 		}
@@ -622,6 +650,8 @@ func (s *Server) fillAccessConfig(ac map[string]any) *apiError {
 		}
 	} else if u := s.addressUsers(ip); len(u) > 0 {
 		return errf(400, "resourceInUseByAnotherResource", "The IP address %s is in use by %s", ip, u[0])
+	} else if aerr := s.checkExternal(ip); aerr != nil {
+		return aerr
 	}
 	ac["natIP"] = ip
 	return nil

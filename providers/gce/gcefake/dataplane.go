@@ -2,12 +2,11 @@ package gcefake
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,16 +14,8 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/dataplane/lbproxy"
-	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/dataplane/vm"
-	"github.com/hamaster/hamaster/kubeenv"
-	"github.com/hamaster/hamaster/providers"
 )
-
-// MetadataAPIServerArgs is the metadata item holding the apiserver's extra
-// flags as a JSON list (the provider writes it; the data plane passes them
-// as APISERVER_EXTRA_ARGS).
-const MetadataAPIServerArgs = "hamaster-apiserver-args"
 
 // APIServerPort is the port the data plane's masters serve the apiserver
 // on: kube-up's (cluster/gce/gci/configure-kubeapiserver.sh
@@ -36,6 +27,7 @@ type nodeProc struct {
 	dir    string
 	status string
 	addr   string
+	caFile string // the CA that signed its apiserver's certificate
 }
 
 type lbProc struct {
@@ -72,92 +64,13 @@ func (s *Server) instDir(key string) string {
 	return filepath.Join(s.o.Dir, "instances", strings.ReplaceAll(relOf(key), "/", "_"))
 }
 
-// bootNode starts the instance's hamaster-node like a kube-up master's
-// boot script would: env from kube-env, files from kube-master-certs,
-// data dir on the data disk (device master-pd, else the boot disk).
+// bootNode boots the instance as a kube-up master in the VPC (bootVM);
+// without a data plane nothing boots.
 func (s *Server) bootNode(key string) *apiError {
 	if s.o.NodeBinary == "" {
 		return nil
 	}
-	s.mu.Lock()
-	in := s.findByLink(key)
-	if in == nil || s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	items := map[string]string{}
-	for _, it := range list(obj(in["metadata"]), "items") {
-		items[str(obj(it), "key")] = str(obj(it), "value")
-	}
-	nic := obj(list(in, "networkInterfaces")[0])
-	addr := str(nic, "networkIP")
-	nat := ""
-	for _, ac := range list(nic, "accessConfigs") {
-		nat = str(obj(ac), "natIP")
-	}
-	disk := ""
-	for _, d := range list(in, "disks") {
-		if disk == "" || str(obj(d), "deviceName") == "master-pd" {
-			disk = relOf(str(obj(d), "source"))
-		}
-	}
-	s.mu.Unlock()
-	envText, ok := items[kubeenv.KeyEnv]
-	if !ok {
-		return nil // not a master: nothing to boot
-	}
-	env, err := kubeenv.Parse(envText)
-	if err != nil {
-		return errf(400, "invalid", "metadata kube-env: %v", err)
-	}
-	files, err := kubeenv.ParseFiles(items[kubeenv.KeyCerts])
-	if err != nil {
-		return errf(400, "invalid", "metadata kube-master-certs: %v", err)
-	}
-	var extra []string
-	if a := items[MetadataAPIServerArgs]; a != "" {
-		if err := json.Unmarshal([]byte(a), &extra); err != nil {
-			return errf(400, "invalid", "metadata %s: %v", MetadataAPIServerArgs, err)
-		}
-	}
-	dir := s.instDir(key)
-	layout := vm.Layout{Dir: dir, DataDir: filepath.Join(s.o.Dir, "disks", strings.ReplaceAll(disk, "/", "_")), APIServerPort: APIServerPort}
-	tmpl := providers.Template{Version: env[nodeapi.KeyKubeVersion], ExtraArgs: extra, Env: env, Files: files}
-	envPath, err := vm.Prepare(layout, lastSeg(key), addr, tmpl)
-	if err != nil {
-		return errf(400, "invalid", "boot %s: %v", lastSeg(key), err)
-	}
-	if err := os.WriteFile(layout.StaticIPFile(), []byte(nat+"\n"), 0o600); err != nil {
-		return errf(500, "internalError", "%v", err)
-	}
-	status := layout.StatusFile()
-	s.stopNode(key)
-	p, err := vm.Start(s.o.NodeBinary, []string{"replica", "--env-file", envPath}, filepath.Join(dir, "node.log"))
-	if err != nil {
-		return errf(500, "internalError", "%v", err)
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		p.Stop()
-		return nil
-	}
-	s.nodes[key] = &nodeProc{Process: p, dir: dir, status: status, addr: addr}
-	s.mu.Unlock()
-	pid := p.Pid()
-	return s.pollUntil(time.Minute, "instance "+lastSeg(key)+" to boot (etcd running)", func() (bool, error) {
-		if !p.Running() {
-			return false, fmt.Errorf("hamaster-node exited at boot: %v\n%s", p.ExitReason(), p.Tail(10))
-		}
-		st, err := nodeapi.ReadStatus(status)
-		if err != nil || st.PID != pid {
-			return false, nil
-		}
-		if st.Etcd == nodeapi.EtcdFailed {
-			return false, fmt.Errorf("etcd failed: %s", st.EtcdError)
-		}
-		return st.Etcd == nodeapi.EtcdRunning, nil
-	})
+	return s.bootVM(key)
 }
 
 func (s *Server) stopNode(key string) {
@@ -168,13 +81,19 @@ func (s *Server) stopNode(key string) {
 	if n != nil {
 		n.Stop()
 	}
+	if s.o.VPC != nil {
+		s.stopVM(key)
+	}
 }
 
-// bindNAT makes the node listen on exactly its access config's natIP.
+// bindNAT moves the instance's external address to its access config's
+// natIP in the VPC.
 func (s *Server) bindNAT(key string) *apiError {
+	if s.o.VPC == nil {
+		return nil
+	}
 	s.mu.Lock()
 	in := s.findByLink(key)
-	n := s.nodes[key]
 	nat := ""
 	if in != nil {
 		for _, ac := range list(obj(list(in, "networkInterfaces")[0]), "accessConfigs") {
@@ -182,27 +101,7 @@ func (s *Server) bindNAT(key string) *apiError {
 		}
 	}
 	s.mu.Unlock()
-	if n == nil || !n.Running() {
-		return nil
-	}
-	if err := os.WriteFile(filepath.Join(n.dir, "static-ip"), []byte(nat+"\n"), 0o600); err != nil {
-		return errf(500, "internalError", "%v", err)
-	}
-	n.Signal(syscall.SIGHUP)
-	own := net.JoinHostPort(n.addr, strconv.Itoa(APIServerPort))
-	want := net.JoinHostPort(nat, strconv.Itoa(APIServerPort))
-	return s.pollUntil(30*time.Second, "instance "+lastSeg(key)+" to bind its external IP "+nat, func() (bool, error) {
-		st, err := nodeapi.ReadStatus(n.status)
-		if err != nil {
-			return false, nil
-		}
-		for _, l := range st.Listeners {
-			if l != own && l != want {
-				return false, nil
-			}
-		}
-		return nat == "" || slices.Contains(st.Listeners, want), nil
-	})
+	return s.vpcBindNAT(key, nat)
 }
 
 // syncLBs makes each forwarding rule's hamaster-node lb process match its
@@ -247,6 +146,11 @@ func (s *Server) syncLBs() *apiError {
 			cfg.StatusFile = filepath.Join(dir, "status.json")
 			cfg.PIDFile = filepath.Join(dir, "lb.pid")
 			cfg.Health = lbproxy.HealthConfig{Path: "/", Interval: lbproxy.Duration{Duration: s.o.HealthInterval}, Timeout: lbproxy.Duration{Duration: time.Second}, HealthyThreshold: 1, UnhealthyThreshold: 2}
+			if s.o.VPC != nil {
+				// MASTER_CERT names kubernetes.*, the static IP and
+				// MASTER_NAME, not a master's internal address.
+				cfg.Health.ServerName = "kubernetes"
+			}
 			if hcs := list(bs, "healthChecks"); len(hcs) > 0 {
 				if hc := s.findByLink(hcs[0].(string)); hc != nil {
 					if p := str(obj(hc["httpsHealthCheck"]), "requestPath"); p != "" {
@@ -284,7 +188,7 @@ func (s *Server) syncLBs() *apiError {
 					names[m.(string)] = true
 					delete(s.draining[key], m.(string))
 					if n := s.nodes[m.(string)]; n != nil && cfg.Health.CAFile == "" {
-						cfg.Health.CAFile = filepath.Join(n.dir, "certs", "ca.crt")
+						cfg.Health.CAFile = n.caFile
 					}
 				}
 			}
@@ -304,7 +208,7 @@ func (s *Server) syncLBs() *apiError {
 			sort.Slice(cfg.Targets, func(i, j int) bool { return cfg.Targets[i].Name < cfg.Targets[j].Name })
 			if cfg.Health.CAFile == "" {
 				for _, n := range s.nodes {
-					cfg.Health.CAFile = filepath.Join(n.dir, "certs", "ca.crt")
+					cfg.Health.CAFile = n.caFile
 					break
 				}
 			}
@@ -343,9 +247,28 @@ func (s *Server) applyLB(key, bs string, cfg lbproxy.Config, names map[string]bo
 		return nil
 	}
 	_ = os.Remove(cfg.StatusFile)
-	p, err := vm.Start(s.o.NodeBinary, []string{"lb", "--config", cfgPath}, filepath.Join(dir, "lb.log"))
-	if err != nil {
-		return errf(500, "internalError", "%v", err)
+	var p *vm.Process
+	if s.o.VPC != nil {
+		// The forwarding rule's address is the router's; the LB runs
+		// there and reaches the masters' internal addresses.
+		host, _, _ := net.SplitHostPort(cfg.Listen)
+		a, err := netip.ParseAddr(host)
+		if err != nil || !s.o.VPC.Net.ExternalUsable(a) {
+			return errf(500, "internalError", "forwarding rule address %s is not in the VPC's external range", host)
+		}
+		if err := s.o.VPC.Net.SetExternal(s.closeCtx, a, ""); err != nil {
+			return errf(500, "internalError", "%v", err)
+		}
+		s.setExtOwner(a, "lb:"+key)
+		var aerr *apiError
+		if p, aerr = s.startIn("", s.o.NodeBinary, []string{"lb", "--config", cfgPath}, filepath.Join(dir, "lb.log")); aerr != nil {
+			return aerr
+		}
+	} else {
+		var err error
+		if p, err = vm.Start(s.o.NodeBinary, []string{"lb", "--config", cfgPath}, filepath.Join(dir, "lb.log")); err != nil {
+			return errf(500, "internalError", "%v", err)
+		}
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -372,6 +295,15 @@ func (s *Server) stopLB(key string) {
 	s.mu.Unlock()
 	if l != nil {
 		l.Stop()
+	}
+	if s.o.VPC != nil && l != nil {
+		host, _, _ := net.SplitHostPort(l.cfg.Listen)
+		if a, err := netip.ParseAddr(host); err == nil && s.extOwner(a) == "lb:"+key {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = s.o.VPC.Net.ClearExternal(ctx, a)
+			s.setExtOwner(a, "")
+		}
 	}
 }
 

@@ -27,6 +27,18 @@
 // 127.0.N.0/24 (Options.Subnet): internal addresses 127.0.N.2-127,
 // external ones 127.0.N.128-254. Nothing is ever sent to a non-loopback
 // address, and the provider needs no address translation.
+//
+// VPC mode (Options.VPC, see VPCOptions; needs root): instances are
+// kube-up masters in a dataplane/vpc network-namespace VPC instead. Each
+// is a VM namespace at an internal address of the subnetwork (e.g.
+// 10.128.0.0/20) running `hamaster-node kube-up-master` booted from its
+// kube-env and kube-master-certs metadata (data disk master-pd) and sshd
+// on port 22 (keys from the project's and the instance's ssh-keys); access
+// configs and the static IP are addresses of the VPC's external range,
+// the only ones the operator's namespace reaches; a forwarding rule's
+// `hamaster-node lb` runs in the router namespace on the rule's address.
+// The fake keeps a known_hosts file for the VMs' external addresses, and
+// instances.getSerialPortOutput shows a master's boot log.
 package gcefake
 
 import (
@@ -39,7 +51,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -72,6 +87,11 @@ type Options struct {
 	APIDir string
 	// Logger receives one line per call at debug level.
 	Logger *slog.Logger
+	// Addr is where the API listens (default 127.0.0.1:0, a free port).
+	Addr string
+	// VPC, when set, runs the data plane in a namespace VPC with
+	// kube-up masters (see VPCOptions); Subnet is then unused.
+	VPC *VPCOptions
 }
 
 // Call is one API call, as the fault schedule sees it.
@@ -127,6 +147,9 @@ type Server struct {
 	nodes     map[string]*nodeProc // instance key → process
 	lbs       map[string]*lbProc   // forwarding rule key → process
 	draining  map[string]map[string]string
+	vms       map[string]*vpcVM     // instance key → VM (VPC mode)
+	extOwners map[netip.Addr]string // external address → instance key or "lb:"+rule key (VPC mode)
+	projectMD map[string]any        // the project's commonInstanceMetadata
 	closed    bool
 	bg        sync.WaitGroup
 	closeCtx  context.Context
@@ -138,7 +161,19 @@ func New(o Options) (*Server, error) {
 	if o.Project == "" {
 		o.Project = "hamaster-test"
 	}
-	if o.Subnet < 1 || o.Subnet > 254 {
+	if o.VPC != nil {
+		if o.VPC.Net == nil || o.NodeBinary == "" || o.Dir == "" {
+			return nil, fmt.Errorf("gcefake: VPC mode needs VPC.Net, NodeBinary and Dir")
+		}
+		if o.VPC.KnownHosts == "" {
+			o.VPC.KnownHosts = filepath.Join(o.Dir, "known_hosts")
+		}
+		if err := os.WriteFile(o.VPC.KnownHosts, nil, 0o644); err != nil {
+			return nil, fmt.Errorf("gcefake: known_hosts: %w", err)
+		}
+	} else if o.NodeBinary != "" {
+		return nil, fmt.Errorf("gcefake: a data plane (NodeBinary) runs only in a VPC (Options.VPC): the fake's masters boot as kube-up's do, in namespaces")
+	} else if o.Subnet < 1 || o.Subnet > 254 {
 		return nil, fmt.Errorf("gcefake: Subnet %d: want 1-254", o.Subnet)
 	}
 	if o.HealthInterval == 0 {
@@ -153,7 +188,8 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{o: o, res: map[string]map[string]map[string]any{}, ops: map[string]*operation{}, requests: map[string]*operation{},
 		attempts: map[string]int{}, calls: map[string]int{}, zones: map[string]*managedZone{}, nodes: map[string]*nodeProc{}, lbs: map[string]*lbProc{},
-		draining: map[string]map[string]string{}, latency: func(string) time.Duration { return 20 * time.Millisecond }}
+		draining: map[string]map[string]string{}, vms: map[string]*vpcVM{}, extOwners: map[netip.Addr]string{},
+		projectMD: map[string]any{"kind": "compute#metadata", "fingerprint": randHex(8)}, latency: func(string) time.Duration { return 20 * time.Millisecond }}
 	s.closeCtx, s.closeStop = context.WithCancel(context.Background())
 	if s.compute, err = loadDiscovery(dir, "compute/v1/compute-api.json"); err != nil {
 		return nil, err
@@ -161,7 +197,11 @@ func New(o Options) (*Server, error) {
 	if s.dnsDoc, err = loadDiscovery(dir, "dns/v1/dns-api.json"); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := o.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +237,20 @@ func (s *Server) Close() error {
 		go func() { defer wg.Done(); l.Stop() }()
 	}
 	wg.Wait()
+	// Operations still running finish (their boots see s.closed), then
+	// every VM goes: its processes, namespace and external address.
 	s.bg.Wait()
+	s.mu.Lock()
+	var vms []string
+	for k := range s.vms {
+		vms = append(vms, k)
+	}
+	s.mu.Unlock()
+	for _, k := range vms {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.stopVM(k) }()
+	}
+	wg.Wait()
 	return nil
 }
 

@@ -132,6 +132,10 @@ type Options struct {
 	// timing ones (local.OptBootDelay, local.OptLBHealthInterval, ...);
 	// unset, the cluster has today's instant timing.
 	ProviderOptions map[string]string
+	// ControlPlane and KubeAPIServerDir choose the real kube-apiserver
+	// (local.UpOptions); unset, the stand-in.
+	ControlPlane     string
+	KubeAPIServerDir string
 }
 
 // Up creates a single-master local cluster named name with fast etcd
@@ -162,7 +166,7 @@ func Up(t testing.TB, name string, o Options) *Cluster {
 	defer cancel()
 	p, err := local.Up(ctx, s, local.UpOptions{Version: o.Version, ExtraArgs: o.ExtraArgs, Env: map[string]string{
 		"ETCD_UNSAFE_NO_FSYNC": "true",
-	}}, func(string) {})
+	}, ControlPlane: o.ControlPlane, KubeAPIServerDir: o.KubeAPIServerDir}, func(string) {})
 	if err != nil {
 		t.Fatalf("local up %s: %v", name, err)
 	}

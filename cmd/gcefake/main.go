@@ -1,0 +1,288 @@
+// Command gcefake serves the Compute Engine and Cloud DNS REST APIs with a
+// kube-up master to rehearse hamaster's GCE path against, on this machine
+// and without a Google account. See usage below and the README section
+// "Try the GCE path without a Google account".
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hamaster/hamaster/dataplane/vpc"
+	"github.com/hamaster/hamaster/providers/gce/gcefake"
+	"github.com/hamaster/hamaster/providers/gce/gcefake/kubeupmaster"
+)
+
+const usage = `usage: gcefake --state DIR --kube-up-master NAME [flags]
+
+gcefake is a stand-in for a GCE project: it serves the Compute Engine and
+Cloud DNS REST APIs hamaster's gce provider calls, and creates in it the
+master a kube-up.sh cluster starts with, exactly as kube-up creates it
+(cluster/gce/util.sh create-master, gci/master-helper.sh
+create-master-instance): the static IP NAME-ip, the disk NAME-pd, the
+firewall rules NAME-https and NAME-etcd, and the instance NAME with
+kube-env and kube-master-certs metadata. Instances are real: each is a
+network namespace on a private VPC (10.128.0.0/20) running
+"hamaster-node kube-up-master" (etcd main on 127.0.0.1:2379, events on
+127.0.0.1:4002, the apiserver stand-in on :443) and sshd on port 22.
+From this machine only external addresses (--external-range) are
+reachable, as from an operator's laptop.
+
+When master NAME serves on its static IP, gcefake writes DIR/hamaster.env
+(export HAMASTER_... lines that point hamaster at it) and runs until
+SIGINT or SIGTERM, then stops every process and deletes every namespace
+and file it made (killed with SIGKILL, its processes die with it but
+its namespaces stay: ip netns list | grep hm-f, then ip netns del each,
+and remove DIR/gcefake). It needs root (network namespaces), iproute2's
+ip and OpenSSH's sshd.
+
+  terminal 1:  sudo bin/gcefake --state /tmp/gce --kube-up-master kubernetes-master
+  terminal 2:  sudo -s
+               . /tmp/gce/hamaster.env
+               bin/hamaster add-replica --yes
+               curl --cacert /tmp/gce/ca.crt https://$GCEFAKE_STATIC_IP/readyz
+
+flags:
+`
+
+// config is the parsed command line.
+type config struct {
+	state, master, project, zone, nodeBinary, addr, apiDir, external, logLevel string
+	latency                                                                    time.Duration
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func parse(args []string, stderr io.Writer) (config, int, error) {
+	var c config
+	fs := flag.NewFlagSet("gcefake", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.state, "state", "", "`DIR` for the fake's files (disks, logs, keys) and hamaster.env (required; created if missing)")
+	fs.StringVar(&c.master, "kube-up-master", "", "kube-up's MASTER_NAME of the master to create, `NAME` = INSTANCE_PREFIX-master, e.g. kubernetes-master (required)")
+	fs.StringVar(&c.project, "project", "hamaster-test", "the `PROJECT` the fake serves")
+	fs.StringVar(&c.zone, "zone", "us-central1-b", "master NAME's `ZONE` (the region is its prefix)")
+	fs.StringVar(&c.nodeBinary, "node-binary", "", "`PATH` of hamaster-node (default: next to gcefake, then $PATH)")
+	fs.StringVar(&c.addr, "listen", "127.0.0.1:0", "`ADDR` the APIs listen on (port 0: a free one)")
+	fs.StringVar(&c.apiDir, "api-dir", "", "google.golang.org/api's module `DIR` holding the discovery documents (default: found with go env GOMODCACHE)")
+	fs.StringVar(&c.external, "external-range", "198.18.250.0/24", "`CIDR` of external addresses (RFC 2544's test range: nothing leaves the machine); give each gcefake its own")
+	fs.DurationVar(&c.latency, "op-latency", 500*time.Millisecond, "how long each operation takes to be DONE")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug (every API call), info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, 0, err
+		}
+		return c, 2, err
+	}
+	if fs.NArg() > 0 {
+		return c, 2, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.state == "" || c.master == "" {
+		fs.Usage()
+		return c, 2, fmt.Errorf("--state and --kube-up-master are required")
+	}
+	if !strings.HasSuffix(c.master, "-master") || len(c.master) <= len("-master") {
+		return c, 2, fmt.Errorf("--kube-up-master %q: kube-up names its master INSTANCE_PREFIX-master (e.g. kubernetes-master)", c.master)
+	}
+	if strings.LastIndex(c.zone, "-") <= 0 {
+		return c, 2, fmt.Errorf("--zone %q: want a zone such as us-central1-b", c.zone)
+	}
+	return c, 0, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, code, err := parse(args, stderr)
+	if err != nil {
+		if code != 0 {
+			fmt.Fprintf(stderr, "gcefake: %v\n", err)
+		}
+		return code
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+		fmt.Fprintf(stderr, "gcefake: --log-level %q: want debug, info, warn or error\n", c.logLevel)
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	if err := serve(ctx, c, logger, stdout); err != nil {
+		fmt.Fprintf(stderr, "gcefake: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// preflight names what the machine lacks.
+func preflight(c *config) error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root: its VMs are network namespaces (ip netns); run it with sudo")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return errors.New("iproute2's ip is missing (apt-get install iproute2)")
+	}
+	if _, err := os.Stat("/usr/sbin/sshd"); err != nil {
+		return errors.New("/usr/sbin/sshd is missing: each VM runs OpenSSH's server (apt-get install openssh-server)")
+	}
+	if c.nodeBinary == "" {
+		if self, err := os.Executable(); err == nil {
+			if p := filepath.Join(filepath.Dir(self), "hamaster-node"); fileExists(p) {
+				c.nodeBinary = p
+			}
+		}
+	}
+	if c.nodeBinary == "" {
+		p, err := exec.LookPath("hamaster-node")
+		if err != nil {
+			return errors.New("hamaster-node not found next to gcefake nor on $PATH: run make build, or pass --node-binary")
+		}
+		c.nodeBinary = p
+	}
+	abs, err := filepath.Abs(c.nodeBinary)
+	if err != nil {
+		return err
+	}
+	c.nodeBinary = abs
+	return nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// serve runs the fake until ctx is done; every process, namespace and
+// file it made is gone when it returns.
+func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer) (err error) {
+	if err := preflight(&c); err != nil {
+		return err
+	}
+	ext, err := netip.ParsePrefix(c.external)
+	if err != nil {
+		return fmt.Errorf("--external-range: %w", err)
+	}
+	state, err := filepath.Abs(c.state)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return fmt.Errorf("--state: %w", err)
+	}
+	// Everything gcefake writes, apart from hamaster.env and ca.crt, is
+	// under DIR/gcefake.
+	dir := filepath.Join(state, "gcefake")
+	envFile, caFile := filepath.Join(state, "hamaster.env"), filepath.Join(state, "ca.crt")
+	if _, err := os.Stat(dir); err == nil {
+		return fmt.Errorf("%s exists: another gcefake uses --state %s, or one was killed (remove the directory)", dir, state)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	defer func() {
+		for _, p := range []string{envFile, caFile, dir} {
+			if rerr := os.RemoveAll(p); rerr != nil && err == nil {
+				err = rerr
+			}
+		}
+	}()
+
+	b := make([]byte, 2)
+	_, _ = rand.Read(b)
+	vnet, err := vpc.New(ctx, vpc.Options{ID: "f" + hex.EncodeToString(b), Subnet: netip.MustParsePrefix("10.128.0.0/20"), External: ext})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := vnet.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	fake, err := gcefake.New(gcefake.Options{Project: c.project, NodeBinary: c.nodeBinary, Dir: dir, Addr: c.addr, APIDir: c.apiDir, Logger: logger,
+		VPC: &gcefake.VPCOptions{Net: vnet}})
+	if err != nil {
+		return err
+	}
+	defer fake.Close()
+	lat := c.latency
+	fake.SetLatency(func(string) time.Duration { return lat })
+	fake.AddManagedZone("gcefake-zone", "gcefake.test.")
+	logger.Info("serving Compute and Cloud DNS", "url", fake.URL, "project", c.project)
+
+	prefix := strings.TrimSuffix(c.master, "-master")
+	keyFile, line, err := kubeupmaster.WriteSSHKey(filepath.Join(dir, "ssh"), "hamaster")
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	m, err := kubeupmaster.Create(ctx, kubeupmaster.Options{Endpoint: fake.URL, Project: c.project, Zone: c.zone, InstancePrefix: prefix, SSHKeys: []string{line}})
+	if err != nil {
+		return fmt.Errorf("create kube-up master %s: %w", c.master, err)
+	}
+	logger.Info("created kube-up master; waiting for it to serve", "master", m.Name, "static_ip", m.StaticIP)
+	failed := func() string {
+		if out := fake.SerialPortOutput(m.Zone, m.Name); strings.Contains(out, "startup-script exit status") {
+			return out
+		}
+		return ""
+	}
+	if err := kubeupmaster.WaitReady(ctx, m.Metadata.ClusterCA.Pool(), m.StaticIP, 3*time.Minute, failed); err != nil {
+		return err
+	}
+	if err := os.WriteFile(caFile, m.Metadata.ClusterCA.CertPEM, 0o644); err != nil {
+		return err
+	}
+	env := strings.Join([]string{
+		"# Written by gcefake: point hamaster at the fake GCE project (. this file).",
+		"# Removed when gcefake stops.",
+		"export HAMASTER_PROVIDER=gce",
+		"export HAMASTER_CLUSTER=" + prefix,
+		"export HAMASTER_STATE_DIR=" + filepath.Join(state, "hamaster"),
+		"export HAMASTER_GCE_ENDPOINT=" + fake.URL,
+		"export HAMASTER_GCE_PROJECT=" + c.project,
+		"export HAMASTER_GCE_ZONE=" + c.zone,
+		"export HAMASTER_GCE_REGION=" + m.Region,
+		"export HAMASTER_GCE_MASTER_NAME=" + m.Name,
+		"export HAMASTER_DNS_ZONE=gcefake-zone",
+		"export HAMASTER_SSH_USER=hamaster",
+		"export HAMASTER_SSH_KEY=" + keyFile,
+		"export HAMASTER_SSH_KNOWN_HOSTS=" + fake.KnownHostsFile(),
+		fmt.Sprintf("export HAMASTER_SSH_PORT=%d", gcefake.SSHPort),
+		"# Not hamaster's: the master's static IP and the cluster CA (curl --cacert).",
+		"export GCEFAKE_STATIC_IP=" + m.StaticIP,
+		"export GCEFAKE_CA=" + caFile,
+		"",
+	}, "\n")
+	if err := os.WriteFile(envFile+".tmp", []byte(env), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(envFile+".tmp", envFile); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "gcefake: kube-up master %s serves https://%s:443 (ready after %v)\n", m.Name, m.StaticIP, time.Since(start).Round(100*time.Millisecond))
+	fmt.Fprintf(stdout, "gcefake: Compute and Cloud DNS at %s, project %s, zone %s\n", fake.URL, c.project, c.zone)
+	fmt.Fprintf(stdout, "gcefake: in another terminal: . %s; hamaster add-replica --yes\n", envFile)
+	fmt.Fprintf(stdout, "gcefake: SSH: ssh -i %s -o UserKnownHostsFile=%s hamaster@%s\n", keyFile, fake.KnownHostsFile(), m.StaticIP)
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "gcefake: stopping: every VM, load balancer and namespace goes")
+	return nil
+}

@@ -1,0 +1,59 @@
+package lbproxy
+
+import (
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hamaster/hamaster/certs"
+)
+
+// TestHealthServerName: targets whose certificate names the cluster, not
+// their own address (a kube-up master's MASTER_CERT), are healthy only
+// when the checks verify them for that name.
+func TestHealthServerName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, serverName string
+		healthy          bool
+		lastError        string
+	}{
+		{"target IP", "", false, "127.0.0.1"},
+		{"named", "kubernetes", true, ""},
+		{"wrong name", "etcd", false, "etcd"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			pki := newTestPKI(t, dir)
+			ca, err := certs.LoadCA(pki.CAFile, filepath.Join(dir, "ca.key"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The name "kubernetes" and a static IP, not 127.0.0.1.
+			pair, err := ca.IssueEtcdServer(certs.Request{CommonName: "kubernetes", DNSNames: []string{"kubernetes"}, IPs: []net.IP{net.ParseIP("198.51.100.1")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pki.Cert, err = pair.TLSCertificate(); err != nil {
+				t.Fatal(err)
+			}
+			b := newBackend(t, pki, "m", true)
+			cfg, _ := testConfig(t, dir, pki, b)
+			cfg.Health.ServerName = tc.serverName
+			path := filepath.Join(dir, "lb-named.json")
+			if err := WriteConfig(path, cfg); err != nil {
+				t.Fatal(err)
+			}
+			startLB(t, cfg, path)
+			st := waitStatus(t, cfg.StatusFile, "a check round", func(st Status) bool {
+				return len(st.Targets) == 1 && (st.Targets[0].Healthy || st.Targets[0].LastError != "")
+			})
+			got := st.Targets[0]
+			if got.Healthy != tc.healthy || !strings.Contains(got.LastError, tc.lastError) {
+				t.Errorf("healthy %v (last error %q), want %v with %q", got.Healthy, got.LastError, tc.healthy, tc.lastError)
+			}
+		})
+	}
+}
