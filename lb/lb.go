@@ -79,6 +79,29 @@ type Preparer interface {
 	Prepare(ctx context.Context, targets []Target) error
 }
 
+// OwnAddress is an optional capability of a LoadBalancer: when OwnAddress
+// reports true the LB serves on addresses of its own and clients find it
+// by name (AWS with the Route53 endpoint: the name becomes an alias to the
+// NLB), so it never takes the static IP. Promote then leaves the static IP
+// on its replica (no outage), Status.IP is the LB's own address, and
+// Create's ip is only the cluster's endpoint for reference.
+type OwnAddress interface {
+	OwnAddress() bool
+}
+
+// ownsAddress reports whether l serves on addresses of its own.
+func ownsAddress(l LoadBalancer) bool {
+	o, ok := l.(OwnAddress)
+	return ok && o.OwnAddress()
+}
+
+// PromotionNoter is an optional capability of a LoadBalancer: it says
+// what promoting the static IP to it costs the clients of that address
+// (how long it answers nowhere, and why), for --dry-run and the docs.
+type PromotionNoter interface {
+	PromotionNote() string
+}
+
 // Releaser is an optional capability of a LoadBalancer: give up the static
 // IP (delete only what binds it, e.g. the forwarding rule) and leave the
 // rest for Delete, so that demotion can attach the IP to the last replica

@@ -46,8 +46,10 @@ func Promote(ctx context.Context, sip StaticIP, l LoadBalancer, first Target) er
 				return fmt.Errorf("promote static IP %s: prepare load balancer: %w", ip, err)
 			}
 		}
-		if err := sip.Detach(ctx); err != nil {
-			return fmt.Errorf("promote static IP %s: detach: %w", ip, err)
+		if !ownsAddress(l) { // an LB with its own address leaves the IP where it is
+			if err := sip.Detach(ctx); err != nil {
+				return fmt.Errorf("promote static IP %s: detach: %w", ip, err)
+			}
 		}
 		if err := l.Create(ctx, ip, []Target{first}); err != nil {
 			return fmt.Errorf("promote static IP %s: create load balancer: %w", ip, err)
@@ -67,6 +69,17 @@ func Demote(ctx context.Context, sip StaticIP, l LoadBalancer, last string) erro
 	if r, ok := l.(Releaser); ok {
 		if err := r.Release(ctx); err != nil {
 			return fmt.Errorf("demote: release the static IP from the load balancer: %w", err)
+		}
+		if ownsAddress(l) {
+			// The static IP stayed on a replica, maybe not the last one:
+			// move it (clients use the name, released above).
+			if _, holder, err := sip.Get(ctx); err != nil {
+				return fmt.Errorf("demote: %w", err)
+			} else if holder != "" && holder != last {
+				if err := sip.Detach(ctx); err != nil {
+					return fmt.Errorf("demote: detach static IP from %s: %w", holder, err)
+				}
+			}
 		}
 		if err := sip.Attach(ctx, last); err != nil {
 			return fmt.Errorf("demote: attach static IP to %s: %w", last, err)

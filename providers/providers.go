@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -148,6 +149,14 @@ type Provider interface {
 // 443: configure-kubeapiserver.sh start-kube-apiserver --secure-port=443).
 type APIServerPorter interface {
 	APIServerPort() int
+}
+
+// APIServerDialer is implemented by providers that reach the masters'
+// apiservers through a tunnel (an SSH bastion, or a master's sshd) rather
+// than by routing to their addresses: the workflows' /readyz and /version
+// probes dial through it.
+type APIServerDialer interface {
+	DialAPIServer(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // APIServerNamer is implemented by providers whose replicas' serving

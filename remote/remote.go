@@ -83,6 +83,11 @@ type Config struct {
 	// Logger receives connection events (Debug), keepalive failures and the
 	// insecure-mode warning (Warn); nil discards them.
 	Logger *slog.Logger
+	// Via, when set, is a jump host (ssh -J): the TCP connection to Addr
+	// is opened by Via's sshd, so Addr may be an address only Via can
+	// reach (a master's private IP behind a bastion). The host key of Addr
+	// is checked as usual.
+	Via *Client
 }
 
 // withDefaults returns cfg with zero fields filled in. It reads the home
@@ -180,8 +185,13 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 
 	dctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(dctx, "tcp", cfg.Addr)
+	var conn net.Conn
+	if cfg.Via != nil {
+		conn, err = cfg.Via.DialContext(dctx, "tcp", cfg.Addr)
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(dctx, "tcp", cfg.Addr)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("ssh to %s: %w", cfg.Addr, ctx.Err())

@@ -243,7 +243,7 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 			},
 		},
 		{
-			Name: StepPromoteLB, Plan: []string{"first add only: staticIP.Detach", "loadBalancer.Create(static IP, [replica that held it]) with /readyz health checks", "wait until the LB reports it healthy"},
+			Name: StepPromoteLB, Plan: promotePlan(d),
 			Run: func(ctx context.Context, r *Run) error {
 				exists, err := lb.Exists(ctx, d.Provider.LoadBalancer())
 				if err != nil || exists {
@@ -510,4 +510,16 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// promotePlan is the promotion step's plan, with what the provider says
+// the promotion costs clients of the static IP (lb.PromotionNoter).
+func promotePlan(d *Deps) []string {
+	plan := []string{"first add only: staticIP.Detach", "loadBalancer.Create(static IP, [replica that held it]) with /readyz health checks", "wait until the LB reports it healthy"}
+	if n, ok := d.Provider.LoadBalancer().(lb.PromotionNoter); ok {
+		if note := n.PromotionNote(); note != "" {
+			plan = append(plan, "outage: "+note)
+		}
+	}
+	return plan
 }

@@ -97,12 +97,16 @@ func (d *Deps) HTTP(ctx context.Context) (*http.Client, error) {
 	if n, ok := d.Provider.(providers.APIServerNamer); ok {
 		serverName = n.APIServerName()
 	}
+	tr := &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
+		DisableKeepAlives: true,
+	}
+	if dl, ok := d.Provider.(providers.APIServerDialer); ok {
+		tr.DialContext = dl.DialAPIServer // through the provider's tunnel
+	}
 	d.http = &http.Client{
-		Timeout: 2 * time.Second,
-		Transport: &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
-			DisableKeepAlives: true,
-		},
+		Timeout:   2 * time.Second,
+		Transport: tr,
 	}
 	return d.http, nil
 }

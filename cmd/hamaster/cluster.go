@@ -58,10 +58,15 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 		gce.OptSSHAgent:      g.sshAgent,
 
 		// aws provider (--dns route53 needs --hosted-zone-id)
-		awsp.OptRegion:       c.String("aws-region"),
-		awsp.OptEndpoint:     c.String("aws-endpoint"),
-		awsp.OptSubnets:      c.String("aws-subnets"),
-		awsp.OptHostedZoneID: c.String("hosted-zone-id"),
+		awsp.OptRegion:              c.String("aws-region"),
+		awsp.OptEndpoint:            c.String("aws-endpoint"),
+		awsp.OptSubnets:             c.String("aws-subnets"),
+		awsp.OptHostedZoneID:        c.String("hosted-zone-id"),
+		awsp.OptDeregistrationDelay: c.String("aws-deregistration-delay"),
+		awsp.OptClientCIDRs:         c.String("aws-client-cidrs"),
+		awsp.OptSSHBastion:          c.String("aws-ssh-bastion"),
+		awsp.OptMasterFormat:        c.String("aws-master-format"),
+		awsp.OptEndpointMode:        c.String("aws-endpoint-mode"),
 	}}
 }
 
@@ -187,6 +192,11 @@ func awsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "aws-endpoint", EnvVars: []string{"HAMASTER_AWS_ENDPOINT"}, Usage: "aws provider: base endpoint `URL` of every service (tests: moto; AWS_ENDPOINT_URL works too)"},
 		&cli.StringFlag{Name: "aws-subnets", EnvVars: []string{"HAMASTER_AWS_SUBNETS"}, Usage: "aws provider: subnets of new replicas by zone, `zone=subnet-id,...`"},
 		&cli.StringFlag{Name: "hosted-zone-id", EnvVars: []string{"HAMASTER_HOSTED_ZONE_ID"}, Usage: "aws provider, --dns route53: the hosted zone `ID`"},
+		&cli.StringFlag{Name: "aws-deregistration-delay", EnvVars: []string{"HAMASTER_AWS_DEREGISTRATION_DELAY"}, Usage: "aws provider: how long the NLB drains a deregistered master's open connections (watches) before closing them, `DURATION` in whole seconds 0s-3600s (default 120s); --drain-grace comes after it"},
+		&cli.StringFlag{Name: "aws-endpoint-mode", EnvVars: []string{"HAMASTER_AWS_ENDPOINT_MODE"}, Usage: "aws provider: how clients reach the apiservers once there are several masters, `MODE` dns (the Route53 name becomes an alias to the NLB once it serves; master 0 keeps the Elastic IP; no outage; the default with --hosted-zone-id) or eip-handover (the Elastic IP moves to the NLB: minutes of outage; the default without a hosted zone)"},
+		&cli.StringFlag{Name: "aws-master-format", EnvVars: []string{"HAMASTER_AWS_MASTER_FORMAT"}, Usage: "aws provider: the masters' `FORMAT`, kube-up (kube-up's AWS user data: members etcd-<EC2 hostname>, main and events etcd, the masters' own certificates) or hamaster (default: read from a running master's user data)"},
+		&cli.StringFlag{Name: "aws-ssh-bastion", EnvVars: []string{"HAMASTER_AWS_SSH_BASTION"}, Usage: "aws provider, with --ssh-user: reach each master's etcd by jumping through this bastion's sshd, `HOST[:PORT]` (known_hosts checked), to the master's private address; without it, SSH goes to the master's public address"},
+		&cli.StringFlag{Name: "aws-client-cidrs", EnvVars: []string{"HAMASTER_AWS_CLIENT_CIDRS"}, Usage: "aws provider: `CIDRS` clients reach the NLB from (default 0.0.0.0/0); the masters' security groups must allow them and the VPC on the apiserver port, or promotion stops naming the missing rule"},
 	}
 }
 
@@ -202,11 +212,11 @@ func gceFlags() []cli.Flag {
 		&cli.StringFlag{Name: "gce-master-name", EnvVars: []string{"HAMASTER_GCE_MASTER_NAME"}, Usage: "gce provider: kube-up's MASTER_NAME, the first master's `NAME`; replicas are NAME-xyz (default <cluster>-master)"},
 		&cli.StringFlag{Name: "gce-apiserver-port", EnvVars: []string{"HAMASTER_GCE_APISERVER_PORT"}, Usage: "gce provider: the `PORT` the masters' apiservers serve, and the LB's (default 443, kube-up's)"},
 		&cli.StringFlag{Name: "dns-zone", EnvVars: []string{"HAMASTER_DNS_ZONE"}, Usage: "gce provider, --dns clouddns: the Cloud DNS managed `ZONE`"},
-		&cli.StringFlag{Name: "ssh-user", EnvVars: []string{"HAMASTER_SSH_USER"}, Usage: "gce provider: reach etcd (on the masters' localhost) through SSH to a master as `USER`"},
-		&cli.StringFlag{Name: "ssh-key", EnvVars: []string{"HAMASTER_SSH_KEY"}, Usage: "gce provider: SSH private key `FILE` (default: the agent at $SSH_AUTH_SOCK)"},
-		&cli.StringFlag{Name: "ssh-port", EnvVars: []string{"HAMASTER_SSH_PORT"}, Usage: "gce provider: the masters' SSH `PORT` (default 22)"},
-		&cli.StringFlag{Name: "ssh-known-hosts", EnvVars: []string{"HAMASTER_SSH_KNOWN_HOSTS"}, Usage: "gce provider: known_hosts `FILE` (default ~/.ssh/known_hosts)"},
-		&cli.BoolFlag{Name: "ssh-insecure-skip-host-key-check", Usage: "gce provider: accept any SSH host key (anyone on the path can then read etcd traffic)"},
+		&cli.StringFlag{Name: "ssh-user", EnvVars: []string{"HAMASTER_SSH_USER"}, Usage: "gce and aws providers: reach etcd (on the masters' localhost) through SSH to a master as `USER`"},
+		&cli.StringFlag{Name: "ssh-key", EnvVars: []string{"HAMASTER_SSH_KEY"}, Usage: "gce and aws providers: SSH private key `FILE` (default: the agent at $SSH_AUTH_SOCK)"},
+		&cli.StringFlag{Name: "ssh-port", EnvVars: []string{"HAMASTER_SSH_PORT"}, Usage: "gce and aws providers: the masters' SSH `PORT` (default 22)"},
+		&cli.StringFlag{Name: "ssh-known-hosts", EnvVars: []string{"HAMASTER_SSH_KNOWN_HOSTS"}, Usage: "gce and aws providers: known_hosts `FILE` (default ~/.ssh/known_hosts)"},
+		&cli.BoolFlag{Name: "ssh-insecure-skip-host-key-check", Usage: "gce and aws providers: accept any SSH host key (anyone on the path can then read etcd traffic)"},
 	}
 }
 

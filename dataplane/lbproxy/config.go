@@ -38,6 +38,12 @@ type Config struct {
 	// fails; nothing tries another target. False (the default) tries the
 	// other healthy targets in turn.
 	NoDialRetry bool `json:"no_dial_retry,omitempty"`
+	// TerminateRemoved closes the open connections of a target when a
+	// reload removes it, as an AWS NLB does at the end of a target's
+	// deregistration delay with connection termination on
+	// (deregistration_delay.connection_termination.enabled). False (the
+	// default) lets them run until either side closes them.
+	TerminateRemoved bool `json:"terminate_removed,omitempty"`
 	// StatusFile, if set, receives the JSON Status after every check round.
 	StatusFile string `json:"status_file,omitempty"`
 	// PIDFile, if set, holds the pid while the listener is bound.

@@ -44,8 +44,9 @@ type backend struct {
 	failStreak  int
 	lastErr     string
 	lastChecked time.Time
-	active      int  // open proxied connections
-	checking    bool // a health check is in flight
+	active      int                   // open proxied connections
+	checking    bool                  // a health check is in flight
+	dsts        map[net.Conn]struct{} // the backend sides of active
 }
 
 // lb is a running load balancer: the tcpproxy.Target all connections go to.
@@ -182,7 +183,12 @@ func (l *lb) buildBackends(cfg Config, old []*backend) []*backend {
 		out = append(out, b)
 	}
 	for _, b := range byKey {
-		l.log.Info("target removed", "target", b.Name, "address", b.Address, "open_connections", b.active)
+		l.log.Info("target removed", "target", b.Name, "address", b.Address, "open_connections", b.active, "terminated", cfg.TerminateRemoved)
+		if cfg.TerminateRemoved {
+			for c := range b.dsts {
+				_ = c.Close() // the copier then closes the client's side
+			}
+		}
 	}
 	return out
 }
@@ -300,6 +306,10 @@ func (l *lb) attach(b *backend, dst net.Conn) bool {
 	}
 	l.conns[dst] = struct{}{}
 	b.active++
+	if b.dsts == nil {
+		b.dsts = map[net.Conn]struct{}{}
+	}
+	b.dsts[dst] = struct{}{}
 	return true
 }
 
@@ -307,6 +317,7 @@ func (l *lb) detach(b *backend, dst net.Conn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.conns, dst)
+	delete(b.dsts, dst)
 	b.active--
 }
 

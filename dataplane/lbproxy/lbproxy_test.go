@@ -3,6 +3,7 @@ package lbproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -401,5 +402,43 @@ func TestPickNoDialRetry(t *testing.T) {
 		if strings.Join(firsts, ",") != "a,b,a,b" {
 			t.Errorf("NoDialRetry=%v: first targets %v, want round robin a,b,a,b", noRetry, firsts)
 		}
+	}
+}
+
+// A reload that removes a target closes its open connections only with
+// TerminateRemoved (an NLB's connection termination at the end of the
+// deregistration delay); otherwise they run on.
+func TestLBTerminateRemoved(t *testing.T) {
+	t.Parallel()
+	for _, terminate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("terminate=%v", terminate), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			pki := newTestPKI(t, dir)
+			a, b := newBackend(t, pki, "a", true), newBackend(t, pki, "b", true)
+			cfg, path := testConfig(t, dir, pki, a, b)
+			cfg.TerminateRemoved = terminate
+			startLB(t, cfg, path)
+			waitStatus(t, cfg.StatusFile, "both healthy", func(s Status) bool { return healthy(s, "a", "b") })
+			pc := dialPersistent(t, pki, cfg.Listen)
+			first, err := pc.who()
+			if err != nil {
+				t.Fatal(err)
+			}
+			keep := map[string]*testBackend{"a": b, "b": a}[first]
+			next := cfg
+			next.Targets = []Target{keep.target()}
+			if err := WriteConfig(path, next); err != nil {
+				t.Fatal(err)
+			}
+			waitStatus(t, cfg.StatusFile, first+" removed", func(s Status) bool { _, ok := s.Target(first); return !ok })
+			got, err := pc.who()
+			switch {
+			case terminate && err == nil:
+				t.Errorf("the removed target's connection still answers (%q)", got)
+			case !terminate && (err != nil || got != first):
+				t.Errorf("the removed target's connection: %q, %v; want it to run on to %s", got, err, first)
+			}
+		})
 	}
 }

@@ -20,8 +20,10 @@ package aws
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -42,7 +44,18 @@ import (
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/remote"
 )
+
+// Values of OptMasterFormat.
+const (
+	MasterFormatKubeUp   = "kube-up"
+	MasterFormatHamaster = "hamaster"
+)
+
+// defaultDeregDelay is the deregistration delay in seconds (see
+// OptDeregistrationDelay).
+const defaultDeregDelay = 120
 
 // Name is the registry name of this provider.
 const Name = "aws"
@@ -74,8 +87,27 @@ const (
 	// (default 20s).
 	OptMaxBackoff = "aws-max-backoff"
 	// OptDeregistrationDelay is the target group's connection draining
-	// time (default 30s; AWS's own default is 300s).
+	// time (default 120s, AWS's recommended minimum for long-lived
+	// connections such as watches; AWS's own default is 300s). At its end
+	// ELBv2 closes what is still open (connection termination is on), and
+	// DrainTarget returns; the workflows' --drain-grace comes after it.
 	OptDeregistrationDelay = "aws-deregistration-delay"
+	// OptEndpointMode is how clients reach the apiservers once there is
+	// more than one master: "dns" (the default with --hosted-zone-id: the
+	// Route53 name of --dns route53 becomes an alias to the NLB once it
+	// serves, master 0 keeps the Elastic IP: no outage) or "eip-handover"
+	// (the default without a hosted zone: the Elastic IP moves from master
+	// 0 to the NLB, an outage of minutes, see PromotionNote).
+	OptEndpointMode = "aws-endpoint-mode"
+	// OptMasterFormat says which conventions the masters follow:
+	// "kube-up" (kube-up's AWS user data, KubeUpProvider) or "hamaster"
+	// (hamaster's own layout); empty: read from a running master's user
+	// data when the provider opens.
+	OptMasterFormat = "aws-master-format"
+	// OptClientCIDRs are the addresses clients reach the NLB from
+	// ("cidr,cidr"; default 0.0.0.0/0): the masters' security groups must
+	// let them in, since an NLB keeps the client's address.
+	OptClientCIDRs = "aws-client-cidrs"
 )
 
 // Tags.
@@ -107,7 +139,13 @@ type Provider struct {
 	poll         time.Duration
 	maxWait      time.Duration
 	deregDelay   int
+	apiPort      int // the masters' apiserver port: 443 on kube-up's
+	dnsEndpoint  bool
+	clientCIDRs  []netip.Prefix
 	subnetByZone map[string]string
+
+	sshMu sync.Mutex
+	ssh   map[string]*remote.Client // SSH connections by address (ssh.go)
 
 	mu    sync.Mutex // address reservations file
 	inst  *instances
@@ -130,7 +168,11 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	if opts == nil {
 		opts = map[string]string{}
 	}
-	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: opts, log: s.Log(), poll: 2 * time.Second, maxWait: 15 * time.Minute, deregDelay: 30}
+	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: opts, log: s.Log(), poll: 2 * time.Second, maxWait: 15 * time.Minute, deregDelay: defaultDeregDelay, apiPort: providers.APIServerPort}
+	p.ssh = map[string]*remote.Client{}
+	if opts[OptSSHBastion] != "" && opts[OptSSHUser] == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s needs --%s (and --%s or an agent)", OptSSHBastion, OptSSHUser, OptSSHKey)
+	}
 	var err error
 	if p.amap, err = parseAddrMap(opts[OptAddressMap]); err != nil {
 		return nil, err
@@ -142,10 +184,27 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	}
 	if v := opts[OptDeregistrationDelay]; v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > time.Hour {
-			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q is not a duration 0-3600s", OptDeregistrationDelay, v)
+		if err != nil || d < 0 || d > time.Hour || d%time.Second != 0 {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q is not a whole number of seconds 0s-3600s (ELBv2's range; 120s or more keeps watches alive)", OptDeregistrationDelay, v)
 		}
 		p.deregDelay = int(d.Seconds())
+	}
+	mode := opts[OptEndpointMode]
+	if mode == "" && opts[OptHostedZoneID] != "" {
+		mode = "dns" // managed DNS is AWS's way: a name, not an address, moves
+	}
+	switch mode {
+	case "", "eip-handover":
+	case "dns":
+		if opts[OptHostedZoneID] == "" {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s dns needs --%s (the Route53 name lives there)", OptEndpointMode, OptHostedZoneID)
+		}
+		p.dnsEndpoint = true
+	default:
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q (valid: eip-handover, dns)", OptEndpointMode, mode)
+	}
+	if p.clientCIDRs, err = parseCIDRs(opts[OptClientCIDRs]); err != nil {
+		return nil, err
 	}
 	if p.subnetByZone, err = parseSubnets(opts[OptSubnets]); err != nil {
 		return nil, err
@@ -195,6 +254,22 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	p.inst = &instances{p: p}
 	p.sip = &staticIP{p: p}
 	p.lbal = &loadBalancer{p: p}
+	var kubeUp bool
+	switch f := opts[OptMasterFormat]; f {
+	case "":
+		if kubeUp, err = p.detectKubeUp(ctx); err != nil {
+			return nil, fmt.Errorf("read the cluster's masters to tell their format (or set --%s): %w", OptMasterFormat, err)
+		}
+	case MasterFormatKubeUp:
+		kubeUp = true
+	case MasterFormatHamaster:
+	default:
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q (valid: %s, %s, or empty to read it from the masters' user data)", OptMasterFormat, f, MasterFormatKubeUp, MasterFormatHamaster)
+	}
+	if kubeUp {
+		p.apiPort = KubeUpAPIServerPort
+		return &KubeUpProvider{Provider: p}, nil
+	}
 	return p, nil
 }
 
@@ -241,21 +316,44 @@ func (p *Provider) DNS(kind string) (dns.Records, error) {
 	return nil, errkind.Errorf(errkind.InvalidArgument, "--dns: %q is not available with the aws provider (valid: static, route53)", kind)
 }
 
+// APIServerPort implements providers.APIServerPorter: the port the
+// masters' apiservers, the NLB's listener and its health checks use.
+func (p *Provider) APIServerPort() int { return p.apiPort }
+
 // APIServerURL implements providers.Provider.
 func (p *Provider) APIServerURL(r providers.Replica) string {
-	return "https://" + net.JoinHostPort(r.Address, strconv.Itoa(providers.APIServerPort))
+	return "https://" + net.JoinHostPort(r.Address, strconv.Itoa(p.apiPort))
 }
 
-// Close implements providers.Provider.
-func (p *Provider) Close() error { return nil }
+// Close implements providers.Provider: closes the SSH connections.
+func (p *Provider) Close() error { return p.closeSSH() }
 
 // Etcd implements providers.Provider: mTLS to every running replica not
 // excluded, with the operator client certificate kept in the state dir's
-// pki (issued from the cluster CA on first use).
+// pki (issued from the cluster CA on first use). With --ssh-user, through
+// an SSH tunnel to a master (its public address, or its private one
+// through --aws-ssh-bastion): nothing is dialed at a private address from
+// the operator's machine (ssh.go).
 func (p *Provider) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Client, error) {
 	is, err := p.inst.describe(ctx, "") // no user data needed: cheaper than List
 	if err != nil {
 		return nil, err
+	}
+	if p.sshEnabled() {
+		skip := map[string]bool{}
+		for _, e := range exclude {
+			skip[e] = true
+		}
+		var cands []instance
+		for _, i := range is {
+			if i.state == providers.StateRunning && !skip[i.name] && i.name != "" {
+				cands = append(cands, i)
+			}
+		}
+		if len(cands) == 0 {
+			return nil, errkind.Errorf(errkind.FailedPrecondition, "cluster %s: no running master to reach etcd through (excluding %v)", p.cluster, exclude)
+		}
+		return p.etcdOverSSH(ctx, cands)
 	}
 	rs := make([]providers.Replica, 0, len(is))
 	for _, i := range is {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,6 +32,9 @@ type env struct {
 	c   *awstest.Cluster
 	mu  sync.Mutex
 	out strings.Builder
+	// dns: the cluster runs with --aws-endpoint-mode dns (master 0 keeps
+	// the Elastic IP; the name aliases the NLB while there is one).
+	dns bool
 }
 
 const dnsKind = "route53"
@@ -48,14 +52,25 @@ func (e *env) deps(after func(string) error) *workflows.Deps {
 }
 
 func (e *env) add(ctx context.Context, name string, after func(string) error) error {
+	return e.addIn(ctx, name, "", after)
+}
+
+func (e *env) addIn(ctx context.Context, name, zone string, after func(string) error) error {
 	d := e.deps(after)
-	return workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: name, DNSKind: dnsKind, DNSName: e.dnsName(), Timeout: time.Minute}), workflows.Options{})
+	return workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: name, Zone: zone, DNSKind: dnsKind, DNSName: e.dnsName(), Timeout: time.Minute}), workflows.Options{})
 }
 
 func (e *env) remove(ctx context.Context, name string, after func(string) error) error {
 	d := e.deps(after)
 	return workflows.Execute(ctx, d, workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Timeout: time.Minute}),
 		workflows.Options{Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}})
+}
+
+// newEnv brings a cluster up (in the endpoint mode of o, or of
+// HAMASTER_AWS_ENDPOINT_MODE) and returns its env.
+func newEnv(t *testing.T, name string, o awstest.Options) *env {
+	c := awstest.Up(t, name, o)
+	return &env{t: t, c: c, dns: c.EndpointMode == "dns"}
 }
 
 // assertConverged checks the workflows' view (replicas, members, LB
@@ -91,7 +106,11 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 		if len(lbs.LoadBalancers) != 1 || len(tgs.TargetGroups) != 1 {
 			t.Errorf("%d replicas but %d load balancers and %d target groups", len(want), len(lbs.LoadBalancers), len(tgs.TargetGroups))
 		}
-		if aws.ToString(eip.AssociationId) != "" {
+		if e.dns {
+			if aws.ToString(eip.InstanceId) == "" {
+				t.Errorf("DNS endpoint: the Elastic IP left the masters")
+			}
+		} else if aws.ToString(eip.AssociationId) != "" {
 			t.Errorf("Elastic IP still associated with %s while the NLB owns it", aws.ToString(eip.InstanceId))
 		}
 		if rep.LB == nil {
@@ -159,13 +178,22 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 				for _, v := range r.ResourceRecords {
 					a = append(a, aws.ToString(r.Name)+"="+aws.ToString(v.Value))
 				}
+				if r.AliasTarget != nil {
+					a = append(a, aws.ToString(r.Name)+"=alias:"+strings.TrimSuffix(strings.ToLower(aws.ToString(r.AliasTarget.DNSName)), "."))
+				}
 			}
 		}
-		if w := []string{e.dnsName() + "=" + c.EIPPublicIP}; !slices.Equal(a, w) {
+		w := []string{e.dnsName() + "=" + c.EIPPublicIP}
+		if e.dns && len(want) > 1 {
+			w = []string{e.dnsName() + "=alias:" + strings.ToLower(aws.ToString(lbs.LoadBalancers[0].DNSName))}
+		}
+		if !slices.Equal(a, w) {
 			t.Errorf("A records %v, want %v", a, w)
 		}
 	}
-	if got := c.VMs.Nodes(); !slices.Equal(got, want) {
+	// The data plane follows EC2 by polling it: a terminated instance's
+	// node may take a moment to stop.
+	if got := waitNodes(ctx, c, want); !slices.Equal(got, want) {
 		t.Errorf("node processes %v, want %v (vms: %v)", got, want, c.VMs.LastError())
 	}
 	b, _ := os.ReadFile(filepath.Join(c.Settings.StateDir, c.Name, "aws", "addresses.json"))
@@ -186,7 +214,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 // ignores from the recorded requests.
 func TestAddRemove1to3to1(t *testing.T) {
 	t.Parallel()
-	e := &env{t: t, c: awstest.Up(t, "e2e", awstest.Options{})}
+	e := newEnv(t, "e2e", awstest.Options{})
 	c := e.c
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -208,40 +236,61 @@ func TestAddRemove1to3to1(t *testing.T) {
 	} {
 		px.Inject(f.action, f.kind, f.n)
 	}
-	names := []string{"e2e-master-a01", "e2e-master-a02"}
-	for _, n := range names {
+	// The second replica lives in the second zone: the provider must enable
+	// the NLB there (SetSubnets) or its target stays unused.
+	names := []string{"e2e-master-a01", "e2e-master-b02"}
+	zones := []string{awstest.Zone, awstest.ZoneB}
+	for k, n := range names {
 		mark := px.Mark()
 		start := time.Now()
-		if err := e.add(ctx, n, nil); err != nil {
+		if err := e.addIn(ctx, n, zones[k], nil); err != nil {
 			t.Fatalf("add %s: %v (vms: %v)", n, err, c.VMs.LastError())
 		}
 		t.Logf("add %s: %s, API calls %s", n, time.Since(start).Round(time.Millisecond), awstest.FormatCounts(px.CountsSince(mark)))
 	}
 	e.assertConverged(ctx, c.Master, names[0], names[1])
 
-	// What moto ignores, checked on the requests themselves.
-	lbc, ok := px.Last("CreateLoadBalancer")
-	if !ok {
-		t.Fatal("no CreateLoadBalancer call")
+	// What moto ignores, the proxy's NLB model answers: the Elastic IP in
+	// the subnet mapping of the master's zone, both zones enabled.
+	viaProxy := elb.NewFromConfig(aws.Config{Region: awstest.Region, Credentials: c.ELB.Options().Credentials, BaseEndpoint: aws.String(px.URL)})
+	lbs, err := viaProxy.DescribeLoadBalancers(ctx, &elb.DescribeLoadBalancersInput{Names: []string{awsp.LoadBalancerName(c.Name)}})
+	if err != nil || len(lbs.LoadBalancers) != 1 {
+		t.Fatalf("describe the NLB through the proxy: %v", err)
 	}
-	for k, want := range map[string]string{
-		"Type": "network", "Scheme": "internet-facing",
-		"SubnetMappings.member.1.AllocationId": c.EIPAllocation,
-		"SubnetMappings.member.1.SubnetId":     c.Subnet,
-		"Subnets.member.1":                     "",
-		"SubnetMappings.member.2.SubnetId":     "",
-	} {
-		if got := lbc.Params.Get(k); got != want {
-			t.Errorf("CreateLoadBalancer %s = %q, want %q", k, got, want)
+	l := lbs.LoadBalancers[0]
+	if l.Type != "network" || l.Scheme != "internet-facing" || l.State == nil || l.State.Code != "active" {
+		t.Errorf("NLB %s %s %+v, want an active internet-facing network LB", l.Type, l.Scheme, l.State)
+	}
+	gotZones := map[string]string{}
+	for _, az := range l.AvailabilityZones {
+		alloc := ""
+		for _, a := range az.LoadBalancerAddresses {
+			alloc = aws.ToString(a.AllocationId)
 		}
+		gotZones[aws.ToString(az.ZoneName)] = aws.ToString(az.SubnetId) + "/" + alloc
 	}
-	tgc, _ := px.Last("CreateTargetGroup")
-	for k, want := range map[string]string{
-		"Protocol": "TCP", "Port": "6443", "TargetType": "instance",
-		"HealthCheckProtocol": "HTTPS", "HealthCheckPath": "/readyz", "HealthCheckPort": "6443",
+	want := map[string]string{awstest.Zone: c.Subnet + "/" + c.EIPAllocation, awstest.ZoneB: c.SubnetB + "/"}
+	if e.dns {
+		want[awstest.Zone] = c.Subnet + "/" // master 0 keeps the Elastic IP
+	}
+	if !maps.Equal(gotZones, want) {
+		t.Errorf("NLB zones %v, want %v", gotZones, want)
+	}
+	tgs, err := c.ELB.DescribeTargetGroups(ctx, &elb.DescribeTargetGroupsInput{Names: []string{awsp.LoadBalancerName(c.Name) + "-api"}})
+	if err != nil || len(tgs.TargetGroups) != 1 {
+		t.Fatalf("describe the target group: %v", err)
+	}
+	tg := tgs.TargetGroups[0]
+	for k, v := range map[string][2]string{
+		"Protocol":            {string(tg.Protocol), "TCP"},
+		"Port":                {fmt.Sprint(aws.ToInt32(tg.Port)), "6443"},
+		"TargetType":          {string(tg.TargetType), "instance"},
+		"HealthCheckProtocol": {string(tg.HealthCheckProtocol), "HTTPS"},
+		"HealthCheckPath":     {aws.ToString(tg.HealthCheckPath), "/readyz"},
+		"HealthCheckPort":     {aws.ToString(tg.HealthCheckPort), "6443"},
 	} {
-		if got := tgc.Params.Get(k); got != want {
-			t.Errorf("CreateTargetGroup %s = %q, want %q", k, got, want)
+		if v[0] != v[1] {
+			t.Errorf("target group %s = %q, want %q", k, v[0], v[1])
 		}
 	}
 	if assoc, ok := px.Last("AssociateAddress"); ok && assoc.Params.Get("AllowReassociation") == "true" {
@@ -249,7 +298,7 @@ func TestAddRemove1to3to1(t *testing.T) {
 	}
 	served, faults := px.Served(), px.Faults()
 	t.Logf("injected faults %v; served by the proxy %v", faults, served)
-	if served["invisible"] == 0 || served["PENDING"] == 0 || served["initial"] == 0 || served["healthy"] == 0 {
+	if served["invisible"] == 0 || served["PENDING"] == 0 || served["provisioning"] == 0 || served["initial"] == 0 || served["healthy"] == 0 {
 		t.Errorf("the proxy did not serve every production behaviour: %v", served)
 	}
 	if faults[awstest.FaultThrottle] == 0 || faults[awstest.Fault5xx] == 0 {
@@ -265,6 +314,9 @@ func TestAddRemove1to3to1(t *testing.T) {
 		t.Logf("remove %s: %s, API calls %s", names[i], time.Since(start).Round(time.Millisecond), awstest.FormatCounts(px.CountsSince(mark)))
 	}
 	e.assertConverged(ctx, c.Master)
+	if s := px.Served(); s["draining"] == 0 {
+		t.Errorf("removals never saw a target draining for the deregistration delay: %v", s)
+	}
 	if _, err := os.Stat(filepath.Join(c.Settings.StateDir, c.Name, "aws", "addresses.json")); err == nil {
 		b, _ := os.ReadFile(filepath.Join(c.Settings.StateDir, c.Name, "aws", "addresses.json"))
 		for _, n := range names {
@@ -280,7 +332,7 @@ func TestAddRemove1to3to1(t *testing.T) {
 // cluster converges with nothing orphaned.
 func TestCrashResume(t *testing.T) {
 	t.Parallel()
-	e := &env{t: t, c: awstest.Up(t, "crash", awstest.Options{})}
+	e := newEnv(t, "crash", awstest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	d := e.deps(nil)
@@ -322,5 +374,51 @@ func TestCrashResume(t *testing.T) {
 		}
 		e.assertConverged(ctx, e.c.Master)
 		t.Logf("crash after add step %-24s and remove step %-24s: converged", as, rs)
+	}
+}
+
+// TestAddRemoveDNSEndpoint grows 1→3→1 with the DNS endpoint: master 0
+// keeps the Elastic IP throughout, the name is an alias to the NLB while
+// there is more than one master and an A record to the Elastic IP before
+// and after, and nothing is left behind.
+func TestAddRemoveDNSEndpoint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "dnsep", awstest.Options{EndpointMode: "dns"})
+	c := e.c
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c.Proxy.PendingChanges(2)
+	names := []string{"dnsep-master-a01", "dnsep-master-b02"}
+	for k, n := range names {
+		if err := e.addIn(ctx, n, []string{awstest.Zone, awstest.ZoneB}[k], nil); err != nil {
+			t.Fatalf("add %s: %v (vms: %v)", n, err, c.VMs.LastError())
+		}
+	}
+	e.assertConverged(ctx, c.Master, names[0], names[1])
+	for i := len(names) - 1; i >= 0; i-- {
+		if err := e.remove(ctx, names[i], nil); err != nil {
+			t.Fatalf("remove %s: %v", names[i], err)
+		}
+	}
+	e.assertConverged(ctx, c.Master)
+}
+
+// waitNodes polls the data plane's node processes until they are want, for
+// at most 10 s, and returns the last seen.
+func waitNodes(ctx context.Context, c *awstest.Cluster, want []string) []string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		got := c.VMs.Nodes()
+		if slices.Equal(got, want) {
+			return got
+		}
+		select {
+		case <-ctx.Done():
+			return got
+		case <-tick.C:
+		}
 	}
 }

@@ -185,17 +185,11 @@ func (in *instances) dataVolumes(ctx context.Context, name string) ([]volume, er
 // replica assembles a Replica: its template comes from the user data and
 // the instance's and data volume's settings.
 func (in *instances) replica(ctx context.Context, i instance, vols []volume) (providers.Replica, error) {
-	attr, err := in.p.ec2.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: aws.String(i.id), Attribute: types.InstanceAttributeNameUserData})
+	ud, err := in.userData(ctx, i)
 	if err != nil {
-		return providers.Replica{}, mapErr(err, "read user data of %s (%s)", i.name, i.id)
+		return providers.Replica{}, err
 	}
-	var ud []byte
-	if attr.UserData != nil && attr.UserData.Value != nil {
-		if ud, err = base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value)); err != nil {
-			return providers.Replica{}, fmt.Errorf("user data of %s (%s) is not base64: %w", i.name, i.id, err)
-		}
-	}
-	t, err := DecodeUserData(ud)
+	t, err := templateOf(ud)
 	if err != nil {
 		return providers.Replica{}, fmt.Errorf("user data of %s (%s): %w", i.name, i.id, err)
 	}
@@ -204,17 +198,14 @@ func (in *instances) replica(ctx context.Context, i instance, vols []volume) (pr
 	m[MachineAMI] = aws.ToString(raw.ImageId)
 	m[MachineInstanceType] = string(raw.InstanceType)
 	m[MachineSubnet] = i.subnet
-	var sgs []string
-	for _, g := range raw.SecurityGroups {
-		sgs = append(sgs, aws.ToString(g.GroupId))
-	}
-	m[MachineSecurityGroups] = strings.Join(sgs, ",")
+	m[MachineSecurityGroups] = strings.Join(securityGroups(raw), ",")
 	if raw.IamInstanceProfile != nil {
 		m[MachineInstanceProfile] = aws.ToString(raw.IamInstanceProfile.Arn)
 	}
 	if raw.KeyName != nil {
 		m[MachineKeyName] = aws.ToString(raw.KeyName)
 	}
+	dataVolume := ""
 	for _, v := range vols {
 		if v.replica == i.name {
 			m[MachineDataVolumeSize] = strconv.Itoa(int(v.size))
@@ -222,7 +213,13 @@ func (in *instances) replica(ctx context.Context, i instance, vols []volume) (pr
 			if v.device != "" {
 				m[MachineDataDevice] = v.device
 			}
+			if v.attachedTo == i.id {
+				dataVolume = v.id
+			}
 		}
+	}
+	if err := in.cloneSettings(ctx, raw, dataVolume, m); err != nil {
+		return providers.Replica{}, err
 	}
 	for k, v := range m {
 		if v == "" {
@@ -230,6 +227,21 @@ func (in *instances) replica(ctx context.Context, i instance, vols []volume) (pr
 		}
 	}
 	return providers.Replica{Name: i.name, Zone: i.zone, Address: i.address, State: i.state, Template: t}, nil
+}
+
+// userData is the instance's user data (not base64).
+func (in *instances) userData(ctx context.Context, i instance) ([]byte, error) {
+	attr, err := in.p.ec2.DescribeInstanceAttribute(ctx, &ec2.DescribeInstanceAttributeInput{InstanceId: aws.String(i.id), Attribute: types.InstanceAttributeNameUserData})
+	if err != nil {
+		return nil, mapErr(err, "read user data of %s (%s)", i.name, i.id)
+	}
+	var ud []byte
+	if attr.UserData != nil && attr.UserData.Value != nil {
+		if ud, err = base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value)); err != nil {
+			return nil, fmt.Errorf("user data of %s (%s) is not base64: %w", i.name, i.id, err)
+		}
+	}
+	return ud, nil
 }
 
 // List implements providers.Instances: instances tagged with the cluster.
@@ -540,7 +552,7 @@ func (in *instances) launch(ctx context.Context, name string, tmpl providers.Tem
 	if err != nil {
 		return err
 	}
-	ud, err := EncodeUserData(tmpl)
+	ud, err := userDataOf(tmpl)
 	if err != nil {
 		return err
 	}
@@ -599,10 +611,10 @@ func (in *instances) launch(ctx context.Context, name string, tmpl providers.Tem
 			}},
 			UserData:    aws.String(base64.StdEncoding.EncodeToString(ud)),
 			ClientToken: aws.String(res.LaunchToken),
-			TagSpecifications: []types.TagSpecification{{
-				ResourceType: types.ResourceTypeInstance,
-				Tags:         []types.Tag{{Key: aws.String(TagCluster), Value: aws.String(in.p.cluster)}, {Key: aws.String(TagName), Value: aws.String(name)}},
-			}},
+		}
+		own := []types.Tag{{Key: aws.String(TagCluster), Value: aws.String(in.p.cluster)}, {Key: aws.String(TagName), Value: aws.String(name)}}
+		if err := applyClone(input, m, res.Zone, own); err != nil {
+			return fmt.Errorf("launch %s: %w", name, err)
 		}
 		if sg := m[MachineSecurityGroups]; sg != "" {
 			input.NetworkInterfaces[0].Groups = strings.Split(sg, ",")
@@ -652,6 +664,9 @@ func (in *instances) finish(ctx context.Context, id, name string, tmpl providers
 	for _, r := range out.Reservations {
 		for _, i := range r.Instances {
 			in.p.toInstance(i)
+			if err := in.ensureSourceDestCheck(ctx, i, tmpl.Machine); err != nil {
+				return err
+			}
 		}
 	}
 	device = tmpl.Machine[MachineDataDevice]
@@ -690,7 +705,7 @@ func (in *instances) ensureVolume(ctx context.Context, name string, res reservat
 			vt = defaultDataType
 		}
 		sum := sha256.Sum256([]byte(in.p.cluster + "/" + name + "/" + res.IP + "/" + res.LaunchToken))
-		out, err := in.p.ec2.CreateVolume(ctx, &ec2.CreateVolumeInput{
+		input := &ec2.CreateVolumeInput{
 			AvailabilityZone: aws.String(res.Zone),
 			Size:             aws.Int32(size),
 			VolumeType:       types.VolumeType(vt),
@@ -704,7 +719,11 @@ func (in *instances) ensureVolume(ctx context.Context, name string, res reservat
 					{Key: aws.String(TagRole), Value: aws.String("data")},
 				},
 			}},
-		})
+		}
+		if err := applyDataVolume(input, m); err != nil {
+			return volume{}, fmt.Errorf("data volume of %s: %w", name, err)
+		}
+		out, err := in.p.ec2.CreateVolume(ctx, input)
 		if err != nil {
 			return volume{}, mapErr(err, "create data volume of %s", name)
 		}

@@ -33,7 +33,7 @@ func TestSettingsLoggerLogsSDKCallsAtDebug(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		p, err := awsp.New(ctx, providers.Settings{Cluster: "logs", StateDir: t.TempDir(),
 			Logger:  slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: c.level})),
-			Options: map[string]string{awsp.OptRegion: "us-east-1", awsp.OptEndpoint: srv.URL, awsp.OptMaxAttempts: "1"}})
+			Options: map[string]string{awsp.OptRegion: "us-east-1", awsp.OptEndpoint: srv.URL, awsp.OptMaxAttempts: "1", awsp.OptMasterFormat: awsp.MasterFormatHamaster}})
 		if err != nil {
 			cancel()
 			t.Fatal(err)

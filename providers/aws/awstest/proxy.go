@@ -10,11 +10,17 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
 )
 
 // Call is one API request seen by the proxy.
@@ -42,8 +48,12 @@ type rule struct {
 // Proxy is a reverse proxy in front of moto that records every call,
 // injects faults on a schedule set by the test, and adds what moto does
 // not model: a new instance invisible to Describe calls for a while,
-// Route53 changes PENDING before INSYNC, and target health taken from the
-// test's load balancer process instead of moto's constant "healthy".
+// Route53 changes PENDING before INSYNC, and the NLB's states and timing
+// (nlb.go): an NLB provisioning before active, its subnet mappings'
+// Elastic IPs, targets initial until the data plane's health checks pass
+// the healthy threshold at the target group's interval, unused in a zone
+// the NLB does not cover, draining for the deregistration delay. The data
+// plane (VMs) reads that model, never a recorded request.
 type Proxy struct {
 	URL string
 
@@ -55,18 +65,29 @@ type Proxy struct {
 	pendingN int
 	pending  map[string]int // change ID → GetChange calls still PENDING
 	health   func(instanceID string) (state, reason, desc string)
+	// The NLB model (nlb.go): AWS's states and timing, which moto lacks.
+	timing Timing
+	lbs    map[string]*nlbModel // by ARN
+	tgs    map[string]*tgModel  // by ARN
+	zoneOf func(instanceID string) string
+	// What moto drops from a launch (ec2model.go).
+	credits map[string]string // instance ID → CPU credits
+	groups  map[string]string // instance ID → placement group
+	direct  *ec2.Client       // moto itself, for the launch fix-ups
 	// Served counts what the proxy added: "invisible", "PENDING" and the
 	// target states it reported ("healthy", "initial", "unhealthy").
 	served map[string]int
 }
 
-// NewProxy starts the proxy in front of target.
-func NewProxy(t testing.TB, target string) *Proxy {
+// NewProxy starts the proxy in front of target, playing AWS's NLB timing
+// scaled by timing.
+func NewProxy(t testing.TB, target string, timing Timing) *Proxy {
 	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{invis: map[string]int{}, pending: map[string]int{}, served: map[string]int{}}
+	p := &Proxy{invis: map[string]int{}, pending: map[string]int{}, served: map[string]int{}, timing: timing, lbs: map[string]*nlbModel{}, tgs: map[string]*tgModel{}, credits: map[string]string{}, groups: map[string]string{}}
+	p.direct = ec2.NewFromConfig(aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", ""), BaseEndpoint: aws.String(target)})
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.ModifyResponse = p.modify
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -201,10 +222,12 @@ func (p *Proxy) PendingChanges(n int) {
 	p.mu.Unlock()
 }
 
-// SetHealth sets where DescribeTargetHealth's healthy states come from.
-func (p *Proxy) SetHealth(f func(instanceID string) (state, reason, desc string)) {
+// SetHealth sets where the health of a registered target in an enabled
+// zone of an active NLB comes from (the data plane's health checks), and
+// where instances' zones come from.
+func (p *Proxy) SetHealth(f func(instanceID string) (state, reason, desc string), zoneOf func(instanceID string) string) {
 	p.mu.Lock()
-	p.health = f
+	p.health, p.zoneOf = f, zoneOf
 	p.mu.Unlock()
 }
 
@@ -222,6 +245,9 @@ func (p *Proxy) modify(resp *http.Response) error {
 	if err != nil {
 		return err
 	}
+	if resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte("<RunInstancesResponse")) {
+		p.launchFixups(p.callParams(resp.Request), string(body))
+	}
 	out := p.rewrite(resp.Request, body, resp.StatusCode)
 	resp.Body = io.NopCloser(bytes.NewReader(out))
 	resp.ContentLength = int64(len(out))
@@ -230,17 +256,38 @@ func (p *Proxy) modify(resp *http.Response) error {
 	return nil
 }
 
-func (p *Proxy) rewrite(r *http.Request, body []byte, status int) []byte {
+// callParams are the recorded parameters of the call r forwards.
+func (p *Proxy) callParams(r *http.Request) url.Values {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if i, err := strconv.Atoi(r.Header.Get("X-Awstest-Call")); err == nil && i < len(p.calls) {
+		return p.calls[i].Params
+	}
+	return nil
+}
+
+func (p *Proxy) rewrite(r *http.Request, body []byte, status int) []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var call Call
+	if i, err := strconv.Atoi(r.Header.Get("X-Awstest-Call")); err == nil && i < len(p.calls) {
 		p.calls[i].Status = status
+		call = p.calls[i]
 	}
 	if status != http.StatusOK {
 		return body
 	}
 	s := string(body)
+	if call.Service == "elasticloadbalancing" {
+		p.learn(call.Action, call.Params, s)
+	}
 	switch {
+	case bytes.Contains(body, []byte("<DescribeInstancesResponse")) && len(p.groups) > 0:
+		s = p.rewritePlacement(s)
+	case bytes.Contains(body, []byte("<DescribeInstanceCreditSpecificationsResponse")):
+		s = p.rewriteCredits(s)
+	case bytes.Contains(body, []byte("<DescribeLoadBalancersResponse")):
+		s = p.rewriteLBs(s)
 	case bytes.Contains(body, []byte("<RunInstancesResponse")):
 		for _, m := range instanceIDRE.FindAllStringSubmatch(s, -1) {
 			if p.invisN > 0 {
@@ -260,23 +307,69 @@ func (p *Proxy) rewrite(r *http.Request, body []byte, status int) []byte {
 				s = strings.Replace(s, "<Status>INSYNC</Status>", "<Status>PENDING</Status>", 1)
 			}
 		}
-	case bytes.Contains(body, []byte("<DescribeTargetHealthResponse")) && p.health != nil:
-		s = memberRE.ReplaceAllStringFunc(s, func(m string) string {
-			id := targetIDRE.FindStringSubmatch(m)
-			if id == nil || !strings.Contains(m, "<State>healthy</State>") {
-				return m
-			}
-			state, reason, desc := p.health(id[1])
-			p.served[state]++
-			th := "<TargetHealth><State>" + state + "</State>"
-			if reason != "" {
-				th += "<Reason>" + reason + "</Reason><Description>" + xmlEscape(desc) + "</Description>"
-			}
-			th += "</TargetHealth>"
-			return healthBlockRE.ReplaceAllLiteralString(m, th)
-		})
+	case bytes.Contains(body, []byte("<DescribeTargetHealthResponse")):
+		s = p.rewriteTargetHealth(call.Params, s)
 	}
 	return []byte(s)
+}
+
+// rewriteTargetHealth reports AWS's target states: a target moto lists as
+// registered is initial / healthy / unhealthy / unused as targetHealth
+// says; a deregistered one is draining for the deregistration delay (moto
+// forgets it at once). Called with p.mu held.
+func (p *Proxy) rewriteTargetHealth(params url.Values, s string) string {
+	tgARN := params.Get("TargetGroupArn")
+	tg := p.tgs[tgARN]
+	now := time.Now()
+	draining := map[string]bool{}
+	if tg != nil {
+		for id, until := range tg.draining {
+			if now.Before(until) {
+				draining[id] = true
+			} else {
+				delete(tg.draining, id)
+			}
+		}
+	}
+	th := func(state, reason, desc string) string {
+		p.served[state]++
+		out := "<TargetHealth><State>" + state + "</State>"
+		if reason != "" {
+			out += "<Reason>" + reason + "</Reason><Description>" + xmlEscape(desc) + "</Description>"
+		}
+		return out + "</TargetHealth>"
+	}
+	listed := map[string]bool{}
+	s = memberRE.ReplaceAllStringFunc(s, func(m string) string {
+		id := targetIDRE.FindStringSubmatch(m)
+		if id == nil {
+			return m
+		}
+		listed[id[1]] = true
+		switch {
+		case draining[id[1]]:
+			return healthBlockRE.ReplaceAllLiteralString(m, th("draining", "Target.DeregistrationInProgress", "Target deregistration is in progress"))
+		case strings.Contains(m, "<State>healthy</State>"): // moto: registered
+			return healthBlockRE.ReplaceAllLiteralString(m, th(p.targetHealth(tgARN, id[1])))
+		}
+		return m
+	})
+	filter := targetIDs(params)
+	var add strings.Builder
+	for id := range draining {
+		if listed[id] || (len(filter) > 0 && !slices.Contains(filter, id)) {
+			continue
+		}
+		add.WriteString("<member><Target><Id>" + id + "</Id></Target>" + th("draining", "Target.DeregistrationInProgress", "Target deregistration is in progress") + "</member>")
+	}
+	if add.Len() > 0 {
+		if strings.Contains(s, "<TargetHealthDescriptions/>") {
+			s = strings.Replace(s, "<TargetHealthDescriptions/>", "<TargetHealthDescriptions>"+add.String()+"</TargetHealthDescriptions>", 1)
+		} else {
+			s = strings.Replace(s, "</TargetHealthDescriptions>", add.String()+"</TargetHealthDescriptions>", 1)
+		}
+	}
+	return s
 }
 
 func xmlEscape(s string) string {

@@ -1,8 +1,10 @@
 package awstest
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -42,15 +44,22 @@ type VMs struct {
 	elb     *elb.Client
 	proxy   *Proxy
 
-	mu      sync.Mutex
-	nodes   map[string]*proc // instance ID → replica process
-	lb      *proc
-	lbCfg   lbproxy.Config
-	lastErr error
+	mu    sync.Mutex
+	nodes map[string]*proc  // instance ID → replica process
+	zones map[string]string // instance ID → availability zone
+	// unbootable: instances whose user data is not hamaster's layout
+	// (a kube-up master's): no node is started for them.
+	unbootable map[string]bool
+	lb         *proc
+	lbCfg      lbproxy.Config
+	lastErr    error
 
 	stop chan struct{}
 	done chan struct{}
 }
+
+// errUnbootable: the instance's user data is not hamaster's layout.
+var errUnbootable = errors.New("user data the data plane does not boot")
 
 // proc is one data-plane process and what it stands for.
 type proc struct {
@@ -145,8 +154,18 @@ func (v *VMs) LBRunning() bool {
 	return v.lb != nil && v.lb.Running()
 }
 
+// Zone is the availability zone of an instance the data plane has seen
+// ("" when not yet seen): the proxy's source of targets' zones.
+func (v *VMs) Zone(id string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.zones[id]
+}
+
 // Health is the proxy's source of target health: the lb process's own
-// checks, "initial" until it has checked a target.
+// checks at the target group's (scaled) interval with its healthy
+// threshold: "initial" until the threshold's passing checks, "unhealthy"
+// after a failed one while not healthy.
 func (v *VMs) Health(id string) (string, string, string) {
 	v.mu.Lock()
 	lbp := v.lb
@@ -162,8 +181,11 @@ func (v *VMs) Health(id string) (string, string, string) {
 	if !ok || t.LastChecked.IsZero() {
 		return "initial", "Elb.InitialHealthChecking", "Initial health checks in progress"
 	}
-	if t.Healthy {
+	switch {
+	case t.Healthy:
 		return "healthy", "", ""
+	case t.LastError == "":
+		return "initial", "Elb.InitialHealthChecking", "Initial health checks in progress"
 	}
 	return "unhealthy", "Target.FailedHealthChecks", "Health checks failed: " + t.LastError
 }
@@ -174,10 +196,12 @@ type observed struct {
 	eipIP     string
 	eipAlloc  string
 	eipHolder string
-	lbTargets []string // registered instance IDs
+	lbTargets []string // registered instance IDs in a zone the LB covers
+	draining  []string // deregistered instance IDs still draining
 	lbPort    int32
+	lbListen  string // the data plane's address the NLB serves on
 	lbOK      bool
-	hcPath    string
+	tg        TargetGroupView
 }
 
 func (v *VMs) observe(ctx context.Context) (observed, error) {
@@ -217,9 +241,18 @@ func (v *VMs) observe(ctx context.Context) (observed, error) {
 	if err != nil || len(lbs.LoadBalancers) == 0 {
 		return o, nil // no load balancer
 	}
-	// What moto ignores, the proxy recorded: was the Elastic IP handed over?
-	create, ok := v.proxy.Last("CreateLoadBalancer")
-	if !ok || create.Params.Get("Name") != name || create.Params.Get("SubnetMappings.member.1.AllocationId") != o.eipAlloc || create.Params.Get("Type") != "network" {
+	// What moto ignores, the proxy's NLB model keeps: is the LB active, was
+	// the Elastic IP handed over, which zones does it cover?
+	view, ok := v.proxy.LoadBalancer(name)
+	if !ok || !view.Active || len(view.TargetGroups) == 0 {
+		return o, nil
+	}
+	switch {
+	case slices.Contains(view.Allocations, o.eipAlloc):
+		o.lbListen = v.toNet(o.eipIP) // the Elastic IP handed over
+	case len(view.Allocations) == 0 && len(view.Addresses) > 0:
+		o.lbListen = v.toNet(view.Addresses[0]) // an AWS-assigned address
+	default:
 		return o, nil
 	}
 	ls, err := v.elb.DescribeListeners(ctx, &elb.DescribeListenersInput{LoadBalancerArn: lbs.LoadBalancers[0].LoadBalancerArn})
@@ -228,20 +261,30 @@ func (v *VMs) observe(ctx context.Context) (observed, error) {
 	}
 	o.lbPort = aws.ToInt32(ls.Listeners[0].Port)
 	tg := ls.Listeners[0].DefaultActions[0].TargetGroupArn
+	for _, t := range view.TargetGroups {
+		if t.ARN == aws.ToString(tg) {
+			o.tg = t
+		}
+	}
+	if o.tg.ARN == "" {
+		return o, nil
+	}
 	th, err := v.elb.DescribeTargetHealth(ctx, &elb.DescribeTargetHealthInput{TargetGroupArn: tg})
 	if err != nil {
 		return o, nil
 	}
 	for _, d := range th.TargetHealthDescriptions {
+		id := aws.ToString(d.Target.Id)
+		i, ok := o.instances[id]
+		if !ok || i.Placement == nil || !slices.Contains(view.Zones, aws.ToString(i.Placement.AvailabilityZone)) {
+			continue // unused: the NLB does not route to a zone it is not enabled in
+		}
 		if d.TargetHealth != nil && d.TargetHealth.State == "healthy" { // moto: "healthy" = registered
-			o.lbTargets = append(o.lbTargets, aws.ToString(d.Target.Id))
+			o.lbTargets = append(o.lbTargets, id)
 		}
 	}
 	sort.Strings(o.lbTargets)
-	o.hcPath = "/"
-	if c, ok := v.proxy.Last("CreateTargetGroup"); ok && c.Params.Get("HealthCheckProtocol") == "HTTPS" {
-		o.hcPath = c.Params.Get("HealthCheckPath")
-	}
+	o.draining = o.tg.Draining
 	o.lbOK = true
 	return o, nil
 }
@@ -253,6 +296,11 @@ func (v *VMs) reconcile(ctx context.Context) error {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	for id, i := range o.instances {
+		if i.Placement != nil {
+			v.zones[id] = aws.ToString(i.Placement.AvailabilityZone)
+		}
+	}
 	// 1. Stop what must not run: nodes of gone instances, the LB.
 	for id, n := range v.nodes {
 		if _, ok := o.instances[id]; !ok || !n.Running() {
@@ -284,10 +332,14 @@ func (v *VMs) reconcile(ctx context.Context) error {
 	}
 	// 3. Start nodes of new instances.
 	for id, i := range o.instances {
-		if _, ok := v.nodes[id]; ok {
+		if _, ok := v.nodes[id]; ok || v.unbootable[id] {
 			continue
 		}
 		n, err := v.startNode(ctx, i, o.volumeOf[id], id == o.eipHolder, eip)
+		if errors.Is(err, errUnbootable) {
+			v.unbootable[id] = true
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("start node for %s: %w", id, err)
 		}
@@ -297,21 +349,40 @@ func (v *VMs) reconcile(ctx context.Context) error {
 	if !o.lbOK {
 		return nil
 	}
+	hcPath := "/"
+	if o.tg.Protocol == "HTTPS" || o.tg.Protocol == "HTTP" {
+		hcPath = o.tg.Path
+	}
 	cfg := lbproxy.Config{
-		Listen:     net.JoinHostPort(eip, strconv.Itoa(int(o.lbPort))),
-		Health:     lbproxy.HealthConfig{Path: o.hcPath, Interval: lbproxy.Duration{Duration: 100 * time.Millisecond}, Timeout: lbproxy.Duration{Duration: time.Second}, HealthyThreshold: 1, UnhealthyThreshold: 2, CAFile: v.caFile},
-		StatusFile: filepath.Join(v.root, "lb", "status.json"),
-		PIDFile:    filepath.Join(v.root, "lb", "lb.pid"),
+		Listen: net.JoinHostPort(o.lbListen, strconv.Itoa(int(o.lbPort))),
+		// The target group's checks, at its (scaled) interval and
+		// thresholds: a new target is healthy only after HealthyThreshold
+		// passing checks, as on AWS.
+		Health: lbproxy.HealthConfig{Path: hcPath, Interval: lbproxy.Duration{Duration: o.tg.Interval}, Timeout: lbproxy.Duration{Duration: min(o.tg.Interval, time.Second)},
+			HealthyThreshold: o.tg.Healthy, UnhealthyThreshold: o.tg.Unhealthy, CAFile: v.caFile},
+		NoDialRetry: true,
+		// A target leaves the config at the end of its (scaled)
+		// deregistration delay: with connection termination on, its open
+		// connections are closed then, as the NLB does.
+		TerminateRemoved: o.tg.ConnTermination,
+		StatusFile:       filepath.Join(v.root, "lb", "status.json"),
+		PIDFile:          filepath.Join(v.root, "lb", "lb.pid"),
+	}
+	add := func(id string, draining bool) {
+		if i, ok := o.instances[id]; ok {
+			cfg.Targets = append(cfg.Targets, lbproxy.Target{Name: id, Address: net.JoinHostPort(v.toNet(aws.ToString(i.PrivateIpAddress)), strconv.Itoa(providers.APIServerPort)), Draining: draining})
+		}
 	}
 	for _, id := range o.lbTargets {
-		i, ok := o.instances[id]
-		if !ok {
-			continue
+		add(id, false)
+	}
+	for _, id := range o.draining {
+		if !slices.Contains(o.lbTargets, id) {
+			add(id, true)
 		}
-		cfg.Targets = append(cfg.Targets, lbproxy.Target{Name: id, Address: net.JoinHostPort(v.toNet(aws.ToString(i.PrivateIpAddress)), strconv.Itoa(providers.APIServerPort))})
 	}
 	path := filepath.Join(v.root, "lb", "config.json")
-	changed := !slices.Equal(cfg.Targets, v.lbCfg.Targets) || cfg.Listen != v.lbCfg.Listen || cfg.Health.Path != v.lbCfg.Health.Path
+	changed := !slices.Equal(cfg.Targets, v.lbCfg.Targets) || cfg.Listen != v.lbCfg.Listen || cfg.Health != v.lbCfg.Health || cfg.TerminateRemoved != v.lbCfg.TerminateRemoved
 	if changed || v.lb == nil {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return err
@@ -323,7 +394,7 @@ func (v *VMs) reconcile(ctx context.Context) error {
 	}
 	if v.lb == nil {
 		for _, n := range v.nodes {
-			if n.static == eip && eip != "" {
+			if n.static == o.lbListen && o.lbListen != "" {
 				return nil // a node still holds the address
 			}
 		}
@@ -347,6 +418,9 @@ func (v *VMs) startNode(ctx context.Context, i ec2types.Instance, vol string, ho
 	ud, err := base64.StdEncoding.DecodeString(aws.ToString(attr.UserData.Value))
 	if err != nil {
 		return nil, err
+	}
+	if !bytes.HasPrefix(ud, []byte("MIME-Version:")) {
+		return nil, errUnbootable
 	}
 	tmpl, err := awsp.DecodeUserData(ud)
 	if err != nil {
