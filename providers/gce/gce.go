@@ -358,7 +358,6 @@ func (p *Provider) Close() error {
 	return nil
 }
 
-
 // Cluster-wide resource names.
 func (p *Provider) staticAddressName() string {
 	if n := p.opts[OptStaticAddress]; n != "" {
