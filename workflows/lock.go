@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -56,6 +57,25 @@ func LockKey(cluster string) string { return "/hamaster/locks/" + cluster }
 // the lease has expired (a holder that died or is paused; at most LockTTL
 // seconds).
 func AcquireLock(ctx context.Context, cli *clientv3.Client, cluster, command string) (*Lock, error) {
+	for try := 1; ; try++ {
+		l, err := acquireLock(ctx, cli, cluster, command)
+		// Seen under load right after a replica was recreated or an add
+		// crashed: the Txn binding the key to the lease just granted fails
+		// with "requested lease not found". Nothing was written (the Txn
+		// failed as a whole), so a new session and lease is safe to try.
+		if err == nil || try == 3 || ctx.Err() != nil || !leaseNotFound(err) {
+			return l, err
+		}
+	}
+}
+
+// leaseNotFound reports etcd's ErrLeaseNotFound, however wrapped.
+func leaseNotFound(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || strings.Contains(err.Error(), rpctypes.ErrLeaseNotFound.Error())
+}
+
+func acquireLock(ctx context.Context, cli *clientv3.Client, cluster, command string) (*Lock, error) {
+	dropLearners(ctx, cli)
 	session, err := concurrency.NewSession(cli, concurrency.WithTTL(LockTTL), concurrency.WithContext(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("cluster lock: create etcd lease: %w", err)
@@ -183,6 +203,39 @@ func (l *Lock) followVoters(ctx context.Context) {
 	slices.Sort(urls)
 	if !slices.Equal(cur, urls) {
 		cli.SetEndpoints(urls...)
+	}
+}
+
+// dropLearners takes learners' client URLs out of cli's endpoints (best
+// effort, and only for a client that talks to members directly). A
+// learner refuses lease keepalives ("rpc not supported for learner"): a
+// keepalive stream that lands on one renews nothing, and the lease a lock
+// is about to use, granted before waiting out a dead holder's, could
+// expire meanwhile. An add-replica resumed after a crash has exactly that
+// learner running.
+func dropLearners(ctx context.Context, cli *clientv3.Client) {
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		return
+	}
+	learner, member := map[string]bool{}, map[string]bool{}
+	for _, m := range resp.Members {
+		for _, u := range m.ClientURLs {
+			member[u] = true
+			learner[u] = m.IsLearner
+		}
+	}
+	var keep []string
+	for _, ep := range cli.Endpoints() {
+		if !member[ep] {
+			return // not member URLs (a tunnel): leave the client alone
+		}
+		if !learner[ep] {
+			keep = append(keep, ep)
+		}
+	}
+	if len(keep) > 0 && len(keep) < len(cli.Endpoints()) {
+		cli.SetEndpoints(keep...)
 	}
 }
 

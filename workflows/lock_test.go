@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/hamaster/hamaster/errkind"
@@ -201,5 +203,23 @@ func TestLockCheckSeesAKeyRebound(t *testing.T) {
 	}
 	if err := l.Check(ctx); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("check with the key on another lease: %v; want ErrLockLost", err)
+	}
+}
+
+func TestLeaseNotFound(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{rpctypes.ErrLeaseNotFound, true},
+		{fmt.Errorf("cluster lock /hamaster/locks/cli: %w", rpctypes.ErrLeaseNotFound), true},
+		{errors.New("cluster lock /hamaster/locks/cli: etcdserver: requested lease not found"), true},
+		{rpctypes.ErrLeaseExist, false},
+		{context.DeadlineExceeded, false},
+	} {
+		if got := leaseNotFound(tt.err); got != tt.want {
+			t.Errorf("leaseNotFound(%v) = %v, want %v", tt.err, got, tt.want)
+		}
 	}
 }
