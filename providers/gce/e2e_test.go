@@ -63,9 +63,20 @@ func (e *env) remove(ctx context.Context, name string, after func(string) error)
 func (e *env) assertConverged(ctx context.Context, want ...string) {
 	e.t.Helper()
 	sort.Strings(want)
-	rep, err := workflows.Status(ctx, e.deps(nil))
-	if err != nil {
-		e.t.Fatalf("status: %v", err)
+	// A master's external address routes again a moment after its access
+	// config changed (the static IP back from the LB), on GCE as in the
+	// fake: status is read until every replica answers, for a bounded time.
+	var rep workflows.Report
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var err error
+		rep, err = workflows.Status(ctx, e.deps(nil))
+		if err != nil {
+			e.t.Fatalf("status: %v", err)
+		}
+		if !slices.ContainsFunc(rep.Replicas, func(r workflows.ReplicaStatus) bool { return !r.Healthy }) || time.Now().After(deadline) {
+			break
+		}
 	}
 	workflowstest.AssertReplicasAndMembersNamed(e.t, rep, want, kubeenv.MemberName)
 	f := e.c.Fake
