@@ -62,7 +62,7 @@ kube-apiserver:
 # leases, rolling-upgrade v1.33.13 → v1.34.4 under load, a refused flag,
 # a killed apiserver mid-upgrade (a few minutes; not part of make test).
 test-real: kube-apiserver build
-	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -count=1 -timeout 30m -run '^TestRealAPIServer' -v ./workflows/ ./cmd/hamaster/
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags realapiserver -count=1 -timeout 30m -run '^TestRealAPIServer' -v ./workflows/ ./cmd/hamaster/
 
 # The main job on the embedded local provider with a real kube-apiserver
 # (built on first use): up → add ×2 → status → kubectl through the LB →

@@ -1,3 +1,9 @@
+//go:build realapiserver
+
+// The real-apiserver tier: built only with -tags realapiserver ('make
+// test-real', run by .ci/run after 'make test'), which sets
+// HAMASTER_REAL_APISERVER_DIR to the binaries 'make kube-apiserver' built.
+
 package workflows_test
 
 import (
@@ -48,7 +54,7 @@ const (
 func realAPIServerDir(t *testing.T) string {
 	dir := os.Getenv("HAMASTER_REAL_APISERVER_DIR")
 	if dir == "" {
-		t.Skip("HAMASTER_REAL_APISERVER_DIR is not set: the real-apiserver tier needs 'make kube-apiserver' (see .ci/run)")
+		t.Fatal("HAMASTER_REAL_APISERVER_DIR is not set: run the real-apiserver tier with 'make test-real' (it builds the binaries first)")
 	}
 	for _, v := range []string{realOldVersion, realNewVersion} {
 		if _, err := os.Stat(nodeapi.KubeAPIServerPath(dir, v)); err != nil {

@@ -119,7 +119,10 @@ func readEnv(path string) (map[string]string, error) {
 func TestGCEFakeProcess(t *testing.T) {
 	vpctest.Need(t)
 	if _, err := os.Stat("/usr/sbin/sshd"); err != nil {
-		t.Skip("needs /usr/sbin/sshd")
+		if os.Getenv("CI") != "" {
+			t.Fatal("needs /usr/sbin/sshd (.ci/run installs openssh-server)")
+		}
+		t.Skip("needs /usr/sbin/sshd (apt-get install openssh-server)")
 	}
 	start := time.Now()
 	bin := build(t, "cmd/gcefake", "cmd/hamaster-node", "cmd/hamaster")
