@@ -184,14 +184,9 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				}
 				members := map[string][]etcdmember.Member{}
 				for _, c := range ms.EtcdClusters() {
-					cli, err := ms.EtcdCluster(ctx, c, name(r))
-					if err != nil {
+					var err error
+					if members[c], err = d.clusterMembers(ctx, c, name(r)); err != nil {
 						return err
-					}
-					members[c], err = cli.Members(ctx)
-					cli.Close()
-					if err != nil {
-						return fmt.Errorf("etcd %s members: %w", c, err)
 					}
 				}
 				files, err := replicaFiles(ctx, d, name(r), r.Get("address"), r.Param("dns-name"))
@@ -486,12 +481,7 @@ func verifyStep(d *Deps, name func(*Run) string, wantMember bool) Step {
 // verifyMember checks that replica is a healthy voter of cluster (or, with
 // !want, not a member).
 func verifyMember(ctx context.Context, d *Deps, cluster, replica string, want bool, exclude []string) error {
-	cli, err := d.membership().EtcdCluster(ctx, cluster, exclude...)
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	ms, err := cli.Members(ctx)
+	ms, err := d.clusterMembers(ctx, cluster, exclude...)
 	if err != nil {
 		return err
 	}

@@ -300,6 +300,21 @@ func (d *Deps) findMember(ms []etcdmember.Member, cluster, replica, address stri
 	return providers.FindMember(ms, name, peer)
 }
 
+// clusterMembers lists etcd cluster's members, reached through replicas
+// other than those in exclude.
+func (d *Deps) clusterMembers(ctx context.Context, cluster string, exclude ...string) ([]etcdmember.Member, error) {
+	cli, err := d.membership().EtcdCluster(ctx, cluster, exclude...)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ms, err := cli.Members(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("etcd %s members: %w", cluster, err)
+	}
+	return ms, nil
+}
+
 // replicaOf is the replica among rs that member m of cluster belongs to,
 // or "" (an orphan, or a learner whose VM does not exist).
 func (d *Deps) replicaOf(m etcdmember.Member, cluster string, rs []providers.Replica) string {
