@@ -41,6 +41,11 @@ type Options struct {
 	StaticIP string
 	// SeparateEtcdAPIServerCA signs ETCD_APISERVER_* with a CA of its own.
 	SeparateEtcdAPIServerCA bool
+	// DevelVersion is the version inside master 0's devel upload
+	// (default DefaultDevelVersion): the server and manifests tarballs
+	// kube-up's upload-tars put in the staging bucket, their sha512 in
+	// SERVER_BINARY_TAR_HASH and KUBE_MANIFESTS_TAR_HASH.
+	DevelVersion string
 }
 
 // Master is master 0's metadata: the item texts exactly as
@@ -53,6 +58,9 @@ type Master struct {
 	EtcdPeerCA    *certs.CA
 	EtcdClientCA  *certs.CA
 	APIServerCert *certs.Pair
+	// ServerTar and ManifestsTar are the devel upload's tarballs, to be
+	// served at kube-env's SERVER_BINARY_TAR_URL and KUBE_MANIFESTS_TAR_URL.
+	ServerTar, ManifestsTar []byte
 }
 
 // NewMaster fills the fixture.
@@ -144,6 +152,16 @@ func NewMaster(o Options) (*Master, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube-up master fixture: %w", err)
 	}
+	if o.DevelVersion == "" {
+		o.DevelVersion = DefaultDevelVersion
+	}
+	if m.ServerTar, err = ServerTarball(o.DevelVersion); err != nil {
+		return nil, err
+	}
+	if m.ManifestsTar, err = ManifestsTarball(o.DevelVersion); err != nil {
+		return nil, err
+	}
+	vals["SERVER_BINARY_TAR_HASH"], vals["KUBE_MANIFESTS_TAR_HASH"] = kubeenv.SHA512Hex(m.ServerTar), kubeenv.SHA512Hex(m.ManifestsTar)
 	if m.KubeEnv, err = fill("testdata/master-kube-env.yaml", vals); err != nil {
 		return nil, err
 	}
