@@ -138,9 +138,10 @@ type kubeUpNode struct {
 }
 
 // startKubeUpNode writes the metadata items to files and starts
-// hamaster-node kube-up-master inside vm's namespace; the test's cleanup
-// stops it (SIGTERM, then SIGKILL).
-func startKubeUpNode(t *testing.T, v *vpctest.VPC, vm, kubeEnv, masterCerts string) *kubeUpNode {
+// hamaster-node kube-up-master inside vm's namespace, with master 0's
+// devel upload (km's tarballs) downloadable at kube-env's URLs; the test's
+// cleanup stops it (SIGTERM, then SIGKILL).
+func startKubeUpNode(t *testing.T, v *vpctest.VPC, vm, kubeEnv, masterCerts string, km *kubeuptest.Master) *kubeUpNode {
 	t.Helper()
 	dir := t.TempDir()
 	n := &kubeUpNode{name: vm, dir: dir, exited: make(chan struct{})}
@@ -149,11 +150,23 @@ func startKubeUpNode(t *testing.T, v *vpctest.VPC, vm, kubeEnv, masterCerts stri
 			t.Fatal(err)
 		}
 	}
-	cmd, err := v.Command(context.Background(), vm, os.Args[0], "kube-up-master",
+	args := []string{"kube-up-master",
 		"--kube-env", filepath.Join(dir, "kube-env"), "--kube-master-certs", filepath.Join(dir, "kube-master-certs"),
 		"--hostname", vm, "--disk", filepath.Join(dir, "disk"), "--status-file", filepath.Join(dir, "status.json"),
 		"--pid-file", filepath.Join(dir, "node.pid"), "--log-file", filepath.Join(dir, "node.log"),
-		"--resolve-timeout", "20s", "--etcd-unsafe-no-fsync")
+		"--resolve-timeout", "20s", "--etcd-unsafe-no-fsync"}
+	env, err := kubeenv.Parse(kubeEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, body := range map[string][]byte{kubeenv.ServerBinaryTarURL: km.ServerTar, kubeenv.KubeManifestsTarURL: km.ManifestsTar} {
+		f := filepath.Join(dir, key+".tar.gz")
+		if err := os.WriteFile(f, body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--download", env[key]+"="+f)
+	}
+	cmd, err := v.Command(context.Background(), vm, os.Args[0], args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +316,7 @@ func TestKubeUpMasterInVPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := km.ClusterCA.Pool()
-	n0 := startKubeUpNode(t, v, master0, km.KubeEnv, km.MasterCerts)
+	n0 := startKubeUpNode(t, v, master0, km.KubeEnv, km.MasterCerts, km)
 	nodes := []*kubeUpNode{n0}
 	ready := func(addr netip.Addr, serverName string) func() (bool, string) {
 		return func() (bool, string) {
@@ -348,7 +361,7 @@ func TestKubeUpMasterInVPC(t *testing.T) {
 	if out, err := inVM(ctx, v, master0, "add", disk0, kubeenv.PeerURL(kubeenv.EtcdMain, replica), kubeenv.PeerURL(kubeenv.EtcdEvents, replica)); err != nil {
 		t.Fatalf("add-replica-to-etcd: %v %s", err, out)
 	}
-	n1 := startKubeUpNode(t, v, replica, kubeenv.Render(rep.Env), kubeenv.Render(rep.Certs))
+	n1 := startKubeUpNode(t, v, replica, kubeenv.Render(rep.Env), kubeenv.Render(rep.Certs), km)
 	nodes = append(nodes, n1)
 	if err := v.SetExternal(ctx, ext1, replica); err != nil {
 		t.Fatal(err)

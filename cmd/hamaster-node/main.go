@@ -35,7 +35,7 @@ const usage = `usage:
   hamaster-node lb --config FILE [--log-level LEVEL]
   hamaster-node kube-up-master --kube-env FILE --kube-master-certs FILE --disk DIR
       [--hostname NAME] [--status-file FILE] [--pid-file FILE] [--log-file FILE]
-      [--resolve-timeout DURATION] [--log-level LEVEL]
+      [--resolve-timeout DURATION] [--download URL=FILE]... [--log-level LEVEL]
     boots a GCE kube-up master from its two metadata items as configure-helper.sh
     does: certificates under DIR/srv/kubernetes, etcd main (etcd-<hostname>, peers
     https://<hostname>:2380, clients https://127.0.0.1:2379) and events (:2381,
@@ -167,6 +167,7 @@ type kubeUpFlags struct {
 	statusFile, pidFile, logFile         string
 	resolveTimeout                       time.Duration
 	unsafeNoFsync                        bool
+	downloads                            map[string]string
 }
 
 func (k *kubeUpFlags) register(fs *flag.FlagSet) {
@@ -179,6 +180,17 @@ func (k *kubeUpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.logFile, "log-file", "", "append logs here instead of stderr")
 	fs.DurationVar(&k.resolveTimeout, "resolve-timeout", 300*time.Second, "how long to retry resolving the hostname (configure-helper.sh: 300s)")
 	fs.BoolVar(&k.unsafeNoFsync, "etcd-unsafe-no-fsync", false, "disable etcd's fsync (tests only)")
+	fs.Func("download", "`URL=FILE`: the VM downloads URL (kube-env SERVER_BINARY_TAR_URL, KUBE_MANIFESTS_TAR_URL) as FILE's content; repeatable; an unlisted URL cannot be downloaded", func(v string) error {
+		u, f, ok := strings.Cut(v, "=")
+		if !ok || u == "" || f == "" {
+			return fmt.Errorf("want URL=FILE, got %q", v)
+		}
+		if k.downloads == nil {
+			k.downloads = map[string]string{}
+		}
+		k.downloads[u] = f
+		return nil
+	})
 }
 
 func (k *kubeUpFlags) check() error {
@@ -211,5 +223,6 @@ func runKubeUpMaster(ctx context.Context, k kubeUpFlags, logger *slog.Logger) er
 	return node.RunKubeUpMaster(ctx, node.KubeUpOptions{
 		KubeEnv: string(env), MasterCerts: string(crt), Hostname: host, Disk: k.disk,
 		StatusFile: k.statusFile, PIDFile: k.pidFile, ResolveTimeout: k.resolveTimeout, EtcdUnsafeNoFsync: k.unsafeNoFsync,
+		Downloads: k.downloads,
 	}, logger)
 }

@@ -52,6 +52,10 @@ type KubeUpOptions struct {
 	ResolveTimeout time.Duration
 	// EtcdUnsafeNoFsync disables etcd's fsync (tests only).
 	EtcdUnsafeNoFsync bool
+	// Downloads maps a URL (kube-env SERVER_BINARY_TAR_URL,
+	// KUBE_MANIFESTS_TAR_URL) to the local file the VM downloads from it;
+	// a URL not listed cannot be downloaded (see installRelease).
+	Downloads map[string]string
 }
 
 // kubeUpMaster is a kube-up master's configuration after
@@ -93,9 +97,21 @@ func RunKubeUpMaster(ctx context.Context, o KubeUpOptions, logger *slog.Logger) 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	// configure.sh installs the release before configure-helper.sh
+	// starts anything; a kube-env that does not parse is reported by
+	// prepareKubeUp.
+	version := ""
+	if env, err := kubeenv.Parse(o.KubeEnv); err == nil {
+		if version, err = installRelease(ctx, env, o.Downloads, logger); err != nil {
+			return err
+		}
+	}
 	m, err := prepareKubeUp(ctx, o)
 	if err != nil {
 		return err
+	}
+	if version != "" {
+		m.kubeVersion = version // KUBE_VERSION only without a server tarball
 	}
 	logger.Info("kube-up master configured", "hostname", m.host, "host_ip", m.hostIP,
 		"initial_cluster", kubeenv.InitialClusterFlag(kubeenv.EtcdMain, m.hosts), "state", m.state)
