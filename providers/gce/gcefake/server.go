@@ -364,6 +364,10 @@ type request struct {
 // ServeHTTP routes by the discovery documents, applies the fault
 // schedule, validates the body and dispatches.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, storagePath) {
+		s.serveStorage(w, r)
+		return
+	}
 	doc := s.compute
 	if strings.HasPrefix(r.URL.Path, "/dns/") {
 		doc = s.dnsDoc

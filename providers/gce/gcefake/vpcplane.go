@@ -287,6 +287,15 @@ func (s *Server) startKubeUpMaster(key string, x *vpcVM, env, masterCerts, disk 
 	if s.o.VPC.EtcdUnsafeNoFsync {
 		args = append(args, "--etcd-unsafe-no-fsync")
 	}
+	// configure.sh downloads the release tarballs kube-env names: those
+	// in the fake's storage are downloadable (see storagePath).
+	if kv, err := kubeenv.Parse(env); err == nil {
+		for _, k := range []string{kubeenv.ServerBinaryTarURL, kubeenv.KubeManifestsTarURL} {
+			if f, ok := s.downloadFile(kv[k]); ok {
+				args = append(args, "--download", kv[k]+"="+f)
+			}
+		}
+	}
 	serial := filepath.Join(x.dir, "serial.log")
 	p, aerr := s.startIn(x.name, s.o.NodeBinary, args, serial)
 	if aerr != nil {

@@ -2,6 +2,11 @@
 // GCE fake) through its REST API, exactly as kube-up creates one, never
 // through the provider under test:
 //
+//   - cluster/gce/util.sh upload-tars: the devel build's server and
+//     manifests tarballs into the staging bucket kube-env's
+//     SERVER_BINARY_TAR_URL and KUBE_MANIFESTS_TAR_URL name
+//     (https://storage.googleapis.com/kubernetes-staging-<hash>/kubernetes-devel/),
+//     uploaded to the fake's storage (Options.StorageURL);
 //   - cluster/gce/util.sh create-static-ip: the regional address
 //     MASTER_NAME-ip;
 //   - util.sh create-master: the data disk MASTER_NAME-pd (pd-ssd), the
@@ -57,6 +62,13 @@ type Options struct {
 	SSHKeys []string
 	// HTTPClient (default: one with a 2-minute timeout).
 	HTTPClient *http.Client
+	// StorageURL is where upload-tars' objects go: PUT
+	// <StorageURL>/<bucket>/<object> (the fake's StorageURL; default
+	// Endpoint/storage).
+	StorageURL string
+	// DevelVersion is the version inside the devel upload (default
+	// kubeuptest.DefaultDevelVersion).
+	DevelVersion string
 }
 
 // Master is the created master 0.
@@ -107,11 +119,16 @@ func Create(ctx context.Context, o Options) (*Master, error) {
 		return nil, err
 	}
 	m.StaticIP = addr.Address
-	md, err := kubeuptest.NewMaster(kubeuptest.Options{InstancePrefix: o.InstancePrefix, Project: o.Project, Zone: o.Zone, StaticIP: m.StaticIP})
+	md, err := kubeuptest.NewMaster(kubeuptest.Options{InstancePrefix: o.InstancePrefix, Project: o.Project, Zone: o.Zone, StaticIP: m.StaticIP, DevelVersion: o.DevelVersion})
 	if err != nil {
 		return nil, err
 	}
 	m.Metadata = md
+	// upload-tars (kube-up's create-master runs it first; the order does
+	// not matter to the fake): gsutil cp into the staging bucket.
+	if err := uploadTars(ctx, o, md); err != nil {
+		return nil, err
+	}
 
 	// create-master: the PD, then the firewall rules.
 	if err := c.insert(ctx, zone+"disks", map[string]any{"name": m.Name + "-pd", "sizeGb": "20", "type": c.link(zone + "diskTypes/pd-ssd")}); err != nil {
@@ -170,6 +187,38 @@ func Create(ctx context.Context, o Options) (*Master, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// uploadTars puts the devel tarballs where kube-env's URLs point.
+func uploadTars(ctx context.Context, o Options, md *kubeuptest.Master) error {
+	env, err := kubeenv.Parse(md.KubeEnv)
+	if err != nil {
+		return err
+	}
+	base := o.StorageURL
+	if base == "" {
+		base = strings.TrimSuffix(o.Endpoint, "/") + "/storage"
+	}
+	for key, body := range map[string][]byte{kubeenv.ServerBinaryTarURL: md.ServerTar, kubeenv.KubeManifestsTarURL: md.ManifestsTar} {
+		obj, ok := strings.CutPrefix(env[key], "https://storage.googleapis.com/")
+		if !ok {
+			return fmt.Errorf("upload-tars: kube-env %s=%q is not a Cloud Storage URL", key, env[key])
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, strings.TrimSuffix(base, "/")+"/"+obj, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		resp, err := o.HTTPClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("upload-tars %s: %w", obj, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("upload-tars %s: %s: %s", obj, resp.Status, bytes.TrimSpace(b))
+		}
+	}
+	return nil
 }
 
 // userData stands for cluster/gce/gci/master.yaml (cloud-init that

@@ -1,8 +1,10 @@
 package kubeupmaster_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/kubeenv"
+	"github.com/hamaster/hamaster/kubeenv/kubeuptest"
 	"github.com/hamaster/hamaster/providers/gce/gcefake"
 	"github.com/hamaster/hamaster/providers/gce/gcefake/kubeupmaster"
 )
@@ -121,5 +124,32 @@ func TestCreateAsKubeUp(t *testing.T) {
 	scopes := in["serviceAccounts"].([]any)[0].(map[string]any)["scopes"].([]any)
 	if len(scopes) != len(kubeupmaster.Scopes) {
 		t.Errorf("scopes %v", scopes)
+	}
+	// upload-tars: the devel upload is in the staging bucket, matching
+	// kube-env's hashes, and holds the devel version.
+	for urlKey, hashKey := range map[string]string{kubeenv.ServerBinaryTarURL: kubeenv.ServerBinaryTarHash, kubeenv.KubeManifestsTarURL: kubeenv.KubeManifestsTarHash} {
+		obj, ok := strings.CutPrefix(env[urlKey], "https://storage.googleapis.com/kubernetes-staging-")
+		if !ok || !strings.Contains(obj, "/kubernetes-devel/") || kubeenv.ReleaseVersion(env[urlKey]) != "" {
+			t.Errorf("kube-env %s=%q: want kube-up's devel upload URL", urlKey, env[urlKey])
+			continue
+		}
+		resp, err := http.Get(fake.StorageURL() + "/kubernetes-staging-" + obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %s", env[urlKey], resp.Status)
+			continue
+		}
+		if err := kubeenv.ValidateHash(body, env[hashKey]); err != nil {
+			t.Errorf("%s: %v", hashKey, err)
+		}
+		if urlKey == kubeenv.ServerBinaryTarURL {
+			if v, err := kubeenv.TarballVersion(bytes.NewReader(body)); err != nil || v != kubeuptest.DefaultDevelVersion {
+				t.Errorf("devel upload's version %q, %v; want %s", v, err, kubeuptest.DefaultDevelVersion)
+			}
+		}
 	}
 }
