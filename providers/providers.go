@@ -247,3 +247,13 @@ func (r *Registry) Open(ctx context.Context, name string, s Settings) (Provider,
 	}
 	return f(ctx, s)
 }
+
+// ReleaseChecker is implemented by providers whose masters download their
+// release at boot (a kube-up GCE master fetches its server tarball): a
+// target version is checked before a workflow changes anything.
+// CheckRelease returns an errkind.InvalidArgument error naming --version
+// and where it looked when version cannot be had there; it is read-only
+// and may be called again.
+type ReleaseChecker interface {
+	CheckRelease(ctx context.Context, version string) error
+}

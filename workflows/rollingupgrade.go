@@ -38,7 +38,9 @@ type UpgradeParams struct {
 // target returns what tmpl becomes after the upgrade.
 func (p UpgradeParams) target(tmpl providers.Template) providers.Template {
 	t := tmpl.Clone()
-	t.Version = p.Version
+	if p.Version != "" { // "" keeps each replica's version (a flags-only upgrade)
+		t.Version = p.Version
+	}
 	if p.ExtraArgsSet {
 		t.ExtraArgs = append([]string(nil), p.ExtraArgs...)
 	}
@@ -47,7 +49,7 @@ func (p UpgradeParams) target(tmpl providers.Template) providers.Template {
 
 // atTarget reports whether a replica already runs the target template.
 func (p UpgradeParams) atTarget(r providers.Replica) bool {
-	return r.Template.Version == p.Version && (!p.ExtraArgsSet || slices.Equal(r.Template.ExtraArgs, p.ExtraArgs))
+	return (p.Version == "" || r.Template.Version == p.Version) && (!p.ExtraArgsSet || slices.Equal(r.Template.ExtraArgs, p.ExtraArgs))
 }
 
 // RollingUpgrade builds the rolling-upgrade workflow for replicas (the
@@ -74,6 +76,12 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 	}
 	if p.HealthTimeout <= 0 {
 		p.HealthTimeout = 5 * time.Minute
+	}
+	// A provider whose masters download their release at boot checks
+	// that the target version has one before anything changes (a kube-up
+	// master given a missing release never comes up).
+	if rc, ok := d.Provider.(providers.ReleaseChecker); ok && p.Version != "" {
+		wf.Check = func(ctx context.Context) error { return rc.CheckRelease(ctx, p.Version) }
 	}
 	wf.Steps = []Step{upgradePreflight(d, p), {
 		Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot → <state-dir>/<cluster>/snapshots/"},
@@ -396,12 +404,16 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 		if _, err := d.Probe(cctx, base, "/readyz"); err != nil {
 			return fmt.Errorf("/readyz: %w", err)
 		}
-		v, err := d.ReplicaVersion(cctx, rep)
-		if err != nil {
-			return fmt.Errorf("/version: %w", err)
-		}
-		if v != version {
-			return fmt.Errorf("/version reports %s, want %s", v, version)
+		// version "": the template does not name one (a kube-up master
+		// booted from a devel upload), so /version is not compared.
+		if version != "" {
+			v, err := d.ReplicaVersion(cctx, rep)
+			if err != nil {
+				return fmt.Errorf("/version: %w", err)
+			}
+			if v != version {
+				return fmt.Errorf("/version reports %s, want %s", v, version)
+			}
 		}
 		cli, err := d.Provider.Etcd(cctx)
 		if err != nil {

@@ -56,6 +56,7 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 		gce.OptSSHInsecure:   strconv.FormatBool(c.Bool("ssh-insecure-skip-host-key-check")),
 		gce.OptSSHPort:       c.String("ssh-port"),
 		gce.OptSSHAgent:      g.sshAgent,
+		gce.OptReleaseURL:    c.String("gce-release-url"),
 
 		// aws provider (--dns route53 needs --hosted-zone-id)
 		awsp.OptRegion:              c.String("aws-region"),
@@ -211,6 +212,7 @@ func gceFlags() []cli.Flag {
 		&cli.StringFlag{Name: "gce-subnetwork", EnvVars: []string{"HAMASTER_GCE_SUBNETWORK"}, Usage: "gce provider: `SUBNETWORK` of the internal addresses (default regions/<region>/subnetworks/default)"},
 		&cli.StringFlag{Name: "gce-master-name", EnvVars: []string{"HAMASTER_GCE_MASTER_NAME"}, Usage: "gce provider: kube-up's MASTER_NAME, the first master's `NAME`; replicas are NAME-xyz (default <cluster>-master)"},
 		&cli.StringFlag{Name: "gce-apiserver-port", EnvVars: []string{"HAMASTER_GCE_APISERVER_PORT"}, Usage: "gce provider: the `PORT` the masters' apiservers serve, and the LB's (default 443, kube-up's)"},
+		&cli.StringFlag{Name: "gce-release-url", EnvVars: []string{"HAMASTER_GCE_RELEASE_URL"}, Usage: "gce provider: where kube-up masters get a new --version from, `URL` of release directories (default https://dl.k8s.io/release, as kube-up's upgrade.sh): rolling-upgrade writes <URL>/<version>/kubernetes-server-linux-amd64.tar.gz (and kubernetes-manifests.tar.gz) into kube-env with the hashes published beside them (.sha512), fetched before anything changes; point it at your mirror"},
 		&cli.StringFlag{Name: "dns-zone", EnvVars: []string{"HAMASTER_DNS_ZONE"}, Usage: "gce provider, --dns clouddns: the Cloud DNS managed `ZONE`"},
 		&cli.StringFlag{Name: "ssh-user", EnvVars: []string{"HAMASTER_SSH_USER"}, Usage: "gce and aws providers: reach etcd (on the masters' localhost) through SSH to a master as `USER`"},
 		&cli.StringFlag{Name: "ssh-key", EnvVars: []string{"HAMASTER_SSH_KEY"}, Usage: "gce and aws providers: SSH private key `FILE` (default: the agent at $SSH_AUTH_SOCK)"},
@@ -665,6 +667,14 @@ known-good template is restored, it is put back, and the command stops
 with exit 1 naming the replica, the cause and the restored version.
 --version must be a Kubernetes version; a downgrade or a minor skip needs
 --allow-downgrade / --allow-skew.
+On GCE masters built by kube-up.sh the version is the server tarball the
+master downloads at boot (kube-env SERVER_BINARY_TAR_URL and _HASH, and
+KUBE_MANIFESTS_TAR_URL and _HASH): --version V becomes V's release under
+--gce-release-url (default https://dl.k8s.io/release/V/...) with the
+hashes published there (<tarball>.sha512), as kube-up's own upgrade.sh
+writes them. A V with no release there is refused before anything changes,
+naming the URL tried. A master still on kube-up's devel upload (a staging
+bucket URL) has no known version until it is upgraded.
 A single replica is refused (downtime) unless --allow-downtime.
 
 --strategy surge, per replica: add a replica at the new version, then

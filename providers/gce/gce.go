@@ -32,7 +32,11 @@
 //	              probe ranges reach the masters' network tags on 443
 //
 // Template mapping: Env ↔ the kube-env metadata item (kube-up's `KEY:
-// 'value'` lines, see package kubeenv), with Version as its KUBE_VERSION;
+// 'value'` lines, see package kubeenv); Version ↔ the release kube-env's
+// SERVER_BINARY_TAR_URL names ("" for kube-up's devel upload; a new
+// version becomes the release's tarball URLs and published hashes under
+// OptReleaseURL, as cluster/gce/util.sh tars_from_version writes them,
+// see release.go), or KUBE_VERSION for a master without a tarball URL;
 // Files ↔ kube-master-certs (base64 per file); ExtraArgs ↔ kube-env's
 // APISERVER_TEST_ARGS (configure-kubeapiserver.sh appends it to the
 // apiserver's flags); Machine ↔ the instance
@@ -46,6 +50,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -58,6 +63,7 @@ import (
 
 	"github.com/hamaster/hamaster/dns"
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/remote"
@@ -106,6 +112,12 @@ const (
 	OptSSHPort       = "ssh-port"
 	// OptSSHAgent is the SSH agent socket used when no key file is given.
 	OptSSHAgent = "ssh-agent-socket"
+	// OptReleaseURL is where kube-up masters' release tarballs come from
+	// (default https://dl.k8s.io/release, tars_from_version's): a new
+	// version V is <url>/V/kubernetes-server-linux-amd64.tar.gz with the
+	// hash published at <that>.sha512 (and the manifests tarball beside
+	// it). Operators with a mirror point it there.
+	OptReleaseURL = "gce-release-url"
 )
 
 // DefaultAPIServerPort is kube-up's apiserver port.
@@ -159,6 +171,10 @@ type Provider struct {
 	closers  []interface{ Close() error }
 	ssh      map[string]*remote.Client
 	out      io.Writer
+
+	releaseURL string                           // OptReleaseURL
+	releases   map[string]kubeenv.ReleaseHashes // version → published hashes (cache)
+	http       *http.Client                     // fetches the release hashes
 }
 
 type diskInfo struct {
@@ -177,7 +193,14 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	}
 	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: o, project: o[OptProject], region: o[OptRegion],
 		network: o[OptNetwork], subnet: o[OptSubnetwork], opWait: 10 * time.Minute, apiPort: DefaultAPIServerPort, log: s.Log(),
-		zoneOf: map[string]string{}, diskInfo: map[string]diskInfo{}, ssh: map[string]*remote.Client{}}
+		zoneOf: map[string]string{}, diskInfo: map[string]diskInfo{}, ssh: map[string]*remote.Client{},
+		releaseURL: kubeenv.DefaultReleaseURL, releases: map[string]kubeenv.ReleaseHashes{}, http: &http.Client{Timeout: time.Minute}}
+	if v := o[OptReleaseURL]; v != "" {
+		if err := kubeenv.CheckReleaseBase(v); err != nil {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %w", OptReleaseURL, err)
+		}
+		p.releaseURL = strings.TrimSuffix(v, "/")
+	}
 	p.out = s.Out
 	if p.out == nil {
 		p.out = os.Stdout

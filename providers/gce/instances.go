@@ -209,7 +209,7 @@ func (in *instances) replica(ctx context.Context, x *computepb.Instance) (provid
 			if err != nil {
 				return r, fmt.Errorf("instance %s: metadata %s: %w", x.GetName(), kubeenv.KeyEnv, err)
 			}
-			t.Version = env[envKubeVersion]
+			t.Version = in.p.templateVersion(env)
 			delete(env, envKubeVersion)
 			// configure-kubeapiserver.sh start-kube-apiserver appends
 			// ${APISERVER_TEST_ARGS} to the apiserver's flags.
@@ -377,7 +377,11 @@ func (in *instances) Create(ctx context.Context, name, zone string, tmpl provide
 	} else if !errors.Is(err, errkind.NotFound) {
 		return providers.Replica{}, err
 	}
-	zone, err := in.pickZone(ctx, zone)
+	tmpl, err := in.p.resolveRelease(ctx, tmpl)
+	if err != nil {
+		return providers.Replica{}, fmt.Errorf("create replica %s: %w", name, err)
+	}
+	zone, err = in.pickZone(ctx, zone)
 	if err != nil {
 		return providers.Replica{}, err
 	}
@@ -421,7 +425,9 @@ func (in *instances) insert(ctx context.Context, name, zone string, tmpl provide
 	for k, v := range tmpl.Env {
 		env[k] = v
 	}
-	if tmpl.Version != "" {
+	// A kube-up master's version is its server tarball (resolveRelease
+	// rewrote it); KUBE_VERSION only for a master without one.
+	if tmpl.Version != "" && env[kubeenv.ServerBinaryTarURL] == "" {
 		env[envKubeVersion] = tmpl.Version
 	}
 	if len(tmpl.ExtraArgs) > 0 {
@@ -526,6 +532,12 @@ func (in *instances) findDataDisk(ctx context.Context, name string) (string, err
 // IP gets it back. A crash between the two is resumed: no instance but a
 // data disk means "insert again".
 func (in *instances) Recreate(ctx context.Context, name string, tmpl providers.Template) (providers.Replica, error) {
+	// The release's hashes are fetched before the instance is deleted: a
+	// version without a release leaves the replica as it is.
+	tmpl, err := in.p.resolveRelease(ctx, tmpl)
+	if err != nil {
+		return providers.Replica{}, fmt.Errorf("recreate replica %s: %w", name, err)
+	}
 	x, zone, err := in.getRaw(ctx, name)
 	natIP := ""
 	switch {
