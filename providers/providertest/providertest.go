@@ -101,7 +101,10 @@ func Run(t *testing.T, h Harness) {
 	})
 	t.Run("recreate keeps name and address, takes the new template", func(t *testing.T) {
 		tmpl := h.Template(t, extra, addr)
-		tmpl.Version = "v1.99.9-conformance" // a v1 release: the node stand-in has no binary for other majors
+		// A v1 release (the node stand-in has no binary for other majors),
+		// in release form: a kube-up GCE master gets it as a release
+		// tarball, which the provider's release site must publish.
+		tmpl.Version = "v1.99.9"
 		r, err := inst.Recreate(ctx(t), extra, tmpl)
 		if err != nil {
 			t.Fatalf("Recreate: %v", err)

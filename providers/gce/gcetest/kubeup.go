@@ -30,7 +30,15 @@ type KubeUpOptions struct {
 	Zone string
 	// BootTimeout bounds master 0's boot (default 90 s).
 	BootTimeout time.Duration
+	// Releases are published on the fake's release mirror, the
+	// provider's --gce-release-url (default DefaultReleases).
+	Releases []string
 }
+
+// DefaultReleases are the versions the fake's release mirror publishes
+// unless KubeUpOptions.Releases says otherwise: the upgrade tests' target
+// and the conformance suite's.
+var DefaultReleases = []string{"v1.31.0", "v1.99.9"}
 
 // KubeUpCluster is master 0 of a kube-up cluster, created as kube-up
 // creates it, on a fake whose instances are kube-up masters in a
@@ -56,8 +64,10 @@ type KubeUpCluster struct {
 }
 
 // UpKubeUp needs root (vpctest.Need), starts a VPC and a fake in VPC mode,
-// creates master 0 through the fake's REST API as kube-up does
-// (kubeupmaster.Create, INSTANCE_PREFIX name) and waits until it serves
+// publishes o.Releases on the fake's release mirror (Settings point
+// --gce-release-url there), creates master 0 through the fake's REST API
+// as kube-up does (kubeupmaster.Create, INSTANCE_PREFIX name, booting
+// from its devel upload) and waits until it serves
 // /readyz on the static IP. Everything stops when the test ends.
 func UpKubeUp(t testing.TB, name string, o KubeUpOptions) *KubeUpCluster {
 	t.Helper()
@@ -85,6 +95,14 @@ func UpKubeUp(t testing.TB, name string, o KubeUpOptions) *KubeUpCluster {
 	fake.SetLatency(func(string) time.Duration { return lat })
 	fake.AddManagedZone("example-zone", "example.test.")
 
+	if o.Releases == nil {
+		o.Releases = DefaultReleases
+	}
+	for _, v := range o.Releases {
+		if err := fake.AddRelease(v, gcefake.ReleaseOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	stateDir := t.TempDir()
 	keyFile, authLine, err := kubeupmaster.WriteSSHKey(filepath.Join(stateDir, "ssh"), SSHUser)
 	if err != nil {
@@ -100,7 +118,7 @@ func UpKubeUp(t testing.TB, name string, o KubeUpOptions) *KubeUpCluster {
 		gce.OptProject: fake.Project(), gce.OptRegion: Region, gce.OptZones: ZoneA + "," + ZoneB,
 		gce.OptEndpoint: fake.URL, gce.OptDNSZone: "example-zone", gce.OptDrainSeconds: "1", gce.OptOpTimeout: "60s",
 		gce.OptMasterName: m.Name, gce.OptSSHUser: SSHUser, gce.OptSSHKey: keyFile, gce.OptSSHKnownHosts: c.KnownHostsFile,
-		gce.OptSSHPort: fmt.Sprint(gcefake.SSHPort),
+		gce.OptSSHPort: fmt.Sprint(gcefake.SSHPort), gce.OptReleaseURL: fake.ReleaseURL(),
 	}}
 	if err := c.WaitReady(ctx, m.StaticIP, o.BootTimeout); err != nil {
 		t.Fatal(err)
