@@ -462,22 +462,31 @@ func rollback(ctx context.Context, d *Deps, r *Run, name, lkgKey string, p Upgra
 	if err != nil {
 		return err
 	}
-	r.Info("%s failed its health gate: %v — restoring its last known-good template (%s)", name, cause, lkg.Version)
+	r.Info("%s failed its health gate: %v — restoring its last known-good template (%s)", name, cause, versionText(lkg.Version))
 	if _, err := d.Provider.Instances().Recreate(ctx, name, lkg); err != nil {
-		return fmt.Errorf("replica %s failed its health gate (%v); restoring %s failed too: %w", name, cause, lkg.Version, err)
+		return fmt.Errorf("replica %s failed its health gate (%v); restoring %s failed too: %w", name, cause, versionText(lkg.Version), err)
 	}
 	rep, err := d.Provider.Instances().Get(ctx, name)
 	if err != nil {
 		return err
 	}
 	if err := healthGate(ctx, d, r, rep, lkg.Version, p.HealthTimeout); err != nil {
-		return fmt.Errorf("replica %s failed its health gate (%v) and is not healthy after restoring %s: %w", name, cause, lkg.Version, err)
+		return fmt.Errorf("replica %s failed its health gate (%v) and is not healthy after restoring %s: %w", name, cause, versionText(lkg.Version), err)
 	}
 	if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {
 		return err
 	}
 	return fmt.Errorf("%w: replica %s failed at %s (%v); restored its last known-good template (version %s, flags %q): it is serving again and the other replicas were not touched",
-		ErrConcluded, name, p.Version, cause, lkg.Version, strings.Join(lkg.ExtraArgs, " "))
+		ErrConcluded, name, p.Version, cause, versionText(lkg.Version), strings.Join(lkg.ExtraArgs, " "))
+}
+
+// versionText names a template's version for people; a template may name
+// none (a kube-up master on its devel upload).
+func versionText(v string) string {
+	if v == "" {
+		return "unnamed: not a release"
+	}
+	return v
 }
 
 // saveLastKnownGood keeps a copy of the template outside the journal too
