@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/dataplane/vpc"
+	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers/gce/gcefake"
 	"github.com/hamaster/hamaster/providers/gce/gcefake/kubeupmaster"
 )
@@ -63,6 +64,7 @@ flags:
 type config struct {
 	state, master, project, zone, nodeBinary, addr, apiDir, external, logLevel string
 	latency                                                                    time.Duration
+	releases                                                                   []string
 }
 
 func main() {
@@ -90,6 +92,16 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 	fs.StringVar(&c.external, "external-range", "198.18.250.0/24", "`CIDR` of external addresses (RFC 2544's test range: nothing leaves the machine); give each gcefake its own")
 	fs.DurationVar(&c.latency, "op-latency", 500*time.Millisecond, "how long each operation takes to be DONE")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug (every API call), info, warn or error")
+	fs.Func("releases", "`VERSIONS` (comma-separated, default v1.31.0) the fake's release mirror publishes for rolling-upgrade (hamaster.env points --gce-release-url at it; the masters cannot reach the real dl.k8s.io)", func(v string) error {
+		c.releases = nil
+		for _, r := range strings.Split(v, ",") {
+			if r = strings.TrimSpace(r); !kubeenv.IsReleaseVersion(r) {
+				return fmt.Errorf("%q is not a release version such as v1.31.0", r)
+			}
+			c.releases = append(c.releases, strings.TrimSpace(r))
+		}
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, 0, err
@@ -98,6 +110,9 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 	}
 	if fs.NArg() > 0 {
 		return c, 2, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.releases == nil {
+		c.releases = []string{"v1.31.0"}
 	}
 	if c.state == "" || c.master == "" {
 		fs.Usage()
@@ -228,6 +243,11 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 	fake.AddManagedZone("gcefake-zone", "gcefake.test.")
 	logger.Info("serving Compute and Cloud DNS", "url", fake.URL, "project", c.project)
 
+	for _, v := range c.releases {
+		if err := fake.AddRelease(v, gcefake.ReleaseOptions{}); err != nil {
+			return err
+		}
+	}
 	prefix := strings.TrimSuffix(c.master, "-master")
 	keyFile, line, err := kubeupmaster.WriteSSHKey(filepath.Join(dir, "ssh"), "hamaster")
 	if err != nil {
@@ -262,6 +282,7 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 		"export HAMASTER_GCE_ZONE=" + c.zone,
 		"export HAMASTER_GCE_REGION=" + m.Region,
 		"export HAMASTER_GCE_MASTER_NAME=" + m.Name,
+		"export HAMASTER_GCE_RELEASE_URL=" + fake.ReleaseURL(),
 		"export HAMASTER_DNS_ZONE=gcefake-zone",
 		"export HAMASTER_SSH_USER=hamaster",
 		"export HAMASTER_SSH_KEY=" + keyFile,
