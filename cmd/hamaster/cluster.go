@@ -732,6 +732,14 @@ Example:
 			if err := checkUpgradePath(target, rs, c.Bool("allow-downgrade"), c.Bool("allow-skew")); err != nil {
 				return err
 			}
+			// Before the plan and the prompt (the workflow checks again
+			// before its first step): a release that cannot be had is bad
+			// input, refused with nothing changed (exit 2).
+			if rc, ok := p.(providers.ReleaseChecker); ok {
+				if err := rc.CheckRelease(c.Context, v); err != nil {
+					return err
+				}
+			}
 			params := workflows.UpgradeParams{
 				Version: v, Strategy: strategy, DrainGrace: c.Duration("drain-grace"),
 				HealthTimeout: c.Duration("health-timeout"), AllowDowntime: c.Bool("allow-downtime"),
