@@ -37,7 +37,11 @@ import (
 // existing one's template; only name, address, data disk and the etcd
 // environment differ.
 type Template struct {
-	// Version is the control-plane version the replica runs (KUBE_VERSION).
+	// Version is the control-plane version the replica runs: KUBE_VERSION
+	// for hamaster's own masters, the release a kube-up GCE master's
+	// server tarball URL names. "" when the template names none (a
+	// kube-up master on its devel upload); a workflow given "" keeps each
+	// replica's version and does not compare /version.
 	Version string `json:"version"`
 	// ExtraArgs are flags for the control-plane process.
 	ExtraArgs []string `json:"extra_args,omitempty"`
