@@ -201,3 +201,46 @@ func TestRollingUpgradeBadReleaseHashRollsBack(t *testing.T) {
 	}
 	e.assertConverged(ctx, names...)
 }
+
+// TestCreateAtRelease creates a master from master 0's template at a
+// release version (what surge's new replicas get): it boots from the
+// mirror's tarball, reports that version and reads back at it.
+func TestCreateAtRelease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "mkrel", gcetest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	name := e.c.Master + "-r31"
+	if _, err := e.c.Provider.Instances().ReserveAddress(ctx, name, gcetest.ZoneA); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := e.c.StandaloneTemplate(ctx, t, name)
+	if tmpl.Version != "" {
+		t.Fatalf("master 0 (devel upload) reads as version %q, want none", tmpl.Version)
+	}
+	tmpl.Version = "v1.31.0"
+	r, err := e.c.Provider.Instances().Create(ctx, name, gcetest.ZoneA, tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Template.Version != "v1.31.0" {
+		t.Errorf("created master reads back at version %q", r.Template.Version)
+	}
+	// Its apiserver answers once configure.sh installed the tarball.
+	d := e.deps(nil)
+	deadline := time.Now().Add(90 * time.Second)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := d.Probe(ctx, e.c.Provider.APIServerURL(r), "/readyz"); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%s never ready: %v\n%s", name, err, e.c.Fake.SerialPortOutput(gcetest.ZoneA, name))
+		}
+		<-tick.C
+	}
+	e.assertRelease(ctx, "v1.31.0", name)
+	if err := e.c.Provider.Instances().Delete(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+}
