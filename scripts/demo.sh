@@ -41,11 +41,11 @@ up_start=$(date +%s)
 say "local up: one master ($CONTROL_PLANE control plane, $VERSION), the static IP attached to it"
 # The real apiserver publishes each replica's address in the kubernetes
 # Endpoints, which refuse loopback addresses: its replicas live in
-# 198.18.N.0/24, which local up adds to lo (root needed). Not root: the
+# 198.19.N.0/24, which local up adds to lo (root needed). Not root: the
 # same demo on 127.0.N.x, without the Endpoints.
 addresses=()
 if [ "$CONTROL_PLANE" = real ] && [ "$(id -u)" -ne 0 ]; then
-	echo "(not root: replicas on loopback addresses; 'kubectl get endpoints kubernetes' will list none. Run as root for 198.18.N.0/24 on lo.)"
+	echo "(not root: replicas on loopback addresses; 'kubectl get endpoints kubernetes' will list none. Run as root for 198.19.N.0/24 on lo.)"
 	addresses=(--addresses loopback)
 fi
 hm local up --control-plane "$CONTROL_PLANE" --version "$VERSION" "${addresses[@]}"
@@ -80,10 +80,10 @@ if [ "$CONTROL_PLANE" = real ]; then
 	k get configmap demo -o jsonpath='{.data.written}{"\n"}'
 	k get --raw /readyz
 	echo
-	# Each apiserver publishes its own address (198.18.N.x: local up's
+	# Each apiserver publishes its own address (198.19.N.x: local up's
 	# default for the real apiserver); the removed replica's entry leaves
 	# when its lease expires (15 s TTL): wait for it, bounded.
-	want=$(hm --output json status | grep -c '"address": "198\.18\.' || true)
+	want=$(hm --output json status | grep -c '"address": "198\.19\.' || true)
 	[ ${#addresses[@]} -eq 0 ] || want=0
 	for _ in $(seq 1 40); do
 		have=$("$kubectl" --kubeconfig "$kc" get endpoints kubernetes -o jsonpath='{range .subsets[*].addresses[*]}{.ip}{"\n"}{end}' 2>/dev/null | grep -c . || true)

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/dns"
 	"github.com/hamaster/hamaster/errkind"
@@ -337,6 +339,12 @@ type Options struct {
 	Supersede func(prev, next *Journal) bool
 	// LockExclude names replicas the lock's etcd connection must avoid.
 	LockExclude []string
+	// SoleReplicaOutage: the run may replace the cluster's only replica
+	// (rolling-upgrade --allow-downtime). When the cluster has one
+	// replica, its steps are fenced by outageFence: while its etcd is
+	// down the lock cannot be proven, and the run goes on (to its
+	// rollback, if the replacement does not come back).
+	SoleReplicaOutage bool
 	// Defaults fills parameters still empty after a resume was considered
 	// (a fresh run's generated replica name).
 	Defaults func(params map[string]string)
@@ -415,6 +423,22 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 		_ = lock.Release(rctx)
 	}()
 	lock.exclude = o.LockExclude
+	if o.SoleReplicaOutage {
+		if rs, err := d.Provider.Instances().List(ctx); err == nil && len(rs) == 1 {
+			f := &outageFence{lock: lock, cluster: d.Cluster, holder: d.Holder, log: d.logger(), probe: 10 * time.Second,
+				dial: func(ctx context.Context) (*clientv3.Client, func() error, error) {
+					c, err := d.Provider.Etcd(ctx)
+					if err != nil {
+						return nil, nil, err
+					}
+					return c.Raw(), c.Close, nil
+				}}
+			// Not fenced by the session: it ends with the outage.
+			rn.Fence = f.Check
+			d.fence = f.Check
+			return rn.Execute(ctx, wf, j)
+		}
+	}
 	fctx, stop := fenced(ctx, lock)
 	defer stop()
 	rn.Fence = lock.Check

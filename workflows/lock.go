@@ -44,6 +44,9 @@ type Lock struct {
 	key     string
 	// exclude names replicas the lock's client must not use (a victim).
 	exclude []string
+	// closers close the clients opened for the lock after an outage
+	// (outageFence); Release runs them.
+	closers []func() error
 }
 
 // LockKey is the etcd key of a cluster's lock.
@@ -299,6 +302,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	cli := l.session.Client()
 	_, err := cli.Delete(ctx, l.key)
 	cerr := l.session.Close()
+	for _, c := range l.closers {
+		_ = c()
+	}
 	if err != nil {
 		return fmt.Errorf("release cluster lock: %w", err)
 	}

@@ -300,11 +300,11 @@ func TestRealAPIServerGrowShrinkLeases(t *testing.T) {
 	if err := k.createConfigMap(ctx, "before-grow", "1"); err != nil {
 		t.Fatalf("create a ConfigMap on the single master: %v", err)
 	}
-	// The replicas live in 198.18.N.0/24 (local up's default for the
+	// The replicas live in 198.19.N.0/24 (local up's default for the
 	// real apiserver): Endpoints validation (ValidateEndpointIP) refuses
 	// loopback addresses, so 127.0.N.x would never be listed.
-	if a := e.address(ctx, local.MasterName(e.name)); !strings.HasPrefix(a, "198.18.") {
-		t.Fatalf("master-0 on %s; want the benchmark range 198.18.N.0/24", a)
+	if a := e.address(ctx, local.MasterName(e.name)); !strings.HasPrefix(a, "198.19.") {
+		t.Fatalf("master-0 on %s; want the benchmark range 198.19.N.0/24", a)
 	}
 	e.waitEndpoints(ctx, k, "1 replica")
 	names := e.grow(ctx, 2)

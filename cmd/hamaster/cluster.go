@@ -239,8 +239,8 @@ again finishes an interrupted 'up'.
 --addresses chooses, once for the cluster's life, where the replicas live:
   loopback   127.0.N.0/24: nothing to configure, no privilege needed
              (default with the stand-in)
-  benchmark  198.18.N.0/24 (RFC 2544's range, never routed): 'local up'
-             adds 198.18.N.1/24 to lo (needs root), 'local down' removes
+  benchmark  198.19.N.0/24 (RFC 2544's range, never routed): 'local up'
+             adds 198.19.N.1/24 to lo (needs root), 'local down' removes
              it (default with --control-plane real: kube-apiserver
              refuses loopback addresses in the kubernetes Endpoints, so
              'kubectl get endpoints kubernetes' lists replicas only here)
@@ -264,7 +264,7 @@ Example:
 						&cli.StringFlag{Name: "control-plane", EnvVars: []string{"HAMASTER_CONTROL_PLANE"}, Usage: "what serves the apiserver port: `standin|real` (see above; default: standin for a new cluster, the recorded choice for an existing one)"},
 						&cli.StringFlag{Name: "kube-apiserver-dir", EnvVars: []string{"HAMASTER_KUBE_APISERVER_DIR"}, Usage: "--control-plane real: `DIR` of <version>/kube-apiserver (default $XDG_CACHE_HOME/hamaster/kube-apiserver, else ~/.cache/...)"},
 						&cli.StringSliceFlag{Name: "extra-args", Usage: "control-plane flags (e.g. --v=2)"},
-						&cli.StringFlag{Name: "subnet", Usage: "N of 127.0.N.0/24 or 198.18.N.0/24 (1-254; default derived from the cluster name)"},
+						&cli.StringFlag{Name: "subnet", Usage: "N of 127.0.N.0/24 or 198.19.N.0/24 (1-254; default derived from the cluster name)"},
 						&cli.StringFlag{Name: "addresses", Usage: "where replicas live: `loopback|benchmark` (see above; default: benchmark with --control-plane real, else loopback)"},
 						&cli.IntFlag{Name: "etcd-heartbeat-ms", Value: 100, Usage: "etcd heartbeat interval of the replicas"},
 						&cli.IntFlag{Name: "etcd-election-ms", Value: 1000, Usage: "etcd election timeout of the replicas"},
@@ -746,7 +746,7 @@ Example:
 				ExtraArgs: strings.Fields(c.String("extra-args")), ExtraArgsSet: c.IsSet("extra-args"),
 			}
 			wf := workflows.RollingUpgrade(d, params, len(rs))
-			return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e)})
+			return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e), SoleReplicaOutage: params.AllowDowntime})
 		},
 	}
 }

@@ -431,7 +431,7 @@ func (c Config) validateInitialCluster() error {
 
 // checkLoopback accepts a loopback IP, or one inside a prefix assigned to
 // the loopback interface (the local provider's benchmark range,
-// 198.18.N.0/24 on lo, which the kernel makes local as a whole): the
+// 198.19.N.0/24 on lo, which the kernel makes local as a whole): the
 // local provider never binds an address another machine could route to.
 func checkLoopback(key, v string) error {
 	ip := net.ParseIP(v)
@@ -441,7 +441,7 @@ func checkLoopback(key, v string) error {
 	if ip.IsLoopback() || onLoopbackInterface(ip) {
 		return nil
 	}
-	return errkind.Errorf(errkind.InvalidArgument, "%s=%q: want a loopback IP (127.0.0.0/8 or ::1) or one in a prefix on the loopback interface (such as 198.18.N.0/24, which 'hamaster local up --addresses benchmark' adds): the local provider never binds other addresses", key, v)
+	return errkind.Errorf(errkind.InvalidArgument, "%s=%q: want a loopback IP (127.0.0.0/8 or ::1) or one in a prefix on the loopback interface (such as 198.19.N.0/24, which 'hamaster local up --addresses benchmark' adds): the local provider never binds other addresses", key, v)
 }
 
 // onLoopbackInterface reports whether ip is inside a prefix assigned to a

@@ -244,3 +244,57 @@ func TestCreateAtRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSoleMasterBadReleaseRollsBack: rolling-upgrade --allow-downtime of a
+// single master to a release whose tarball does not match its hash. The
+// recreated master never comes up, so the cluster's only etcd is down for
+// longer than the lock's lease: the run may not prove its lock meanwhile,
+// goes on to its rollback all the same (nobody can take the lock while
+// etcd is down), proves the lock again once the restored master serves,
+// and leaves the cluster at its devel upload and unlocked.
+func TestSoleMasterBadReleaseRollsBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "solebad", gcetest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := e.c.Fake.AddRelease("v1.31.1", gcefake.ReleaseOptions{BadServerHash: true}); err != nil {
+		t.Fatal(err)
+	}
+	devel := e.kubeEnvOf(e.c.Master)
+	d := e.deps(nil)
+	start := time.Now()
+	// HealthTimeout outlasts the lock's lease (LockTTL) on purpose.
+	err := workflows.Execute(ctx, d, workflows.RollingUpgrade(d, workflows.UpgradeParams{Version: "v1.31.1", Strategy: workflows.StrategyRecreate,
+		DrainGrace: 100 * time.Millisecond, HealthTimeout: (workflows.LockTTL + 5) * time.Second, AllowDowntime: true}, 1),
+		workflows.Options{SoleReplicaOutage: true})
+	if !errors.Is(err, workflows.ErrConcluded) {
+		t.Fatalf("rolling-upgrade --allow-downtime of the only master to a bad release: %v; want a concluded rollback", err)
+	}
+	t.Logf("sole master, bad release to rollback complete: %v: %v", time.Since(start).Round(time.Millisecond), err)
+	env := e.kubeEnvOf(e.c.Master)
+	for _, k := range []string{kubeenv.ServerBinaryTarURL, kubeenv.ServerBinaryTarHash} {
+		if env[k] != devel[k] {
+			t.Errorf("after rollback: kube-env %s=%q, want the devel upload's %q", k, env[k], devel[k])
+		}
+	}
+	rep, err := e.c.Provider.Instances().Get(ctx, e.c.Master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := d.ReplicaVersion(ctx, rep); err != nil || v != kubeuptest.DefaultDevelVersion {
+		t.Errorf("after rollback: /version = %q, %v; want the devel upload's %s", v, err, kubeuptest.DefaultDevelVersion)
+	}
+	// The lock was released (or at worst expires): the next command runs.
+	cli, err := e.c.Provider.Etcd(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	lctx, lcancel := context.WithTimeout(ctx, (workflows.LockTTL+10)*time.Second)
+	defer lcancel()
+	l, err := workflows.AcquireLock(lctx, cli.Raw(), e.c.Settings.Cluster, "test")
+	if err != nil {
+		t.Fatalf("the next command cannot take the cluster lock: %v", err)
+	}
+	_ = l.Release(ctx)
+}

@@ -1,7 +1,7 @@
 // Package local is hamaster's embedded provider: a replica ("VM") is a
 // detached hamaster-node process running real etcd and the apiserver (a
 // stand-in, or kube-apiserver with --control-plane real) on its own
-// address of this machine (127.0.N.x, or 198.18.N.x on lo for the real
+// address of this machine (127.0.N.x, or 198.19.N.x on lo for the real
 // apiserver: network.go; N derived from the cluster name); its data dir is
 // its persistent disk; the static IP is .1 of the same /24; the load
 // balancer is a hamaster-node lb process bound to that address. Nothing needs installing but, for the real apiserver, its

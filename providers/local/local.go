@@ -34,7 +34,7 @@ const (
 	// OptNodeBinary is the path of hamaster-node (default: next to the
 	// running executable, then $PATH).
 	OptNodeBinary = "node-binary"
-	// OptSubnet forces N of 127.0.N.0/24 or 198.18.N.0/24 (default:
+	// OptSubnet forces N of 127.0.N.0/24 or 198.19.N.0/24 (default:
 	// derived from the name).
 	OptSubnet = "subnet"
 )
@@ -175,7 +175,7 @@ func (o *UpOptions) checkAddresses() error {
 	case "", AddressesLoopback, AddressesBenchmark:
 		return nil
 	}
-	return errkind.Errorf(errkind.InvalidArgument, "--addresses %q: want %s (127.0.N.0/24, no privilege needed) or %s (198.18.N.0/24 added to lo, needs root; what the real kube-apiserver needs to list replicas in the kubernetes Endpoints)",
+	return errkind.Errorf(errkind.InvalidArgument, "--addresses %q: want %s (127.0.N.0/24, no privilege needed) or %s (198.19.N.0/24 added to lo, needs root; what the real kube-apiserver needs to list replicas in the kubernetes Endpoints)",
 		o.Addresses, AddressesLoopback, AddressesBenchmark)
 }
 

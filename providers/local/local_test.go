@@ -160,7 +160,7 @@ func TestServiceRangeMatchesCertificates(t *testing.T) {
 }
 
 // TestBenchmarkAddressesOnLo: a cluster in the benchmark range adds its
-// /24 to lo at up (replicas and the static IP in 198.18.N.0/24, none a
+// /24 to lo at up (replicas and the static IP in 198.19.N.0/24, none a
 // loopback address), refuses a second cluster on the same /24 (another
 // state dir: only lo shows it), and removes the address at down.
 func TestBenchmarkAddressesOnLo(t *testing.T) {
@@ -177,10 +177,10 @@ func TestBenchmarkAddressesOnLo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := netip.MustParsePrefix(fmt.Sprintf("198.18.%d.0/24", n))
+	prefix := netip.MustParsePrefix(fmt.Sprintf("198.19.%d.0/24", n))
 	info := p.Info()
-	if info.StaticIP != fmt.Sprintf("198.18.%d.1", n) || info.Prefix() != prefix {
-		t.Fatalf("static IP %s in %s, want 198.18.%d.1 in %s", info.StaticIP, info.Prefix(), n, prefix)
+	if info.StaticIP != fmt.Sprintf("198.19.%d.1", n) || info.Prefix() != prefix {
+		t.Fatalf("static IP %s in %s, want 198.19.%d.1 in %s", info.StaticIP, info.Prefix(), n, prefix)
 	}
 	m, err := p.Instances().Get(ctx, local.MasterName("bench"))
 	if err != nil {

@@ -13,9 +13,11 @@ const (
 	// lo, so nothing is configured and no privilege is needed. The default
 	// for the apiserver stand-in.
 	AddressesLoopback = "loopback"
-	// AddressesBenchmark: 198.18.N.0/24, from RFC 2544's benchmarking
-	// range (198.18.0.0/15, never routed on the internet), made local by
-	// adding 198.18.N.1/24 to lo (labelled lo:hamaster): on a loopback
+	// AddressesBenchmark: 198.19.N.0/24, from RFC 2544's benchmarking
+	// range (198.18.0.0/15, never routed on the internet; its upper half,
+	// as the cloud fakes' namespace VPCs route 198.18.x.0/24 external
+	// ranges), made local by
+	// adding 198.19.N.1/24 to lo (labelled lo:hamaster): on a loopback
 	// device the kernel makes the whole prefix local, as 127.0.0.1/8 does
 	// for 127.0.0.0/8. Needs root (CAP_NET_ADMIN) once, at 'local up';
 	// 'local down' removes the address. The default for the real
@@ -29,7 +31,7 @@ const (
 // loLabel marks the addresses hamaster adds to lo (ip addr show lo).
 const loLabel = "lo:hamaster"
 
-// Prefix is the cluster's /24: 127.0.N.0/24 or 198.18.N.0/24.
+// Prefix is the cluster's /24: 127.0.N.0/24 or 198.19.N.0/24.
 func (ci ClusterInfo) Prefix() netip.Prefix {
 	return netip.PrefixFrom(ci.Address(0), 24)
 }
@@ -38,19 +40,19 @@ func (ci ClusterInfo) Prefix() netip.Prefix {
 // from .2).
 func (ci ClusterInfo) Address(x int) netip.Addr {
 	if ci.Benchmark() {
-		return netip.AddrFrom4([4]byte{198, 18, byte(ci.Subnet), byte(x)})
+		return netip.AddrFrom4([4]byte{198, 19, byte(ci.Subnet), byte(x)})
 	}
 	return netip.AddrFrom4([4]byte{127, 0, byte(ci.Subnet), byte(x)})
 }
 
-// Benchmark reports whether the replicas live in 198.18.N.0/24.
+// Benchmark reports whether the replicas live in 198.19.N.0/24.
 func (ci ClusterInfo) Benchmark() bool { return ci.Addresses == AddressesBenchmark }
 
 // loAddress is the address Up adds to lo for a benchmark-range cluster.
 func (ci ClusterInfo) loAddress() netip.Prefix { return netip.PrefixFrom(ci.Address(1), 24) }
 
 // ensureNetwork makes the cluster's addresses local: nothing for
-// loopback; 198.18.N.1/24 on lo for benchmark (idempotent; run before any
+// loopback; 198.19.N.1/24 on lo for benchmark (idempotent; run before any
 // process of the cluster starts, so a reboot that dropped the address is
 // repaired by the next command that boots a replica).
 func (p *Provider) ensureNetwork() error {
