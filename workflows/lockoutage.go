@@ -117,5 +117,6 @@ func (l *Lock) adopt(s *concurrency.Session, closeCli func() error) {
 	old := l.session
 	l.session = s
 	l.closers = append(l.closers, closeCli)
-	_ = old.Close()
+	// Orphan, not Close: Close revokes the lease, which s may be keeping.
+	old.Orphan()
 }
