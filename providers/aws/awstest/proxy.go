@@ -2,6 +2,7 @@ package awstest
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -74,6 +75,11 @@ type Proxy struct {
 	credits map[string]string // instance ID → CPU credits
 	groups  map[string]string // instance ID → placement group
 	direct  *ec2.Client       // moto itself, for the launch fix-ups
+	// console answers GetConsoleOutput from the data plane (SetConsole).
+	console func(instanceID string) (string, bool)
+	// assignedNet is where NLBs' AWS-assigned addresses come from
+	// (SetAssignedNet; default AssignedNet).
+	assignedNet string
 	// Served counts what the proxy added: "invisible", "PENDING" and the
 	// target states it reported ("healthy", "initial", "unhealthy").
 	served map[string]int
@@ -222,6 +228,23 @@ func (p *Proxy) PendingChanges(n int) {
 	p.mu.Unlock()
 }
 
+// SetConsole makes GetConsoleOutput answer what f says about an instance
+// (moto answers a fixed sample): the data plane's boot log.
+func (p *Proxy) SetConsole(f func(instanceID string) (string, bool)) {
+	p.mu.Lock()
+	p.console = f
+	p.mu.Unlock()
+}
+
+// SetAssignedNet makes the NLBs' AWS-assigned addresses prefix+<10+k>
+// (prefix like "198.18.7."): a data plane puts them where the operator
+// can reach them.
+func (p *Proxy) SetAssignedNet(prefix string) {
+	p.mu.Lock()
+	p.assignedNet = prefix
+	p.mu.Unlock()
+}
+
 // SetHealth sets where the health of a registered target in an enabled
 // zone of an active NLB comes from (the data plane's health checks), and
 // where instances' zones come from.
@@ -232,6 +255,7 @@ func (p *Proxy) SetHealth(f func(instanceID string) (state, reason, desc string)
 }
 
 var (
+	consoleOutputRE = regexp.MustCompile(`(?s)<output>.*?</output>`)
 	instanceIDRE  = regexp.MustCompile(`<instanceId>(i-[0-9a-f]+)</instanceId>`)
 	changeIDRE    = regexp.MustCompile(`<Id>([^<]+)</Id>`)
 	memberRE      = regexp.MustCompile(`(?s)<member>.*?</member>`)
@@ -309,6 +333,11 @@ func (p *Proxy) rewrite(r *http.Request, body []byte, status int) []byte {
 		}
 	case bytes.Contains(body, []byte("<DescribeTargetHealthResponse")):
 		s = p.rewriteTargetHealth(call.Params, s)
+	case bytes.Contains(body, []byte("<GetConsoleOutputResponse")) && p.console != nil:
+		if out, ok := p.console(call.Params.Get("InstanceId")); ok {
+			s = consoleOutputRE.ReplaceAllLiteralString(s, "<output>"+base64.StdEncoding.EncodeToString([]byte(out))+"</output>")
+			p.served["console"]++
+		}
 	}
 	return []byte(s)
 }
