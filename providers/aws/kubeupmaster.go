@@ -23,8 +23,8 @@ import (
 // kubeenv package, as the gce provider does on kube-up's GCE masters:
 //   - a master's hostname is EC2's: ip-a-b-c-d (the short private DNS
 //     name, which resolves inside the VPC), so etcd members are named
-//     etcd-ip-a-b-c-d with peer URL https://ip-a-b-c-d:2380 (events:
-//     -events, 2381);
+//     etcd-ip-a-b-c-d with peer URL https://ip-a-b-c-d:2380 (events: the
+//     same name, 2381);
 //   - a new master's kube_env.yaml is kubeenv.Replicate's (kube-up's
 //     replicate-master-instance: INITIAL_ETCD_CLUSTER + the new host,
 //     INITIAL_ETCD_CLUSTER_STATE=existing, its own etcd peer and
@@ -79,7 +79,9 @@ func (k *KubeUpProvider) EtcdMember(cluster, _, address string) (string, string)
 		c = kubeenv.EtcdMain
 	}
 	host := Hostname(k.amap.toCloud(address))
-	return kubeenv.MemberName(host) + c.Suffix, kubeenv.PeerURL(c, host)
+	// etcd.manifest: --name etcd-{{ hostname }} in both clusters (the
+	// events member is not named -events; its peer port tells it apart).
+	return kubeenv.MemberName(host), kubeenv.PeerURL(c, host)
 }
 
 // APIServerName implements providers.APIServerNamer: kube-up's

@@ -118,7 +118,7 @@ func TestKubeUpAWSMaster(t *testing.T) {
 	}
 	for cl, want := range map[string][2]string{
 		providers.EtcdMain:   {"etcd-ip-10-0-1-10", "https://ip-10-0-1-10:2380"},
-		providers.EtcdEvents: {"etcd-ip-10-0-1-10-events", "https://ip-10-0-1-10:2381"},
+		providers.EtcdEvents: {"etcd-ip-10-0-1-10", "https://ip-10-0-1-10:2381"},
 	} {
 		if n, u := k.EtcdMember(cl, c.Master, master.Address); n != want[0] || u != want[1] {
 			t.Errorf("EtcdMember(%s) = %s %s, want %s %s", cl, n, u, want[0], want[1])

@@ -40,7 +40,11 @@ type Cluster struct {
 	Provider     providers.Provider
 	Moto         *Moto
 	Proxy        *Proxy
-	VMs          *VMs
+	// VMs is the data plane: the loopback one (Up) or the namespace VPC
+	// (UpKubeUp).
+	VMs Plane
+	// KubeUp is set by UpKubeUp.
+	KubeUp *KubeUpCluster
 	// Direct clients to moto (not through the proxy).
 	EC2 *ec2.Client
 	ELB *elb.Client
@@ -229,7 +233,7 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 	_, err = c.EC2.AssociateAddress(ctx, &ec2.AssociateAddressInput{AllocationId: eip.AllocationId, InstanceId: id})
 	must(err, "AssociateAddress")
 
-	c.VMs = &VMs{cluster: name, root: t.TempDir(), bin: localtest.NodeBinary(t), caFile: filepath.Join(pki, "ca.crt"), toNet: func(ip string) string {
+	vms := &VMs{cluster: name, root: t.TempDir(), bin: localtest.NodeBinary(t), caFile: filepath.Join(pki, "ca.crt"), toNet: func(ip string) string {
 		switch {
 		case ip == c.EIPPublicIP:
 			return c.StaticIP
@@ -242,9 +246,10 @@ func Up(t *testing.T, name string, o Options) *Cluster {
 		}
 		return "0.0.0.0" // never dial what is not mapped
 	}, ec2: c.EC2, elb: c.ELB, proxy: px, nodes: map[string]*proc{}, zones: map[string]string{}, unbootable: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
-	px.SetHealth(c.VMs.Health, c.VMs.Zone)
-	c.VMs.start()
-	t.Cleanup(c.VMs.Close)
+	px.SetHealth(vms.Health, vms.Zone)
+	vms.start()
+	t.Cleanup(vms.Close)
+	c.VMs = vms
 
 	p, err := awsp.New(ctx, c.Settings)
 	must(err, "open provider")

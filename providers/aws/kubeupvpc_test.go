@@ -1,0 +1,67 @@
+package aws_test
+
+import (
+	"context"
+	"encoding/base64"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	awsp "github.com/hamaster/hamaster/providers/aws"
+	"github.com/hamaster/hamaster/providers/aws/awstest"
+)
+
+// TestKubeUpVPCMaster0: master 0 made as kube-up's start-master makes it
+// boots in the namespace VPC from its gzip'ed user data; the operator's
+// namespace reaches its Elastic IP (https on 443) and the bastion, never
+// its private address; its console output is the boot's; the provider
+// reads etcd through SSH via the bastion, members named by the EC2
+// hostname.
+func TestKubeUpVPCMaster0(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	c := awstest.UpKubeUp(t, "kupvpc", awstest.KubeUpOptions{})
+	t.Logf("cluster up in %v", time.Since(start).Round(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := c.KubeUp
+	if ok, route := k.Net.Routed(netip.MustParseAddr(k.Master.InternalIP)); ok {
+		t.Errorf("the operator's namespace routes master 0's private address %s: %s", k.Master.InternalIP, route)
+	}
+	if ok, route := k.Net.Routed(netip.MustParseAddr(k.Master.EIP)); !ok {
+		t.Errorf("the Elastic IP %s is not routed from the operator's namespace: %s", k.Master.EIP, route)
+	}
+	viaProxy := ec2.New(ec2.Options{Region: awstest.Region, BaseEndpoint: aws.String(c.Proxy.URL), Credentials: c.EC2.Options().Credentials})
+	out, err := viaProxy.GetConsoleOutput(ctx, &ec2.GetConsoleOutputInput{InstanceId: aws.String(k.Master.ID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	console, _ := base64.StdEncoding.DecodeString(aws.ToString(out.Output))
+	if !strings.Contains(string(console), "kube-up master configured") || !strings.Contains(string(console), k.Master.Hostname) {
+		t.Errorf("console output is not master 0's boot:\n%s", console)
+	}
+	kp, ok := c.Provider.(*awsp.KubeUpProvider)
+	if !ok {
+		t.Fatalf("provider is %T, want *aws.KubeUpProvider", c.Provider)
+	}
+	for _, cl := range kp.EtcdClusters() {
+		cli, err := kp.EtcdCluster(ctx, cl)
+		if err != nil {
+			t.Fatalf("etcd %s through the bastion: %v", cl, err)
+		}
+		ms, err := cli.Members(ctx)
+		cli.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// etcd.manifest: --name etcd-<hostname> in both clusters.
+		want := "etcd-" + k.Master.Hostname
+		if len(ms) != 1 || ms[0].Name != want {
+			t.Errorf("etcd %s members %+v, want %s", cl, ms, want)
+		}
+	}
+}
