@@ -256,11 +256,11 @@ func (p *Proxy) SetHealth(f func(instanceID string) (state, reason, desc string)
 
 var (
 	consoleOutputRE = regexp.MustCompile(`(?s)<output>.*?</output>`)
-	instanceIDRE  = regexp.MustCompile(`<instanceId>(i-[0-9a-f]+)</instanceId>`)
-	changeIDRE    = regexp.MustCompile(`<Id>([^<]+)</Id>`)
-	memberRE      = regexp.MustCompile(`(?s)<member>.*?</member>`)
-	targetIDRE    = regexp.MustCompile(`<Target>\s*<Id>(i-[0-9a-f]+)</Id>`)
-	healthBlockRE = regexp.MustCompile(`(?s)<TargetHealth>.*?</TargetHealth>`)
+	instanceIDRE    = regexp.MustCompile(`<instanceId>(i-[0-9a-f]+)</instanceId>`)
+	changeIDRE      = regexp.MustCompile(`<Id>([^<]+)</Id>`)
+	memberRE        = regexp.MustCompile(`(?s)<member>.*?</member>`)
+	targetIDRE      = regexp.MustCompile(`<Target>\s*<Id>(i-[0-9a-f]+)</Id>`)
+	healthBlockRE   = regexp.MustCompile(`(?s)<TargetHealth>.*?</TargetHealth>`)
 )
 
 func (p *Proxy) modify(resp *http.Response) error {
