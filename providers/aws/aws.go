@@ -151,9 +151,12 @@ type Provider struct {
 	inst  *instances
 	sip   *staticIP
 	lbal  *loadBalancer
-	names sync.Map     // instance ID → Name tag (immutable)
-	addrs sync.Map     // instance ID → address (hamaster view)
-	eipIP atomic.Value // the Elastic IP's public address (string)
+	names sync.Map // instance ID → Name tag (immutable)
+	addrs sync.Map // instance ID → address (hamaster view)
+	// privIPs: Name tag → private IP of the last live instance seen with
+	// it (a kube-up member is named by its host's address).
+	privIPs sync.Map
+	eipIP   atomic.Value // the Elastic IP's public address (string)
 }
 
 // New is the providers.Factory of the AWS provider.

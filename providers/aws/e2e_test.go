@@ -73,6 +73,25 @@ func newEnv(t *testing.T, name string, o awstest.Options) *env {
 	return &env{t: t, c: c, dns: c.EndpointMode == "dns"}
 }
 
+// hostnames are the running instances' EC2 hostnames by Name tag.
+func (e *env) hostnames(ctx context.Context) map[string]string {
+	out, err := e.c.EC2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{{Name: aws.String("instance-state-name"), Values: []string{"running"}}}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, r := range out.Reservations {
+		for _, i := range r.Instances {
+			for _, tg := range i.Tags {
+				if aws.ToString(tg.Key) == awsp.TagName {
+					m[aws.ToString(tg.Value)] = awsp.Hostname(aws.ToString(i.PrivateIpAddress))
+				}
+			}
+		}
+	}
+	return m
+}
+
 // assertConverged checks the workflows' view (replicas, members, LB
 // targets, static IP holder, journal) and AWS's (nothing orphaned: live
 // instances, data volumes, Elastic IP association, load balancer, target
@@ -85,8 +104,14 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 	if err != nil {
 		t.Fatalf("status: %v", err)
 	}
-	workflowstest.AssertReplicasAndMembers(t, rep, want)
 	c := e.c
+	if c.KubeUp != nil {
+		// kube-up's members are etcd-<EC2 hostname>.
+		hosts := e.hostnames(ctx)
+		workflowstest.AssertReplicasAndMembersNamed(t, rep, want, func(r string) string { return "etcd-" + hosts[r] })
+	} else {
+		workflowstest.AssertReplicasAndMembers(t, rep, want)
+	}
 	lbs, _ := c.ELB.DescribeLoadBalancers(ctx, &elb.DescribeLoadBalancersInput{})
 	tgs, _ := c.ELB.DescribeTargetGroups(ctx, &elb.DescribeTargetGroupsInput{})
 	addrs, err := c.EC2.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{AllocationIds: []string{c.EIPAllocation}})

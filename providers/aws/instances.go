@@ -141,6 +141,9 @@ func (p *Provider) toInstance(i types.Instance) instance {
 	if x.address != "" {
 		p.addrs.Store(x.id, x.address)
 	}
+	if x.name != "" && x.privateIP != "" && x.awsState != types.InstanceStateNameTerminated && x.awsState != types.InstanceStateNameShuttingDown {
+		p.privIPs.Store(x.name, x.privateIP)
+	}
 	return x
 }
 

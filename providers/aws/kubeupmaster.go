@@ -73,12 +73,22 @@ func (k *KubeUpProvider) EtcdClusters() []string {
 }
 
 // EtcdMember implements providers.Membership.
-func (k *KubeUpProvider) EtcdMember(cluster, _, address string) (string, string) {
+func (k *KubeUpProvider) EtcdMember(cluster, replica, address string) (string, string) {
 	c, err := kubeUpCluster(cluster)
 	if err != nil {
 		c = kubeenv.EtcdMain
 	}
-	host := Hostname(k.amap.toCloud(address))
+	ip := k.amap.toCloud(address)
+	if address == "" {
+		// Named by the replica alone: its instance's private address, as
+		// last described.
+		v, ok := k.privIPs.Load(replica)
+		if !ok {
+			return "", ""
+		}
+		ip = v.(string)
+	}
+	host := Hostname(ip)
 	// etcd.manifest: --name etcd-{{ hostname }} in both clusters (the
 	// events member is not named -events; its peer port tells it apart).
 	return kubeenv.MemberName(host), kubeenv.PeerURL(c, host)

@@ -901,3 +901,29 @@ func hostKey(path string) (ssh.PublicKey, error) {
 	}
 	return s.PublicKey(), nil
 }
+
+// Describe is every VM's state and console output's tail, for failure
+// messages.
+func (v *VPCPlane) Describe() string {
+	v.mu.Lock()
+	ids := make([]string, 0, len(v.vms))
+	for id := range v.vms {
+		ids = append(ids, id)
+	}
+	v.mu.Unlock()
+	sort.Strings(ids)
+	var b strings.Builder
+	for _, id := range ids {
+		out, _ := v.ConsoleOutput(id)
+		lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+		if len(lines) > 15 {
+			lines = lines[len(lines)-15:]
+		}
+		v.mu.Lock()
+		x := v.vms[id]
+		fmt.Fprintf(&b, "--- %s %s (%s) %s volume %q\n", id, x.name, x.host, x.private, x.volume)
+		v.mu.Unlock()
+		b.WriteString(strings.Join(lines, "\n") + "\n")
+	}
+	return b.String()
+}
