@@ -20,6 +20,7 @@ import (
 	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/aws/aws-sdk-go-v2/service/route53"
 
+	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/aws/awstest"
 	"github.com/hamaster/hamaster/workflows"
@@ -66,11 +67,13 @@ func (e *env) remove(ctx context.Context, name string, after func(string) error)
 		workflows.Options{Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}})
 }
 
-// newEnv brings a cluster up (in the endpoint mode of o, or of
-// HAMASTER_AWS_ENDPOINT_MODE) and returns its env.
+// newEnv brings a kube-up cluster up on the namespace VPC (in the
+// endpoint mode of o, or of HAMASTER_AWS_ENDPOINT_MODE) and returns its
+// env: masters in kube-up's AWS format, the operator (this process) in
+// the root namespace reaching etcd and the apiservers over SSH through
+// the bastion.
 func newEnv(t *testing.T, name string, o awstest.Options) *env {
-	c := awstest.Up(t, name, o)
-	return &env{t: t, c: c, dns: c.EndpointMode == "dns"}
+	return newKubeUpEnv(t, name, awstest.KubeUpOptions{EndpointMode: o.EndpointMode, Timing: o.Timing})
 }
 
 // hostnames are the running instances' EC2 hostnames by Name tag.
@@ -306,13 +309,14 @@ func TestAddRemove1to3to1(t *testing.T) {
 		t.Fatalf("describe the target group: %v", err)
 	}
 	tg := tgs.TargetGroups[0]
+	port := fmt.Sprint(providers.APIServerPortOf(c.Provider)) // kube-up's masters: 443
 	for k, v := range map[string][2]string{
 		"Protocol":            {string(tg.Protocol), "TCP"},
-		"Port":                {fmt.Sprint(aws.ToInt32(tg.Port)), "6443"},
+		"Port":                {fmt.Sprint(aws.ToInt32(tg.Port)), port},
 		"TargetType":          {string(tg.TargetType), "instance"},
 		"HealthCheckProtocol": {string(tg.HealthCheckProtocol), "HTTPS"},
 		"HealthCheckPath":     {aws.ToString(tg.HealthCheckPath), "/readyz"},
-		"HealthCheckPort":     {aws.ToString(tg.HealthCheckPort), "6443"},
+		"HealthCheckPort":     {aws.ToString(tg.HealthCheckPort), port},
 	} {
 		if v[0] != v[1] {
 			t.Errorf("target group %s = %q, want %q", k, v[0], v[1])

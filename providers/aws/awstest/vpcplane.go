@@ -431,6 +431,9 @@ func (v *VPCPlane) reconcile(ctx context.Context) error {
 		if i.Placement != nil {
 			v.zones[id] = aws.ToString(i.Placement.AvailabilityZone)
 		}
+		if x := v.vms[id]; x != nil {
+			x.name = nameTag(i) // kube-up tags after run-instances
+		}
 	}
 	var gone []string
 	for id := range v.vms {
@@ -572,11 +575,7 @@ func (v *VPCPlane) bootVM(ctx context.Context, i ec2types.Instance) error {
 		return fmt.Errorf("private address %q: %w", aws.ToString(i.PrivateIpAddress), err)
 	}
 	x := &awsVM{id: id, host: awsp.Hostname(private.String()), private: private, dir: filepath.Join(v.o.Dir, "instances", id)}
-	for _, t := range i.Tags {
-		if aws.ToString(t.Key) == awsp.TagName {
-			x.name = aws.ToString(t.Value)
-		}
-	}
+	x.name = nameTag(i)
 	if err := os.MkdirAll(filepath.Join(x.dir, "ssh"), 0o700); err != nil {
 		return err
 	}
@@ -926,4 +925,13 @@ func (v *VPCPlane) Describe() string {
 		b.WriteString(strings.Join(lines, "\n") + "\n")
 	}
 	return b.String()
+}
+
+func nameTag(i ec2types.Instance) string {
+	for _, t := range i.Tags {
+		if aws.ToString(t.Key) == awsp.TagName {
+			return aws.ToString(t.Value)
+		}
+	}
+	return ""
 }
