@@ -146,6 +146,9 @@ type Provider struct {
 
 	sshMu sync.Mutex
 	ssh   map[string]*remote.Client // SSH connections by address (ssh.go)
+	// sshRetired: connections taken out of ssh after a failed dial,
+	// closed by Close.
+	sshRetired []*remote.Client
 
 	mu    sync.Mutex // address reservations file
 	inst  *instances

@@ -217,7 +217,8 @@ func (k *KubeUpProvider) EtcdCluster(ctx context.Context, cluster string, exclud
 			errs = append(errs, err)
 			continue
 		}
-		sc, err := k.sshDial(ctx, addr, viaBastion)
+		// Connect first: a master that does not take SSH is skipped here.
+		_, err = k.sshDial(ctx, addr, viaBastion)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ssh %s (%s): %w", first.name, addr, err))
 			continue
@@ -240,7 +241,7 @@ func (k *KubeUpProvider) EtcdCluster(ctx context.Context, cluster string, exclud
 					return nil, err
 				}
 				if h == "127.0.0.1" || h == "localhost" {
-					return sc.DialContext(ctx, "tcp", a)
+					return k.sshDialThrough(ctx, addr, viaBastion, "tcp", a)
 				}
 				i, ok := byHost[h]
 				if !ok {
@@ -250,11 +251,7 @@ func (k *KubeUpProvider) EtcdCluster(ctx context.Context, cluster string, exclud
 				if err != nil {
 					return nil, err
 				}
-				mc, err := k.sshDial(ctx, ma, via)
-				if err != nil {
-					return nil, err
-				}
-				return mc.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", p))
+				return k.sshDialThrough(ctx, ma, via, "tcp", net.JoinHostPort("127.0.0.1", p))
 			},
 		}
 		cli, err := etcdmember.New(ctx, cfg)
