@@ -262,6 +262,14 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	p.lbal = &loadBalancer{p: p}
 	var kubeUp bool
 	switch f := opts[OptMasterFormat]; f {
+	case "", MasterFormatKubeUp:
+		// A cluster kube-up made and hamaster never touched has only
+		// kube-up's tags (adopt.go).
+		if err := p.adoptKubeUp(ctx); err != nil {
+			return nil, fmt.Errorf("adopt kube-up's master of cluster %s: %w", p.cluster, err)
+		}
+	}
+	switch f := opts[OptMasterFormat]; f {
 	case "":
 		if kubeUp, err = p.detectKubeUp(ctx); err != nil {
 			return nil, fmt.Errorf("read the cluster's masters to tell their format (or set --%s): %w", OptMasterFormat, err)

@@ -3,6 +3,7 @@ package aws_test
 import (
 	"context"
 	"encoding/base64"
+	"maps"
 	"net/netip"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/aws/awstest"
@@ -100,4 +102,61 @@ func TestKubeUpAddRemove1to3to1(t *testing.T) {
 		t.Logf("remove %s: %s", names[i], time.Since(start).Round(time.Millisecond))
 	}
 	e.assertConverged(ctx, c.Master)
+}
+
+// TestAdoptKubeUpTags: master 0 with kube-up's tags only (Name,
+// KubernetesCluster, Role on the instance; Name, KubernetesCluster and
+// kubernetes.io/master-ip on its volume; an untagged Elastic IP): the
+// provider finds it, tags it, its volume and its Elastic IP as its own,
+// twice with the same result, and grows the cluster from it.
+func TestAdoptKubeUpTags(t *testing.T) {
+	t.Parallel()
+	e := newKubeUpEnv(t, "adopt", awstest.KubeUpOptions{NoHamasterTags: true})
+	c := e.c
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	k := c.KubeUp.Master
+	tags := func() map[string]map[string]string {
+		out, err := c.EC2.DescribeTags(ctx, &ec2.DescribeTagsInput{Filters: []ec2types.Filter{{Name: aws.String("resource-id"), Values: []string{k.ID, k.VolumeID, k.AllocationID}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]map[string]string{}
+		for _, tg := range out.Tags {
+			id := aws.ToString(tg.ResourceId)
+			if m[id] == nil {
+				m[id] = map[string]string{}
+			}
+			m[id][aws.ToString(tg.Key)] = aws.ToString(tg.Value)
+		}
+		return m
+	}
+	got := tags()
+	for id, want := range map[string]map[string]string{
+		k.ID:           {awsp.TagCluster: c.Name},
+		k.VolumeID:     {awsp.TagCluster: c.Name, awsp.TagReplica: c.Master, awsp.TagRole: "data"},
+		k.AllocationID: {awsp.TagCluster: c.Name},
+	} {
+		for key, v := range want {
+			if got[id][key] != v {
+				t.Errorf("%s: tag %s=%q after adoption, want %q (tags %v)", id, key, got[id][key], v, got[id])
+			}
+		}
+	}
+	if got[k.ID][awsp.TagKubernetesCluster] != c.Name || got[k.ID][awsp.TagKubeUpRole] != c.Master {
+		t.Errorf("kube-up's own tags changed: %v", got[k.ID])
+	}
+	// Opening it again adopts nothing new and changes nothing.
+	p2, err := awsp.New(ctx, c.Settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p2.(interface{ Close() error }).Close()
+	if again := tags(); !maps.EqualFunc(again, got, maps.Equal) {
+		t.Errorf("a second adoption changed tags: %v → %v", got, again)
+	}
+	if err := e.add(ctx, "adopt-master-a01", nil); err != nil {
+		t.Fatalf("add from the adopted master: %v", err)
+	}
+	e.assertConverged(ctx, c.Master, "adopt-master-a01")
 }
