@@ -72,8 +72,8 @@ func (e *env) remove(ctx context.Context, name string, after func(string) error)
 // env: masters in kube-up's AWS format, the operator (this process) in
 // the root namespace reaching etcd and the apiservers over SSH through
 // the bastion.
-func newEnv(t *testing.T, name string, o awstest.Options) *env {
-	return newKubeUpEnv(t, name, awstest.KubeUpOptions{EndpointMode: o.EndpointMode, Timing: o.Timing})
+func newEnv(t *testing.T, name string, o awstest.KubeUpOptions) *env {
+	return newKubeUpEnv(t, name, o)
 }
 
 // hostnames are the running instances' EC2 hostnames by Name tag.
@@ -242,7 +242,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 // ignores from the recorded requests.
 func TestAddRemove1to3to1(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "e2e", awstest.Options{})
+	e := newEnv(t, "e2e", awstest.KubeUpOptions{})
 	c := e.c
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -361,7 +361,7 @@ func TestAddRemove1to3to1(t *testing.T) {
 // cluster converges with nothing orphaned.
 func TestCrashResume(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "crash", awstest.Options{})
+	e := newEnv(t, "crash", awstest.KubeUpOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	d := e.deps(nil)
@@ -412,7 +412,7 @@ func TestCrashResume(t *testing.T) {
 // and after, and nothing is left behind.
 func TestAddRemoveDNSEndpoint(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "dnsep", awstest.Options{EndpointMode: "dns"})
+	e := newEnv(t, "dnsep", awstest.KubeUpOptions{EndpointMode: "dns"})
 	c := e.c
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -27,21 +27,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/route53"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/dataplane/vpc/vpctest"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/aws/awstest/kubeupmaster"
 	"github.com/hamaster/hamaster/providers/local/localtest"
 )
-
-// Plane is what tests read of a data plane (VMs, VPCPlane).
-type Plane interface {
-	LastError() error
-	Nodes() []string
-	NodeStatus(name string) (nodeapi.Status, bool)
-	LBRunning() bool
-}
 
 // kube-up's AWS network (cluster/aws/util.sh: VPC_CIDR
 // ${KUBE_VPC_CIDR_BASE:-172.20}.0.0/16, SUBNET_CIDR .0.0/24; a second
@@ -64,6 +55,8 @@ type KubeUpOptions struct {
 	NoHamasterTags bool
 	// NoProvider skips opening the provider.
 	NoProvider bool
+	// Customize is kubeupmaster.Options.Customize for master 0.
+	Customize func(run *ec2.RunInstancesInput, vol *ec2.CreateVolumeInput)
 }
 
 // KubeUpCluster is what UpKubeUp made beside Cluster's fields.
@@ -176,7 +169,7 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 
 	// Master 0, as kube-up's start-master makes it.
 	mo, err := kubeupmaster.Create(ctx, kubeupmaster.Options{EC2: viaProxy, ClusterID: name, VPCID: c.VPC, SubnetID: c.Subnet, SubnetCIDR: KubeUpSubnetCIDR, Zone: Zone,
-		ImageID: ami, KeyName: keyName, InstanceProfileARN: InstanceProfileARN, ReservedIP: net.External(5).String(), HamasterTags: !o.NoHamasterTags})
+		ImageID: ami, KeyName: keyName, InstanceProfileARN: InstanceProfileARN, ReservedIP: net.External(5).String(), HamasterTags: !o.NoHamasterTags, Customize: o.Customize})
 	must(err, "start-master")
 	k.Master = mo
 	k.CAPool = x509.NewCertPool()

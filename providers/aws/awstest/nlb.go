@@ -273,7 +273,8 @@ func (p *Proxy) rewriteLBs(s string) string {
 
 // AssignedNet is where the proxy's NLBs get the public addresses AWS
 // assigns to a subnet mapping without an Elastic IP: 198.51.100.<10+k>
-// for the k-th zone (TEST-NET-2; the harness maps it to loopback).
+// for the k-th zone (TEST-NET-2), unless SetAssignedNet put them in the
+// namespace VPC's external range.
 const AssignedNet = "198.51.100."
 
 func (l *nlbModel) sortedZones() []string {

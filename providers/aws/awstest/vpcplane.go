@@ -262,7 +262,9 @@ func (v *VPCPlane) ConsoleOutput(id string) (string, bool) {
 }
 
 // Health is the proxy's source of target health: the NLB process's own
-// checks (see VMs.Health).
+// checks at the target group's (scaled) interval with its healthy
+// threshold: "initial" until the threshold's passing checks, "unhealthy"
+// after a failed one while not healthy.
 func (v *VPCPlane) Health(id string) (string, string, string) {
 	v.mu.Lock()
 	lbp := v.lb

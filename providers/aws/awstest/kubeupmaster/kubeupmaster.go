@@ -77,6 +77,10 @@ type Options struct {
 	// HamasterTags adds the tags the provider looks for before it adopts
 	// a cluster.
 	HamasterTags bool
+	// Customize, when set, changes kube-up's calls before they are made:
+	// what an operator added to kube-up's master by hand or with a
+	// patched script (IMDSv2, encrypted volumes, a placement group…).
+	Customize func(run *ec2.RunInstancesInput, vol *ec2.CreateVolumeInput)
 }
 
 // Master is the created master 0.
@@ -147,8 +151,12 @@ func Create(ctx context.Context, o Options) (*Master, error) {
 	if o.HamasterTags {
 		volTags = append(volTags, tag(tagCluster, o.ClusterID), tag(tagReplica, name), tag(tagRole, "data"))
 	}
-	vol, err := ec.CreateVolume(ctx, &ec2.CreateVolumeInput{AvailabilityZone: aws.String(o.Zone), VolumeType: masterDiskType, Size: aws.Int32(masterDiskSize),
-		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeVolume, Tags: volTags}}})
+	cv := &ec2.CreateVolumeInput{AvailabilityZone: aws.String(o.Zone), VolumeType: masterDiskType, Size: aws.Int32(masterDiskSize),
+		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeVolume, Tags: volTags}}}
+	if o.Customize != nil {
+		o.Customize(nil, cv)
+	}
+	vol, err := ec.CreateVolume(ctx, cv)
 	if err != nil {
 		return nil, fmt.Errorf("ensure-master-pd: %w", err)
 	}
@@ -193,6 +201,9 @@ func Create(ctx context.Context, o Options) (*Master, error) {
 	}
 	if o.InstanceProfileARN != "" {
 		ri.IamInstanceProfile = &ec2types.IamInstanceProfileSpecification{Arn: aws.String(o.InstanceProfileARN)}
+	}
+	if o.Customize != nil {
+		o.Customize(ri, nil)
 	}
 	run, err := ec.RunInstances(ctx, ri)
 	if err != nil {
