@@ -74,36 +74,6 @@ func newKubeUpEnv(t *testing.T, name string, o awstest.KubeUpOptions) *env {
 	return &env{t: t, c: c, dns: c.EndpointMode == "dns"}
 }
 
-// TestKubeUpAddRemove1to3to1 grows a kube-up AWS cluster 1→3 across both
-// zones and shrinks it back on the namespace VPC: the operator reaches
-// etcd and the apiservers only over SSH through the bastion, the NLB is
-// the router namespace's process checking the masters from inside.
-func TestKubeUpAddRemove1to3to1(t *testing.T) {
-	t.Parallel()
-	e := newKubeUpEnv(t, "kup3", awstest.KubeUpOptions{})
-	c := e.c
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	names := []string{"kup3-master-a01", "kup3-master-b02"}
-	zones := []string{awstest.Zone, awstest.ZoneB}
-	for k, n := range names {
-		start := time.Now()
-		if err := e.addIn(ctx, n, zones[k], nil); err != nil {
-			t.Fatalf("add %s: %v (plane: %v)\n%s", n, err, c.VMs.LastError(), c.KubeUp.Plane.Describe())
-		}
-		t.Logf("add %s: %s", n, time.Since(start).Round(time.Millisecond))
-	}
-	e.assertConverged(ctx, c.Master, names[0], names[1])
-	for i := len(names) - 1; i >= 0; i-- {
-		start := time.Now()
-		if err := e.remove(ctx, names[i], nil); err != nil {
-			t.Fatalf("remove %s: %v (plane: %v)", names[i], err, c.VMs.LastError())
-		}
-		t.Logf("remove %s: %s", names[i], time.Since(start).Round(time.Millisecond))
-	}
-	e.assertConverged(ctx, c.Master)
-}
-
 // TestAdoptKubeUpTags: master 0 with kube-up's tags only (Name,
 // KubernetesCluster, Role on the instance; Name, KubernetesCluster and
 // kubernetes.io/master-ip on its volume; an untagged Elastic IP): the
