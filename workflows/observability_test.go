@@ -65,6 +65,9 @@ func TestWaitHeartbeatReportsTheLastObservedState(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(events) // panics if a heartbeat is still being sent after Execute
+	for range beats {
+		// until the reader has taken every event and closed beats
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	var hb []Event

@@ -27,9 +27,13 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
+	"github.com/hamaster/hamaster/providers/local"
 	"github.com/hamaster/hamaster/providers/local/localtest"
 	"github.com/hamaster/hamaster/workflows"
 )
@@ -45,9 +49,9 @@ import (
 const (
 	realOldVersion = "v1.33.13"
 	realNewVersion = "v1.34.4"
-	// leaseWait bounds how long the master leases (what the "kubernetes"
-	// endpoints are built from) may lag a change: the lease TTL (15 s)
-	// plus one reconcile interval (10 s) plus slack for a loaded machine.
+	// leaseWait bounds how long the "kubernetes" endpoints (built from
+	// the master leases) may lag a change: the lease TTL (15 s) plus one
+	// reconcile interval (10 s) plus slack for a loaded machine.
 	leaseWait = 40 * time.Second
 )
 
@@ -75,6 +79,8 @@ func newRealEnv(t *testing.T, name string) *env {
 type kubeAPI struct {
 	base string
 	c    *http.Client
+	// cs is client-go's clientset on the same endpoint and credentials.
+	cs *kubernetes.Clientset
 }
 
 func newKubeAPI(t *testing.T, e *env) *kubeAPI {
@@ -92,13 +98,48 @@ func newKubeAPI(t *testing.T, e *env) *kubeAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
+	base := fmt.Sprintf("https://%s:6443", e.c.Provider.Info().StaticIP)
+	caPEM, err := os.ReadFile(filepath.Join(pki, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(&rest.Config{
+		Host:            base,
+		Timeout:         10 * time.Second,
+		TLSClientConfig: rest.TLSClientConfig{CAData: caPEM, CertData: pair.CertPEM, KeyData: pair.KeyPEM},
+		// v1 Endpoints are deprecated for EndpointSlices since v1.33;
+		// the "kubernetes" Endpoints is still what the reconciler writes.
+		WarningHandler: rest.NoWarnings{},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return &kubeAPI{
-		base: fmt.Sprintf("https://%s:6443", e.c.Provider.Info().StaticIP),
+		base: base,
 		c: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 			TLSClientConfig:   &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 			DisableKeepAlives: true,
 		}},
+		cs: cs,
 	}
+}
+
+// endpoints are the addresses of the "kubernetes" service's Endpoints in
+// default, read with client-go: what each apiserver publishes of itself
+// (--advertise-address) through the lease reconciler.
+func (k *kubeAPI) endpoints(ctx context.Context) ([]string, error) {
+	ep, err := k.cs.CoreV1().Endpoints(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range ep.Subsets {
+		for _, a := range s.Addresses {
+			out = append(out, a.IP)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 func (k *kubeAPI) do(ctx context.Context, method, url string, body []byte, want int) ([]byte, error) {
@@ -190,25 +231,27 @@ func (e *env) replicaAddresses(ctx context.Context) []string {
 	return out
 }
 
-// waitLeases polls until the master leases name exactly the replicas'
-// addresses, within leaseWait; it returns how long that took.
-func (e *env) waitLeases(ctx context.Context, what string) time.Duration {
+// waitEndpoints polls until the "kubernetes" Endpoints list exactly the
+// replicas' addresses, within leaseWait; it returns how long that took.
+func (e *env) waitEndpoints(ctx context.Context, k *kubeAPI, what string) time.Duration {
 	e.t.Helper()
-	return e.waitLeasesFor(ctx, what, e.replicaAddresses(ctx))
+	return e.waitEndpointsFor(ctx, k, what, e.replicaAddresses(ctx))
 }
 
-// waitLeasesFor polls until the master leases name exactly want.
-func (e *env) waitLeasesFor(ctx context.Context, what string, want []string) time.Duration {
+// waitEndpointsFor polls until the "kubernetes" Endpoints list exactly
+// want (read through the LB with client-go); on a timeout it says what
+// the endpoints and the master leases in etcd held.
+func (e *env) waitEndpointsFor(ctx context.Context, k *kubeAPI, what string, want []string) time.Duration {
 	e.t.Helper()
 	start := time.Now()
 	var got []string
 	var err error
-	tick := time.NewTicker(250 * time.Millisecond) // polling etcd, an external process
+	tick := time.NewTicker(250 * time.Millisecond) // polling the apiserver, an external process
 	defer tick.Stop()
 	for time.Since(start) < leaseWait {
-		got, err = e.masterLeases(ctx)
+		got, err = k.endpoints(ctx)
 		if err == nil && slices.Equal(got, want) {
-			e.t.Logf("%s: master leases = %v after %v", what, want, time.Since(start).Round(100*time.Millisecond))
+			e.t.Logf("%s: kubernetes endpoints = %v after %v", what, want, time.Since(start).Round(100*time.Millisecond))
 			return time.Since(start)
 		}
 		select {
@@ -217,7 +260,8 @@ func (e *env) waitLeasesFor(ctx context.Context, what string, want []string) tim
 		case <-tick.C:
 		}
 	}
-	e.t.Fatalf("%s: master leases %v (err %v), want %v within %v", what, got, err, want, leaseWait)
+	leases, lerr := e.masterLeases(ctx)
+	e.t.Fatalf("%s: kubernetes endpoints %v (err %v), want %v within %v (master leases in etcd: %v, %v)", what, got, err, want, leaseWait, leases, lerr)
 	return 0
 }
 
@@ -256,17 +300,15 @@ func TestRealAPIServerGrowShrinkLeases(t *testing.T) {
 	if err := k.createConfigMap(ctx, "before-grow", "1"); err != nil {
 		t.Fatalf("create a ConfigMap on the single master: %v", err)
 	}
-	e.waitLeases(ctx, "1 replica")
-	names := e.grow(ctx, 2)
-	e.waitLeases(ctx, "grown to 3")
-	// The "kubernetes" Endpoints object cannot list these addresses: the
-	// apiserver's validation refuses loopback IPs in Endpoints
-	// (ValidateEndpointIP), and every local replica lives on 127.0.N.x.
-	if b, err := k.do(ctx, http.MethodGet, "/api/v1/namespaces/default/endpoints/kubernetes", nil, http.StatusOK); err == nil {
-		t.Logf("kubernetes endpoints: %s", b)
-	} else {
-		t.Logf("kubernetes endpoints (loopback addresses are refused by Endpoints validation): %v", err)
+	// The replicas live in 198.18.N.0/24 (local up's default for the
+	// real apiserver): Endpoints validation (ValidateEndpointIP) refuses
+	// loopback addresses, so 127.0.N.x would never be listed.
+	if a := e.address(ctx, local.MasterName(e.name)); !strings.HasPrefix(a, "198.18.") {
+		t.Fatalf("master-0 on %s; want the benchmark range 198.18.N.0/24", a)
 	}
+	e.waitEndpoints(ctx, k, "1 replica")
+	names := e.grow(ctx, 2)
+	e.waitEndpoints(ctx, k, "grown to 3")
 	// A replica that dies (its node killed; its apiserver dies with it)
 	// leaves the leases once its own expires, without anyone removing it.
 	dead := names[2]
@@ -287,13 +329,13 @@ func TestRealAPIServerGrowShrinkLeases(t *testing.T) {
 	if err := syscall.Kill(nodePID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	took := e.waitLeasesFor(ctx, dead+" killed", alive)
-	t.Logf("the dead replica's lease expired %v after the kill", took.Round(100*time.Millisecond))
+	took := e.waitEndpointsFor(ctx, k, dead+" killed", alive)
+	t.Logf("the dead replica left the kubernetes endpoints %v after the kill (its lease expired)", took.Round(100*time.Millisecond))
 	for i := len(names) - 1; i >= 1; i-- {
 		if err := e.remove(ctx, names[i], nil); err != nil {
 			t.Fatalf("remove %s: %v", names[i], err)
 		}
-		e.waitLeases(ctx, fmt.Sprintf("%s removed", names[i]))
+		e.waitEndpoints(ctx, k, fmt.Sprintf("%s removed", names[i]))
 	}
 	if v, err := k.configMap(ctx, "before-grow"); err != nil || v != "1" {
 		t.Errorf("ConfigMap written before 1→3→1: %q, %v", v, err)
@@ -393,7 +435,7 @@ func TestRealAPIServerRollingUpgradeUnderLoad(t *testing.T) {
 	if len(order) != 3 || order[2] != leader {
 		t.Errorf("upgrade order %v; want 3 replicas with the leader %s last", order, leader)
 	}
-	e.waitLeases(ctx, "after the upgrade")
+	e.waitEndpoints(ctx, k, "after the upgrade")
 }
 
 func TestRealAPIServerBadFlagRollsBack(t *testing.T) {
@@ -509,7 +551,7 @@ func TestRealAPIServerKillMidUpgrade(t *testing.T) {
 					t.Errorf("ConfigMap before-%d after the kill: %q, %v", i, v, err)
 				}
 			}
-			e.waitLeases(ctx, "after the kill")
+			e.waitEndpoints(ctx, k, "after the kill")
 		})
 	}
 }

@@ -234,6 +234,15 @@ hamaster-node process on 127.0.N.2 with the static IP 127.0.N.1 attached
 (N derived from the cluster name, or --subnet). Idempotent: running it
 again finishes an interrupted 'up'.
 
+--addresses chooses, once for the cluster's life, where the replicas live:
+  loopback   127.0.N.0/24: nothing to configure, no privilege needed
+             (default with the stand-in)
+  benchmark  198.18.N.0/24 (RFC 2544's range, never routed): 'local up'
+             adds 198.18.N.1/24 to lo (needs root), 'local down' removes
+             it (default with --control-plane real: kube-apiserver
+             refuses loopback addresses in the kubernetes Endpoints, so
+             'kubectl get endpoints kubernetes' lists replicas only here)
+
 --control-plane chooses, once for the cluster's life, what serves each
 replica's apiserver port:
   standin  hamaster-node's own stand-in (/readyz, /version, /kv), any v1.x
@@ -253,7 +262,8 @@ Example:
 						&cli.StringFlag{Name: "control-plane", EnvVars: []string{"HAMASTER_CONTROL_PLANE"}, Usage: "what serves the apiserver port: `standin|real` (see above; default: standin for a new cluster, the recorded choice for an existing one)"},
 						&cli.StringFlag{Name: "kube-apiserver-dir", EnvVars: []string{"HAMASTER_KUBE_APISERVER_DIR"}, Usage: "--control-plane real: `DIR` of <version>/kube-apiserver (default $XDG_CACHE_HOME/hamaster/kube-apiserver, else ~/.cache/...)"},
 						&cli.StringSliceFlag{Name: "extra-args", Usage: "control-plane flags (e.g. --v=2)"},
-						&cli.StringFlag{Name: "subnet", Usage: "N of 127.0.N.0/24 (1-254; default derived from the cluster name)"},
+						&cli.StringFlag{Name: "subnet", Usage: "N of 127.0.N.0/24 or 198.18.N.0/24 (1-254; default derived from the cluster name)"},
+						&cli.StringFlag{Name: "addresses", Usage: "where replicas live: `loopback|benchmark` (see above; default: benchmark with --control-plane real, else loopback)"},
 						&cli.IntFlag{Name: "etcd-heartbeat-ms", Value: 100, Usage: "etcd heartbeat interval of the replicas"},
 						&cli.IntFlag{Name: "etcd-election-ms", Value: 1000, Usage: "etcd election timeout of the replicas"},
 						nodeBinaryFlag(),
@@ -284,9 +294,12 @@ Example:
 						o := local.UpOptions{Version: c.String("version"), ExtraArgs: c.StringSlice("extra-args"), Env: map[string]string{
 							"ETCD_HEARTBEAT_MS": fmt.Sprint(c.Int("etcd-heartbeat-ms")),
 							"ETCD_ELECTION_MS":  fmt.Sprint(c.Int("etcd-election-ms")),
-						}, ControlPlane: c.String("control-plane"), KubeAPIServerDir: c.String("kube-apiserver-dir")}
+						}, ControlPlane: c.String("control-plane"), KubeAPIServerDir: c.String("kube-apiserver-dir"), Addresses: c.String("addresses")}
 						if cp := o.ControlPlane; cp != "" && cp != "standin" && cp != "real" {
 							return usageErr("--control-plane %q: want standin or real", cp)
+						}
+						if a := o.Addresses; a != "" && a != local.AddressesLoopback && a != local.AddressesBenchmark {
+							return usageErr("--addresses %q: want %s or %s", a, local.AddressesLoopback, local.AddressesBenchmark)
 						}
 						if g.dryRun {
 							return g.result(e, fmt.Sprintf("Plan: local up %s: cluster record, CA, master-0 %s, static IP attached. Dry run: nothing was changed.", g.cluster, local.MasterName(g.cluster)),

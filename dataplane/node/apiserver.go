@@ -87,7 +87,11 @@ func (n *node) probeEtcd(ctx context.Context) (bool, string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, readyReadTimeout)
 	defer cancel()
-	if _, err := cli.Get(ctx, "health"); err != nil {
+	// Retried while leadership moves, as /kv reads are: a member that
+	// answers once the new leader is known can serve (seen as a burst of
+	// "leader changed" 503s through the LB while rotate-certs moved
+	// leadership off a replica).
+	if _, err := getRetryingLeaderChange(ctx, cli, "health"); err != nil {
 		return false, "etcd linearizable read failed: " + err.Error()
 	}
 	return true, ""

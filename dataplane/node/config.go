@@ -429,15 +429,43 @@ func (c Config) validateInitialCluster() error {
 	return nil
 }
 
+// checkLoopback accepts a loopback IP, or one inside a prefix assigned to
+// the loopback interface (the local provider's benchmark range,
+// 198.18.N.0/24 on lo, which the kernel makes local as a whole): the
+// local provider never binds an address another machine could route to.
 func checkLoopback(key, v string) error {
 	ip := net.ParseIP(v)
 	if ip == nil {
 		return errkind.Errorf(errkind.InvalidArgument, "%s=%q: want a loopback IP such as 127.0.42.2", key, v)
 	}
-	if !ip.IsLoopback() {
-		return errkind.Errorf(errkind.InvalidArgument, "%s=%q: want a loopback IP (127.0.0.0/8 or ::1): the local provider never binds other addresses", key, v)
+	if ip.IsLoopback() || onLoopbackInterface(ip) {
+		return nil
 	}
-	return nil
+	return errkind.Errorf(errkind.InvalidArgument, "%s=%q: want a loopback IP (127.0.0.0/8 or ::1) or one in a prefix on the loopback interface (such as 198.18.N.0/24, which 'hamaster local up --addresses benchmark' adds): the local provider never binds other addresses", key, v)
+}
+
+// onLoopbackInterface reports whether ip is inside a prefix assigned to a
+// loopback interface of this machine.
+func onLoopbackInterface(ip net.IP) bool {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return false
+	}
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback == 0 {
+			continue
+		}
+		addrs, err := i.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.Contains(ip) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func checkFile(key, path string) error {

@@ -1,10 +1,10 @@
 // Package local is hamaster's embedded provider: a replica ("VM") is a
 // detached hamaster-node process running real etcd and the apiserver (a
 // stand-in, or kube-apiserver with --control-plane real) on its own
-// loopback address (127.0.N.x, N derived from the cluster name); its data
-// dir is its persistent disk; the static IP is the loopback address
-// 127.0.N.1; the load balancer is a hamaster-node lb process bound to that
-// address. Nothing needs installing but, for the real apiserver, its
+// address of this machine (127.0.N.x, or 198.18.N.x on lo for the real
+// apiserver: network.go; N derived from the cluster name); its data dir is
+// its persistent disk; the static IP is .1 of the same /24; the load
+// balancer is a hamaster-node lb process bound to that address. Nothing needs installing but, for the real apiserver, its
 // binaries (make kube-apiserver). Processes
 // outlive the CLI and are found again from the state dir (pid files checked
 // against /proc).
@@ -26,10 +26,13 @@ import (
 
 // ClusterInfo is the local cluster's record, cluster.json.
 type ClusterInfo struct {
-	Name     string    `json:"name"`
-	Subnet   int       `json:"subnet"`
-	StaticIP string    `json:"static_ip"`
-	Created  time.Time `json:"created"`
+	Name   string `json:"name"`
+	Subnet int    `json:"subnet"`
+	// Addresses is AddressesLoopback ("" in older records) or
+	// AddressesBenchmark: which /24 N is of.
+	Addresses string    `json:"addresses,omitempty"`
+	StaticIP  string    `json:"static_ip"`
+	Created   time.Time `json:"created"`
 	// ControlPlane is what every replica runs behind its apiserver port:
 	// nodeapi.ControlPlaneStandin ("" in records older than the choice)
 	// or nodeapi.ControlPlaneReal.
@@ -60,7 +63,7 @@ func (l layout) lbPID() string            { return filepath.Join(l.dir, "lb", "l
 func (l layout) lbLog() string            { return filepath.Join(l.dir, "lb", "lb.log") }
 func (l layout) rfile(n, f string) string { return filepath.Join(l.dir, "replicas", n, f) }
 
-// DefaultSubnet derives N of 127.0.N.0/24 from the cluster name (1..250).
+// DefaultSubnet derives N of the cluster's /24 from its name (1..250).
 func DefaultSubnet(cluster string) int {
 	h := fnv.New32a()
 	h.Write([]byte(cluster))

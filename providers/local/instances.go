@@ -103,8 +103,8 @@ func (in *instances) address(name string) (string, error) {
 	return a, nil
 }
 
-// ReserveAddress implements providers.Instances: the lowest free
-// 127.0.N.x, x in 2..254 (.1 is the static IP).
+// ReserveAddress implements providers.Instances: the lowest free host x of
+// the cluster's /24, x in 2..254 (.1 is the static IP).
 func (in *instances) ReserveAddress(_ context.Context, name, _ string) (string, error) {
 	in.p.mu.Lock()
 	defer in.p.mu.Unlock()
@@ -120,7 +120,7 @@ func (in *instances) ReserveAddress(_ context.Context, name, _ string) (string, 
 		used[a] = true
 	}
 	for x := 2; x < 255; x++ {
-		a := fmt.Sprintf("127.0.%d.%d", in.p.info.Subnet, x)
+		a := in.p.info.Address(x).String()
 		if used[a] {
 			continue
 		}
@@ -130,7 +130,7 @@ func (in *instances) ReserveAddress(_ context.Context, name, _ string) (string, 
 		}
 		return a, nil
 	}
-	return "", errkind.Errorf(errkind.FailedPrecondition, "no free address left in 127.0.%d.0/24", in.p.info.Subnet)
+	return "", errkind.Errorf(errkind.FailedPrecondition, "no free address left in %s", in.p.info.Prefix())
 }
 
 // ReleaseAddress implements providers.Instances.
@@ -219,6 +219,9 @@ func (in *instances) boot(ctx context.Context, name string, tmpl providers.Templ
 	}
 	bin, err := in.p.nodeBinary()
 	if err != nil {
+		return err
+	}
+	if err := in.p.ensureNetwork(); err != nil {
 		return err
 	}
 	if err := in.p.waitBoot(ctx, name); err != nil {

@@ -89,6 +89,9 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 	if err != nil {
 		return err
 	}
+	if err := b.p.ensureNetwork(); err != nil {
+		return err
+	}
 	if !ok {
 		health, err := b.p.lbHealth()
 		if err != nil {

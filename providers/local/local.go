@@ -34,7 +34,8 @@ const (
 	// OptNodeBinary is the path of hamaster-node (default: next to the
 	// running executable, then $PATH).
 	OptNodeBinary = "node-binary"
-	// OptSubnet forces N of 127.0.N.0/24 (default: derived from the name).
+	// OptSubnet forces N of 127.0.N.0/24 or 198.18.N.0/24 (default:
+	// derived from the name).
 	OptSubnet = "subnet"
 )
 
@@ -162,6 +163,20 @@ type UpOptions struct {
 	// KubeAPIServerDir holds the real apiserver binaries by version
 	// ("": nodeapi.DefaultKubeAPIServerDir).
 	KubeAPIServerDir string
+	// Addresses is AddressesLoopback or AddressesBenchmark, chosen at the
+	// first up; "" is benchmark for a real control plane, loopback for
+	// the stand-in.
+	Addresses string
+}
+
+// checkAddresses validates o.Addresses before anything changes.
+func (o *UpOptions) checkAddresses() error {
+	switch o.Addresses {
+	case "", AddressesLoopback, AddressesBenchmark:
+		return nil
+	}
+	return errkind.Errorf(errkind.InvalidArgument, "--addresses %q: want %s (127.0.N.0/24, no privilege needed) or %s (198.18.N.0/24 added to lo, needs root; what the real kube-apiserver needs to list replicas in the kubernetes Endpoints)",
+		o.Addresses, AddressesLoopback, AddressesBenchmark)
 }
 
 // checkControlPlane validates o's control-plane choice before anything
@@ -216,29 +231,48 @@ func Up(ctx context.Context, s providers.Settings, o UpOptions, progress func(st
 	if err := o.checkControlPlane(); err != nil {
 		return nil, err
 	}
+	if err := o.checkAddresses(); err != nil {
+		return nil, err
+	}
 	p, err := open(s)
 	if err != nil {
 		return nil, err
 	}
 	info, err := readClusterInfo(p.l, s.Cluster)
 	if errors.Is(err, errkind.NotFound) {
-		if info, err = p.newClusterInfo(s); err != nil {
+		controlPlane := cmp.Or(o.ControlPlane, nodeapi.ControlPlaneStandin)
+		addresses := o.Addresses
+		if addresses == "" {
+			addresses = AddressesLoopback
+			if controlPlane == nodeapi.ControlPlaneReal {
+				addresses = AddressesBenchmark
+			}
+		}
+		if info, err = p.newClusterInfo(s, addresses); err != nil {
 			return nil, err
 		}
-		info.ControlPlane = cmp.Or(o.ControlPlane, nodeapi.ControlPlaneStandin)
+		info.ControlPlane = controlPlane
 		if info.Real() {
 			info.KubeAPIServerDir = o.KubeAPIServerDir
 		}
-		if err := writeJSON(p.l.clusterFile(), info, 0o600); err != nil {
+		// The address on lo first: if it cannot be added (no privilege),
+		// nothing has changed.
+		p.info = info
+		if err := p.ensureNetwork(); err != nil {
 			return nil, err
+		}
+		if err := writeJSON(p.l.clusterFile(), info, 0o600); err != nil {
+			return nil, errors.Join(err, p.removeNetwork())
 		}
 	} else if err != nil {
 		return nil, err
 	} else if have := cmp.Or(info.ControlPlane, nodeapi.ControlPlaneStandin); o.ControlPlane != "" && have != o.ControlPlane {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--control-plane %s: cluster %s runs %s (chosen when it was created; 'local down' and up again to change it)", o.ControlPlane, s.Cluster, have)
+	} else if have := cmp.Or(info.Addresses, AddressesLoopback); o.Addresses != "" && have != o.Addresses {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--addresses %s: cluster %s lives in %s (%s, chosen when it was created; 'local down' and up again to change it)", o.Addresses, s.Cluster, info.Prefix(), have)
 	}
 	p.info = info
-	progress(fmt.Sprintf("cluster %s: subnet 127.0.%d.0/24, static IP %s", s.Cluster, info.Subnet, info.StaticIP))
+	progress(fmt.Sprintf("cluster %s: subnet %s, static IP %s", s.Cluster, info.Prefix(), info.StaticIP))
 	ca, _, err := certs.LoadOrCreateCA(p.l.pki(), s.Cluster+"-ca", certs.ECDSA)
 	if err != nil {
 		return nil, fmt.Errorf("cluster CA: %w", err)
@@ -310,14 +344,14 @@ func Up(ctx context.Context, s providers.Settings, o UpOptions, progress func(st
 	return p, err
 }
 
-func (p *Provider) newClusterInfo(s providers.Settings) (ClusterInfo, error) {
-	subnet := DefaultSubnet(s.Cluster)
+func (p *Provider) newClusterInfo(s providers.Settings, addresses string) (ClusterInfo, error) {
+	ci := ClusterInfo{Name: s.Cluster, Subnet: DefaultSubnet(s.Cluster), Addresses: addresses}
 	if v := p.opts[OptSubnet]; v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 254 {
-			return ClusterInfo{}, errkind.Errorf(errkind.InvalidArgument, "--subnet: %q must be a number 1-254 (N of 127.0.N.0/24)", v)
+			return ClusterInfo{}, errkind.Errorf(errkind.InvalidArgument, "--subnet: %q must be a number 1-254 (N of %s)", v, strings.Replace(ci.Prefix().String(), "."+strconv.Itoa(ci.Subnet)+".", ".N.", 1))
 		}
-		subnet = n
+		ci.Subnet = n
 	}
 	// Another local cluster in this state dir must not use the subnet.
 	ents, _ := os.ReadDir(s.StateDir)
@@ -330,17 +364,28 @@ func (p *Provider) newClusterInfo(s providers.Settings) (ClusterInfo, error) {
 			continue
 		}
 		var other ClusterInfo
-		if json.Unmarshal(b, &other) == nil && other.Subnet == subnet {
-			return ClusterInfo{}, errkind.Errorf(errkind.InvalidArgument, "--subnet: 127.0.%d.0/24 is used by local cluster %s; pass --subnet with another number 1-254", subnet, other.Name)
+		if json.Unmarshal(b, &other) == nil && other.Subnet == ci.Subnet {
+			return ClusterInfo{}, errkind.Errorf(errkind.InvalidArgument, "--subnet: N=%d is used by local cluster %s; pass --subnet with another number 1-254", ci.Subnet, other.Name)
 		}
 	}
-	ip := fmt.Sprintf("127.0.%d.1", subnet)
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	ci.StaticIP = ci.Address(1).String()
+	ci.Created = time.Now().UTC()
+	if ci.Benchmark() {
+		// Another cluster (another state dir) or the operator may hold
+		// the /24 on lo already.
+		if have, ok, err := loAddressIn(ci.Prefix()); err != nil {
+			return ClusterInfo{}, fmt.Errorf("read lo's addresses: %w", err)
+		} else if ok {
+			return ClusterInfo{}, errkind.Errorf(errkind.InvalidArgument, "--subnet: %s is in use here (lo has %s: another local cluster, or left by one; 'ip addr del %s dev lo' if it is stale); pass --subnet with another number 1-254", ci.Prefix(), have, have)
+		}
+		return ci, nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(ci.StaticIP, "0"))
 	if err != nil {
-		return ClusterInfo{}, errkind.Errorf(errkind.FailedPrecondition, "cannot bind %s: %v%s", ip, err, hint(ip))
+		return ClusterInfo{}, errkind.Errorf(errkind.FailedPrecondition, "cannot bind %s: %v%s", ci.StaticIP, err, hint(ci.StaticIP))
 	}
 	ln.Close()
-	return ClusterInfo{Name: s.Cluster, Subnet: subnet, StaticIP: ip, Created: time.Now().UTC()}, nil
+	return ci, nil
 }
 
 // Down stops every process of the cluster (LB and replicas, found from
@@ -371,6 +416,12 @@ func Down(ctx context.Context, s providers.Settings) error {
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	// The address on lo before the record that names it.
+	if p.info, err = readClusterInfo(p.l, s.Cluster); err == nil {
+		if err := p.removeNetwork(); err != nil {
+			return err
+		}
 	}
 	return os.RemoveAll(p.l.dir)
 }

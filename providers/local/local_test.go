@@ -3,8 +3,12 @@ package local_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +24,16 @@ import (
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	c := localtest.Up(t, "conformance", localtest.Options{})
+	for _, addresses := range []string{local.AddressesLoopback, local.AddressesBenchmark} {
+		t.Run(addresses, func(t *testing.T) {
+			t.Parallel()
+			conformance(t, addresses)
+		})
+	}
+}
+
+func conformance(t *testing.T, addresses string) {
+	c := localtest.Up(t, "conformance", localtest.Options{Addresses: addresses})
 	pki := filepath.Join(c.Settings.StateDir, c.Settings.Cluster, "pki")
 	ca, err := certs.LoadCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"))
 	if err != nil {
@@ -29,6 +42,9 @@ func TestConformance(t *testing.T) {
 	master, err := c.Provider.Instances().Get(context.Background(), local.MasterName("conformance"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := c.Provider.Info().Address(2).String(); master.Address != want {
+		t.Fatalf("master-0 on %s, want %s (%s)", master.Address, want, addresses)
 	}
 	providertest.Run(t, providertest.Harness{
 		Provider: c.Provider,
@@ -109,6 +125,7 @@ func TestUpControlPlaneRefusedBeforeAnythingChanges(t *testing.T) {
 		wantErr []string
 	}{
 		{"unknown control plane", local.UpOptions{Version: "v1.33.13", ControlPlane: "kind"}, []string{"--control-plane", `"kind"`, "standin", "real"}},
+		{"unknown address range", local.UpOptions{Version: "v1.30.2", Addresses: "public"}, []string{"--addresses", `"public"`, "loopback", "benchmark"}},
 		{"real without a binary", local.UpOptions{Version: "v1.30.2", ControlPlane: "real", KubeAPIServerDir: bins}, []string{"--control-plane real --version v1.30.2", "no kube-apiserver", "make kube-apiserver"}},
 	}
 	for _, tc := range cases {
@@ -140,4 +157,79 @@ func TestServiceRangeMatchesCertificates(t *testing.T) {
 		t.Fatalf("node's default SERVICE_CLUSTER_IP_RANGE %s, certificates' service range %s: the kubernetes service IP would not be in the apiserver certificate",
 			nodeapi.DefaultServiceClusterIPRange, providers.DefaultServiceCIDR)
 	}
+}
+
+// TestBenchmarkAddressesOnLo: a cluster in the benchmark range adds its
+// /24 to lo at up (replicas and the static IP in 198.18.N.0/24, none a
+// loopback address), refuses a second cluster on the same /24 (another
+// state dir: only lo shows it), and removes the address at down.
+func TestBenchmarkAddressesOnLo(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n := localtest.AllocSubnet(t)
+	s := providers.Settings{Cluster: "bench", StateDir: t.TempDir(), Options: map[string]string{
+		local.OptNodeBinary: localtest.NodeBinary(t),
+		local.OptSubnet:     strconv.Itoa(n),
+	}}
+	t.Cleanup(func() { _ = local.Down(context.Background(), s) })
+	p, err := local.Up(ctx, s, local.UpOptions{Version: "v1.30.2", Addresses: local.AddressesBenchmark, Env: map[string]string{"ETCD_UNSAFE_NO_FSYNC": "true"}}, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := netip.MustParsePrefix(fmt.Sprintf("198.18.%d.0/24", n))
+	info := p.Info()
+	if info.StaticIP != fmt.Sprintf("198.18.%d.1", n) || info.Prefix() != prefix {
+		t.Fatalf("static IP %s in %s, want 198.18.%d.1 in %s", info.StaticIP, info.Prefix(), n, prefix)
+	}
+	m, err := p.Instances().Get(ctx, local.MasterName("bench"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := netip.MustParseAddr(m.Address); !prefix.Contains(a) || a.IsLoopback() {
+		t.Fatalf("master-0 on %s, want a non-loopback address in %s", a, prefix)
+	}
+	if !loHas(t, prefix) {
+		t.Fatalf("lo has no address in %s after up", prefix)
+	}
+	// The same /24 from another state dir: refused, and nothing written.
+	other := s
+	other.Cluster, other.StateDir = "bench2", t.TempDir()
+	_, err = local.Up(ctx, other, local.UpOptions{Version: "v1.30.2", Addresses: local.AddressesBenchmark}, func(string) {})
+	if !errors.Is(err, errkind.InvalidArgument) || !strings.Contains(err.Error(), prefix.String()) || !strings.Contains(err.Error(), "--subnet") {
+		t.Fatalf("second cluster on %s: %v, want InvalidArgument naming it and --subnet", prefix, err)
+	}
+	if ents, _ := os.ReadDir(other.StateDir); len(ents) != 0 {
+		t.Errorf("refused up wrote %v", ents)
+	}
+	// The record keeps the choice: a later up may not change it.
+	if _, err := local.Up(ctx, s, local.UpOptions{Version: "v1.30.2", Addresses: local.AddressesLoopback}, func(string) {}); !errors.Is(err, errkind.InvalidArgument) || !strings.Contains(err.Error(), "--addresses loopback") {
+		t.Fatalf("up with another --addresses: %v", err)
+	}
+	if err := local.Down(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if loHas(t, prefix) {
+		t.Fatalf("lo still has an address in %s after down", prefix)
+	}
+}
+
+func loHas(t *testing.T, p netip.Prefix) bool {
+	t.Helper()
+	lo, err := net.InterfaceByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := lo.Addrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP.To4()); ok && p.Contains(ip) {
+				return true
+			}
+		}
+	}
+	return false
 }

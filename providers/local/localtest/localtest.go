@@ -136,6 +136,9 @@ type Options struct {
 	// (local.UpOptions); unset, the stand-in.
 	ControlPlane     string
 	KubeAPIServerDir string
+	// Addresses is local.AddressesLoopback or local.AddressesBenchmark
+	// (local.UpOptions); unset, the provider's default for ControlPlane.
+	Addresses string
 }
 
 // Up creates a single-master local cluster named name with fast etcd
@@ -166,7 +169,7 @@ func Up(t testing.TB, name string, o Options) *Cluster {
 	defer cancel()
 	p, err := local.Up(ctx, s, local.UpOptions{Version: o.Version, ExtraArgs: o.ExtraArgs, Env: map[string]string{
 		"ETCD_UNSAFE_NO_FSYNC": "true",
-	}, ControlPlane: o.ControlPlane, KubeAPIServerDir: o.KubeAPIServerDir}, func(string) {})
+	}, ControlPlane: o.ControlPlane, KubeAPIServerDir: o.KubeAPIServerDir, Addresses: o.Addresses}, func(string) {})
 	if err != nil {
 		t.Fatalf("local up %s: %v", name, err)
 	}
