@@ -424,12 +424,62 @@ func TestAddRemoveDNSEndpoint(t *testing.T) {
 		}
 	}
 	e.assertConverged(ctx, c.Master, names[0], names[1])
+
+	// The NLB's health checks honour the masters' security group: without
+	// kube-up's tcp/443 rule every target times out; with it back, they
+	// are healthy again.
+	rule := []ec2types.IpPermission{{IpProtocol: aws.String("tcp"), FromPort: aws.Int32(443), ToPort: aws.Int32(443), IpRanges: []ec2types.IpRange{{CidrIp: aws.String("0.0.0.0/0")}}}}
+	if _, err := c.EC2.RevokeSecurityGroupIngress(ctx, &ec2.RevokeSecurityGroupIngressInput{GroupId: aws.String(c.SecurityGroup), IpPermissions: rule}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitTargets(ctx, "unhealthy", "Target.Timeout", 3)
+	if _, err := c.EC2.AuthorizeSecurityGroupIngress(ctx, &ec2.AuthorizeSecurityGroupIngressInput{GroupId: aws.String(c.SecurityGroup), IpPermissions: rule}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitTargets(ctx, "healthy", "", 3)
+
 	for i := len(names) - 1; i >= 0; i-- {
 		if err := e.remove(ctx, names[i], nil); err != nil {
 			t.Fatalf("remove %s: %v", names[i], err)
 		}
 	}
 	e.assertConverged(ctx, c.Master)
+}
+
+// waitTargets waits (bounded) until the NLB's n targets are all in state
+// with reason, as DescribeTargetHealth answers through the proxy.
+func (e *env) waitTargets(ctx context.Context, state, reason string, n int) {
+	t, c := e.t, e.c
+	t.Helper()
+	viaProxy := elb.NewFromConfig(aws.Config{Region: awstest.Region, Credentials: c.ELB.Options().Credentials, BaseEndpoint: aws.String(c.Proxy.URL)})
+	tgs, err := c.ELB.DescribeTargetGroups(ctx, &elb.DescribeTargetGroupsInput{})
+	if err != nil || len(tgs.TargetGroups) != 1 {
+		t.Fatalf("target groups: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var last []string
+	for {
+		th, err := viaProxy.DescribeTargetHealth(ctx, &elb.DescribeTargetHealthInput{TargetGroupArn: tgs.TargetGroups[0].TargetGroupArn})
+		if err == nil {
+			last = nil
+			ok := len(th.TargetHealthDescriptions) == n
+			for _, d := range th.TargetHealthDescriptions {
+				last = append(last, aws.ToString(d.Target.Id)+"="+string(d.TargetHealth.State)+"/"+string(d.TargetHealth.Reason))
+				ok = ok && string(d.TargetHealth.State) == state && string(d.TargetHealth.Reason) == reason
+			}
+			if ok {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("targets never all %s/%s: %v", state, reason, last)
+		case <-tick.C:
+		}
+	}
 }
 
 // waitNodes polls the data plane's node processes until they are want, for

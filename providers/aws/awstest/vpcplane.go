@@ -64,7 +64,10 @@ import (
 //     `hamaster-node lb` in the router namespace listening on the Elastic
 //     IP handed to it (or the address AWS assigned), checking its targets
 //     from inside the VPC as the target group says, forwarding to the
-//     registered targets in the zones it covers.
+//     registered targets in the zones it covers; a target whose security
+//     groups do not let the checks in (tcp/<port> from a CIDR holding the
+//     NLB's private address) times out, unhealthy (clients' own
+//     addresses are not checked against the groups).
 //
 // A known_hosts file names every VM's private and public address with its
 // host key (what a careful operator collects from the instances' console
@@ -74,12 +77,15 @@ type VPCPlane struct {
 	ctx context.Context
 	end context.CancelFunc
 
-	mu      sync.Mutex
-	vms     map[string]*awsVM // instance ID →
-	zones   map[string]string // instance ID → availability zone
-	ext     map[netip.Addr]string
-	lb      *vm.Process
-	lbCfg   lbproxy.Config
+	mu    sync.Mutex
+	vms   map[string]*awsVM // instance ID →
+	zones map[string]string // instance ID → availability zone
+	ext   map[netip.Addr]string
+	lb    *vm.Process
+	lbCfg lbproxy.Config
+	// blocked: targets whose security groups drop the NLB's health
+	// checks (they time out, as on AWS).
+	blocked map[string]bool
 	lastErr error
 	known   string
 
@@ -143,7 +149,7 @@ func NewVPCPlane(o VPCPlaneOptions) *VPCPlane {
 		o.ResolveTimeout = 20 * time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	v := &VPCPlane{o: o, ctx: ctx, end: cancel, vms: map[string]*awsVM{}, zones: map[string]string{}, ext: map[netip.Addr]string{},
+	v := &VPCPlane{o: o, ctx: ctx, end: cancel, vms: map[string]*awsVM{}, zones: map[string]string{}, ext: map[netip.Addr]string{}, blocked: map[string]bool{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go v.loop()
 	return v
@@ -267,8 +273,11 @@ func (v *VPCPlane) ConsoleOutput(id string) (string, bool) {
 // after a failed one while not healthy.
 func (v *VPCPlane) Health(id string) (string, string, string) {
 	v.mu.Lock()
-	lbp := v.lb
+	lbp, blocked := v.lb, v.blocked[id]
 	v.mu.Unlock()
+	if blocked && lbp != nil {
+		return "unhealthy", "Target.Timeout", "Request timed out"
+	}
 	if lbp == nil || !lbp.Running() {
 		return "initial", "Elb.RegistrationInProgress", "Target registration is in progress"
 	}
@@ -302,6 +311,8 @@ type vpcObserved struct {
 	instances map[string]ec2types.Instance // running, in the VPC
 	volumeOf  map[string]string            // instance ID → attached data volume
 	lb        lbObserved
+	// groups are the VPC's security groups by ID.
+	groups map[string]ec2types.SecurityGroup
 }
 
 type lbObserved struct {
@@ -342,7 +353,50 @@ func (v *VPCPlane) observe(ctx context.Context) (vpcObserved, error) {
 		}
 	}
 	o.lb, err = v.observeLB(ctx, o.instances)
-	return o, err
+	if err != nil || !o.lb.ok {
+		return o, err
+	}
+	sgs, err := v.o.EC2.DescribeSecurityGroups(ctx, &ec2.DescribeSecurityGroupsInput{Filters: []ec2types.Filter{{Name: aws.String("vpc-id"), Values: []string{v.o.VPCID}}}})
+	if err != nil {
+		return o, fmt.Errorf("describe security groups: %w", err)
+	}
+	o.groups = map[string]ec2types.SecurityGroup{}
+	for _, g := range sgs.SecurityGroups {
+		o.groups[aws.ToString(g.GroupId)] = g
+	}
+	return o, nil
+}
+
+// admits reports whether instance i's security groups let tcp/port in
+// from src (any rule of any of its groups: protocol all or tcp with the
+// port in range, from a CIDR holding src).
+func admits(i ec2types.Instance, groups map[string]ec2types.SecurityGroup, port int32, src netip.Addr) bool {
+	ids := map[string]bool{}
+	for _, g := range i.SecurityGroups {
+		ids[aws.ToString(g.GroupId)] = true
+	}
+	for _, ni := range i.NetworkInterfaces {
+		for _, g := range ni.Groups {
+			ids[aws.ToString(g.GroupId)] = true
+		}
+	}
+	for id := range ids {
+		for _, r := range groups[id].IpPermissions {
+			proto := aws.ToString(r.IpProtocol)
+			if proto != "-1" && !(proto == "tcp" || proto == "6") {
+				continue
+			}
+			if proto != "-1" && (port < aws.ToInt32(r.FromPort) || port > aws.ToInt32(r.ToPort)) {
+				continue
+			}
+			for _, rg := range r.IpRanges {
+				if p, err := netip.ParsePrefix(aws.ToString(rg.CidrIp)); err == nil && p.Contains(src) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // observeLB reads the NLB as moto and the proxy's model have it: active,
@@ -835,12 +889,21 @@ func (v *VPCPlane) reconcileLB(o vpcObserved) error {
 		StatusFile:       filepath.Join(dir, "status.json"),
 		PIDFile:          filepath.Join(dir, "lb.pid"),
 	}
+	// The checks come from the NLB's private address in the VPC (here
+	// the router's, the gateway): a target whose security groups drop
+	// them is never checked healthy and gets no traffic.
+	blocked := map[string]bool{}
 	for _, t := range o.lb.targets {
 		i := o.instances[t.id]
+		if !admits(i, o.groups, t.port, v.o.Net.Gateway()) {
+			blocked[t.id] = true
+			continue
+		}
 		cfg.Targets = append(cfg.Targets, lbproxy.Target{Name: t.id, Address: net.JoinHostPort(aws.ToString(i.PrivateIpAddress), strconv.Itoa(int(t.port))), Draining: t.draining})
 	}
 	path := filepath.Join(dir, "config.json")
 	v.mu.Lock()
+	v.blocked = blocked
 	lbp := v.lb
 	changed := !slices.Equal(cfg.Targets, v.lbCfg.Targets) || cfg.Listen != v.lbCfg.Listen || cfg.Health != v.lbCfg.Health || cfg.TerminateRemoved != v.lbCfg.TerminateRemoved
 	v.mu.Unlock()
