@@ -237,6 +237,7 @@ func TestCloneFieldByField(t *testing.T) {
 		{"Placement.Tenancy", func(l launched) string { return string(l.inst.Placement.Tenancy) }, true, "default"},
 		{"CreditSpecification.CpuCredits", func(l launched) string { return l.credits }, true, "unlimited"},
 		{"SourceDestCheck", func(l launched) string { return b(l.inst.SourceDestCheck) }, true, "false"},
+		{"has a public address", func(l launched) string { return fmt.Sprint(str(l.inst.PublicIpAddress) != "") }, true, "true"},
 		{"root: device", func(l launched) string { return dev(l, l.root) }, true, "/dev/xvda"},
 		{"root: Size", func(l launched) string { return i32(l.root.Size) }, true, "32"},
 		{"root: VolumeType", func(l launched) string { return string(l.root.VolumeType) }, true, "gp3"},

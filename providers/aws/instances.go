@@ -622,6 +622,9 @@ func (in *instances) launch(ctx context.Context, name string, tmpl providers.Tem
 		if sg := m[MachineSecurityGroups]; sg != "" {
 			input.NetworkInterfaces[0].Groups = strings.Split(sg, ",")
 		}
+		if m[MachinePublicIP] == "true" {
+			input.NetworkInterfaces[0].AssociatePublicIpAddress = aws.Bool(true)
+		}
 		if v := m[MachineInstanceProfile]; v != "" {
 			input.IamInstanceProfile = &types.IamInstanceProfileSpecification{Arn: aws.String(v)}
 		}

@@ -27,7 +27,9 @@ import (
 // keys is refused before any etcd call.
 func TestEtcdThroughSSH(t *testing.T) {
 	t.Parallel()
-	c := awstest.UpKubeUp(t, "sshetcd", awstest.KubeUpOptions{NoProvider: true})
+	// The DNS endpoint: master 0 keeps its Elastic IP once there is an
+	// NLB, so every master has a public address.
+	c := awstest.UpKubeUp(t, "sshetcd", awstest.KubeUpOptions{NoProvider: true, EndpointMode: "dns"})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	k := c.KubeUp
@@ -102,6 +104,48 @@ func TestEtcdThroughSSH(t *testing.T) {
 				t.Fatalf("probe the apiserver %s through ssh: %v", p.APIServerURL(master), err)
 			}
 		})
+	}
+
+	// A second master, cloned with a public address of its own as kube-up
+	// launched master 0 (--associate-public-ip-address): without a
+	// bastion, each member is reached through its own master's public
+	// address.
+	pb, err := open(k.KnownHostsFile, k.Bastion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, c: c, dns: true}
+	e.c.Provider = pb
+	const second = "sshetcd-master-b01"
+	if err := e.addIn(ctx, second, awstest.ZoneB, nil); err != nil {
+		t.Fatalf("add %s: %v", second, err)
+	}
+	pp, err := open(k.KnownHostsFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := pp.Instances().Get(ctx, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pub := r.Template.Machine[awsp.MachinePublicIP]; pub != "true" {
+		t.Errorf("%s: %s=%q, want a public address like master 0's", second, awsp.MachinePublicIP, pub)
+	}
+	for _, cl := range pp.EtcdClusters() {
+		cli, err := pp.EtcdCluster(ctx, cl, c.Master) // through the new master
+		if err != nil {
+			t.Fatalf("etcd %s through %s's public address: %v", cl, second, err)
+		}
+		ms, err := cli.Members(ctx)
+		cli.Close()
+		if err != nil || len(ms) != 2 {
+			t.Fatalf("etcd %s members %+v, %v", cl, ms, err)
+		}
+		for _, m := range ms {
+			if !m.Healthy || m.Learner {
+				t.Errorf("etcd %s member %s reached through its public address: healthy %v learner %v (%s)", cl, m.Name, m.Healthy, m.Learner, m.Err)
+			}
+		}
 	}
 
 	// A known_hosts that does not know the hosts: refused before any

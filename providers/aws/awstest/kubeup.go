@@ -106,6 +106,13 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 	m := StartMoto(t)
 	px := NewProxy(t, m.URL, o.Timing)
 	px.SetAssignedNet(fmt.Sprintf("198.18.%d.", net.Third))
+	// EC2's pool of auto-assigned public addresses: .100-.199 of the
+	// VPC's external range (Elastic IPs here take .5 and .6, NLBs .10+).
+	var pool []string
+	for h := 100; h < 200; h++ {
+		pool = append(pool, net.External(byte(h)).String())
+	}
+	px.SetPublicPool(pool)
 	cfg := aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", ""), BaseEndpoint: aws.String(m.URL)}
 	viaProxy := ec2.NewFromConfig(cfg, func(eo *ec2.Options) { eo.BaseEndpoint = aws.String(px.URL) })
 	c := &Cluster{Name: name, Moto: m, Proxy: px, EC2: ec2.NewFromConfig(cfg), ELB: elb.NewFromConfig(cfg), R53: route53.NewFromConfig(cfg),

@@ -80,6 +80,10 @@ type Proxy struct {
 	// assignedNet is where NLBs' AWS-assigned addresses come from
 	// (SetAssignedNet; default AssignedNet).
 	assignedNet string
+	// Instances' auto-assigned public addresses (SetPublicPool): moto's
+	// (54.214.x.y) → the pool's, assigned in order of first sight.
+	pubPool []string
+	pubMap  map[string]string
 	// Served counts what the proxy added: "invisible", "PENDING" and the
 	// target states it reported ("healthy", "initial", "unhealthy").
 	served map[string]int
@@ -245,6 +249,42 @@ func (p *Proxy) SetAssignedNet(prefix string) {
 	p.mu.Unlock()
 }
 
+// SetPublicPool makes the public addresses EC2 assigns instances
+// (--associate-public-ip-address; moto draws them from 54.214.0.0/16)
+// come from pool instead, in every EC2 answer: a data plane routes them
+// to the operator's namespace.
+func (p *Proxy) SetPublicPool(pool []string) {
+	p.mu.Lock()
+	p.pubPool, p.pubMap = append([]string(nil), pool...), map[string]string{}
+	p.mu.Unlock()
+}
+
+// PublicIP is the pool address standing for moto's public address ip
+// (ip itself when it is not one of moto's, or without a pool), for a
+// data plane that reads moto directly.
+func (p *Proxy) PublicIP(ip string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.publicIP(ip)
+}
+
+// publicIP: called with p.mu held.
+func (p *Proxy) publicIP(ip string) string {
+	if p.pubMap == nil || !motoPublicRE.MatchString(ip) {
+		return ip
+	}
+	if v, ok := p.pubMap[ip]; ok {
+		return v
+	}
+	if len(p.pubPool) == 0 {
+		return ip // exhausted: the address stays unroutable
+	}
+	v := p.pubPool[0]
+	p.pubPool = p.pubPool[1:]
+	p.pubMap[ip] = v
+	return v
+}
+
 // SetHealth sets where the health of a registered target in an enabled
 // zone of an active NLB comes from (the data plane's health checks), and
 // where instances' zones come from.
@@ -256,11 +296,14 @@ func (p *Proxy) SetHealth(f func(instanceID string) (state, reason, desc string)
 
 var (
 	consoleOutputRE = regexp.MustCompile(`(?s)<output>.*?</output>`)
-	instanceIDRE    = regexp.MustCompile(`<instanceId>(i-[0-9a-f]+)</instanceId>`)
-	changeIDRE      = regexp.MustCompile(`<Id>([^<]+)</Id>`)
-	memberRE        = regexp.MustCompile(`(?s)<member>.*?</member>`)
-	targetIDRE      = regexp.MustCompile(`<Target>\s*<Id>(i-[0-9a-f]+)</Id>`)
-	healthBlockRE   = regexp.MustCompile(`(?s)<TargetHealth>.*?</TargetHealth>`)
+	// motoPublicRE matches moto's auto-assigned public addresses
+	// (moto.ec2.utils.random_public_ip).
+	motoPublicRE  = regexp.MustCompile(`\b54\.214\.\d{1,3}\.\d{1,3}\b`)
+	instanceIDRE  = regexp.MustCompile(`<instanceId>(i-[0-9a-f]+)</instanceId>`)
+	changeIDRE    = regexp.MustCompile(`<Id>([^<]+)</Id>`)
+	memberRE      = regexp.MustCompile(`(?s)<member>.*?</member>`)
+	targetIDRE    = regexp.MustCompile(`<Target>\s*<Id>(i-[0-9a-f]+)</Id>`)
+	healthBlockRE = regexp.MustCompile(`(?s)<TargetHealth>.*?</TargetHealth>`)
 )
 
 func (p *Proxy) modify(resp *http.Response) error {
@@ -304,6 +347,9 @@ func (p *Proxy) rewrite(r *http.Request, body []byte, status int) []byte {
 	s := string(body)
 	if call.Service == "elasticloadbalancing" {
 		p.learn(call.Action, call.Params, s)
+	}
+	if call.Service == "ec2" && p.pubMap != nil {
+		s = motoPublicRE.ReplaceAllStringFunc(s, p.publicIP)
 	}
 	switch {
 	case bytes.Contains(body, []byte("<DescribeInstancesResponse")) && len(p.groups) > 0:

@@ -57,9 +57,10 @@ import (
 //     `hamaster-node kube-up-master --aws-user-data` with that volume as
 //     its disk; its output is the instance's console output
 //     (GetConsoleOutput, through the proxy);
-//   - the instances' public addresses (an Elastic IP, when it is in the
-//     VPC's external range) routed from the operator's namespace; private
-//     addresses are not;
+//   - the instances' public addresses (Elastic IPs allocated in the VPC's
+//     external range, and auto-assigned ones, which the proxy draws from
+//     that range: SetPublicPool) routed from the operator's namespace;
+//     private addresses are not;
 //   - the NLB, while the proxy's model says it is active: a
 //     `hamaster-node lb` in the router namespace listening on the Elastic
 //     IP handed to it (or the address AWS assigned), checking its targets
@@ -543,7 +544,7 @@ func (v *VPCPlane) reconcile(ctx context.Context) error {
 	// 4. External addresses: the instances' public ones, the NLB's.
 	want := map[netip.Addr]string{}
 	for id, i := range o.instances {
-		if a, err := netip.ParseAddr(aws.ToString(i.PublicIpAddress)); err == nil && v.o.Net.ExternalUsable(a) {
+		if a, err := netip.ParseAddr(v.publicIP(i)); err == nil && v.o.Net.ExternalUsable(a) {
 			v.mu.Lock()
 			if x := v.vms[id]; x != nil {
 				want[a] = x.host
@@ -838,7 +839,7 @@ func (v *VPCPlane) writeKnownHosts(instances map[string]ec2types.Instance) error
 	var lines []string
 	for id, x := range v.vms {
 		names := []string{x.private.String()}
-		if pub := aws.ToString(instances[id].PublicIpAddress); pub != "" {
+		if pub := v.publicIP(instances[id]); pub != "" {
 			names = append(names, pub)
 		}
 		for _, n := range names {
@@ -999,4 +1000,10 @@ func nameTag(i ec2types.Instance) string {
 		}
 	}
 	return ""
+}
+
+// publicIP is an instance's public address as the proxy reports it (moto's
+// auto-assigned ones mapped into the VPC's external range).
+func (v *VPCPlane) publicIP(i ec2types.Instance) string {
+	return v.o.Proxy.PublicIP(aws.ToString(i.PublicIpAddress))
 }
