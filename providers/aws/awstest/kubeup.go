@@ -132,6 +132,18 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 	snB, err := c.EC2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: v.Vpc.VpcId, CidrBlock: aws.String(KubeUpSubnetBCIDR), AvailabilityZone: aws.String(ZoneB), TagSpecifications: tags(ec2types.ResourceTypeSubnet)})
 	must(err, "create-subnet "+ZoneB)
 	c.SubnetB = aws.ToString(snB.Subnet.SubnetId)
+	// EC2's DNS (kube-up's vpc-setup turns on DNS support and hostnames;
+	// create-dhcp-option-set uses AmazonProvidedDNS) derives ip-a-b-c-d
+	// from the address: every address of the subnets resolves, whether an
+	// instance has it yet or not.
+	names := map[string]netip.Addr{}
+	for _, cidr := range []string{KubeUpSubnetCIDR, KubeUpSubnetBCIDR} {
+		p := netip.MustParsePrefix(cidr)
+		for a := p.Addr().Next(); p.Contains(a.Next()); a = a.Next() {
+			names[awsp.Hostname(a.String())] = a
+		}
+	}
+	must(net.SetStaticHosts(names), "the VPC's DNS names")
 	stateDir := t.TempDir()
 	keyFile, pub, err := writeSSHKey(filepath.Join(stateDir, "ssh"))
 	must(err, "ssh key")
