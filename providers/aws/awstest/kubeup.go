@@ -164,6 +164,7 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 	t.Cleanup(plane.Close)
 	px.SetHealth(plane.Health, plane.Zone)
 	px.SetConsole(plane.ConsoleOutput)
+	px.SetOnChange(plane.Kick)
 	c.VMs = plane
 	k := &KubeUpCluster{Net: net, Plane: plane, SSHUser: DefaultSSHUser, SSHKeyFile: keyFile, KnownHostsFile: plane.KnownHostsFile()}
 	c.KubeUp = k

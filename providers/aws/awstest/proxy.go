@@ -75,6 +75,9 @@ type Proxy struct {
 	credits map[string]string // instance ID → CPU credits
 	groups  map[string]string // instance ID → placement group
 	direct  *ec2.Client       // moto itself, for the launch fix-ups
+	// onChange is told of every successful call that may change the
+	// world (SetOnChange); it must not block.
+	onChange func()
 	// console answers GetConsoleOutput from the data plane (SetConsole).
 	console func(instanceID string) (string, bool)
 	// assignedNet is where NLBs' AWS-assigned addresses come from
@@ -232,6 +235,25 @@ func (p *Proxy) PendingChanges(n int) {
 	p.mu.Unlock()
 }
 
+// SetOnChange makes the proxy call f (which must not block) after every
+// successful call that may change the world (not Describe*, Get*,
+// List*): a data plane reacts at once instead of at its next poll, as
+// EC2 applies an address association within moments.
+func (p *Proxy) SetOnChange(f func()) {
+	p.mu.Lock()
+	p.onChange = f
+	p.mu.Unlock()
+}
+
+func readOnly(action string) bool {
+	for _, pre := range []string{"Describe", "Get", "List"} {
+		if strings.HasPrefix(action, pre) {
+			return true
+		}
+	}
+	return false
+}
+
 // SetConsole makes GetConsoleOutput answer what f says about an instance
 // (moto answers a fixed sample): the data plane's boot log.
 func (p *Proxy) SetConsole(f func(instanceID string) (string, bool)) {
@@ -345,6 +367,9 @@ func (p *Proxy) rewrite(r *http.Request, body []byte, status int) []byte {
 		return body
 	}
 	s := string(body)
+	if p.onChange != nil && !readOnly(call.Action) {
+		p.onChange()
+	}
 	if call.Service == "elasticloadbalancing" {
 		p.learn(call.Action, call.Params, s)
 	}

@@ -90,6 +90,7 @@ type VPCPlane struct {
 	lastErr error
 	known   string
 
+	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
 }
@@ -151,7 +152,7 @@ func NewVPCPlane(o VPCPlaneOptions) *VPCPlane {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	v := &VPCPlane{o: o, ctx: ctx, end: cancel, vms: map[string]*awsVM{}, zones: map[string]string{}, ext: map[netip.Addr]string{}, blocked: map[string]bool{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go v.loop()
 	return v
 }
@@ -174,7 +175,17 @@ func (v *VPCPlane) loop() {
 		case <-v.stop:
 			return
 		case <-tick.C:
+		case <-v.kick:
 		}
+	}
+}
+
+// Kick makes the plane look at EC2 again now (it never blocks): the
+// proxy kicks it after every call that may change the world.
+func (v *VPCPlane) Kick() {
+	select {
+	case v.kick <- struct{}{}:
+	default:
 	}
 }
 
