@@ -33,7 +33,7 @@ import (
 const usage = `usage:
   hamaster-node replica --env-file FILE [--log-level LEVEL]
   hamaster-node lb --config FILE [--log-level LEVEL]
-  hamaster-node kube-up-master --kube-env FILE --kube-master-certs FILE --disk DIR
+  hamaster-node kube-up-master (--kube-env FILE --kube-master-certs FILE | --aws-user-data FILE) --disk DIR
       [--hostname NAME] [--status-file FILE] [--pid-file FILE] [--log-file FILE]
       [--resolve-timeout DURATION] [--download URL=FILE]... [--log-level LEVEL]
     boots a GCE kube-up master from its two metadata items as configure-helper.sh
@@ -42,7 +42,9 @@ const usage = `usage:
     http://127.0.0.1:4002) with data in DIR/var/etcd/data[-events], and the
     apiserver stand-in on :443. The hostname is ETCD_HOSTNAME, else --hostname,
     else the machine's short hostname; its address (etcd peers listen there) is
-    resolved like gethostbyname.
+    resolved like gethostbyname. With --aws-user-data it boots a kube-up AWS master
+    (cluster/aws/util.sh start-master) from its EC2 user data: gunzipped if gzip'ed,
+    the kube_env.yaml heredoc as its kube-env (ETCD_APISERVER_* included).
 `
 
 func main() {
@@ -164,6 +166,7 @@ func runLB(ctx context.Context, configFile string, logger *slog.Logger) error {
 // kubeUpFlags are kube-up-master's flags.
 type kubeUpFlags struct {
 	kubeEnv, masterCerts, hostname, disk string
+	awsUserData                          string
 	statusFile, pidFile, logFile         string
 	resolveTimeout                       time.Duration
 	unsafeNoFsync                        bool
@@ -173,6 +176,7 @@ type kubeUpFlags struct {
 func (k *kubeUpFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.kubeEnv, "kube-env", "", "the instance's \"kube-env\" metadata item (required)")
 	fs.StringVar(&k.masterCerts, "kube-master-certs", "", "the instance's \"kube-master-certs\" metadata item (required)")
+	fs.StringVar(&k.awsUserData, "aws-user-data", "", "the instance's EC2 user data in kube-up's AWS format (instead of --kube-env and --kube-master-certs)")
 	fs.StringVar(&k.hostname, "hostname", "", "the instance name (default: the machine's short hostname); kube-env ETCD_HOSTNAME wins")
 	fs.StringVar(&k.disk, "disk", "", "the master PD's mount point, /mnt/disks/master-pd on GCE (required)")
 	fs.StringVar(&k.statusFile, "status-file", "", "where to write the JSON status (nodeapi.Status)")
@@ -194,6 +198,15 @@ func (k *kubeUpFlags) register(fs *flag.FlagSet) {
 }
 
 func (k *kubeUpFlags) check() error {
+	if k.awsUserData != "" {
+		if k.kubeEnv != "" || k.masterCerts != "" {
+			return fmt.Errorf("--aws-user-data excludes --kube-env and --kube-master-certs")
+		}
+		if k.disk == "" {
+			return fmt.Errorf("--disk is required")
+		}
+		return nil
+	}
 	for _, f := range []struct{ name, v string }{{"--kube-env", k.kubeEnv}, {"--kube-master-certs", k.masterCerts}, {"--disk", k.disk}} {
 		if f.v == "" {
 			return fmt.Errorf("%s is required", f.name)
@@ -203,13 +216,9 @@ func (k *kubeUpFlags) check() error {
 }
 
 func runKubeUpMaster(ctx context.Context, k kubeUpFlags, logger *slog.Logger) error {
-	env, err := os.ReadFile(k.kubeEnv)
+	env, crt, err := readKubeUpInputs(k)
 	if err != nil {
-		return errkind.Errorf(errkind.InvalidArgument, "--kube-env: %w", err)
-	}
-	crt, err := os.ReadFile(k.masterCerts)
-	if err != nil {
-		return errkind.Errorf(errkind.InvalidArgument, "--kube-master-certs: %w", err)
+		return err
 	}
 	host := k.hostname
 	if host == "" {
@@ -221,8 +230,29 @@ func runKubeUpMaster(ctx context.Context, k kubeUpFlags, logger *slog.Logger) er
 	}
 	logger.Info("starting kube-up master", "hostname", host, "disk", k.disk, "pid", os.Getpid())
 	return node.RunKubeUpMaster(ctx, node.KubeUpOptions{
-		KubeEnv: string(env), MasterCerts: string(crt), Hostname: host, Disk: k.disk,
+		KubeEnv: env, MasterCerts: crt, Hostname: host, Disk: k.disk,
 		StatusFile: k.statusFile, PIDFile: k.pidFile, ResolveTimeout: k.resolveTimeout, EtcdUnsafeNoFsync: k.unsafeNoFsync,
 		Downloads: k.downloads,
 	}, logger)
+}
+
+// readKubeUpInputs reads the master's kube-env and kube-master-certs: the
+// two GCE metadata items, or both out of an AWS master's user data.
+func readKubeUpInputs(k kubeUpFlags) (string, string, error) {
+	if k.awsUserData != "" {
+		ud, err := os.ReadFile(k.awsUserData)
+		if err != nil {
+			return "", "", errkind.Errorf(errkind.InvalidArgument, "--aws-user-data: %w", err)
+		}
+		return node.KubeUpAWSUserData(ud)
+	}
+	env, err := os.ReadFile(k.kubeEnv)
+	if err != nil {
+		return "", "", errkind.Errorf(errkind.InvalidArgument, "--kube-env: %w", err)
+	}
+	crt, err := os.ReadFile(k.masterCerts)
+	if err != nil {
+		return "", "", errkind.Errorf(errkind.InvalidArgument, "--kube-master-certs: %w", err)
+	}
+	return string(env), string(crt), nil
 }

@@ -62,7 +62,10 @@ type VPC struct {
 	// lastIndex is the last VM index handed out.
 	lastIndex int
 	hosts     map[string]netip.Addr
-	ext       map[netip.Addr]string // external address → VM name, "" for the router
+	// static names every VM resolves whether or not a VM has them
+	// (SetStaticHosts).
+	static map[string]netip.Addr
+	ext    map[netip.Addr]string // external address → VM name, "" for the router
 }
 
 // VM is one namespace on the VPC.
@@ -164,6 +167,20 @@ func (v *VPC) AddVM(ctx context.Context, name string, internal netip.Addr) (*VM,
 		}
 	}
 	return vm, v.writeHosts()
+}
+
+// SetStaticHosts makes every VM resolve names whether or not a VM has
+// them, as a cloud's DNS answers names it derives from addresses (EC2
+// resolves ip-a-b-c-d for every address of the VPC); a VM's own name
+// wins. It replaces the previous set.
+func (v *VPC) SetStaticHosts(names map[string]netip.Addr) error {
+	v.mu.Lock()
+	v.static = make(map[string]netip.Addr, len(names))
+	for n, a := range names {
+		v.static[n] = a
+	}
+	v.mu.Unlock()
+	return v.writeHosts()
 }
 
 // RemoveVM deletes a VM's namespace (its veth goes with it) and its
@@ -298,15 +315,22 @@ func (v *VPC) Close() error {
 func (v *VPC) writeHosts() error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	names := make([]string, 0, len(v.hosts))
-	for n := range v.hosts {
+	all := make(map[string]netip.Addr, len(v.static)+len(v.hosts))
+	for n, a := range v.static {
+		all[n] = a
+	}
+	for n, a := range v.hosts {
+		all[n] = a
+	}
+	names := make([]string, 0, len(all))
+	for n := range all {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	var b strings.Builder
 	b.WriteString("127.0.0.1\tlocalhost\n")
 	for _, n := range names {
-		fmt.Fprintf(&b, "%s\t%s\n", v.hosts[n], n)
+		fmt.Fprintf(&b, "%s\t%s\n", all[n], n)
 	}
 	for _, vm := range v.vms {
 		dir := filepath.Join("/etc/netns", vm.NS)

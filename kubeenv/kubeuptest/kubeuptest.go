@@ -46,6 +46,11 @@ type Options struct {
 	// kube-up's upload-tars put in the staging bucket, their sha512 in
 	// SERVER_BINARY_TAR_HASH and KUBE_MANIFESTS_TAR_HASH.
 	DevelVersion string
+	// Hostname is master 0's hostname, which names its etcd member
+	// (INITIAL_ETCD_CLUSTER) and its etcd certificates (default
+	// MASTER_NAME, GCE's instance name; an AWS master's is EC2's
+	// ip-a-b-c-d).
+	Hostname string
 }
 
 // Master is master 0's metadata: the item texts exactly as
@@ -71,7 +76,11 @@ func NewMaster(o Options) (*Master, error) {
 	name := o.InstancePrefix + "-master"
 	region := o.Zone[:max(strings.LastIndex(o.Zone, "-"), 0)]
 	m := &Master{Name: name}
-	vals := map[string]string{
+	host := o.Hostname
+	if host == "" {
+		host = name
+	}
+	vals := map[string]string{"HOSTNAME": host,
 		"CLUSTER_NAME": o.InstancePrefix, "INSTANCE_PREFIX": o.InstancePrefix, "PROJECT": o.Project,
 		"ZONE": o.Zone, "REGION": region, "STATIC_IP": o.StaticIP, "MASTER_NAME": name,
 	}
@@ -133,7 +142,7 @@ func NewMaster(o Options) (*Master, error) {
 	caVals(m.EtcdPeerCA, "ETCD_CA_CERT", "ETCD_CA_KEY", gz)
 	if err == nil {
 		var p *certs.Pair
-		if p, err = m.EtcdPeerCA.IssueEtcdPeer(certs.Request{CommonName: name, DNSNames: []string{name}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}); err == nil {
+		if p, err = m.EtcdPeerCA.IssueEtcdPeer(certs.Request{CommonName: host, DNSNames: []string{host}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}); err == nil {
 			vals["ETCD_PEER_CERT"], vals["ETCD_PEER_KEY"] = gz(p.CertPEM), b64(p.KeyPEM)
 		}
 	}
@@ -144,7 +153,7 @@ func NewMaster(o Options) (*Master, error) {
 	caVals(m.EtcdClientCA, "ETCD_APISERVER_CA_CERT", "ETCD_APISERVER_CA_KEY", gz)
 	if err == nil {
 		var p *certs.Pair
-		if p, err = m.EtcdClientCA.IssueEtcdServer(certs.Request{CommonName: kubeenv.MemberName(name), DNSNames: []string{name, "localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}); err == nil {
+		if p, err = m.EtcdClientCA.IssueEtcdServer(certs.Request{CommonName: kubeenv.MemberName(host), DNSNames: []string{host, "localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}); err == nil {
 			vals["ETCD_APISERVER_SERVER_CERT"], vals["ETCD_APISERVER_SERVER_KEY"] = gz(p.CertPEM), b64(p.KeyPEM)
 		}
 	}

@@ -146,14 +146,20 @@ type Provider struct {
 
 	sshMu sync.Mutex
 	ssh   map[string]*remote.Client // SSH connections by address (ssh.go)
+	// sshRetired: connections taken out of ssh after a failed dial,
+	// closed by Close.
+	sshRetired []*remote.Client
 
 	mu    sync.Mutex // address reservations file
 	inst  *instances
 	sip   *staticIP
 	lbal  *loadBalancer
-	names sync.Map     // instance ID → Name tag (immutable)
-	addrs sync.Map     // instance ID → address (hamaster view)
-	eipIP atomic.Value // the Elastic IP's public address (string)
+	names sync.Map // instance ID → Name tag (immutable)
+	addrs sync.Map // instance ID → address (hamaster view)
+	// privIPs: Name tag → private IP of the last live instance seen with
+	// it (a kube-up member is named by its host's address).
+	privIPs sync.Map
+	eipIP   atomic.Value // the Elastic IP's public address (string)
 }
 
 // New is the providers.Factory of the AWS provider.
@@ -255,6 +261,14 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	p.sip = &staticIP{p: p}
 	p.lbal = &loadBalancer{p: p}
 	var kubeUp bool
+	switch f := opts[OptMasterFormat]; f {
+	case "", MasterFormatKubeUp:
+		// A cluster kube-up made and hamaster never touched has only
+		// kube-up's tags (adopt.go).
+		if err := p.adoptKubeUp(ctx); err != nil {
+			return nil, fmt.Errorf("adopt kube-up's master of cluster %s: %w", p.cluster, err)
+		}
+	}
 	switch f := opts[OptMasterFormat]; f {
 	case "":
 		if kubeUp, err = p.detectKubeUp(ctx); err != nil {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
-	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
+	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/aws/awstest"
 	"github.com/hamaster/hamaster/providers/providertest"
 )
@@ -29,24 +31,33 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// TestConformance runs the provider suite on a kube-up cluster in the
+// namespace VPC: the extra replica is master 0's template replicated as
+// kube-up's replicate-master-instance would, but forming etcd clusters of
+// its own (INITIAL_ETCD_CLUSTER_STATE=new), so the suite can create,
+// recreate and delete it without touching master 0's etcd.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	c := awstest.Up(t, "conf", awstest.Options{})
-	master, err := c.Provider.Instances().Get(context.Background(), c.Master)
-	if err != nil {
-		t.Fatal(err)
+	c := awstest.UpKubeUp(t, "conf", awstest.KubeUpOptions{})
+	k, ok := c.Provider.(*awsp.KubeUpProvider)
+	if !ok {
+		t.Fatalf("provider %T on a kube-up master", c.Provider)
 	}
 	providertest.Run(t, providertest.Harness{
-		Provider: c.Provider,
+		Provider:    c.Provider,
+		ReplicaName: c.Master + "-c0f",
 		Template: func(t *testing.T, name, address string) providers.Template {
-			files, err := providers.ReplicaFiles(c.CA, name, address, certs.APIServerSANs{StaticIP: c.StaticIP})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			master, err := c.Provider.Instances().Get(ctx, c.Master)
 			if err != nil {
 				t.Fatal(err)
 			}
-			tmpl := master.Template.Clone()
-			tmpl.Files = files
-			tmpl.Env[providers.EnvInitialEtcdCluster] = name + "=" + providers.PeerURL(address)
-			tmpl.Env[providers.EnvEtcdInitialClusterState] = "new"
+			tmpl, err := k.CloneTemplate(ctx, master.Template, name, address, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl.Env[kubeenv.InitialEtcdClusterState] = kubeenv.StateNew
 			return tmpl
 		},
 	})

@@ -45,6 +45,12 @@ const (
 	// (kube-up's util.sh turns it off on the master: modify-instance-attribute
 	// --source-dest-check).
 	MachineSourceDestCheck = "source-dest-check"
+	// MachinePublicIP: "true" when the master has a public address (kube-up
+	// launches its master with --associate-public-ip-address: util.sh
+	// start-master), so a clone gets one too and is reachable over SSH
+	// without a bastion. A master whose only public address was the
+	// Elastic IP handed to the NLB records none.
+	MachinePublicIP = "public-ip"
 )
 
 type metadataSpec struct {
@@ -181,6 +187,9 @@ func (in *instances) cloneSettings(ctx context.Context, raw types.Instance, data
 	}
 	if raw.SourceDestCheck != nil && !aws.ToBool(raw.SourceDestCheck) {
 		m[MachineSourceDestCheck] = "false"
+	}
+	if aws.ToString(raw.PublicIpAddress) != "" {
+		m[MachinePublicIP] = "true"
 	}
 	ids := []string{}
 	root, hasRoot := rootDevice(raw, dataVolumeID)

@@ -13,8 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
-	"github.com/hamaster/hamaster/certs"
-	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/kubeenv"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/aws/awstest"
 )
@@ -126,9 +125,41 @@ func slicesCompact(s []string) []string {
 // where it must differ.
 func TestCloneFieldByField(t *testing.T) {
 	t.Parallel()
-	c := awstest.Up(t, "clone", awstest.Options{})
+	// Master 0 as kube-up makes it, plus what an operator may have added
+	// to its launch: an IMDSv2-only metadata service with hop limit 2,
+	// EBS optimization, a placement group and tenancy, unlimited CPU
+	// credits, an encrypted gp3 root volume with its own IOPS and
+	// throughput, an encrypted io2 data volume with a KMS key, kube-up's
+	// cluster tag in the newer form (kubernetes.io/cluster/<name>=owned),
+	// and the source/destination check off (util.sh turns it off on the
+	// master).
+	const cluster = "clone"
+	kubeTag := ec2types.Tag{Key: aws.String("kubernetes.io/cluster/" + cluster), Value: aws.String("owned")}
+	c := awstest.UpKubeUp(t, cluster, awstest.KubeUpOptions{Customize: func(run *ec2.RunInstancesInput, vol *ec2.CreateVolumeInput) {
+		if vol != nil {
+			vol.VolumeType, vol.Iops, vol.Encrypted, vol.KmsKeyId = ec2types.VolumeTypeIo2, aws.Int32(3000), aws.Bool(true), aws.String(awstest.KMSKey)
+			vol.TagSpecifications[0].Tags = append(vol.TagSpecifications[0].Tags, kubeTag)
+		}
+		if run != nil {
+			run.InstanceType = ec2types.InstanceTypeT3Medium
+			run.MetadataOptions = &ec2types.InstanceMetadataOptionsRequest{HttpTokens: ec2types.HttpTokensStateRequired, HttpPutResponseHopLimit: aws.Int32(2), HttpEndpoint: ec2types.InstanceMetadataEndpointStateEnabled}
+			run.EbsOptimized = aws.Bool(true)
+			run.Placement = &ec2types.Placement{AvailabilityZone: aws.String(awstest.Zone), GroupName: aws.String(cluster + "-masters"), Tenancy: ec2types.TenancyDefault}
+			run.CreditSpecification = &ec2types.CreditSpecificationRequest{CpuCredits: aws.String("unlimited")}
+			run.BlockDeviceMappings = []ec2types.BlockDeviceMapping{{DeviceName: aws.String("/dev/xvda"), Ebs: &ec2types.EbsBlockDevice{VolumeSize: aws.Int32(32), VolumeType: ec2types.VolumeTypeGp3,
+				Iops: aws.Int32(4000), Throughput: aws.Int32(250), Encrypted: aws.Bool(true), KmsKeyId: aws.String(awstest.KMSKey), DeleteOnTermination: aws.Bool(true)}}}
+			run.TagSpecifications = []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeInstance, Tags: []ec2types.Tag{kubeTag}}, {ResourceType: ec2types.ResourceTypeVolume, Tags: []ec2types.Tag{kubeTag}}}
+		}
+	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if _, err := c.EC2.ModifyInstanceAttribute(ctx, &ec2.ModifyInstanceAttributeInput{InstanceId: aws.String(c.KubeUp.Master.ID), SourceDestCheck: &ec2types.AttributeBooleanValue{Value: aws.Bool(false)}}); err != nil {
+		t.Fatal(err)
+	}
+	kp, ok := c.Provider.(*awsp.KubeUpProvider)
+	if !ok {
+		t.Fatalf("provider %T on a kube-up master", c.Provider)
+	}
 	inst := c.Provider.Instances()
 	master, err := inst.Get(ctx, c.Master)
 	if err != nil {
@@ -139,12 +170,13 @@ func TestCloneFieldByField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := master.Template.Clone()
-	if tmpl.Files, err = providers.ReplicaFiles(c.CA, name, addr, certs.APIServerSANs{StaticIP: c.StaticIP}); err != nil {
+	// A standalone replica (etcd clusters of its own): the launch is what
+	// is compared.
+	tmpl, err := kp.CloneTemplate(ctx, master.Template, name, addr, nil, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl.Env[providers.EnvInitialEtcdCluster] = name + "=" + providers.PeerURL(addr)
-	tmpl.Env[providers.EnvEtcdInitialClusterState] = "new"
+	tmpl.Env[kubeenv.InitialEtcdClusterState] = kubeenv.StateNew
 	if _, err := inst.Create(ctx, name, awstest.ZoneB, tmpl); err != nil {
 		t.Fatalf("create the clone: %v", err)
 	}
@@ -193,7 +225,7 @@ func TestCloneFieldByField(t *testing.T) {
 	}{
 		{"ImageId", func(l launched) string { return str(l.inst.ImageId) }, true, ""},
 		{"InstanceType", func(l launched) string { return string(l.inst.InstanceType) }, true, "t3.medium"},
-		{"KeyName", func(l launched) string { return str(l.inst.KeyName) }, true, "kube-clone"},
+		{"KeyName", func(l launched) string { return str(l.inst.KeyName) }, true, "kubernetes-clone"},
 		{"IamInstanceProfile", profile, true, awstest.InstanceProfileARN},
 		{"SecurityGroups", func(l launched) string { return groups(l.inst) }, true, c.SecurityGroup},
 		{"MetadataOptions.HttpTokens", func(l launched) string { return string(md(l).HttpTokens) }, true, "required"},
@@ -205,6 +237,7 @@ func TestCloneFieldByField(t *testing.T) {
 		{"Placement.Tenancy", func(l launched) string { return string(l.inst.Placement.Tenancy) }, true, "default"},
 		{"CreditSpecification.CpuCredits", func(l launched) string { return l.credits }, true, "unlimited"},
 		{"SourceDestCheck", func(l launched) string { return b(l.inst.SourceDestCheck) }, true, "false"},
+		{"has a public address", func(l launched) string { return fmt.Sprint(str(l.inst.PublicIpAddress) != "") }, true, "true"},
 		{"root: device", func(l launched) string { return dev(l, l.root) }, true, "/dev/xvda"},
 		{"root: Size", func(l launched) string { return i32(l.root.Size) }, true, "32"},
 		{"root: VolumeType", func(l launched) string { return string(l.root.VolumeType) }, true, "gp3"},
@@ -213,7 +246,7 @@ func TestCloneFieldByField(t *testing.T) {
 		{"root: Encrypted", func(l launched) string { return b(l.root.Encrypted) }, true, "true"},
 		{"root: KmsKeyId", func(l launched) string { return str(l.root.KmsKeyId) }, true, awstest.KMSKey},
 		{"root: Tags", func(l launched) string { return tagString(l.root.Tags) }, true, ""},
-		{"data: device", func(l launched) string { return dev(l, l.data) }, true, "/dev/xvdb"},
+		{"data: device", func(l launched) string { return dev(l, l.data) }, true, "/dev/sdb"},
 		{"data: Size", func(l launched) string { return i32(l.data.Size) }, true, "20"},
 		{"data: VolumeType", func(l launched) string { return string(l.data.VolumeType) }, true, "io2"},
 		{"data: Iops", func(l launched) string { return i32(l.data.Iops) }, true, "3000"},
@@ -223,7 +256,7 @@ func TestCloneFieldByField(t *testing.T) {
 		{"Name", func(l launched) string { return tagOf(l.inst.Tags, awsp.TagName) }, false, c.Master},
 		{"Placement.AvailabilityZone", func(l launched) string { return str(l.inst.Placement.AvailabilityZone) }, false, awstest.Zone},
 		{"SubnetId (the zone's)", func(l launched) string { return str(l.inst.SubnetId) }, false, c.Subnet},
-		{"PrivateIpAddress", func(l launched) string { return str(l.inst.PrivateIpAddress) }, false, "10.0.1.10"},
+		{"PrivateIpAddress", func(l launched) string { return str(l.inst.PrivateIpAddress) }, false, c.KubeUp.Master.InternalIP},
 		{"data: VolumeId", func(l launched) string { return str(l.data.VolumeId) }, false, ""},
 	} {
 		mv, kv := f.get(m), f.get(k)

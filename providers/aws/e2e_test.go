@@ -20,6 +20,7 @@ import (
 	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	"github.com/aws/aws-sdk-go-v2/service/route53"
 
+	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/aws/awstest"
 	"github.com/hamaster/hamaster/workflows"
@@ -66,11 +67,32 @@ func (e *env) remove(ctx context.Context, name string, after func(string) error)
 		workflows.Options{Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}})
 }
 
-// newEnv brings a cluster up (in the endpoint mode of o, or of
-// HAMASTER_AWS_ENDPOINT_MODE) and returns its env.
-func newEnv(t *testing.T, name string, o awstest.Options) *env {
-	c := awstest.Up(t, name, o)
-	return &env{t: t, c: c, dns: c.EndpointMode == "dns"}
+// newEnv brings a kube-up cluster up on the namespace VPC (in the
+// endpoint mode of o, or of HAMASTER_AWS_ENDPOINT_MODE) and returns its
+// env: masters in kube-up's AWS format, the operator (this process) in
+// the root namespace reaching etcd and the apiservers over SSH through
+// the bastion.
+func newEnv(t *testing.T, name string, o awstest.KubeUpOptions) *env {
+	return newKubeUpEnv(t, name, o)
+}
+
+// hostnames are the running instances' EC2 hostnames by Name tag.
+func (e *env) hostnames(ctx context.Context) map[string]string {
+	out, err := e.c.EC2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{{Name: aws.String("instance-state-name"), Values: []string{"running"}}}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, r := range out.Reservations {
+		for _, i := range r.Instances {
+			for _, tg := range i.Tags {
+				if aws.ToString(tg.Key) == awsp.TagName {
+					m[aws.ToString(tg.Value)] = awsp.Hostname(aws.ToString(i.PrivateIpAddress))
+				}
+			}
+		}
+	}
+	return m
 }
 
 // assertConverged checks the workflows' view (replicas, members, LB
@@ -85,8 +107,14 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 	if err != nil {
 		t.Fatalf("status: %v", err)
 	}
-	workflowstest.AssertReplicasAndMembers(t, rep, want)
 	c := e.c
+	if c.KubeUp != nil {
+		// kube-up's members are etcd-<EC2 hostname>.
+		hosts := e.hostnames(ctx)
+		workflowstest.AssertReplicasAndMembersNamed(t, rep, want, func(r string) string { return "etcd-" + hosts[r] })
+	} else {
+		workflowstest.AssertReplicasAndMembers(t, rep, want)
+	}
 	lbs, _ := c.ELB.DescribeLoadBalancers(ctx, &elb.DescribeLoadBalancersInput{})
 	tgs, _ := c.ELB.DescribeTargetGroups(ctx, &elb.DescribeTargetGroupsInput{})
 	addrs, err := c.EC2.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{AllocationIds: []string{c.EIPAllocation}})
@@ -214,7 +242,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 // ignores from the recorded requests.
 func TestAddRemove1to3to1(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "e2e", awstest.Options{})
+	e := newEnv(t, "e2e", awstest.KubeUpOptions{})
 	c := e.c
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -281,13 +309,14 @@ func TestAddRemove1to3to1(t *testing.T) {
 		t.Fatalf("describe the target group: %v", err)
 	}
 	tg := tgs.TargetGroups[0]
+	port := fmt.Sprint(providers.APIServerPortOf(c.Provider)) // kube-up's masters: 443
 	for k, v := range map[string][2]string{
 		"Protocol":            {string(tg.Protocol), "TCP"},
-		"Port":                {fmt.Sprint(aws.ToInt32(tg.Port)), "6443"},
+		"Port":                {fmt.Sprint(aws.ToInt32(tg.Port)), port},
 		"TargetType":          {string(tg.TargetType), "instance"},
 		"HealthCheckProtocol": {string(tg.HealthCheckProtocol), "HTTPS"},
 		"HealthCheckPath":     {aws.ToString(tg.HealthCheckPath), "/readyz"},
-		"HealthCheckPort":     {aws.ToString(tg.HealthCheckPort), "6443"},
+		"HealthCheckPort":     {aws.ToString(tg.HealthCheckPort), port},
 	} {
 		if v[0] != v[1] {
 			t.Errorf("target group %s = %q, want %q", k, v[0], v[1])
@@ -332,7 +361,7 @@ func TestAddRemove1to3to1(t *testing.T) {
 // cluster converges with nothing orphaned.
 func TestCrashResume(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "crash", awstest.Options{})
+	e := newEnv(t, "crash", awstest.KubeUpOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	d := e.deps(nil)
@@ -383,7 +412,7 @@ func TestCrashResume(t *testing.T) {
 // and after, and nothing is left behind.
 func TestAddRemoveDNSEndpoint(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "dnsep", awstest.Options{EndpointMode: "dns"})
+	e := newEnv(t, "dnsep", awstest.KubeUpOptions{EndpointMode: "dns"})
 	c := e.c
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -395,12 +424,62 @@ func TestAddRemoveDNSEndpoint(t *testing.T) {
 		}
 	}
 	e.assertConverged(ctx, c.Master, names[0], names[1])
+
+	// The NLB's health checks honour the masters' security group: without
+	// kube-up's tcp/443 rule every target times out; with it back, they
+	// are healthy again.
+	rule := []ec2types.IpPermission{{IpProtocol: aws.String("tcp"), FromPort: aws.Int32(443), ToPort: aws.Int32(443), IpRanges: []ec2types.IpRange{{CidrIp: aws.String("0.0.0.0/0")}}}}
+	if _, err := c.EC2.RevokeSecurityGroupIngress(ctx, &ec2.RevokeSecurityGroupIngressInput{GroupId: aws.String(c.SecurityGroup), IpPermissions: rule}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitTargets(ctx, "unhealthy", "Target.Timeout", 3)
+	if _, err := c.EC2.AuthorizeSecurityGroupIngress(ctx, &ec2.AuthorizeSecurityGroupIngressInput{GroupId: aws.String(c.SecurityGroup), IpPermissions: rule}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitTargets(ctx, "healthy", "", 3)
+
 	for i := len(names) - 1; i >= 0; i-- {
 		if err := e.remove(ctx, names[i], nil); err != nil {
 			t.Fatalf("remove %s: %v", names[i], err)
 		}
 	}
 	e.assertConverged(ctx, c.Master)
+}
+
+// waitTargets waits (bounded) until the NLB's n targets are all in state
+// with reason, as DescribeTargetHealth answers through the proxy.
+func (e *env) waitTargets(ctx context.Context, state, reason string, n int) {
+	t, c := e.t, e.c
+	t.Helper()
+	viaProxy := elb.NewFromConfig(aws.Config{Region: awstest.Region, Credentials: c.ELB.Options().Credentials, BaseEndpoint: aws.String(c.Proxy.URL)})
+	tgs, err := c.ELB.DescribeTargetGroups(ctx, &elb.DescribeTargetGroupsInput{})
+	if err != nil || len(tgs.TargetGroups) != 1 {
+		t.Fatalf("target groups: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var last []string
+	for {
+		th, err := viaProxy.DescribeTargetHealth(ctx, &elb.DescribeTargetHealthInput{TargetGroupArn: tgs.TargetGroups[0].TargetGroupArn})
+		if err == nil {
+			last = nil
+			ok := len(th.TargetHealthDescriptions) == n
+			for _, d := range th.TargetHealthDescriptions {
+				last = append(last, aws.ToString(d.Target.Id)+"="+string(d.TargetHealth.State)+"/"+string(d.TargetHealth.Reason))
+				ok = ok && string(d.TargetHealth.State) == state && string(d.TargetHealth.Reason) == reason
+			}
+			if ok {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("targets never all %s/%s: %v", state, reason, last)
+		case <-tick.C:
+		}
+	}
 }
 
 // waitNodes polls the data plane's node processes until they are want, for

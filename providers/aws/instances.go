@@ -141,6 +141,9 @@ func (p *Provider) toInstance(i types.Instance) instance {
 	if x.address != "" {
 		p.addrs.Store(x.id, x.address)
 	}
+	if x.name != "" && x.privateIP != "" && x.awsState != types.InstanceStateNameTerminated && x.awsState != types.InstanceStateNameShuttingDown {
+		p.privIPs.Store(x.name, x.privateIP)
+	}
 	return x
 }
 
@@ -618,6 +621,9 @@ func (in *instances) launch(ctx context.Context, name string, tmpl providers.Tem
 		}
 		if sg := m[MachineSecurityGroups]; sg != "" {
 			input.NetworkInterfaces[0].Groups = strings.Split(sg, ",")
+		}
+		if m[MachinePublicIP] == "true" {
+			input.NetworkInterfaces[0].AssociatePublicIpAddress = aws.Bool(true)
 		}
 		if v := m[MachineInstanceProfile]; v != "" {
 			input.IamInstanceProfile = &types.IamInstanceProfileSpecification{Arn: aws.String(v)}

@@ -23,8 +23,8 @@ import (
 // kubeenv package, as the gce provider does on kube-up's GCE masters:
 //   - a master's hostname is EC2's: ip-a-b-c-d (the short private DNS
 //     name, which resolves inside the VPC), so etcd members are named
-//     etcd-ip-a-b-c-d with peer URL https://ip-a-b-c-d:2380 (events:
-//     -events, 2381);
+//     etcd-ip-a-b-c-d with peer URL https://ip-a-b-c-d:2380 (events: the
+//     same name, 2381);
 //   - a new master's kube_env.yaml is kubeenv.Replicate's (kube-up's
 //     replicate-master-instance: INITIAL_ETCD_CLUSTER + the new host,
 //     INITIAL_ETCD_CLUSTER_STATE=existing, its own etcd peer and
@@ -73,13 +73,25 @@ func (k *KubeUpProvider) EtcdClusters() []string {
 }
 
 // EtcdMember implements providers.Membership.
-func (k *KubeUpProvider) EtcdMember(cluster, _, address string) (string, string) {
+func (k *KubeUpProvider) EtcdMember(cluster, replica, address string) (string, string) {
 	c, err := kubeUpCluster(cluster)
 	if err != nil {
 		c = kubeenv.EtcdMain
 	}
-	host := Hostname(k.amap.toCloud(address))
-	return kubeenv.MemberName(host) + c.Suffix, kubeenv.PeerURL(c, host)
+	ip := k.amap.toCloud(address)
+	if address == "" {
+		// Named by the replica alone: its instance's private address, as
+		// last described.
+		v, ok := k.privIPs.Load(replica)
+		if !ok {
+			return "", ""
+		}
+		ip = v.(string)
+	}
+	host := Hostname(ip)
+	// etcd.manifest: --name etcd-{{ hostname }} in both clusters (the
+	// events member is not named -events; its peer port tells it apart).
+	return kubeenv.MemberName(host), kubeenv.PeerURL(c, host)
 }
 
 // APIServerName implements providers.APIServerNamer: kube-up's
@@ -205,7 +217,8 @@ func (k *KubeUpProvider) EtcdCluster(ctx context.Context, cluster string, exclud
 			errs = append(errs, err)
 			continue
 		}
-		sc, err := k.sshDial(ctx, addr, viaBastion)
+		// Connect first: a master that does not take SSH is skipped here.
+		_, err = k.sshDial(ctx, addr, viaBastion)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ssh %s (%s): %w", first.name, addr, err))
 			continue
@@ -228,7 +241,7 @@ func (k *KubeUpProvider) EtcdCluster(ctx context.Context, cluster string, exclud
 					return nil, err
 				}
 				if h == "127.0.0.1" || h == "localhost" {
-					return sc.DialContext(ctx, "tcp", a)
+					return k.sshDialThrough(ctx, addr, viaBastion, "tcp", a)
 				}
 				i, ok := byHost[h]
 				if !ok {
@@ -238,11 +251,7 @@ func (k *KubeUpProvider) EtcdCluster(ctx context.Context, cluster string, exclud
 				if err != nil {
 					return nil, err
 				}
-				mc, err := k.sshDial(ctx, ma, via)
-				if err != nil {
-					return nil, err
-				}
-				return mc.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", p))
+				return k.sshDialThrough(ctx, ma, via, "tcp", net.JoinHostPort("127.0.0.1", p))
 			},
 		}
 		cli, err := etcdmember.New(ctx, cfg)

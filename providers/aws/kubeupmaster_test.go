@@ -8,8 +8,6 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"io"
-	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,47 +18,10 @@ import (
 
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/kubeenv"
-	"github.com/hamaster/hamaster/kubeenv/kubeuptest"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/aws/awstest"
 )
-
-// kubeUpAWSUserData builds master 0's user data the way
-// cluster/aws/util.sh start-master does (testdata/kube-up-master-user-data.sh:
-// the script around the kube_env.yaml heredoc), with a kube-env from
-// kubeuptest (real key names, real CA material; on AWS the
-// kube-master-certs keys are in the same kube-env), the master's EC2
-// hostname in INITIAL_ETCD_CLUSTER, gzip-compressed as kube-up passes it.
-// Nothing in it is produced by the code under test.
-func kubeUpAWSUserData(t *testing.T, masterIP, eip string) ([]byte, *kubeuptest.Master) {
-	t.Helper()
-	fx, err := kubeuptest.NewMaster(kubeuptest.Options{Project: "aws", Zone: awstest.Zone, StaticIP: eip, SeparateEtcdAPIServerCA: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := regexp.MustCompile(`(?m)^INITIAL_ETCD_CLUSTER: .*$`).ReplaceAllString(fx.KubeEnv, "INITIAL_ETCD_CLUSTER: 'ip-"+strings.ReplaceAll(masterIP, ".", "-")+"'")
-	var lines []string
-	for _, l := range strings.Split(env+"\n"+fx.MasterCerts, "\n") {
-		if strings.TrimSpace(l) != "" && !strings.HasPrefix(l, "#") {
-			lines = append(lines, l)
-		}
-	}
-	script, err := os.ReadFile("testdata/kube-up-master-user-data.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := strings.NewReplacer("@KUBE_ENV@", strings.Join(lines, "\n"), "@MASTER_INTERNAL_IP@", masterIP, "@MASTER_IP@", eip).Replace(string(script))
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	if _, err := zw.Write([]byte(s)); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes(), fx
-}
 
 // heredoc splits a kube-up AWS user data (gzip) into the script before the
 // kube_env.yaml heredoc, its YAML and the script after, independently of
@@ -95,11 +56,9 @@ func heredoc(t *testing.T, gz []byte) (before string, env map[string]string, aft
 // kube_env.yaml rewritten as replicate-master-instance does.
 func TestKubeUpAWSMaster(t *testing.T) {
 	t.Parallel()
-	const masterIP = "10.0.1.10" // awstest's master 0
-	// awstest maps the Elastic IP it allocates; kube-up's MASTER_EIP is
-	// whatever the master was given: any public address does here.
-	ud, fx := kubeUpAWSUserData(t, masterIP, "52.95.110.1")
-	c := awstest.Up(t, "kupaws", awstest.Options{MasterUserData: ud})
+	c := awstest.UpKubeUp(t, "kupaws", awstest.KubeUpOptions{})
+	fx := c.KubeUp.Master.Metadata
+	mhost := c.KubeUp.Master.Hostname
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	k, ok := c.Provider.(*awsp.KubeUpProvider)
@@ -117,8 +76,8 @@ func TestKubeUpAWSMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	for cl, want := range map[string][2]string{
-		providers.EtcdMain:   {"etcd-ip-10-0-1-10", "https://ip-10-0-1-10:2380"},
-		providers.EtcdEvents: {"etcd-ip-10-0-1-10-events", "https://ip-10-0-1-10:2381"},
+		providers.EtcdMain:   {"etcd-" + mhost, "https://" + mhost + ":2380"},
+		providers.EtcdEvents: {"etcd-" + mhost, "https://" + mhost + ":2381"},
 	} {
 		if n, u := k.EtcdMember(cl, c.Master, master.Address); n != want[0] || u != want[1] {
 			t.Errorf("EtcdMember(%s) = %s %s, want %s %s", cl, n, u, want[0], want[1])
@@ -134,7 +93,7 @@ func TestKubeUpAWSMaster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	members := map[string][]etcdmember.Member{providers.EtcdMain: {{Name: "etcd-ip-10-0-1-10"}, {PeerURLs: []string{"https://new:2380"}}}}
+	members := map[string][]etcdmember.Member{providers.EtcdMain: {{Name: "etcd-" + mhost}, {PeerURLs: []string{"https://new:2380"}}}}
 	tmpl, err := k.CloneTemplate(ctx, master.Template, name, addr, members, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -162,16 +121,14 @@ func TestKubeUpAWSMaster(t *testing.T) {
 	if mb != cb || ma != ca {
 		t.Errorf("the clone's script around kube_env.yaml differs from the master's")
 	}
-	// The address map puts 10.0.2.0/24 (zone b) on a loopback /24 here.
-	m := regexp.MustCompile(`^127\.0\.\d+\.(\d+)$`).FindStringSubmatch(addr)
-	if m == nil {
-		t.Fatalf("reserved address %s is not in awstest's loopback map", addr)
+	if !strings.HasPrefix(addr, "172.20.1.") {
+		t.Fatalf("reserved address %s in %s is not in its subnet %s", addr, awstest.ZoneB, awstest.KubeUpSubnetBCIDR)
 	}
-	host := "ip-10-0-2-" + m[1]
+	host := awsp.Hostname(addr)
 	t.Logf("clone %s: INITIAL_ETCD_CLUSTER=%q INITIAL_ETCD_CLUSTER_STATE=%q, %d kube-env keys (master %d), script around kube_env.yaml %d+%d bytes", name,
 		cenv[kubeenv.InitialEtcdCluster], cenv[kubeenv.InitialEtcdClusterState], len(cenv), len(menv), len(cb), len(ca))
 	for key, want := range map[string]string{
-		kubeenv.InitialEtcdCluster:      "ip-10-0-1-10," + host,
+		kubeenv.InitialEtcdCluster:      mhost + "," + host,
 		kubeenv.InitialEtcdClusterState: "existing",
 		awsp.EnvMasterEIP:               menv[awsp.EnvMasterEIP],
 		awsp.EnvAPIServers:              menv[awsp.EnvAPIServers],

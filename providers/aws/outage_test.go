@@ -98,7 +98,7 @@ func TestFirstAddOutage(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
-			e := &env{t: t, c: awstest.Up(t, "out"+strings.ReplaceAll(tc.mode, "-", "")[:3], awstest.Options{EndpointMode: tc.mode})}
+			e := newKubeUpEnv(t, "out"+strings.ReplaceAll(tc.mode, "-", "")[:3], awstest.KubeUpOptions{EndpointMode: tc.mode})
 			c := e.c
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
@@ -116,7 +116,8 @@ func TestFirstAddOutage(t *testing.T) {
 			scale := awstest.DefaultScale
 			ttl := time.Duration(float64(60*time.Second) * scale)
 			res := &resolver{c: c, name: e.dnsName(), ttl: ttl, lbs: elb.NewFromConfig(aws.Config{Region: awstest.Region, Credentials: c.ELB.Options().Credentials, BaseEndpoint: aws.String(c.Proxy.URL)})}
-			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.CA.Pool(), ServerName: c.StaticIP, MinVersion: tls.VersionTLS12}, DisableKeepAlives: true,
+			// kube-up's MASTER_CERT names kubernetes (and the Elastic IP).
+			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.KubeUp.CAPool, ServerName: "kubernetes", MinVersion: tls.VersionTLS12}, DisableKeepAlives: true,
 				DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 					ip, err := res.resolve(ctx)
 					if err != nil {
@@ -127,7 +128,7 @@ func TestFirstAddOutage(t *testing.T) {
 					return d.DialContext(ctx, network, net.JoinHostPort(ip, port))
 				}}
 			defer tr.CloseIdleConnections()
-			url := "https://" + net.JoinHostPort("endpoint.invalid", strconv.Itoa(providers.APIServerPort)) + "/readyz"
+			url := "https://" + net.JoinHostPort("endpoint.invalid", strconv.Itoa(providers.APIServerPortOf(c.Provider))) + "/readyz"
 			var o outageProbe
 			pctx, stop := context.WithCancel(ctx)
 			done := make(chan struct{})
@@ -178,7 +179,7 @@ func TestFirstAddOutage(t *testing.T) {
 
 // resolver answers the name as Route53 would, through moto (an alias
 // through the NLB's addresses, as the proxy reports them), and caches an
-// answer for ttl. Addresses are mapped to the test's loopback view.
+// answer for ttl.
 type resolver struct {
 	c    *awstest.Cluster
 	name string
@@ -228,7 +229,7 @@ func (r *resolver) resolve(ctx context.Context) (string, error) {
 				for _, az := range l.AvailabilityZones {
 					for _, a := range az.LoadBalancerAddresses {
 						if v := aws.ToString(a.IpAddress); v != "" && ip == "" {
-							ip = fmt.Sprintf("127.0.%d.%s", r.c.NetLB, strings.TrimPrefix(v, awstest.AssignedNet))
+							ip = v // in the VPC's external range: routed to the router's NLB
 						}
 					}
 				}

@@ -22,7 +22,7 @@ import (
 // instead of letting the promotion time out.
 func TestSecurityGroupCheck(t *testing.T) {
 	t.Parallel()
-	c := awstest.Up(t, "sg", awstest.Options{})
+	c := awstest.UpKubeUp(t, "sg", awstest.KubeUpOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	prep, ok := c.Provider.LoadBalancer().(lb.Preparer)
@@ -33,18 +33,20 @@ func TestSecurityGroupCheck(t *testing.T) {
 		return ec2types.IpPermission{IpProtocol: aws.String("tcp"), FromPort: aws.Int32(from), ToPort: aws.Int32(to), IpRanges: []ec2types.IpRange{{CidrIp: aws.String(cidr)}}}
 	}
 	all := ec2types.IpPermission{IpProtocol: aws.String("-1"), IpRanges: []ec2types.IpRange{{CidrIp: aws.String("0.0.0.0/0")}}}
-	vpcRule := "tcp/6443 from 10.0.0.0/16"
-	clientRule := "tcp/6443 from 0.0.0.0/0"
+	// kube-up's masters serve on 443; the VPC is kube-up's 172.20.0.0/16.
+	const port = 443
+	vpcRule := "tcp/443 from " + awstest.KubeUpVPCCIDR
+	clientRule := "tcp/443 from 0.0.0.0/0"
 	for _, tc := range []struct {
 		name    string
 		rules   []ec2types.IpPermission
 		missing []string
 	}{
 		{"no rule", nil, []string{vpcRule, clientRule}},
-		{"wrong port", []ec2types.IpPermission{tcp(443, 443, "0.0.0.0/0")}, []string{vpcRule, clientRule}},
-		{"VPC only", []ec2types.IpPermission{tcp(6443, 6443, "10.0.0.0/16")}, []string{clientRule}},
-		{"one subnet and clients elsewhere", []ec2types.IpPermission{tcp(6443, 6443, "10.0.1.0/24"), tcp(6443, 6443, "203.0.113.0/24")}, []string{vpcRule, clientRule}},
-		{"port range from anywhere", []ec2types.IpPermission{tcp(1024, 65535, "0.0.0.0/0")}, nil},
+		{"wrong port", []ec2types.IpPermission{tcp(6443, 6443, "0.0.0.0/0")}, []string{vpcRule, clientRule}},
+		{"VPC only", []ec2types.IpPermission{tcp(port, port, awstest.KubeUpVPCCIDR)}, []string{clientRule}},
+		{"one subnet and clients elsewhere", []ec2types.IpPermission{tcp(port, port, awstest.KubeUpSubnetCIDR), tcp(port, port, "203.0.113.0/24")}, []string{vpcRule, clientRule}},
+		{"port range from anywhere", []ec2types.IpPermission{tcp(1, 1024, "0.0.0.0/0")}, nil},
 		{"all traffic", []ec2types.IpPermission{all}, nil},
 	} {
 		// Not parallel: the cases share the master's security group.
@@ -68,7 +70,7 @@ func TestSecurityGroupCheck(t *testing.T) {
 			if !strings.Contains(err.Error(), "authorize-security-group-ingress --group-id "+c.SecurityGroup) {
 				t.Errorf("error does not say how to add the rule:\n%v", err)
 			}
-			if n := strings.Count(err.Error(), "tcp/6443 from"); n != len(tc.missing) {
+			if n := strings.Count(err.Error(), "tcp/443 from"); n != len(tc.missing) {
 				t.Errorf("error names %d rules, want %d:\n%v", n, len(tc.missing), err)
 			}
 		})

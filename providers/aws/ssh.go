@@ -75,6 +75,9 @@ func (p *Provider) sshDial(ctx context.Context, addr string, viaBastion bool) (*
 	}
 	c, err := remote.Dial(ctx, p.sshConfig(addr, via))
 	if err != nil {
+		if via != nil {
+			p.sshForget(p.opts[OptSSHBastion], via) // the bastion's connection may be the dead one
+		}
 		return nil, err
 	}
 	p.sshMu.Lock()
@@ -85,6 +88,37 @@ func (p *Provider) sshDial(ctx context.Context, addr string, viaBastion bool) (*
 	}
 	p.ssh[key] = c
 	return c, nil
+}
+
+// sshForget takes c (the cached connection to key) out of the cache
+// without closing it, so the next dial makes a new one: a connection
+// through which a dial failed may have ended (the instance behind the
+// address was replaced), while etcd clients may still use its other
+// tunnels. Close closes it with the rest.
+func (p *Provider) sshForget(key string, c *remote.Client) {
+	p.sshMu.Lock()
+	defer p.sshMu.Unlock()
+	for _, k := range []string{key, "via-bastion/" + key} {
+		if p.ssh[k] == c {
+			delete(p.ssh, k)
+			p.sshRetired = append(p.sshRetired, c)
+		}
+	}
+}
+
+// sshDialThrough opens target (host:port as the master or bastion sees
+// it) through the SSH connection to addr, forgetting that connection
+// when the dial fails.
+func (p *Provider) sshDialThrough(ctx context.Context, addr string, viaBastion bool, network, target string) (net.Conn, error) {
+	c, err := p.sshDial(ctx, addr, viaBastion)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := c.DialContext(ctx, network, target)
+	if err != nil {
+		p.sshForget(addr, c)
+	}
+	return conn, err
 }
 
 func (p *Provider) sshDrop(addr string) {
@@ -164,6 +198,10 @@ func (p *Provider) closeSSH() error {
 		}
 		delete(p.ssh, k)
 	}
+	for _, c := range p.sshRetired {
+		_ = c.Close() // most have ended already
+	}
+	p.sshRetired = nil
 	return errors.Join(errs...)
 }
 
@@ -178,11 +216,11 @@ func (p *Provider) DialAPIServer(ctx context.Context, network, addr string) (net
 		return d.DialContext(ctx, network, addr)
 	}
 	if b := p.opts[OptSSHBastion]; b != "" {
-		c, err := p.sshDial(ctx, b, false)
+		conn, err := p.sshDialThrough(ctx, b, false, network, addr)
 		if err != nil {
 			return nil, fmt.Errorf("bastion %s (--%s): %w", b, OptSSHBastion, err)
 		}
-		return c.DialContext(ctx, network, addr)
+		return conn, nil
 	}
 	is, err := p.inst.describe(ctx, "")
 	if err != nil {
@@ -198,12 +236,12 @@ func (p *Provider) DialAPIServer(ctx context.Context, network, addr string) (net
 			errs = append(errs, err)
 			continue
 		}
-		c, err := p.sshDial(ctx, a, via)
+		conn, err := p.sshDialThrough(ctx, a, via, network, addr)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ssh %s (%s): %w", i.name, a, err))
 			continue
 		}
-		return c.DialContext(ctx, network, addr)
+		return conn, nil
 	}
 	return nil, errkind.Errorf(errkind.Unavailable, "cluster %s: no master reachable over SSH to reach apiserver %s through: %w", p.cluster, addr, errors.Join(errs...))
 }

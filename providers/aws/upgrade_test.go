@@ -19,7 +19,7 @@ import (
 // kept (same volume IDs), and the cluster converges at the new version.
 func TestRollingUpgrade(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "upg", awstest.Options{})
+	e := newEnv(t, "upg", awstest.KubeUpOptions{})
 	c := e.c
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -48,6 +48,13 @@ func Need(t testing.TB) {
 // New checks Need, then creates a VPC with internal subnet 10.128.0.0/20.
 func New(ctx context.Context, t testing.TB, prefix string) *VPC {
 	t.Helper()
+	return NewSubnet(ctx, t, prefix, netip.MustParsePrefix("10.128.0.0/20"))
+}
+
+// NewSubnet is New with another internal range (an EC2 VPC's CIDR, whose
+// subnets are ranges of it).
+func NewSubnet(ctx context.Context, t testing.TB, prefix string, subnet netip.Prefix) *VPC {
+	t.Helper()
 	Need(t)
 	// Tests in other packages run at the same time and pick their ranges
 	// the same way: a range (or ID) already taken makes `ip` answer "File
@@ -59,7 +66,7 @@ func New(ctx context.Context, t testing.TB, prefix string) *VPC {
 		x, _ := rand.Int(rand.Reader, big.NewInt(140))
 		v = &VPC{ID: prefix + hex.EncodeToString(b), Third: 100 + int(x.Int64())}
 		var err error
-		v.VPC, err = vpc.New(ctx, vpc.Options{ID: v.ID, Subnet: netip.MustParsePrefix("10.128.0.0/20"), External: netip.MustParsePrefix(fmt.Sprintf("198.18.%d.0/24", v.Third))})
+		v.VPC, err = vpc.New(ctx, vpc.Options{ID: v.ID, Subnet: subnet, External: netip.MustParsePrefix(fmt.Sprintf("198.18.%d.0/24", v.Third))})
 		if err == nil {
 			break
 		}

@@ -1,13 +1,15 @@
 // Package awstest runs the AWS provider against moto for tests: it starts
 // moto_server on a free loopback port, puts a recording, fault-injecting
-// reverse proxy in front of it (Proxy), creates what a kube-up-style
-// cluster has (VPC, subnet, security group, master instance with its data
-// volume and user data, Elastic IP, hosted zone), and plays the VMs and
-// the NLB (VMs): every running instance becomes a hamaster-node replica
-// process on a loopback address mapped from its private IP, and the load
-// balancer becomes a hamaster-node lb process on the loopback address that
-// stands for the Elastic IP. Nothing is ever sent to a non-loopback
-// address.
+// reverse proxy in front of it (Proxy) that adds what moto lacks (the
+// NLB's states and timing, eventual consistency, Route53's PENDING), and
+// plays EC2's and ELBv2's data plane in a network-namespace VPC
+// (VPCPlane): every running instance is a namespace with its own sshd, a
+// kube-up master boots from its user data, the Elastic IPs and the NLB
+// are reachable from the test's (the operator's) namespace and the
+// private addresses are not. UpKubeUp makes a kube-up cluster's master 0
+// through EC2 as kube-up's start-master does (kubeupmaster) and a
+// bastion. Nothing leaves the machine: moto listens on loopback and every
+// other address lives in the namespaces.
 package awstest
 
 import (

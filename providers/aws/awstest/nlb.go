@@ -264,7 +264,7 @@ func (p *Proxy) rewriteLBs(s string) string {
 				p.served["provisioning"]++
 			}
 			seg = stateRE.ReplaceAllLiteralString(seg, "<State><Code>"+code+"</Code></State>")
-			seg = azRE.ReplaceAllLiteralString(seg, l.renderZones())
+			seg = azRE.ReplaceAllLiteralString(seg, l.renderZones(p.assignedNet))
 		}
 		b.WriteString(seg)
 	}
@@ -273,7 +273,8 @@ func (p *Proxy) rewriteLBs(s string) string {
 
 // AssignedNet is where the proxy's NLBs get the public addresses AWS
 // assigns to a subnet mapping without an Elastic IP: 198.51.100.<10+k>
-// for the k-th zone (TEST-NET-2; the harness maps it to loopback).
+// for the k-th zone (TEST-NET-2), unless SetAssignedNet put them in the
+// namespace VPC's external range.
 const AssignedNet = "198.51.100."
 
 func (l *nlbModel) sortedZones() []string {
@@ -285,17 +286,21 @@ func (l *nlbModel) sortedZones() []string {
 	return zs
 }
 
-// assigned is the address AWS assigned in zone z (no Elastic IP there).
-func (l *nlbModel) assigned(z string) string {
+// assigned is the address AWS assigned in zone z (no Elastic IP there),
+// from net (AssignedNet unless the proxy was given another).
+func (l *nlbModel) assigned(z, net string) string {
+	if net == "" {
+		net = AssignedNet
+	}
 	for k, zz := range l.sortedZones() {
 		if zz == z && l.mappings[l.zones[z]] == "" {
-			return AssignedNet + strconv.Itoa(10+k)
+			return net + strconv.Itoa(10+k)
 		}
 	}
 	return ""
 }
 
-func (l *nlbModel) renderZones() string {
+func (l *nlbModel) renderZones(net string) string {
 	var b strings.Builder
 	b.WriteString("<AvailabilityZones>")
 	for _, z := range l.sortedZones() {
@@ -303,7 +308,7 @@ func (l *nlbModel) renderZones() string {
 		b.WriteString("<member><ZoneName>" + z + "</ZoneName><SubnetId>" + sn + "</SubnetId>")
 		if a := l.mappings[sn]; a != "" {
 			b.WriteString("<LoadBalancerAddresses><member><AllocationId>" + a + "</AllocationId></member></LoadBalancerAddresses>")
-		} else if ip := l.assigned(z); ip != "" {
+		} else if ip := l.assigned(z, net); ip != "" {
 			b.WriteString("<LoadBalancerAddresses><member><IpAddress>" + ip + "</IpAddress></member></LoadBalancerAddresses>")
 		}
 		b.WriteString("</member>")
@@ -366,7 +371,7 @@ func (p *Proxy) LoadBalancer(name string) (LBView, bool) {
 		}
 		for _, z := range l.sortedZones() {
 			v.Zones = append(v.Zones, z)
-			if ip := l.assigned(z); ip != "" {
+			if ip := l.assigned(z, p.assignedNet); ip != "" {
 				v.Addresses = append(v.Addresses, ip)
 			}
 		}

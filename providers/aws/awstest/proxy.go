@@ -2,6 +2,7 @@ package awstest
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -74,6 +75,18 @@ type Proxy struct {
 	credits map[string]string // instance ID → CPU credits
 	groups  map[string]string // instance ID → placement group
 	direct  *ec2.Client       // moto itself, for the launch fix-ups
+	// onChange is told of every successful call that may change the
+	// world (SetOnChange); it must not block.
+	onChange func()
+	// console answers GetConsoleOutput from the data plane (SetConsole).
+	console func(instanceID string) (string, bool)
+	// assignedNet is where NLBs' AWS-assigned addresses come from
+	// (SetAssignedNet; default AssignedNet).
+	assignedNet string
+	// Instances' auto-assigned public addresses (SetPublicPool): moto's
+	// (54.214.x.y) → the pool's, assigned in order of first sight.
+	pubPool []string
+	pubMap  map[string]string
 	// Served counts what the proxy added: "invisible", "PENDING" and the
 	// target states it reported ("healthy", "initial", "unhealthy").
 	served map[string]int
@@ -222,6 +235,78 @@ func (p *Proxy) PendingChanges(n int) {
 	p.mu.Unlock()
 }
 
+// SetOnChange makes the proxy call f (which must not block) after every
+// successful call that may change the world (not Describe*, Get*,
+// List*): a data plane reacts at once instead of at its next poll, as
+// EC2 applies an address association within moments.
+func (p *Proxy) SetOnChange(f func()) {
+	p.mu.Lock()
+	p.onChange = f
+	p.mu.Unlock()
+}
+
+func readOnly(action string) bool {
+	for _, pre := range []string{"Describe", "Get", "List"} {
+		if strings.HasPrefix(action, pre) {
+			return true
+		}
+	}
+	return false
+}
+
+// SetConsole makes GetConsoleOutput answer what f says about an instance
+// (moto answers a fixed sample): the data plane's boot log.
+func (p *Proxy) SetConsole(f func(instanceID string) (string, bool)) {
+	p.mu.Lock()
+	p.console = f
+	p.mu.Unlock()
+}
+
+// SetAssignedNet makes the NLBs' AWS-assigned addresses prefix+<10+k>
+// (prefix like "198.18.7."): a data plane puts them where the operator
+// can reach them.
+func (p *Proxy) SetAssignedNet(prefix string) {
+	p.mu.Lock()
+	p.assignedNet = prefix
+	p.mu.Unlock()
+}
+
+// SetPublicPool makes the public addresses EC2 assigns instances
+// (--associate-public-ip-address; moto draws them from 54.214.0.0/16)
+// come from pool instead, in every EC2 answer: a data plane routes them
+// to the operator's namespace.
+func (p *Proxy) SetPublicPool(pool []string) {
+	p.mu.Lock()
+	p.pubPool, p.pubMap = append([]string(nil), pool...), map[string]string{}
+	p.mu.Unlock()
+}
+
+// PublicIP is the pool address standing for moto's public address ip
+// (ip itself when it is not one of moto's, or without a pool), for a
+// data plane that reads moto directly.
+func (p *Proxy) PublicIP(ip string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.publicIP(ip)
+}
+
+// publicIP: called with p.mu held.
+func (p *Proxy) publicIP(ip string) string {
+	if p.pubMap == nil || !motoPublicRE.MatchString(ip) {
+		return ip
+	}
+	if v, ok := p.pubMap[ip]; ok {
+		return v
+	}
+	if len(p.pubPool) == 0 {
+		return ip // exhausted: the address stays unroutable
+	}
+	v := p.pubPool[0]
+	p.pubPool = p.pubPool[1:]
+	p.pubMap[ip] = v
+	return v
+}
+
 // SetHealth sets where the health of a registered target in an enabled
 // zone of an active NLB comes from (the data plane's health checks), and
 // where instances' zones come from.
@@ -232,6 +317,10 @@ func (p *Proxy) SetHealth(f func(instanceID string) (state, reason, desc string)
 }
 
 var (
+	consoleOutputRE = regexp.MustCompile(`(?s)<output>.*?</output>`)
+	// motoPublicRE matches moto's auto-assigned public addresses
+	// (moto.ec2.utils.random_public_ip).
+	motoPublicRE  = regexp.MustCompile(`\b54\.214\.\d{1,3}\.\d{1,3}\b`)
 	instanceIDRE  = regexp.MustCompile(`<instanceId>(i-[0-9a-f]+)</instanceId>`)
 	changeIDRE    = regexp.MustCompile(`<Id>([^<]+)</Id>`)
 	memberRE      = regexp.MustCompile(`(?s)<member>.*?</member>`)
@@ -278,8 +367,14 @@ func (p *Proxy) rewrite(r *http.Request, body []byte, status int) []byte {
 		return body
 	}
 	s := string(body)
+	if p.onChange != nil && !readOnly(call.Action) {
+		p.onChange()
+	}
 	if call.Service == "elasticloadbalancing" {
 		p.learn(call.Action, call.Params, s)
+	}
+	if call.Service == "ec2" && p.pubMap != nil {
+		s = motoPublicRE.ReplaceAllStringFunc(s, p.publicIP)
 	}
 	switch {
 	case bytes.Contains(body, []byte("<DescribeInstancesResponse")) && len(p.groups) > 0:
@@ -309,6 +404,11 @@ func (p *Proxy) rewrite(r *http.Request, body []byte, status int) []byte {
 		}
 	case bytes.Contains(body, []byte("<DescribeTargetHealthResponse")):
 		s = p.rewriteTargetHealth(call.Params, s)
+	case bytes.Contains(body, []byte("<GetConsoleOutputResponse")) && p.console != nil:
+		if out, ok := p.console(call.Params.Get("InstanceId")); ok {
+			s = consoleOutputRE.ReplaceAllLiteralString(s, "<output>"+base64.StdEncoding.EncodeToString([]byte(out))+"</output>")
+			p.served["console"]++
+		}
 	}
 	return []byte(s)
 }
