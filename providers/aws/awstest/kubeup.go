@@ -189,7 +189,7 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 
 	// Master 0, as kube-up's start-master makes it.
 	mo, err := kubeupmaster.Create(ctx, kubeupmaster.Options{EC2: viaProxy, ClusterID: name, VPCID: c.VPC, SubnetID: c.Subnet, SubnetCIDR: KubeUpSubnetCIDR, Zone: Zone,
-		ImageID: ami, KeyName: keyName, InstanceProfileARN: InstanceProfileARN, ReservedIP: net.External(5).String(), HamasterTags: !o.NoHamasterTags, Customize: o.Customize})
+		ImageID: ami, KeyName: keyName, InstanceProfileARN: InstanceProfileARN, ReservedIP: net.External(5).String(), HamasterTags: !o.NoHamasterTags, Customize: o.Customize, Upload: plane.Publish})
 	must(err, "start-master")
 	k.Master = mo
 	k.CAPool = x509.NewCertPool()

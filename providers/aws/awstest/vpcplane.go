@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -87,8 +89,12 @@ type VPCPlane struct {
 	// blocked: targets whose security groups drop the NLB's health
 	// checks (they time out, as on AWS).
 	blocked map[string]bool
-	lastErr error
-	known   string
+	// downloads: URL → local file of what Publish put there (kube-up's
+	// upload-server-tars to the staging S3 bucket); a master's
+	// download-or-bust gets these and nothing else.
+	downloads map[string]string
+	lastErr   error
+	known     string
 
 	kick chan struct{}
 	stop chan struct{}
@@ -788,6 +794,30 @@ func (v *VPCPlane) startSSHD(x *awsVM) error {
 	}
 }
 
+// Publish makes data downloadable at url by every VM, as kube-up's
+// upload-server-tars makes its tarballs (cluster/aws/util.sh: aws s3 sync
+// to the staging bucket, put-object-acl public-read): a master's
+// download-or-bust of SERVER_BINARY_TAR_URL / KUBE_MANIFESTS_TAR_URL is
+// handed the file (hamaster-node kube-up-master --download), since a VM's
+// namespace has no route to the operator's side.
+func (v *VPCPlane) Publish(url string, data []byte) error {
+	dir := filepath.Join(v.o.Dir, "s3")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f := filepath.Join(dir, fmt.Sprintf("%x", sha256.Sum256([]byte(url))))
+	if err := os.WriteFile(f, data, 0o600); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.downloads == nil {
+		v.downloads = map[string]string{}
+	}
+	v.downloads[url] = f
+	return nil
+}
+
 // startMaster starts the instance's kube-up master on its data volume
 // (setup-master-pd mounts it at /mnt/master-pd).
 func (v *VPCPlane) startMaster(x *awsVM) error {
@@ -800,6 +830,11 @@ func (v *VPCPlane) startMaster(x *awsVM) error {
 	args := []string{"kube-up-master", "--aws-user-data", x.userData, "--disk", disk, "--hostname", x.host,
 		"--status-file", status, "--pid-file", filepath.Join(x.dir, "node.pid"), "--resolve-timeout", v.o.ResolveTimeout.String(),
 		"--etcd-unsafe-no-fsync"}
+	v.mu.Lock()
+	for _, u := range slices.Sorted(maps.Keys(v.downloads)) {
+		args = append(args, "--download", u+"="+v.downloads[u])
+	}
+	v.mu.Unlock()
 	p, err := v.startIn(x.host, v.o.NodeBinary, args, filepath.Join(x.dir, "console.log"))
 	if err != nil {
 		return err

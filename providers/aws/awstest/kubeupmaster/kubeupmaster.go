@@ -81,6 +81,9 @@ type Options struct {
 	// what an operator added to kube-up's master by hand or with a
 	// patched script (IMDSv2, encrypted volumes, a placement group…).
 	Customize func(run *ec2.RunInstancesInput, vol *ec2.CreateVolumeInput)
+	// Upload stores a tarball where the masters download it from (kube-up
+	// uploads before it starts the master); nil skips it.
+	Upload func(url string, data []byte) error
 }
 
 // Master is the created master 0.
@@ -91,7 +94,18 @@ type Master struct {
 	VolumeID, SecurityGroupID string
 	UserData                  []byte // gzip'ed, as passed to run-instances
 	Metadata                  *kubeuptest.Master
+	// Uploads are the tarballs upload-server-tars put in the staging
+	// bucket, by URL (kube-env's SERVER_BINARY_TAR_URL and
+	// KUBE_MANIFESTS_TAR_URL): the VPC must serve them (VPCPlane.Publish)
+	// for the master to boot.
+	Uploads map[string][]byte
 }
+
+// stagingBase is where kube-up's AWS upload-server-tars puts a devel
+// build (cluster/aws/util.sh: s3_url_base https://s3.amazonaws.com for a
+// us-east-1 bucket, AWS_S3_BUCKET kubernetes-staging-<hash>,
+// staging_path devel), as the bootstrap script's URL below.
+const stagingBase = "https://s3.amazonaws.com/kubernetes-staging-0123456789abcdef/devel/"
 
 // kube-up's AWS defaults (cluster/aws/config-default.sh).
 const (
@@ -183,6 +197,24 @@ func Create(ctx context.Context, o Options) (*Master, error) {
 	md, err := kubeuptest.NewMaster(kubeuptest.Options{InstancePrefix: o.ClusterID, Project: "aws", Zone: o.Zone, StaticIP: m.EIP, SeparateEtcdAPIServerCA: true, Hostname: host})
 	if err != nil {
 		return nil, err
+	}
+	// upload-server-tars: the devel build's tarballs in the staging
+	// bucket, kube-env naming them there.
+	m.Uploads = map[string][]byte{}
+	for key, tar := range map[string][]byte{kubeenv.ServerBinaryTarURL: md.ServerTar, kubeenv.KubeManifestsTarURL: md.ManifestsTar} {
+		env, err := kubeenv.Parse(md.KubeEnv)
+		if err != nil {
+			return nil, err
+		}
+		old := env[key]
+		u := stagingBase + old[strings.LastIndex(old, "/")+1:]
+		md.KubeEnv = strings.ReplaceAll(md.KubeEnv, "'"+old+"'", "'"+u+"'")
+		m.Uploads[u] = tar
+		if o.Upload != nil {
+			if err := o.Upload(u, tar); err != nil {
+				return nil, fmt.Errorf("upload-server-tars %s: %w", u, err)
+			}
+		}
 	}
 	m.Metadata = md
 	if m.UserData, err = UserData(md, internal, m.EIP); err != nil {
