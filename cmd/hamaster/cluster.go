@@ -57,6 +57,7 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 		gce.OptSSHPort:       c.String("ssh-port"),
 		gce.OptSSHAgent:      g.sshAgent,
 		gce.OptReleaseURL:    c.String("gce-release-url"),
+		awsp.OptReleaseURL:   c.String("aws-release-url"),
 
 		// aws provider (--dns route53 needs --hosted-zone-id)
 		awsp.OptRegion:              c.String("aws-region"),
@@ -191,6 +192,7 @@ func awsFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "aws-region", EnvVars: []string{"HAMASTER_AWS_REGION"}, Usage: "aws provider: `REGION` (default: the SDK's chain, e.g. AWS_REGION)"},
 		&cli.StringFlag{Name: "aws-endpoint", EnvVars: []string{"HAMASTER_AWS_ENDPOINT"}, Usage: "aws provider: base endpoint `URL` of every service (tests: moto; AWS_ENDPOINT_URL works too)"},
+		&cli.StringFlag{Name: "aws-release-url", EnvVars: []string{"HAMASTER_AWS_RELEASE_URL"}, Usage: "aws provider: where kube-up masters get a new --version from, `URL` of release directories (default https://dl.k8s.io/release); as --gce-release-url"},
 		&cli.StringFlag{Name: "aws-subnets", EnvVars: []string{"HAMASTER_AWS_SUBNETS"}, Usage: "aws provider: subnets of new replicas by zone, `zone=subnet-id,...`"},
 		&cli.StringFlag{Name: "hosted-zone-id", EnvVars: []string{"HAMASTER_HOSTED_ZONE_ID"}, Usage: "aws provider, --dns route53: the hosted zone `ID`"},
 		&cli.StringFlag{Name: "aws-deregistration-delay", EnvVars: []string{"HAMASTER_AWS_DEREGISTRATION_DELAY"}, Usage: "aws provider: how long the NLB drains a deregistered master's open connections (watches) before closing them, `DURATION` in whole seconds 0s-3600s (default 120s); --drain-grace comes after it"},

@@ -110,13 +110,8 @@ func RunKubeUpMaster(ctx context.Context, o KubeUpOptions, logger *slog.Logger) 
 	if err != nil {
 		return err
 	}
-	// The tarball's version, unless kube-env also has KUBE_VERSION, a key
-	// no kube-up master reads: hamaster's GCE provider never writes it
-	// beside a tarball URL (it rewrites the tarball), while its AWS
-	// provider still writes a new version there (its release rewrite is
-	// not built yet), and this fake master honours it.
-	if version != "" && m.kubeVersion == "" {
-		m.kubeVersion = version
+	if version != "" {
+		m.kubeVersion = version // KUBE_VERSION only without a server tarball
 	}
 	logger.Info("kube-up master configured", "hostname", m.host, "host_ip", m.hostIP,
 		"initial_cluster", kubeenv.InitialClusterFlag(kubeenv.EtcdMain, m.hosts), "state", m.state)

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
@@ -42,6 +43,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/internal/wait"
+	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/remote"
@@ -108,6 +110,10 @@ const (
 	// ("cidr,cidr"; default 0.0.0.0/0): the masters' security groups must
 	// let them in, since an NLB keeps the client's address.
 	OptClientCIDRs = "aws-client-cidrs"
+	// OptReleaseURL is where kube-up masters' new release tarballs come
+	// from (default https://dl.k8s.io/release, as kube-up's upgrade; an
+	// operator's mirror): see release.go.
+	OptReleaseURL = "aws-release-url"
 )
 
 // Tags.
@@ -130,6 +136,9 @@ type Provider struct {
 	stateDir string
 	opts     map[string]string
 	log      *slog.Logger
+	// site is where new versions' release tarballs come from
+	// (OptReleaseURL; release.go).
+	site *kubeenv.ReleaseSite
 
 	ec2 *ec2.Client
 	elb *elb.Client
@@ -257,6 +266,13 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	p.ec2 = ec2.NewFromConfig(cfg)
 	p.elb = elb.NewFromConfig(cfg)
 	p.r53 = route53.NewFromConfig(cfg)
+	p.site = &kubeenv.ReleaseSite{Base: kubeenv.DefaultReleaseURL, Flag: OptReleaseURL, Client: &http.Client{Timeout: time.Minute}}
+	if v := opts[OptReleaseURL]; v != "" {
+		if err := kubeenv.CheckReleaseBase(v); err != nil {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %w", OptReleaseURL, err)
+		}
+		p.site.Base = strings.TrimSuffix(v, "/")
+	}
 	p.inst = &instances{p: p}
 	p.sip = &staticIP{p: p}
 	p.lbal = &loadBalancer{p: p}

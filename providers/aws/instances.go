@@ -192,7 +192,7 @@ func (in *instances) replica(ctx context.Context, i instance, vols []volume) (pr
 	if err != nil {
 		return providers.Replica{}, err
 	}
-	t, err := templateOf(ud)
+	t, err := templateOf(ud, in.p.site)
 	if err != nil {
 		return providers.Replica{}, fmt.Errorf("user data of %s (%s): %w", i.name, i.id, err)
 	}
@@ -553,6 +553,10 @@ func launchHash(ud []byte, m map[string]string) string {
 func (in *instances) launch(ctx context.Context, name string, tmpl providers.Template, replace bool) error {
 	res, err := in.reservation(name)
 	if err != nil {
+		return err
+	}
+	// A new version's release hashes are fetched before anything changes.
+	if tmpl.Env, err = in.p.site.Resolve(ctx, tmpl.Env, tmpl.Version); err != nil {
 		return err
 	}
 	ud, err := userDataOf(tmpl)

@@ -199,13 +199,16 @@ type scriptSpec struct {
 // contract), or hamaster's own MIME layout (userdata.go: what the test
 // fake's data plane boots). Anything else is refused, saying what kube-up's
 // format is.
-func templateOf(ud []byte) (providers.Template, error) {
+// A kube-up master's version is its server tarball (site.Version: the
+// release its SERVER_BINARY_TAR_URL names, none for a devel upload;
+// KUBE_VERSION only without a tarball URL).
+func templateOf(ud []byte, site *kubeenv.ReleaseSite) (providers.Template, error) {
 	u, err := ParseKubeUpUserData(ud)
 	if err == nil {
 		t := providers.Template{Env: u.Env, Files: map[string][]byte{}, Machine: map[string]string{
 			MachineKubeUpScript: encodeJSON(scriptSpec{Before: u.Before, After: u.After, Gzip: u.Gzip}),
 		}}
-		t.Version = u.Env[kubeenv.KubeVersion]
+		t.Version = site.Version(u.Env)
 		return t, nil
 	}
 	if bytes.HasPrefix(ud, []byte("MIME-Version:")) {
@@ -214,7 +217,9 @@ func templateOf(ud []byte) (providers.Template, error) {
 	return providers.Template{}, err
 }
 
-// userDataOf renders a template's user data in the format it came in.
+// userDataOf renders a template's user data in the format it came in; a
+// kube-up master's new version is in its tarball URLs already
+// (ReleaseSite.Resolve), KUBE_VERSION written only without them.
 func userDataOf(t providers.Template) ([]byte, error) {
 	var s scriptSpec
 	if err := decodeJSON(t.Machine, MachineKubeUpScript, &s); err != nil {
@@ -224,7 +229,7 @@ func userDataOf(t providers.Template) ([]byte, error) {
 		return EncodeUserData(t)
 	}
 	env := maps.Clone(t.Env)
-	if t.Version != "" {
+	if t.Version != "" && env[kubeenv.ServerBinaryTarURL] == "" {
 		env[kubeenv.KubeVersion] = t.Version
 	}
 	return KubeUpUserData{Env: env, Before: s.Before, After: s.After, Gzip: s.Gzip}.Render()

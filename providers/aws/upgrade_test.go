@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/hamaster/hamaster/kubeenv"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/aws/awstest"
 	"github.com/hamaster/hamaster/workflows"
@@ -65,6 +66,12 @@ func TestRollingUpgrade(t *testing.T) {
 	for _, r := range rs {
 		if r.Template.Version != "v1.31.0" {
 			t.Errorf("%s runs %s after the upgrade", r.Name, r.Template.Version)
+		}
+		// Written as kube-up's upgrade writes it: the release tarball
+		// (tars_from_version), never KUBE_VERSION.
+		if want, _ := kubeenv.ReleaseURLs(c.KubeUp.Releases.URL(), "v1.31.0"); r.Template.Env[kubeenv.ServerBinaryTarURL] != want || r.Template.Env[kubeenv.KubeVersion] != "" {
+			t.Errorf("%s: kube-env %s=%q %s=%q; want %s and no %s", r.Name, kubeenv.ServerBinaryTarURL, r.Template.Env[kubeenv.ServerBinaryTarURL],
+				kubeenv.KubeVersion, r.Template.Env[kubeenv.KubeVersion], want, kubeenv.KubeVersion)
 		}
 		if volAfter[r.Name] != volBefore[r.Name] {
 			t.Errorf("%s: data volume %s replaced by %s", r.Name, volBefore[r.Name], volAfter[r.Name])

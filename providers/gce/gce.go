@@ -172,9 +172,9 @@ type Provider struct {
 	ssh      map[string]*remote.Client
 	out      io.Writer
 
-	releaseURL string                           // OptReleaseURL
-	releases   map[string]kubeenv.ReleaseHashes // version → published hashes (cache)
-	http       *http.Client                     // fetches the release hashes
+	// site is where new versions' release tarballs come from
+	// (OptReleaseURL; release.go).
+	site *kubeenv.ReleaseSite
 }
 
 type diskInfo struct {
@@ -194,12 +194,12 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: o, project: o[OptProject], region: o[OptRegion],
 		network: o[OptNetwork], subnet: o[OptSubnetwork], opWait: 10 * time.Minute, apiPort: DefaultAPIServerPort, log: s.Log(),
 		zoneOf: map[string]string{}, diskInfo: map[string]diskInfo{}, ssh: map[string]*remote.Client{},
-		releaseURL: kubeenv.DefaultReleaseURL, releases: map[string]kubeenv.ReleaseHashes{}, http: &http.Client{Timeout: time.Minute}}
+		site: &kubeenv.ReleaseSite{Base: kubeenv.DefaultReleaseURL, Flag: OptReleaseURL, Client: &http.Client{Timeout: time.Minute}}}
 	if v := o[OptReleaseURL]; v != "" {
 		if err := kubeenv.CheckReleaseBase(v); err != nil {
 			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %w", OptReleaseURL, err)
 		}
-		p.releaseURL = strings.TrimSuffix(v, "/")
+		p.site.Base = strings.TrimSuffix(v, "/")
 	}
 	p.out = s.Out
 	if p.out == nil {

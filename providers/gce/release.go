@@ -2,14 +2,10 @@ package gce
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 
-	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -22,8 +18,9 @@ import (
 // (cluster/gce/upgrade.sh upgrade-master → prepare-upgrade →
 // cluster/gce/util.sh tars_from_version): the release's server and
 // manifests tarball URLs under OptReleaseURL, with the hashes published
-// beside them (<url>.sha512). KUBE_VERSION, which no kube-up master
-// reads, is written only for masters without a tarball URL.
+// beside them (<url>.sha512; kubeenv.ReleaseSite). KUBE_VERSION, which no
+// kube-up master reads, is written only for masters without a tarball
+// URL.
 
 var _ providers.ReleaseChecker = (*Provider)(nil)
 
@@ -36,121 +33,30 @@ func (p *Provider) CheckRelease(ctx context.Context, version string) error {
 	if err != nil {
 		return err
 	}
-	need, manifests := false, false
+	var envs []map[string]string
 	for _, x := range raw {
 		env, err := instanceEnv(x.GetMetadata().GetItems())
 		if err != nil {
 			return fmt.Errorf("instance %s: %w", x.GetName(), err)
 		}
-		if env[kubeenv.ServerBinaryTarURL] != "" {
-			need = true
-			manifests = manifests || kubeenv.HasManifests(env)
-		}
+		envs = append(envs, env)
 	}
-	if !need {
-		return nil
-	}
-	_, err = p.releaseHashes(ctx, version, manifests)
-	return err
+	return p.site.Check(ctx, version, envs)
 }
 
-// releaseHashes fetches (once per provider) the published hashes of
-// version's tarballs, as tars_from_version does.
-func (p *Provider) releaseHashes(ctx context.Context, version string, manifests bool) (kubeenv.ReleaseHashes, error) {
-	if !kubeenv.IsReleaseVersion(version) {
-		return kubeenv.ReleaseHashes{}, errkind.Errorf(errkind.InvalidArgument,
-			"--version %s: kube-up masters boot from a release tarball and %q is not a release version (vMAJOR.MINOR.PATCH[-rc.N], cluster/common.sh KUBE_RELEASE_VERSION_REGEX)", version, version)
-	}
-	p.mu.Lock()
-	h, ok := p.releases[version]
-	p.mu.Unlock()
-	if ok && (h.Manifests != "" || !manifests) {
-		return h, nil
-	}
-	server, mURL := kubeenv.ReleaseURLs(p.releaseURL, version)
-	var err error
-	if h.Server, err = p.fetchSHA512(ctx, version, server); err != nil {
-		return kubeenv.ReleaseHashes{}, err
-	}
-	if manifests {
-		if h.Manifests, err = p.fetchSHA512(ctx, version, mURL); err != nil {
-			return kubeenv.ReleaseHashes{}, err
-		}
-	}
-	p.mu.Lock()
-	p.releases[version] = h
-	p.mu.Unlock()
-	return h, nil
-}
-
-// fetchSHA512 GETs <tarball>.sha512; a missing one is the version's
-// absence from the release site.
-func (p *Provider) fetchSHA512(ctx context.Context, version, tarball string) (string, error) {
-	u := tarball + ".sha512"
-	var out string
-	err := retry(ctx, "GET "+u, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := p.http.Do(req)
-		if err != nil {
-			if ctx.Err() != nil {
-				return err
-			}
-			return errkind.Errorf(errkind.Unavailable, "%w", err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		switch {
-		case err != nil:
-			return errkind.Errorf(errkind.Unavailable, "read body: %w", err)
-		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-			return errkind.Errorf(errkind.Unavailable, "%s", resp.Status)
-		case resp.StatusCode != http.StatusOK:
-			return errkind.Errorf(errkind.NotFound, "%s", resp.Status)
-		}
-		out, err = kubeenv.ParseSHA512File(body)
-		return err
-	})
-	switch {
-	case err == nil:
-		return out, nil
-	case errors.Is(err, errkind.NotFound):
-		return "", errkind.Errorf(errkind.InvalidArgument, "--version %s: no release at %s (%v): check --version, or point --%s at a mirror that has it", version, u, err, OptReleaseURL)
-	case errors.Is(err, errkind.Unavailable):
-		return "", errkind.Errorf(errkind.Unavailable, "--version %s: release hash %s: %w", version, u, err)
-	}
-	return "", errkind.Errorf(errkind.InvalidArgument, "--version %s: %s: %v", version, u, err)
-}
-
-// templateVersion is Template.Version of a master's kube-env: the release
-// its server tarball URL names, KUBE_VERSION without a tarball URL.
-func (p *Provider) templateVersion(env map[string]string) string {
-	if u := env[kubeenv.ServerBinaryTarURL]; u != "" {
-		return kubeenv.ReleaseVersion(u, p.releaseURL)
-	}
-	return env[envKubeVersion]
-}
+// templateVersion is Template.Version of a master's kube-env.
+func (p *Provider) templateVersion(env map[string]string) string { return p.site.Version(env) }
 
 // resolveRelease returns tmpl with its kube-env pointing at the release
 // of tmpl.Version, fetching the release's hashes: called before anything
-// changes, so a version without a release touches nothing. A template
-// already at that release (or without a version, or without a tarball
-// URL) is returned as it is.
+// changes, so a version without a release touches nothing.
 func (p *Provider) resolveRelease(ctx context.Context, tmpl providers.Template) (providers.Template, error) {
-	if tmpl.Version == "" || tmpl.Env[kubeenv.ServerBinaryTarURL] == "" || p.templateVersion(tmpl.Env) == tmpl.Version {
-		return tmpl, nil
-	}
-	h, err := p.releaseHashes(ctx, tmpl.Version, kubeenv.HasManifests(tmpl.Env))
+	env, err := p.site.Resolve(ctx, tmpl.Env, tmpl.Version)
 	if err != nil {
 		return tmpl, err
 	}
-	out := tmpl.Clone()
-	if err := kubeenv.SetRelease(out.Env, p.releaseURL, tmpl.Version, h); err != nil {
-		return tmpl, errkind.Errorf(errkind.InvalidArgument, "--version %s: %w", tmpl.Version, err)
-	}
-	delete(out.Env, envKubeVersion)
+	out := tmpl
+	out.Env = env
 	return out, nil
 }
 

@@ -38,7 +38,7 @@ func TestResolveRelease(t *testing.T) {
 	}))
 	defer srv.Close()
 	base := srv.URL + "/release"
-	p := &Provider{releaseURL: base, releases: map[string]kubeenv.ReleaseHashes{}, http: srv.Client()}
+	p := &Provider{site: &kubeenv.ReleaseSite{Base: base, Flag: OptReleaseURL, Client: srv.Client()}}
 
 	devel := map[string]string{
 		kubeenv.ServerBinaryTarURL:   "https://storage.googleapis.com/kubernetes-staging-0123456789/kubernetes-devel/kubernetes-server-linux-amd64.tar.gz",

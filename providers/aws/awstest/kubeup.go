@@ -61,9 +61,11 @@ type KubeUpOptions struct {
 
 // KubeUpCluster is what UpKubeUp made beside Cluster's fields.
 type KubeUpCluster struct {
-	Net    *vpctest.VPC
-	Plane  *VPCPlane
-	Master *kubeupmaster.Master
+	Net   *vpctest.VPC
+	Plane *VPCPlane
+	// Releases is the release site new versions come from.
+	Releases *ReleaseSite
+	Master   *kubeupmaster.Master
 	// CAPool holds the cluster CA (CA_CERT), which signed MASTER_CERT
 	// (it names kubernetes and the Elastic IP).
 	CAPool *x509.CertPool
@@ -166,7 +168,11 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 	px.SetConsole(plane.ConsoleOutput)
 	px.SetOnChange(plane.Kick)
 	c.VMs = plane
-	k := &KubeUpCluster{Net: net, Plane: plane, SSHUser: DefaultSSHUser, SSHKeyFile: keyFile, KnownHostsFile: plane.KnownHostsFile()}
+	releases := NewReleaseSite(t, plane)
+	for _, v := range DefaultReleases {
+		must(releases.Add(v), "publish release "+v)
+	}
+	k := &KubeUpCluster{Net: net, Plane: plane, Releases: releases, SSHUser: DefaultSSHUser, SSHKeyFile: keyFile, KnownHostsFile: plane.KnownHostsFile()}
 	c.KubeUp = k
 
 	// A bastion: the operator's way into the VPC once master 0's Elastic
@@ -211,6 +217,7 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 		awsp.OptSSHKey:              k.SSHKeyFile,
 		awsp.OptSSHKnownHosts:       k.KnownHostsFile,
 		awsp.OptSSHBastion:          k.Bastion,
+		awsp.OptReleaseURL:          releases.URL(),
 	}}
 	if err := k.WaitReady(ctx, mo.EIP, o.BootTimeout); err != nil {
 		out, _ := plane.ConsoleOutput(mo.ID)

@@ -2,11 +2,8 @@ package awstest
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"maps"
@@ -654,7 +651,7 @@ func (v *VPCPlane) bootVM(ctx context.Context, i ec2types.Instance) error {
 		return err
 	}
 	_ = os.Remove(filepath.Join(x.dir, "console.log"))
-	if x.hostKey, err = hostKey(filepath.Join(x.dir, "ssh", "ssh_host_ed25519_key")); err != nil {
+	if x.hostKey, err = vpc.HostKey(filepath.Join(x.dir, "ssh", "ssh_host_ed25519_key"), "awstest host key"); err != nil {
 		return err
 	}
 	// cloud-init: the key pair's public key for the default user.
@@ -983,34 +980,6 @@ func (v *VPCPlane) reconcileLB(o vpcObserved) error {
 		lbp.Signal(syscall.SIGHUP)
 	}
 	return nil
-}
-
-// hostKey loads a VM's host key, or makes one: an instance keeps its host
-// key across stops and starts.
-func hostKey(path string) (ssh.PublicKey, error) {
-	if b, err := os.ReadFile(path); err == nil {
-		s, err := ssh.ParsePrivateKey(b)
-		if err != nil {
-			return nil, fmt.Errorf("host key %s: %w", path, err)
-		}
-		return s.PublicKey(), nil
-	}
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	block, err := ssh.MarshalPrivateKey(priv, "awstest host key")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
-		return nil, err
-	}
-	s, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		return nil, err
-	}
-	return s.PublicKey(), nil
 }
 
 // Describe is every VM's state and console output's tail, for failure

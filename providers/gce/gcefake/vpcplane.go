@@ -4,9 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/pem"
 	"fmt"
 	"net/netip"
 	"os"
@@ -160,7 +157,7 @@ func (s *Server) bootVM(key string) *apiError {
 	if err := os.MkdirAll(filepath.Join(dir, "ssh"), 0o700); err != nil {
 		return errf(500, "internalError", "%v", err)
 	}
-	hostKey, err := loadOrCreateHostKey(filepath.Join(dir, "ssh", "ssh_host_ed25519_key"))
+	hostKey, err := vpc.HostKey(filepath.Join(dir, "ssh", "ssh_host_ed25519_key"), "gcefake host key")
 	if err != nil {
 		return errf(500, "internalError", "instance %s: %v", name, err)
 	}
@@ -529,34 +526,6 @@ func metadataItems(in map[string]any) map[string]string {
 		items[str(obj(it), "key")] = str(obj(it), "value")
 	}
 	return items
-}
-
-// loadOrCreateHostKey keeps a VM's host key across reboots of the same
-// instance.
-func loadOrCreateHostKey(path string) (ssh.PublicKey, error) {
-	if b, err := os.ReadFile(path); err == nil {
-		signer, err := ssh.ParsePrivateKey(b)
-		if err != nil {
-			return nil, fmt.Errorf("host key %s: %w", path, err)
-		}
-		return signer.PublicKey(), nil
-	}
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	block, err := ssh.MarshalPrivateKey(priv, "gcefake host key")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
-		return nil, err
-	}
-	signer, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		return nil, err
-	}
-	return signer.PublicKey(), nil
 }
 
 // serialOutput is SerialPortOutput for an instance resource. Called with
