@@ -669,10 +669,11 @@ known-good template is restored, it is put back, and the command stops
 with exit 1 naming the replica, the cause and the restored version.
 --version must be a Kubernetes version; a downgrade or a minor skip needs
 --allow-downgrade / --allow-skew.
-On GCE masters built by kube-up.sh the version is the server tarball the
-master downloads at boot (kube-env SERVER_BINARY_TAR_URL and _HASH, and
-KUBE_MANIFESTS_TAR_URL and _HASH): --version V becomes V's release under
---gce-release-url (default https://dl.k8s.io/release/V/...) with the
+On GCE and AWS masters built by kube-up.sh the version is the server
+tarball the master downloads at boot (kube-env SERVER_BINARY_TAR_URL and
+_HASH, and KUBE_MANIFESTS_TAR_URL and _HASH): --version V becomes V's
+release under --gce-release-url / --aws-release-url (default
+https://dl.k8s.io/release/V/...) with the
 hashes published there (<tarball>.sha512), as kube-up's own upgrade.sh
 writes them. A V with no release there is refused before anything changes,
 naming the URL tried. A master still on kube-up's devel upload (a staging
