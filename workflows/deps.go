@@ -408,6 +408,18 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 	if err != nil {
 		return err
 	}
+	// Seen twice under heavy load (a 5-replica local cluster, a CI run of
+	// everything at once): the lock key no longer bound to the lease just
+	// taken, at the check before the first step. Nothing of this run has
+	// happened yet, so taking the lock again is a fresh start, not a
+	// broken fence; a second loss stops the run as ever.
+	if cerr := lock.Check(ctx); errors.Is(cerr, ErrLockLost) {
+		d.logger().Warn("cluster lock lost right after it was taken; taking it again", "error", cerr, "holder", lockHolder(ctx, cli.Raw(), d.Cluster))
+		lock.Abandon()
+		if lock, err = AcquireLock(ctx, cli.Raw(), d.Cluster, d.Holder); err != nil {
+			return err
+		}
+	}
 	// A run is history once it holds the lock: one refused before (bad
 	// input, a failed check, another operator's lock) changed nothing.
 	defer func() {

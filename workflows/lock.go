@@ -318,3 +318,17 @@ func (l *Lock) Abandon() {
 		l.session.Orphan()
 	}
 }
+
+// lockHolder describes what the lock key holds now (for a log line).
+func lockHolder(ctx context.Context, cli *clientv3.Client, cluster string) string {
+	resp, err := cli.Get(ctx, LockKey(cluster))
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	if len(resp.Kvs) == 0 {
+		return "nobody"
+	}
+	var h Holder
+	_ = json.Unmarshal(resp.Kvs[0].Value, &h)
+	return fmt.Sprintf("%s, lease %x", h, resp.Kvs[0].Lease)
+}

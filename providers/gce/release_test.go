@@ -176,7 +176,7 @@ func TestRollingUpgradeBadReleaseHashRollsBack(t *testing.T) {
 	d := e.deps(after)
 	start := time.Now()
 	err := workflows.Execute(ctx, d, workflows.RollingUpgrade(d, workflows.UpgradeParams{Version: "v1.31.1", Strategy: workflows.StrategyRecreate,
-		DrainGrace: 100 * time.Millisecond, HealthTimeout: 20 * time.Second}, 3), workflows.Options{})
+		DrainGrace: 100 * time.Millisecond, HealthTimeout: 40 * time.Second}, 3), workflows.Options{})
 	if !errors.Is(err, workflows.ErrConcluded) {
 		t.Fatalf("rolling-upgrade to a release with a bad hash: %v; want a concluded rollback", err)
 	}
