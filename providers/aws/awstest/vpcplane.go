@@ -878,19 +878,32 @@ func (v *VPCPlane) stopVM(id string) {
 // writeKnownHosts names every VM's private address and public address
 // (the one EC2 reports) with its host key.
 func (v *VPCPlane) writeKnownHosts(instances map[string]ec2types.Instance) error {
+	type vmKey struct {
+		id, private string
+		key         ssh.PublicKey
+	}
 	v.mu.Lock()
-	var lines []string
+	keys := make([]vmKey, 0, len(v.vms))
 	for id, x := range v.vms {
-		names := []string{x.private.String()}
-		if pub := v.publicIP(instances[id]); pub != "" {
+		keys = append(keys, vmKey{id, x.private.String(), x.hostKey})
+	}
+	v.mu.Unlock()
+	// The proxy's public addresses without v.mu held: the proxy calls
+	// Zone (v.mu) while it holds its own lock (a lock-order deadlock
+	// that hung the AWS crash matrix in CI).
+	var lines []string
+	for _, k := range keys {
+		names := []string{k.private}
+		if pub := v.publicIP(instances[k.id]); pub != "" {
 			names = append(names, pub)
 		}
 		for _, n := range names {
-			lines = append(lines, knownhosts.Line([]string{knownhosts.Normalize(n)}, x.hostKey))
+			lines = append(lines, knownhosts.Line([]string{knownhosts.Normalize(n)}, k.key))
 		}
 	}
 	sort.Strings(lines)
 	text := strings.Join(lines, "\n") + "\n"
+	v.mu.Lock()
 	same := text == v.known
 	v.known = text
 	v.mu.Unlock()
