@@ -31,7 +31,6 @@ import (
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/dataplane/vm"
 	"github.com/hamaster/hamaster/dataplane/vpc"
-	"github.com/hamaster/hamaster/internal/proctree"
 	"github.com/hamaster/hamaster/kubeenv"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 )
@@ -862,11 +861,7 @@ func (v *VPCPlane) stopVM(id string) {
 	if x == nil {
 		return
 	}
-	x.node.Stop()
-	if x.sshd != nil {
-		proctree.KillDescendants(x.sshd.Pid())
-		x.sshd.Stop()
-	}
+	vpc.StopProcesses(x.node, x.sshd)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, a := range exts {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/hamaster/hamaster/dataplane/vm"
 	"github.com/hamaster/hamaster/dataplane/vpc"
-	"github.com/hamaster/hamaster/internal/proctree"
 	"github.com/hamaster/hamaster/kubeenv"
 )
 
@@ -385,11 +384,7 @@ func (s *Server) stopVM(key string) {
 	if x == nil {
 		return
 	}
-	x.node.Stop()
-	if x.sshd != nil {
-		proctree.KillDescendants(x.sshd.Pid())
-		x.sshd.Stop()
-	}
+	vpc.StopProcesses(x.node, x.sshd)
 	// Not s.closeCtx: Close cancels it before stopping the VMs.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
