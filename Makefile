@@ -13,7 +13,7 @@ DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
-.PHONY: build test lint demo bench verify-fmt fix-fmt clean dist man kube-apiserver test-real
+.PHONY: test-prereqs build test lint demo bench verify-fmt fix-fmt clean dist man kube-apiserver test-real
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster ./cmd/hamaster
@@ -35,10 +35,15 @@ man:
 	@mkdir -p $(DIST)/man/man1
 	$(GO) run ./cmd/hamaster man > $(DIST)/man/man1/hamaster.1
 
-# The test command the README names and CI runs.
-test:
+# The test command the README names and CI runs. Its first step installs
+# what the tests need on a fresh machine (scripts/test-prereqs.sh: gcc,
+# openssh-server, iproute2; moto checked), or says how and stops.
+test: test-prereqs
 	$(GO) vet $(PKGS)
 	$(GO) test -race -timeout 15m $(PKGS)
+
+test-prereqs:
+	./scripts/test-prereqs.sh
 
 lint: verify-fmt
 	$(GO) vet $(PKGS)

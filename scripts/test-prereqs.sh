@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Installs what `make test` needs on a fresh machine, when it is missing,
+# before any test runs. Called by `make test` (its first step) and by
+# .ci/run, so the README's command alone does the set-up.
+#
+# What the tests need beyond Go 1.26:
+#   gcc             go test -race needs cgo
+#   openssh-server  /usr/sbin/sshd: the remote, GCE and AWS tests start a
+#                   real sshd on their own port (never as a service)
+#   iproute2        ip: network namespaces for the VPC fakes (as root)
+#   moto            moto_server: the AWS provider tests (a Python package,
+#                   not a Debian one: checked, and how to get it said)
+#
+# Debian packages are installed with apt-get when the user is root (or has
+# passwordless sudo), without starting any service (a policy-rc.d refuses
+# while apt runs). Otherwise it names each missing package and the command
+# that installs it, and exits 2 before any test runs.
+#
+#   scripts/test-prereqs.sh           # check, install what is missing
+#   scripts/test-prereqs.sh --check   # only check: exit 2 if anything is missing
+#
+# Exit status: 0 ready; 2 something missing that could not be installed.
+set -euo pipefail
+
+check_only=false
+case "${1:-}" in
+--check) check_only=true ;;
+"") ;;
+-h | --help)
+	sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+	exit 0
+	;;
+*)
+	echo "test-prereqs.sh: unknown argument $1 (valid: --check, --help)" >&2
+	exit 2
+	;;
+esac
+
+MOTO_VERSION=5.2.1 # what the AWS suite is tested with (providers/aws/awstest)
+
+# command -> Debian package; a command found on PATH (or the sshd path) is
+# enough.
+missing=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have gcc || missing+=(gcc)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+have ip || missing+=(iproute2)
+have make || missing+=(make)
+
+if [ ${#missing[@]} -gt 0 ]; then
+	cmd="apt-get update && apt-get install -y ${missing[*]}"
+	SUDO=""
+	if [ "$(id -u)" -ne 0 ]; then
+		if have sudo && sudo -n true 2>/dev/null; then
+			SUDO="sudo -n"
+		else
+			SUDO=none
+		fi
+	fi
+	if $check_only || [ "$SUDO" = none ] || ! have apt-get; then
+		echo "test-prereqs: missing Debian package(s): ${missing[*]}" >&2
+		for p in "${missing[@]}"; do
+			case $p in
+			gcc) echo "  gcc: go test -race needs cgo" >&2 ;;
+			openssh-server) echo "  openssh-server: /usr/sbin/sshd, started by the remote, GCE and AWS tests on their own port" >&2 ;;
+			iproute2) echo "  iproute2: ip, for the VPC fakes' network namespaces" >&2 ;;
+			make) echo "  make: the README's commands" >&2 ;;
+			esac
+		done
+		if ! have apt-get; then
+			echo "install them with your system's package manager (Debian: $cmd)" >&2
+		else
+			echo "install them as root: sudo sh -c '$cmd'" >&2
+		fi
+		exit 2
+	fi
+	echo "test-prereqs: installing ${missing[*]} (apt-get, no services started)"
+	export DEBIAN_FRONTEND=noninteractive
+	# Packages must not start services (sshd is started by the tests on a
+	# loopback port): a policy-rc.d that refuses, unless one exists already.
+	policy=""
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		policy=/usr/sbin/policy-rc.d
+		printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+		$SUDO chmod +x "$policy"
+		trap '$SUDO rm -f "$policy"' EXIT
+	fi
+	$SUDO apt-get update -qq
+	$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	for p in "${missing[@]}"; do
+		echo "test-prereqs: installed $p $(dpkg-query -W -f='${Version}' "$p" 2>/dev/null)"
+	done
+fi
+
+if have moto_server && python3 -c 'import moto' >/dev/null 2>&1; then
+	echo "test-prereqs: ready (gcc, sshd, ip; moto $(python3 -c 'import moto; print(moto.__version__)'))"
+else
+	echo "test-prereqs: moto_server not found: the AWS provider tests need it." >&2
+	echo "  install it (a Python package, not a Debian one): python3 -m pip install 'moto[server]==$MOTO_VERSION'" >&2
+	exit 2
+fi
