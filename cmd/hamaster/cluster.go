@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
@@ -256,13 +257,14 @@ replica's apiserver port:
            v1.33.13 and v1.34.4), ~300 MB per replica, ready in ~3 s; a replica whose
            version has no binary there refuses to start its apiserver
 For a real control plane: 'make kube-apiserver', then
-'hamaster --cluster demo local up --control-plane real --version v1.33.13'
+'hamaster --cluster demo local up --control-plane real' (the newest built
+version; --version v1.33.13 for the other)
 and 'hamaster --cluster demo kubeconfig --file demo.kubeconfig' for kubectl.
 
 Example:
   hamaster --cluster demo local up --version v1.30.2`,
 					Flags: []cli.Flag{
-						&cli.StringFlag{Name: "version", Value: "v1.30.2", Usage: "control-plane `VERSION` master-0 reports (runs, with --control-plane real)"},
+						&cli.StringFlag{Name: "version", Usage: "control-plane `VERSION` master-0 reports (runs, with --control-plane real; default: " + local.DefaultStandinVersion + " for the stand-in, " + nodeapi.NewestPinnedKubeVersion() + ", the newest 'make kube-apiserver' builds, for real)"},
 						&cli.StringFlag{Name: "control-plane", EnvVars: []string{"HAMASTER_CONTROL_PLANE"}, Usage: "what serves the apiserver port: `standin|real` (see above; default: standin for a new cluster, the recorded choice for an existing one)"},
 						&cli.StringFlag{Name: "kube-apiserver-dir", EnvVars: []string{"HAMASTER_KUBE_APISERVER_DIR"}, Usage: "--control-plane real: `DIR` of <version>/kube-apiserver (default $XDG_CACHE_HOME/hamaster/kube-apiserver, else ~/.cache/...)"},
 						&cli.StringSliceFlag{Name: "extra-args", Usage: "control-plane flags (e.g. --v=2)"},
@@ -281,8 +283,10 @@ Example:
 						if g.provider != local.Name {
 							return usageErr("--provider: 'local up' needs --provider local, not %q", g.provider)
 						}
-						if _, err := parseKubeVersion("version", c.String("version")); err != nil {
-							return err
+						if c.IsSet("version") {
+							if _, err := parseKubeVersion("version", c.String("version")); err != nil {
+								return err
+							}
 						}
 						if err := positiveDuration(c, "timeout"); err != nil {
 							return err

@@ -102,6 +102,18 @@ func KubeAPIServerPath(dir, version string) string {
 	return filepath.Join(dir, version, "kube-apiserver")
 }
 
+// PinnedKubeVersions are the versions 'make kube-apiserver' builds
+// (tools/kube-apiserver/v1.MINOR/go.mod pins each), oldest first; a test
+// keeps this list equal to the pins.
+func PinnedKubeVersions() []string { return []string{"v1.33.13", "v1.34.4"} }
+
+// NewestPinnedKubeVersion is the newest of PinnedKubeVersions: the default
+// version of a real control plane ('local up --control-plane real').
+func NewestPinnedKubeVersion() string {
+	v := PinnedKubeVersions()
+	return v[len(v)-1]
+}
+
 // DefaultKubeAPIServerDir is where 'make kube-apiserver' puts the
 // binaries: $XDG_CACHE_HOME/hamaster/kube-apiserver, else
 // $HOME/.cache/hamaster/kube-apiserver.

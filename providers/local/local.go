@@ -150,6 +150,10 @@ func (p *Provider) nodeBinary() (string, error) {
 
 // UpOptions describe the single master 'local up' creates.
 type UpOptions struct {
+	// Version is master-0's control-plane version; "" is
+	// DefaultStandinVersion for the stand-in and the newest version 'make
+	// kube-apiserver' builds (nodeapi.NewestPinnedKubeVersion) for a real
+	// control plane.
 	Version   string
 	ExtraArgs []string
 	// Env is copied into the master's template (and so into every clone):
@@ -179,13 +183,24 @@ func (o *UpOptions) checkAddresses() error {
 		o.Addresses, AddressesLoopback, AddressesBenchmark)
 }
 
+// DefaultStandinVersion is the version the apiserver stand-in reports
+// when 'local up' is given none.
+const DefaultStandinVersion = "v1.30.2"
+
 // checkControlPlane validates o's control-plane choice before anything
-// changes: a real control plane needs a binary for o.Version.
+// changes, and defaults o.Version: a real control plane needs a binary for
+// o.Version.
 func (o *UpOptions) checkControlPlane() error {
 	switch o.ControlPlane {
 	case "", nodeapi.ControlPlaneStandin:
+		if o.Version == "" {
+			o.Version = DefaultStandinVersion
+		}
 		return nil
 	case nodeapi.ControlPlaneReal:
+		if o.Version == "" {
+			o.Version = nodeapi.NewestPinnedKubeVersion()
+		}
 	default:
 		return errkind.Errorf(errkind.InvalidArgument, "--control-plane %q: want %s (hamaster-node's apiserver stand-in) or %s (kube-apiserver)", o.ControlPlane, nodeapi.ControlPlaneStandin, nodeapi.ControlPlaneReal)
 	}
@@ -215,8 +230,8 @@ func (o *UpOptions) checkControlPlane() error {
 		if len(have) > 0 {
 			built = strings.Join(have, ", ")
 		}
-		return errkind.Errorf(errkind.InvalidArgument, "--control-plane real --version %s: no kube-apiserver at %s (built here: %s); run 'make kube-apiserver' or pick a built --version",
-			o.Version, bin, built)
+		return errkind.Errorf(errkind.InvalidArgument, "--control-plane real --version %s: no kube-apiserver at %s (built here: %s); 'make kube-apiserver' builds %s (one of them: tools/kube-apiserver/build.sh VERSION), or pick a built --version",
+			o.Version, bin, built, strings.Join(nodeapi.PinnedKubeVersions(), " and "))
 	}
 	return nil
 }
@@ -228,6 +243,7 @@ func MasterName(cluster string) string { return cluster + "-master" }
 // record, CA and operator etcd client certificate, master-0 with the static
 // IP attached, ready through the static IP. Idempotent.
 func Up(ctx context.Context, s providers.Settings, o UpOptions, progress func(string)) (*Provider, error) {
+	versionDefaulted := o.Version == ""
 	if err := o.checkControlPlane(); err != nil {
 		return nil, err
 	}
@@ -272,6 +288,10 @@ func Up(ctx context.Context, s providers.Settings, o UpOptions, progress func(st
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--addresses %s: cluster %s lives in %s (%s, chosen when it was created; 'local down' and up again to change it)", o.Addresses, s.Cluster, info.Prefix(), have)
 	}
 	p.info = info
+	if versionDefaulted && info.Real() {
+		// An existing real cluster re-upped without --control-plane.
+		o.Version = nodeapi.NewestPinnedKubeVersion()
+	}
 	progress(fmt.Sprintf("cluster %s: subnet %s, static IP %s", s.Cluster, info.Prefix(), info.StaticIP))
 	ca, _, err := certs.LoadOrCreateCA(p.l.pki(), s.Cluster+"-ca", certs.ECDSA)
 	if err != nil {

@@ -127,6 +127,15 @@ func TestUpControlPlaneRefusedBeforeAnythingChanges(t *testing.T) {
 		{"unknown control plane", local.UpOptions{Version: "v1.33.13", ControlPlane: "kind"}, []string{"--control-plane", `"kind"`, "standin", "real"}},
 		{"unknown address range", local.UpOptions{Version: "v1.30.2", Addresses: "public"}, []string{"--addresses", `"public"`, "loopback", "benchmark"}},
 		{"real without a binary", local.UpOptions{Version: "v1.30.2", ControlPlane: "real", KubeAPIServerDir: bins}, []string{"--control-plane real --version v1.30.2", "no kube-apiserver", "make kube-apiserver"}},
+		// No --version: the newest pinned; the error names what is built
+		// here and what 'make kube-apiserver' builds.
+		{"real default version not built", local.UpOptions{ControlPlane: "real", KubeAPIServerDir: bins}, []string{"--version " + nodeapi.NewestPinnedKubeVersion(), "built here: v1.33.13", "'make kube-apiserver' builds " + strings.Join(nodeapi.PinnedKubeVersions(), " and "), "tools/kube-apiserver/build.sh VERSION"}},
+	}
+	if err := os.MkdirAll(filepath.Join(bins, "v1.33.13"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(nodeapi.KubeAPIServerPath(bins, "v1.33.13"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
