@@ -50,7 +50,7 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 	}
 	wf.Check = func(ctx context.Context) error {
 		if _, ok := inst.(providers.Recoverer); !ok {
-			return errkind.Errorf(errkind.FailedPrecondition, "the %s provider cannot rebuild etcd from a replica's disk; follow the manual runbook in the README", d.Provider.Name())
+			return errkind.Errorf(errkind.FailedPrecondition, "the %s provider cannot rebuild etcd from a replica's disk; follow the manual runbook in docs/recovery.md", d.Provider.Name())
 		}
 		if _, err := inst.Get(ctx, p.From); err != nil {
 			return errkind.Errorf(errkind.InvalidArgument, "--from: %w", err)

@@ -43,15 +43,25 @@ func shellLines(text string) []string {
 	return out
 }
 
-// readmeCommands returns every hamaster command of README.md's sh blocks,
-// in document order.
+// readmeCommands returns every hamaster command of the sh blocks of
+// README.md and then of each docs/*.md page (in name order), in document
+// order.
 func readmeCommands(t *testing.T) []string {
-	b, err := os.ReadFile("../../README.md")
+	pages, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var text strings.Builder
+	for _, p := range append([]string{"../../README.md"}, pages...) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text.Write(b)
+		text.WriteString("\n")
+	}
 	var cmds []string
-	for i, block := range strings.Split(string(b), "```") {
+	for i, block := range strings.Split(text.String(), "```") {
 		if i%2 == 0 || !strings.HasPrefix(block, "sh\n") {
 			continue
 		}
