@@ -11,9 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/hamaster/hamaster/errkind"
 )
@@ -155,9 +158,22 @@ func (l *Lock) Check(ctx context.Context) error {
 	default:
 	}
 	l.followVoters(ctx)
-	resp, err := l.session.Client().Txn(ctx).
-		If(clientv3.Compare(clientv3.LeaseValue(l.key), "=", l.session.Lease())).
-		Commit()
+	// The proof is a read-only transaction (no operations), so a
+	// connection that closed under it is retried, briefly: the member the
+	// client was talking to may just have been removed or stopped by this
+	// very run (a surge upgrade's remove step; seen as "closing transport
+	// ... received prior goaway"), and the client fails over to another
+	// voter on the next attempt.
+	resp, err := backoff.Retry(ctx, func() (*clientv3.TxnResponse, error) {
+		resp, err := l.session.Client().Txn(ctx).
+			If(clientv3.Compare(clientv3.LeaseValue(l.key), "=", l.session.Lease())).
+			Commit()
+		if err != nil && !connectionLost(err) {
+			return nil, backoff.Permanent(err)
+		}
+		return resp, err
+	}, backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.2, Multiplier: 2, MaxInterval: time.Second}),
+		backoff.WithMaxElapsedTime(lockProofRetry))
 	if err != nil {
 		return errkind.Errorf(errkind.Unavailable, "prove the cluster lock is held: %w", err)
 	}
@@ -165,6 +181,23 @@ func (l *Lock) Check(ctx context.Context) error {
 		return errkind.Errorf(errkind.FailedPrecondition, "%w: %s is no longer bound to lease %x (expired while this run was paused?); another operator may hold it", ErrLockLost, l.key, int64(l.session.Lease()))
 	}
 	return nil
+}
+
+// lockProofRetry bounds the retries of a lock proof whose connection was
+// lost: well under LockTTL, so a lock that is really gone is still noticed
+// before anything else changes.
+const lockProofRetry = 3 * time.Second
+
+// connectionLost reports a gRPC Unavailable that is not a TLS refusal: the
+// connection to the member closed or could not be made.
+func connectionLost(err error) bool {
+	s, ok := status.FromError(err)
+	if !ok {
+		var ee rpctypes.EtcdError
+		return errors.As(err, &ee) && ee.Code() == codes.Unavailable
+	}
+	msg := s.Message()
+	return s.Code() == codes.Unavailable && !strings.Contains(msg, "authentication handshake failed") && !strings.Contains(msg, "remote error: tls:")
 }
 
 // followVoters points the lock's client at the cluster's current voters

@@ -13,6 +13,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
@@ -220,6 +222,29 @@ func TestLeaseNotFound(t *testing.T) {
 	} {
 		if got := leaseNotFound(tt.err); got != tt.want {
 			t.Errorf("leaseNotFound(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestConnectionLost classifies what a lock proof retries: a connection
+// that closed or could not be made, never a TLS refusal or an answer.
+func TestConnectionLost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"goaway", status.Error(codes.Unavailable, `closing transport due to: connection error: desc = "error reading from server: EOF", received prior goaway: code: NO_ERROR`), true},
+		{"refused", status.Error(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp 127.0.0.1:2379: connect: connection refused\""), true},
+		{"etcd stopping", rpctypes.ErrGRPCStopped, true},
+		{"untrusted server", status.Error(codes.Unavailable, "connection error: desc = \"transport: authentication handshake failed: tls: failed to verify certificate\""), false},
+		{"client cert rejected", status.Error(codes.Unavailable, "connection error: desc = \"remote error: tls: bad certificate\""), false},
+		{"deadline", context.DeadlineExceeded, false},
+		{"permission", status.Error(codes.PermissionDenied, "no"), false},
+	} {
+		if got := connectionLost(tc.err); got != tc.want {
+			t.Errorf("%s: connectionLost(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
 	}
 }
