@@ -7,17 +7,19 @@ import (
 	"strings"
 
 	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 )
 
-// Base names of a replica's certificate files in Template.Files.
+// Base names of a replica's certificate files in Template.Files (the
+// replica runtime's, nodeapi's).
 const (
-	FileCACert         = "ca.crt"
-	FileEtcdPeerCert   = "etcd-peer.crt"
-	FileEtcdPeerKey    = "etcd-peer.key"
-	FileEtcdServerCert = "etcd-server.crt"
-	FileEtcdServerKey  = "etcd-server.key"
-	FileAPIServerCert  = "apiserver.crt"
-	FileAPIServerKey   = "apiserver.key"
+	FileCACert         = nodeapi.FileCACert
+	FileEtcdPeerCert   = nodeapi.FileEtcdPeerCert
+	FileEtcdPeerKey    = nodeapi.FileEtcdPeerKey
+	FileEtcdServerCert = nodeapi.FileEtcdServerCert
+	FileEtcdServerKey  = nodeapi.FileEtcdServerKey
+	FileAPIServerCert  = nodeapi.FileAPIServerCert
+	FileAPIServerKey   = nodeapi.FileAPIServerKey
 )
 
 // Environment keys of a replica's template that hamaster itself rewrites
@@ -29,9 +31,9 @@ const (
 
 // Ports every replica uses on its own address.
 const (
-	EtcdClientPort = 2379
-	EtcdPeerPort   = 2380
-	APIServerPort  = 6443
+	EtcdClientPort = nodeapi.EtcdClientPort
+	EtcdPeerPort   = nodeapi.EtcdPeerPort
+	APIServerPort  = nodeapi.APIServerPort
 )
 
 // PeerURL is the etcd peer URL of a replica at address.

@@ -102,6 +102,26 @@ func KubeAPIServerPath(dir, version string) string {
 	return filepath.Join(dir, version, "kube-apiserver")
 }
 
+// Base names of a replica's certificate files (in its template's files,
+// written to the VM's certs/ directory).
+const (
+	FileCACert         = "ca.crt"
+	FileEtcdPeerCert   = "etcd-peer.crt"
+	FileEtcdPeerKey    = "etcd-peer.key"
+	FileEtcdServerCert = "etcd-server.crt"
+	FileEtcdServerKey  = "etcd-server.key"
+	FileAPIServerCert  = "apiserver.crt"
+	FileAPIServerKey   = "apiserver.key"
+)
+
+// Ports a replica uses on its own address (the apiserver's is
+// KeyAPIServerPort's default).
+const (
+	EtcdClientPort = 2379
+	EtcdPeerPort   = 2380
+	APIServerPort  = 6443
+)
+
 // PinnedKubeVersions are the versions 'make kube-apiserver' builds
 // (tools/kube-apiserver/v1.MINOR/go.mod pins each), oldest first; a test
 // keeps this list equal to the pins.

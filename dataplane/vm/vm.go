@@ -17,7 +17,6 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/kubeenv"
-	"github.com/hamaster/hamaster/providers"
 )
 
 // Layout names the files of one booted replica.
@@ -27,7 +26,7 @@ type Layout struct {
 	// DataDir is the persistent disk (etcd's data lives under it).
 	DataDir string
 	// APIServerPort is the port the apiserver serves on (0:
-	// providers.APIServerPort; kube-up's GCE masters serve 443).
+	// nodeapi.APIServerPort; kube-up's GCE masters serve 443).
 	APIServerPort int
 }
 
@@ -48,10 +47,19 @@ func (l Layout) LogFile() string { return filepath.Join(l.Dir, "node.log") }
 
 func (l Layout) certDir() string { return filepath.Join(l.Dir, "certs") }
 
+// Spec is what a replica boots with: its template's version, apiserver
+// flags, env and certificate files (base name → content).
+type Spec struct {
+	Version   string
+	ExtraArgs []string
+	Env       map[string]string
+	Files     map[string][]byte
+}
+
 // Prepare writes tmpl's certificate files and the env file for replica
 // name on address, creates the data dir, and removes a stale status file.
 // It returns the env file's path.
-func Prepare(l Layout, name, address string, tmpl providers.Template) (string, error) {
+func Prepare(l Layout, name, address string, tmpl Spec) (string, error) {
 	for _, d := range []string{l.certDir(), l.DataDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return "", fmt.Errorf("prepare replica %s: %w", name, err)
@@ -73,22 +81,22 @@ func Prepare(l Layout, name, address string, tmpl providers.Template) (string, e
 	for k, v := range map[string]string{
 		nodeapi.KeyNodeName:           name,
 		nodeapi.KeyNodeAddress:        address,
-		nodeapi.KeyEtcdCACert:         file(providers.FileCACert),
-		nodeapi.KeyEtcdPeerCert:       file(providers.FileEtcdPeerCert),
-		nodeapi.KeyEtcdPeerKey:        file(providers.FileEtcdPeerKey),
-		nodeapi.KeyEtcdServerCert:     file(providers.FileEtcdServerCert),
-		nodeapi.KeyEtcdServerKey:      file(providers.FileEtcdServerKey),
-		nodeapi.KeyAPIServerCert:      file(providers.FileAPIServerCert),
-		nodeapi.KeyAPIServerKey:       file(providers.FileAPIServerKey),
+		nodeapi.KeyEtcdCACert:         file(nodeapi.FileCACert),
+		nodeapi.KeyEtcdPeerCert:       file(nodeapi.FileEtcdPeerCert),
+		nodeapi.KeyEtcdPeerKey:        file(nodeapi.FileEtcdPeerKey),
+		nodeapi.KeyEtcdServerCert:     file(nodeapi.FileEtcdServerCert),
+		nodeapi.KeyEtcdServerKey:      file(nodeapi.FileEtcdServerKey),
+		nodeapi.KeyAPIServerCert:      file(nodeapi.FileAPIServerCert),
+		nodeapi.KeyAPIServerKey:       file(nodeapi.FileAPIServerKey),
 		nodeapi.KeyKubeVersion:        tmpl.Version,
 		nodeapi.KeyAPIServerExtraArgs: strings.Join(tmpl.ExtraArgs, " "),
 		nodeapi.KeyDataDir:            l.DataDir,
 		nodeapi.KeyStaticIPFile:       l.StaticIPFile(),
 		nodeapi.KeyPIDFile:            l.PIDFile(),
 		nodeapi.KeyStatusFile:         l.StatusFile(),
-		nodeapi.KeyEtcdClientPort:     strconv.Itoa(providers.EtcdClientPort),
-		nodeapi.KeyEtcdPeerPort:       strconv.Itoa(providers.EtcdPeerPort),
-		nodeapi.KeyAPIServerPort:      strconv.Itoa(cmp.Or(l.APIServerPort, providers.APIServerPort)),
+		nodeapi.KeyEtcdClientPort:     strconv.Itoa(nodeapi.EtcdClientPort),
+		nodeapi.KeyEtcdPeerPort:       strconv.Itoa(nodeapi.EtcdPeerPort),
+		nodeapi.KeyAPIServerPort:      strconv.Itoa(cmp.Or(l.APIServerPort, nodeapi.APIServerPort)),
 	} {
 		env[k] = v
 	}

@@ -7,17 +7,16 @@ import (
 
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/kubeenv"
-	"github.com/hamaster/hamaster/providers"
 )
 
 func TestPrepareWritesWhatTheNodeReads(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	l := Layout{Dir: filepath.Join(dir, "inst"), DataDir: filepath.Join(dir, "disk")}
-	tmpl := providers.Template{
+	tmpl := Spec{
 		Version: "v1.30.2", ExtraArgs: []string{"--v=2", "--feature-gates=A=true"},
-		Env:   map[string]string{providers.EnvInitialEtcdCluster: "m=https://127.0.9.2:2380", "QUOTED": "it's"},
-		Files: map[string][]byte{providers.FileCACert: []byte("ca")},
+		Env:   map[string]string{"INITIAL_ETCD_CLUSTER": "m=https://127.0.9.2:2380", "QUOTED": "it's"},
+		Files: map[string][]byte{nodeapi.FileCACert: []byte("ca")},
 	}
 	path, err := Prepare(l, "m", "127.0.9.2", tmpl)
 	if err != nil {
@@ -34,8 +33,8 @@ func TestPrepareWritesWhatTheNodeReads(t *testing.T) {
 	want := map[string]string{
 		nodeapi.KeyNodeName: "m", nodeapi.KeyNodeAddress: "127.0.9.2", nodeapi.KeyKubeVersion: "v1.30.2",
 		nodeapi.KeyAPIServerExtraArgs: "--v=2 --feature-gates=A=true", nodeapi.KeyDataDir: l.DataDir,
-		providers.EnvInitialEtcdCluster: "m=https://127.0.9.2:2380", "QUOTED": "it's",
-		nodeapi.KeyEtcdCACert: filepath.Join(l.Dir, "certs", providers.FileCACert),
+		"INITIAL_ETCD_CLUSTER": "m=https://127.0.9.2:2380", "QUOTED": "it's",
+		nodeapi.KeyEtcdCACert: filepath.Join(l.Dir, "certs", nodeapi.FileCACert),
 	}
 	for k, v := range want {
 		if env[k] != v {
@@ -54,7 +53,7 @@ func TestPrepareRefusesPathsInFileNames(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	for _, bad := range []string{"../x", "a/b", "..", ""} {
-		_, err := Prepare(Layout{Dir: dir, DataDir: filepath.Join(dir, "d")}, "m", "127.0.0.2", providers.Template{Files: map[string][]byte{bad: nil}})
+		_, err := Prepare(Layout{Dir: dir, DataDir: filepath.Join(dir, "d")}, "m", "127.0.0.2", Spec{Files: map[string][]byte{bad: nil}})
 		if err == nil {
 			t.Errorf("file name %q accepted", bad)
 		}

@@ -213,7 +213,7 @@ func (in *instances) boot(ctx context.Context, name string, tmpl providers.Templ
 		tmpl.Env[nodeapi.KeyKubeAPIServerDir] = in.p.info.KubeAPIServerDir
 		tmpl.Env[nodeapi.KeyServiceAccountKeyFile] = in.p.l.serviceAccountKey()
 	}
-	envPath, err := vm.Prepare(layout, name, addr, tmpl)
+	envPath, err := vm.Prepare(layout, name, addr, vm.Spec{Version: tmpl.Version, ExtraArgs: tmpl.ExtraArgs, Env: tmpl.Env, Files: tmpl.Files})
 	if err != nil {
 		return err
 	}
