@@ -14,7 +14,7 @@ import (
 
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/providers/local/localtest"
+	"github.com/hamaster/hamaster/testbed/local/localtest"
 	"github.com/hamaster/hamaster/workflows"
 )
 

@@ -36,7 +36,7 @@ case "${1:-}" in
 	;;
 esac
 
-MOTO_VERSION=5.2.1 # what the AWS suite is tested with (providers/aws/awstest)
+MOTO_VERSION=5.2.1 # what the AWS suite is tested with (testbed/aws/awstest)
 
 # command -> Debian package; a command found on PATH (or the sshd path) is
 # enough.

@@ -20,7 +20,7 @@ import (
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers/local"
-	"github.com/hamaster/hamaster/providers/local/localtest"
+	"github.com/hamaster/hamaster/testbed/local/localtest"
 	"github.com/hamaster/hamaster/workflows"
 	"github.com/hamaster/hamaster/workflows/workflowstest"
 )

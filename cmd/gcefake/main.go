@@ -24,8 +24,8 @@ import (
 
 	"github.com/hamaster/hamaster/dataplane/vpc"
 	"github.com/hamaster/hamaster/kubeenv"
-	"github.com/hamaster/hamaster/providers/gce/gcefake"
-	"github.com/hamaster/hamaster/providers/gce/gcefake/kubeupmaster"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake/kubeupmaster"
 )
 
 const usage = `usage: gcefake --state DIR --kube-up-master NAME [flags]

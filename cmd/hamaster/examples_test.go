@@ -17,7 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/hamaster/hamaster/providers/local"
-	"github.com/hamaster/hamaster/providers/local/localtest"
+	"github.com/hamaster/hamaster/testbed/local/localtest"
 )
 
 // exitComment is the documented exit code in a command's comment

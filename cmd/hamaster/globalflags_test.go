@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hamaster/hamaster/providers/local/localtest"
+	"github.com/hamaster/hamaster/testbed/local/localtest"
 )
 
 // Every global flag works after the command name (and after a subcommand's

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
-	"github.com/hamaster/hamaster/providers/local/localtest"
+	"github.com/hamaster/hamaster/testbed/local/localtest"
 	"github.com/hamaster/hamaster/tfexternal"
 )
 

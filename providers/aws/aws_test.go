@@ -9,8 +9,8 @@ import (
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
-	"github.com/hamaster/hamaster/providers/aws/awstest"
 	"github.com/hamaster/hamaster/providers/providertest"
+	"github.com/hamaster/hamaster/testbed/aws/awstest"
 )
 
 func TestMain(m *testing.M) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/hamaster/hamaster/kubeenv"
 	awsp "github.com/hamaster/hamaster/providers/aws"
-	"github.com/hamaster/hamaster/providers/aws/awstest"
+	"github.com/hamaster/hamaster/testbed/aws/awstest"
 )
 
 // launched is what EC2 reports of one replica's launch: the instance, its

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamaster/hamaster/providers/aws/awstest"
+	"github.com/hamaster/hamaster/testbed/aws/awstest"
 	"github.com/hamaster/hamaster/workflows"
 	"github.com/hamaster/hamaster/workflows/workflowstest"
 )

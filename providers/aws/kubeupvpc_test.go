@@ -14,7 +14,7 @@ import (
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	awsp "github.com/hamaster/hamaster/providers/aws"
-	"github.com/hamaster/hamaster/providers/aws/awstest"
+	"github.com/hamaster/hamaster/testbed/aws/awstest"
 )
 
 // TestKubeUpVPCMaster0: master 0 made as kube-up's start-master makes it

@@ -17,7 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/route53"
 
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/providers/aws/awstest"
+	"github.com/hamaster/hamaster/testbed/aws/awstest"
 )
 
 // outageProbe GETs /readyz on addr every tick and keeps the longest run of

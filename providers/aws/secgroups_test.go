@@ -13,7 +13,7 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/lb"
-	"github.com/hamaster/hamaster/providers/aws/awstest"
+	"github.com/hamaster/hamaster/testbed/aws/awstest"
 )
 
 // TestSecurityGroupCheck: before the Elastic IP leaves master 0, the

@@ -13,8 +13,8 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	awsp "github.com/hamaster/hamaster/providers/aws"
-	"github.com/hamaster/hamaster/providers/aws/awstest"
 	"github.com/hamaster/hamaster/remote/sshtest"
+	"github.com/hamaster/hamaster/testbed/aws/awstest"
 	"github.com/hamaster/hamaster/workflows"
 )
 

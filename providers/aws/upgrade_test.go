@@ -11,7 +11,7 @@ import (
 
 	"github.com/hamaster/hamaster/kubeenv"
 	awsp "github.com/hamaster/hamaster/providers/aws"
-	"github.com/hamaster/hamaster/providers/aws/awstest"
+	"github.com/hamaster/hamaster/testbed/aws/awstest"
 	"github.com/hamaster/hamaster/workflows"
 )
 

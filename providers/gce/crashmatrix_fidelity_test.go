@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamaster/hamaster/providers/gce/gcetest"
+	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 	"github.com/hamaster/hamaster/workflows"
 	"github.com/hamaster/hamaster/workflows/workflowstest"
 )

@@ -15,8 +15,8 @@ import (
 
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers/gce"
-	"github.com/hamaster/hamaster/providers/gce/gcefake"
-	"github.com/hamaster/hamaster/providers/gce/gcetest"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake"
+	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 	"github.com/hamaster/hamaster/workflows"
 	"github.com/hamaster/hamaster/workflows/workflowstest"
 )

@@ -10,9 +10,9 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
-	"github.com/hamaster/hamaster/providers/gce/gcefake"
-	"github.com/hamaster/hamaster/providers/gce/gcetest"
 	"github.com/hamaster/hamaster/providers/providertest"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake"
+	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 )
 
 func TestConformance(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 	"github.com/hamaster/hamaster/internal/syncbuf"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
-	"github.com/hamaster/hamaster/providers/gce/gcefake"
-	"github.com/hamaster/hamaster/providers/gce/gcetest"
-	"github.com/hamaster/hamaster/providers/local/localtest"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake"
+	"github.com/hamaster/hamaster/testbed/gce/gcetest"
+	"github.com/hamaster/hamaster/testbed/local/localtest"
 )
 
 // syncBuffer captures output written by one goroutine and read by another.

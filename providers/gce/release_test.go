@@ -11,7 +11,7 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/kubeenv"
-	"github.com/hamaster/hamaster/providers/gce/gcetest"
+	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 	"github.com/hamaster/hamaster/workflows"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
-	"github.com/hamaster/hamaster/providers/gce/gcetest"
+	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 )
 
 // TestEtcdThroughSSHChecksHostKeys reaches kube-up master 0's two etcd

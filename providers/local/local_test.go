@@ -18,8 +18,8 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/local"
-	"github.com/hamaster/hamaster/providers/local/localtest"
 	"github.com/hamaster/hamaster/providers/providertest"
+	"github.com/hamaster/hamaster/testbed/local/localtest"
 )
 
 func TestConformance(t *testing.T) {

@@ -37,7 +37,7 @@ import (
 
 // VPCPlane plays EC2's and ELBv2's data plane in a network-namespace VPC
 // (dataplane/vpc), the way the GCE fake's VPC mode does
-// (providers/gce/gcefake/vpcplane.go). It polls moto directly (not
+// (testbed/gce/gcefake/vpcplane.go). It polls moto directly (not
 // through the proxy) and keeps:
 //
 //   - one VM namespace per running instance of the EC2 VPC, named by the

@@ -30,8 +30,8 @@ import (
 	"github.com/hamaster/hamaster/dataplane/vpc/vpctest"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
-	"github.com/hamaster/hamaster/providers/aws/awstest/kubeupmaster"
-	"github.com/hamaster/hamaster/providers/local/localtest"
+	"github.com/hamaster/hamaster/testbed/aws/awstest/kubeupmaster"
+	"github.com/hamaster/hamaster/testbed/local/localtest"
 )
 
 // kube-up's AWS network (cluster/aws/util.sh: VPC_CIDR

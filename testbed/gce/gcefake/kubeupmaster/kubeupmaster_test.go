@@ -13,8 +13,8 @@ import (
 
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/kubeenv/kubeuptest"
-	"github.com/hamaster/hamaster/providers/gce/gcefake"
-	"github.com/hamaster/hamaster/providers/gce/gcefake/kubeupmaster"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake/kubeupmaster"
 )
 
 // TestCreateAsKubeUp checks what Create leaves in the API against

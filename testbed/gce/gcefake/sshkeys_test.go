@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/hamaster/hamaster/providers/gce/gcefake"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake"
 )
 
 func TestParseSSHKeys(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/hamaster/hamaster/providers/gce/gcefake"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake"
 )
 
 // TestRefusesWhatComputeRefuses: each case is a request the real API

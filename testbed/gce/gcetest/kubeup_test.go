@@ -23,8 +23,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hamaster/hamaster/certs"
-	"github.com/hamaster/hamaster/providers/gce/gcefake"
-	"github.com/hamaster/hamaster/providers/gce/gcetest"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake"
+	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 )
 
 // sshDial connects to addr:22 as the cluster's SSH user, checking the host

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/hamaster/hamaster/providers/gce/gcefake"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake"
 )
 
 func newFake(t *testing.T) (*gcefake.Server, *compute.AddressesClient, *compute.RegionOperationsClient) {

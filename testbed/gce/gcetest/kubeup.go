@@ -13,9 +13,9 @@ import (
 	"github.com/hamaster/hamaster/dataplane/vpc/vpctest"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
-	"github.com/hamaster/hamaster/providers/gce/gcefake"
-	"github.com/hamaster/hamaster/providers/gce/gcefake/kubeupmaster"
-	"github.com/hamaster/hamaster/providers/local/localtest"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake/kubeupmaster"
+	"github.com/hamaster/hamaster/testbed/local/localtest"
 )
 
 // SSHUser is the user whose key UpKubeUp puts in the project's ssh-keys.
