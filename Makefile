@@ -13,7 +13,7 @@ DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
-.PHONY: test-prereqs test-race-aws build test lint demo bench verify-fmt fix-fmt clean dist man kube-apiserver test-real
+.PHONY: test-prereqs test-race-integration build test lint demo bench verify-fmt fix-fmt clean dist man kube-apiserver test-real
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster ./cmd/hamaster
@@ -37,32 +37,35 @@ man:
 
 # The test command the README names and CI runs. Its first step installs
 # what the tests need on a fresh machine (scripts/test-prereqs.sh: gcc,
-# openssh-server, iproute2; moto checked), or says how and stops. Under 10
-# minutes on 2 cores from a fresh clone, which is CPU-bound, so:
-#  - four packages at once (the slow ones mostly wait on their fakes'
+# openssh-server, iproute2; moto checked), or says how and stops. From a
+# fresh clone it is CPU-bound on 2 cores (a cold build cache), so:
+#  - the logic packages (workflows, etcdmember, dataplane, certs, remote,
+#    providers/local, ...) run with -race; NORACE_PKGS, the integration
+#    packages (the CLI, the cloud providers and their test beds, the
+#    benchmark), run without it, at the same time: they drive the same
+#    binaries the tests build without -race anyway, and their race build
+#    (the AWS SDK among it) is 4 CPU-minutes more. .ci/run runs them with
+#    -race after make test ('make test-race-integration');
+#  - several packages at once (the slow ones mostly wait on their fakes'
 #    timers; more tests at once within a package overloads moto);
-#  - NORACE_PKGS, the packages that link the AWS SDK, run without -race,
-#    beside the others: their race build alone is 2 CPU-minutes of AWS SDK,
-#    and the SDK is built without -race anyway for the binaries the tests
-#    run. .ci/run runs them with -race after make test ('make test-race-aws');
 #  - go vet's full set runs in 'make lint' (.ci/run runs it); go test runs
 #    vet's high-confidence checks.
 TEST_P ?= 4
-NORACE_PKGS ?= ./cmd/hamaster ./providers/aws/...
+NORACE_PKGS ?= ./cmd/... ./providers/aws/... ./providers/gce/... ./testbed/... ./bench/...
 test: test-prereqs
 	@all=$$($(GO) list $(PKGS)) && norace=$$($(GO) list $(NORACE_PKGS)) || exit 2; \
 	race=$$(printf '%s\n' $$all | grep -vxF "$$norace"); \
 	plain=$$(printf '%s\n' $$all | grep -xF "$$norace"); \
-	echo "go test -race -p $(TEST_P) ($$(echo $$race | wc -w) packages) and go test -p 2 $$(echo $$plain)"; \
+	echo "go test -race: $$(echo $$race | wc -w) packages; go test (no -race): $$(echo $$plain | wc -w) packages ($(NORACE_PKGS))"; \
 	rc=0; \
-	if [ -n "$$plain" ]; then $(GO) test -p 2 -timeout 15m $$plain & pid=$$!; fi; \
+	if [ -n "$$plain" ]; then $(GO) test -p $(TEST_P) -timeout 15m $$plain & pid=$$!; fi; \
 	if [ -n "$$race" ]; then $(GO) test -race -p $(TEST_P) -timeout 15m $$race || rc=1; fi; \
 	if [ -n "$$plain" ]; then wait $$pid || rc=1; fi; \
 	exit $$rc
 
 # The packages make test runs without -race, with it (.ci/run).
-test-race-aws:
-	$(GO) test -race -count=1 -timeout 20m $(NORACE_PKGS)
+test-race-integration:
+	$(GO) test -race -count=1 -p 2 -timeout 25m $(NORACE_PKGS)
 
 test-prereqs:
 	./scripts/test-prereqs.sh
