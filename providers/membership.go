@@ -2,94 +2,59 @@ package providers
 
 import (
 	"context"
-	"fmt"
+	"net"
 	"slices"
 
 	"github.com/hamaster/hamaster/etcdmember"
 )
 
-// Names of the etcd clusters a master may run. Every provider's masters
-// run EtcdMain; kube-up's also run EtcdEvents (cluster/gce/gci/
+// Names of the etcd clusters a master may run. Every master runs
+// EtcdMain; kube-up's also run EtcdEvents (cluster/gce/gci/
 // configure-helper.sh start-etcd-servers: etcd on 2379/2380 and
 // etcd-events on 4002/2381), whose members are added and removed with
-// the main cluster's.
+// the main cluster's. Which clusters a master runs is its flavor's
+// (package flavors); the names are here because journals and the state
+// directory keep them.
 const (
 	EtcdMain   = "main"
 	EtcdEvents = "events"
 )
 
-// Membership is how a provider's masters take part in etcd: the clusters
-// each master runs, the member name and peer URL a replica has in each,
-// how to reach each cluster, and how a new master's template is cloned
-// from a running one.
-//
-// Providers whose masters follow another tool's conventions implement it
-// (GCE and AWS on kube-up's masters: members etcd-<hostname>, peer URLs by
-// hostname, two clusters, replicate-master-instance's template). The rest
-// get hamaster's own (MembershipOf): one cluster, the member named after
-// the replica, its peer URL on the replica's address, and the certificates
-// hamaster issues.
-type Membership interface {
-	// EtcdClusters lists the clusters every master runs, EtcdMain first.
-	EtcdClusters() []string
-	// EtcdMember is the member name and peer URL of replica (at address)
-	// in cluster.
-	EtcdMember(cluster, replica, address string) (name, peerURL string)
-	// EtcdCluster connects to cluster through replicas other than those
-	// in exclude. EtcdCluster(ctx, EtcdMain, ...) is Provider.Etcd.
-	EtcdCluster(ctx context.Context, cluster string, exclude ...string) (*etcdmember.Client, error)
-	// CloneTemplate builds the template of a new master named replica, at
-	// address, from src (a running master's): members are each cluster's
-	// current members (the new one's learner may be among them, without
-	// a name yet) and files the certificates hamaster issued for it, which
-	// a provider whose masters carry their own may ignore.
-	CloneTemplate(ctx context.Context, src Template, replica, address string, members map[string][]etcdmember.Member, files map[string][]byte) (Template, error)
+// EtcdReacher is implemented by providers that reach the etcd of masters
+// in hamaster's own format (client port on each replica's address, mutual
+// TLS with the operator's certificate from the cluster CA in PKIDir):
+// directly (local) or through SSH (AWS). flavors/hamaster needs it.
+type EtcdReacher interface {
+	// Etcd connects to the cluster's etcd through replicas other than
+	// those named in exclude (never through a victim).
+	Etcd(ctx context.Context, exclude ...string) (*etcdmember.Client, error)
 }
 
-// MembershipOf returns p's Membership, or hamaster's own conventions when
-// p has none of its own.
-func MembershipOf(p Provider) Membership {
-	if m, ok := p.(Membership); ok {
-		return m
-	}
-	return ownMembership{p: p}
+// MachineDialer is a provider's way into its machines, for flavors whose
+// masters serve what hamaster needs on the machine's own loopback only
+// (kube-up's etcd: configure-helper.sh prepare-etcd-manifest
+// --listen-client-urls http(s)://127.0.0.1:<port>): an SSH connection to
+// the machine (to its external address, or through a bastion), and a
+// tunnel from there.
+type MachineDialer interface {
+	// DialMachine opens a TCP connection to addr as machine (a replica's
+	// name) itself sees it ("127.0.0.1:2379": the machine's own
+	// loopback). A failed dial forgets the connection it went through.
+	DialMachine(ctx context.Context, machine, addr string) (net.Conn, error)
+	// MachineHostname is the hostname the machines' network resolves
+	// for replica (at address, "" when not known: the provider's last
+	// description of it), "" when the provider cannot tell: a GCE
+	// instance's name, EC2's ip-a-b-c-d.
+	MachineHostname(replica, address string) string
 }
 
-// ownMembership is hamaster's own: one cluster, member = replica name,
-// peer URL https://<address>:2380.
-type ownMembership struct{ p Provider }
-
-func (ownMembership) EtcdClusters() []string { return []string{EtcdMain} }
-
-func (ownMembership) EtcdMember(_, replica, address string) (string, string) {
-	return replica, PeerURL(address)
-}
-
-func (o ownMembership) EtcdCluster(ctx context.Context, cluster string, exclude ...string) (*etcdmember.Client, error) {
-	if cluster != EtcdMain {
-		return nil, fmt.Errorf("etcd cluster %q: %s's masters run only %q", cluster, o.p.Name(), EtcdMain)
-	}
-	return o.p.Etcd(ctx, exclude...)
-}
-
-// CloneTemplate copies src except the certificate files and the etcd
-// environment: INITIAL_ETCD_CLUSTER lists every started member plus the
-// new one, ETCD_INITIAL_CLUSTER_STATE=existing.
-func (o ownMembership) CloneTemplate(_ context.Context, src Template, replica, address string, members map[string][]etcdmember.Member, files map[string][]byte) (Template, error) {
-	t := src.Clone()
-	peers := map[string]string{}
-	for _, m := range members[EtcdMain] {
-		if m.Name == "" || len(m.PeerURLs) == 0 {
-			continue // a learner not started yet: the new one, added below
-		}
-		peers[m.Name] = m.PeerURLs[0]
-	}
-	name, peer := o.EtcdMember(EtcdMain, replica, address)
-	peers[name] = peer
-	t.Env[EnvInitialEtcdCluster] = InitialCluster(peers)
-	t.Env[EnvEtcdInitialClusterState] = "existing"
-	t.Files = files
-	return t, nil
+// MasterFormatter is implemented by providers that can tell, from what
+// their machines carry, which tool built the cluster's masters: the
+// flavor chosen when the operator names none (--flavor). "kubeup" for
+// kube-up's GCE metadata or AWS user data; a provider without it, or one
+// that answers "", has masters in hamaster's own format.
+type MasterFormatter interface {
+	MasterFormat() string
 }
 
 // FindMember finds replica's member in ms: by its member name, or by its
@@ -104,15 +69,4 @@ func FindMember(ms []etcdmember.Member, name, peerURL string) (etcdmember.Member
 		}
 	}
 	return etcdmember.Member{}, false
-}
-
-// MasterCertificates is implemented by providers whose masters carry
-// certificates made by the tool that built them (kube-up's, in their
-// kube-env and kube-master-certs metadata): hamaster issues none for them
-// (Membership.CloneTemplate gives a new master its own), does not rotate
-// theirs, and trusts the CA they name when it probes the apiservers.
-type MasterCertificates interface {
-	// ClusterCA is the PEM of the CA that signed the masters' apiserver
-	// serving certificates, as the masters' metadata holds it.
-	ClusterCA(ctx context.Context) ([]byte, error)
 }

@@ -1,6 +1,6 @@
 // Package providers defines what a cloud (or the embedded local provider)
 // must offer hamaster: replicas (VMs) cloned from a template, the cluster's
-// static IP, an L4 load balancer and a way to reach etcd. Workflows import
+// static IP, an L4 load balancer and a way in. Workflows import
 // this package, never a cloud package.
 //
 // Contract shared by every method:
@@ -28,7 +28,6 @@ import (
 
 	"github.com/hamaster/hamaster/dns"
 	"github.com/hamaster/hamaster/errkind"
-	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/lb"
 )
 
@@ -126,7 +125,10 @@ type Instances interface {
 	Delete(ctx context.Context, name string) error
 }
 
-// Provider is one cloud, bound to one cluster.
+// Provider is one cloud, bound to one cluster: infrastructure only. What
+// a master is (its etcd clusters and how they are reached, its template's
+// clone, its certificates) is its flavor's (package flavors), which uses
+// the provider's way in (EtcdReacher, MachineDialer).
 type Provider interface {
 	// Name is the registry name ("local", "gce", "aws").
 	Name() string
@@ -139,9 +141,6 @@ type Provider interface {
 	// DNS returns the records driver for kind ("static" is always
 	// available; clouds add their managed DNS).
 	DNS(kind string) (dns.Records, error)
-	// Etcd connects to the cluster's etcd through replicas other than those
-	// named in exclude (never through a victim).
-	Etcd(ctx context.Context, exclude ...string) (*etcdmember.Client, error)
 	// APIServerURL is the https base URL of a replica's apiserver.
 	APIServerURL(r Replica) string
 	// Close releases connections.
@@ -161,15 +160,6 @@ type APIServerPorter interface {
 // probes dial through it.
 type APIServerDialer interface {
 	DialAPIServer(ctx context.Context, network, addr string) (net.Conn, error)
-}
-
-// APIServerNamer is implemented by providers whose replicas' serving
-// certificates do not name the address hamaster probes them at (kube-up's
-// MASTER_CERT names the static IP, the service IP, kubernetes.* and
-// MASTER_NAME, not each master's own address): the probes verify the
-// certificate for this name instead, against the same CA.
-type APIServerNamer interface {
-	APIServerName() string
 }
 
 // APIServerPortOf is the port p's apiservers, its static IP and its LB

@@ -71,7 +71,7 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 		p.Timeout = 5 * time.Minute
 	}
 	name := func(r *Run) string { return r.Param("name") }
-	ms := d.membership()
+	ms := d.Flavor()
 	inst := d.Provider.Instances()
 	wf.Steps = []Step{
 		{
@@ -91,7 +91,7 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				if source == "" {
 					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no running replica to clone", d.Cluster)
 				}
-				cli, err := d.Provider.Etcd(ctx, name(r))
+				cli, err := d.Etcd(ctx, name(r))
 				if err != nil {
 					return err
 				}
@@ -296,12 +296,12 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 // addLearner adds the replica's member to cluster as a learner (again:
 // AddLearner finds one already added by its peer URL) and journals its ID.
 func addLearner(ctx context.Context, d *Deps, r *Run, cluster string) error {
-	cli, err := d.membership().EtcdCluster(ctx, cluster, r.Param("name"))
+	cli, err := d.Flavor().EtcdCluster(ctx, cluster, r.Param("name"))
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	member, peer := d.membership().EtcdMember(cluster, r.Param("name"), r.Get("address"))
+	member, peer := d.Flavor().EtcdMember(cluster, r.Param("name"), r.Get("address"))
 	m, err := cli.AddLearner(ctx, member, peer)
 	if err != nil {
 		return fmt.Errorf("add etcd %s learner %s (%s): %w", cluster, member, peer, err)
@@ -312,7 +312,7 @@ func addLearner(ctx context.Context, d *Deps, r *Run, cluster string) error {
 // withMember connects to cluster (not through the replica itself) and
 // resolves the replica's member ID there.
 func withMember(ctx context.Context, d *Deps, r *Run, cluster string, f func(context.Context, *etcdmember.Client, uint64) error) error {
-	cli, err := d.membership().EtcdCluster(ctx, cluster, r.Param("name"))
+	cli, err := d.Flavor().EtcdCluster(ctx, cluster, r.Param("name"))
 	if err != nil {
 		return err
 	}
@@ -323,7 +323,7 @@ func withMember(ctx context.Context, d *Deps, r *Run, cluster string, f func(con
 	}
 	m, ok := d.findMember(ms, cluster, r.Param("name"), r.Get("address"))
 	if !ok {
-		member, peer := d.membership().EtcdMember(cluster, r.Param("name"), r.Get("address"))
+		member, peer := d.Flavor().EtcdMember(cluster, r.Param("name"), r.Get("address"))
 		return errkind.Errorf(errkind.NotFound, "etcd %s member %s of %s (peer %s) is gone", cluster, member, r.Param("name"), peer)
 	}
 	return f(ctx, cli, m.ID)
@@ -393,7 +393,7 @@ func takeSnapshot(ctx context.Context, d *Deps, r *Run, label string, exclude ..
 			return nil
 		}
 	}
-	cli, err := d.Provider.Etcd(ctx, exclude...)
+	cli, err := d.Etcd(ctx, exclude...)
 	if err != nil {
 		return err
 	}
@@ -468,7 +468,7 @@ func verifyStep(d *Deps, name func(*Run) string, wantMember bool) Step {
 			if !wantMember {
 				exclude = append(exclude, name(r))
 			}
-			for _, c := range d.membership().EtcdClusters() {
+			for _, c := range d.Flavor().EtcdClusters() {
 				if err := verifyMember(ctx, d, c, name(r), wantMember, exclude); err != nil {
 					return err
 				}

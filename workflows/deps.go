@@ -21,6 +21,8 @@ import (
 	"github.com/hamaster/hamaster/dns"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -28,6 +30,10 @@ import (
 // Deps is what the workflows need from the outside world.
 type Deps struct {
 	Provider providers.Provider
+	// Master is the cluster's flavor (what its masters are); nil: the
+	// one the provider finds on its machines (registry.Open with no
+	// name), chosen on first use.
+	Master   flavors.Flavor
 	Cluster  string
 	StateDir string
 	Sink     Sink
@@ -56,6 +62,8 @@ type Deps struct {
 	mu   sync.Mutex // guards the lazily loaded ca and http
 	ca   *certs.CA
 	http *http.Client
+
+	flavorOnce sync.Once
 }
 
 func (d *Deps) clusterDir() string { return filepath.Join(d.StateDir, d.Cluster) }
@@ -95,10 +103,7 @@ func (d *Deps) HTTP(ctx context.Context) (*http.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	serverName := ""
-	if n, ok := d.Provider.(providers.APIServerNamer); ok {
-		serverName = n.APIServerName()
-	}
+	serverName := d.Flavor().APIServerName()
 	tr := &http.Transport{
 		TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
 		DisableKeepAlives: true,
@@ -114,18 +119,18 @@ func (d *Deps) HTTP(ctx context.Context) (*http.Client, error) {
 }
 
 // trustPool is the CA the apiservers' certificates chain to: the one the
-// masters' own metadata names (providers.MasterCertificates), else the
-// cluster CA in the state dir. Called with d.mu held.
+// masters carry (flavors.Flavor.MasterCA), else the cluster CA in the
+// state dir. Called with d.mu held.
 func (d *Deps) trustPool(ctx context.Context) (*x509.CertPool, error) {
-	mc, ok := d.Provider.(providers.MasterCertificates)
-	if !ok {
+	f := d.Flavor()
+	if !f.CarriesCertificates() {
 		ca, err := d.loadCA()
 		if err != nil {
 			return nil, err
 		}
 		return ca.Pool(), nil
 	}
-	pemBytes, err := mc.ClusterCA(ctx)
+	pemBytes, err := f.MasterCA(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the masters' cluster CA: %w", err)
 	}
@@ -138,10 +143,7 @@ func (d *Deps) trustPool(ctx context.Context) (*x509.CertPool, error) {
 
 // issuesCertificates reports whether hamaster issues the replicas'
 // certificates (not when the masters carry their own).
-func (d *Deps) issuesCertificates() bool {
-	_, own := d.Provider.(providers.MasterCertificates)
-	return !own
-}
+func (d *Deps) issuesCertificates() bool { return !d.Flavor().CarriesCertificates() }
 
 // Probe GETs base+path and returns the body of a 200, or an error with
 // the status and body.
@@ -278,9 +280,29 @@ func saveEndpoint(stateDir, cluster string, e Endpoint) error {
 	return fsutil.WriteFileAtomic(endpointFile(stateDir, cluster), b, 0o600)
 }
 
-// membership is the provider's etcd conventions (hamaster's own unless
-// the provider has its own, as kube-up's masters do).
-func (d *Deps) membership() providers.Membership { return providers.MembershipOf(d.Provider) }
+// Flavor is the cluster's flavor: d.Master, or the one the provider finds
+// on its machines.
+func (d *Deps) Flavor() flavors.Flavor {
+	d.flavorOnce.Do(func() {
+		if d.Master != nil {
+			return
+		}
+		f, err := registry.Open("", d.Provider, d.Logger)
+		if err != nil {
+			// Every provider's own format opens: a provider that
+			// finds a flavor it cannot serve is a wiring bug.
+			panic(fmt.Sprintf("workflows: the %s provider's flavor: %v", d.Provider.Name(), err))
+		}
+		d.Master = f
+	})
+	return d.Master
+}
+
+// Etcd connects to the cluster's main etcd through running replicas other
+// than those named in exclude, the flavor's way.
+func (d *Deps) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Client, error) {
+	return d.Flavor().EtcdCluster(ctx, providers.EtcdMain, exclude...)
+}
 
 // memberIDKey is the journal key of a replica's member ID in cluster
 // ("member_id" for the main cluster, as journals have always said).
@@ -295,7 +317,7 @@ func memberIDKey(cluster string) string {
 // or, when its address is known, by its peer URL (a learner that has not
 // started has no name yet).
 func (d *Deps) findMember(ms []etcdmember.Member, cluster, replica, address string) (etcdmember.Member, bool) {
-	name, peer := d.membership().EtcdMember(cluster, replica, address)
+	name, peer := d.Flavor().EtcdMember(cluster, replica, address)
 	if address == "" {
 		peer = ""
 	}
@@ -305,7 +327,7 @@ func (d *Deps) findMember(ms []etcdmember.Member, cluster, replica, address stri
 // clusterMembers lists etcd cluster's members, reached through replicas
 // other than those in exclude.
 func (d *Deps) clusterMembers(ctx context.Context, cluster string, exclude ...string) ([]etcdmember.Member, error) {
-	cli, err := d.membership().EtcdCluster(ctx, cluster, exclude...)
+	cli, err := d.Flavor().EtcdCluster(ctx, cluster, exclude...)
 	if err != nil {
 		return nil, err
 	}
@@ -361,7 +383,8 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 	if sink == nil {
 		sink = Discard{}
 	}
-	rn := &Runner{Store: NewJournalStore(d.StateDir, d.Cluster), Sink: Stamp(sink, wf.Name, runID, nil), AfterStep: d.AfterStep, Heartbeat: d.Heartbeat}
+	rn := &Runner{Store: NewJournalStore(d.StateDir, d.Cluster), Sink: Stamp(sink, wf.Name, runID, nil), AfterStep: d.AfterStep, Heartbeat: d.Heartbeat,
+		BeforeChange: d.recordFlavor}
 	// Nested workflows (a surge upgrade's add and remove) report under
 	// this run too.
 	d.Sink = rn.Sink
@@ -399,7 +422,7 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 			return err
 		}
 	}
-	cli, err := d.Provider.Etcd(ctx, o.LockExclude...)
+	cli, err := d.Etcd(ctx, o.LockExclude...)
 	if err != nil {
 		return errkind.Errorf(errkind.FailedPrecondition, "take cluster lock: %w", err)
 	}
@@ -439,7 +462,7 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 		if rs, err := d.Provider.Instances().List(ctx); err == nil && len(rs) == 1 {
 			f := &outageFence{lock: lock, cluster: d.Cluster, holder: d.Holder, log: d.logger(), probe: 10 * time.Second,
 				dial: func(ctx context.Context) (*clientv3.Client, func() error, error) {
-					c, err := d.Provider.Etcd(ctx)
+					c, err := d.Etcd(ctx)
 					if err != nil {
 						return nil, nil, err
 					}

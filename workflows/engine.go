@@ -115,6 +115,10 @@ type Runner struct {
 	// an error stops the run there as if the process had died (test-only
 	// fault hook for crash-resume tests).
 	AfterStep func(step string) error
+	// BeforeChange, when set, is called once before the first step that
+	// may change the world starts (not before Always steps: checks and
+	// reads); an error stops the run there.
+	BeforeChange func() error
 	// Fence, when set, proves before each step that the cluster lock is
 	// still held; an error stops the run before the step changes anything.
 	Fence func(ctx context.Context) error
@@ -247,6 +251,12 @@ func (rn *Runner) Execute(ctx context.Context, wf *Workflow, j *Journal) error {
 			if err := rn.Fence(ctx); err != nil {
 				return fmt.Errorf("%s: stopped before step %s: %w", wf.Name, s.Name, err)
 			}
+		}
+		if !s.Always && rn.BeforeChange != nil {
+			if err := rn.BeforeChange(); err != nil {
+				return fmt.Errorf("%s: before step %s: %w", wf.Name, s.Name, err)
+			}
+			rn.BeforeChange = nil
 		}
 		start := rn.now()
 		changed = changed || !s.Always

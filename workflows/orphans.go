@@ -7,6 +7,7 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/providers"
 )
 
@@ -24,7 +25,7 @@ type Orphan struct {
 // owner returns the replica that owns main-cluster member m (its member
 // name, or a peer URL on its address, by the provider's conventions), or
 // "".
-func owner(ms providers.Membership, m etcdmember.Member, addrs map[string]string) string {
+func owner(ms flavors.Flavor, m etcdmember.Member, addrs map[string]string) string {
 	for name, a := range addrs {
 		member, peer := ms.EtcdMember(providers.EtcdMain, name, a)
 		if _, ok := providers.FindMember([]etcdmember.Member{m}, member, peer); ok {
@@ -37,7 +38,7 @@ func owner(ms providers.Membership, m etcdmember.Member, addrs map[string]string
 // findOrphans lists the main cluster's members no replica owns. A learner
 // an unfinished add-replica is adding (its address in the journal) is not
 // an orphan: re-running that add finishes it.
-func findOrphans(cluster string, ms providers.Membership, members []etcdmember.Member, addrs map[string]string, j *Journal) []Orphan {
+func findOrphans(cluster string, ms flavors.Flavor, members []etcdmember.Member, addrs map[string]string, j *Journal) []Orphan {
 	var out []Orphan
 	for _, m := range members {
 		if owner(ms, m, addrs) != "" {
@@ -83,7 +84,7 @@ func RemoveMember(d *Deps, id uint64, force bool) *Workflow {
 				if err != nil {
 					return err
 				}
-				cli, err := d.Provider.Etcd(ctx)
+				cli, err := d.Etcd(ctx)
 				if err != nil {
 					return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
 				}
@@ -107,7 +108,7 @@ func RemoveMember(d *Deps, id uint64, force bool) *Workflow {
 				for _, rep := range rs {
 					addrs[rep.Name] = rep.Address
 				}
-				if o := owner(d.membership(), m, addrs); o != "" {
+				if o := owner(d.Flavor(), m, addrs); o != "" {
 					return errkind.Errorf(errkind.InvalidArgument, "--member-id: member %s belongs to replica %s; remove the replica with --name %s", idHex, o, o)
 				}
 				if err := etcdmember.CanRemove(ms, id); err != nil {
@@ -131,7 +132,7 @@ func RemoveMember(d *Deps, id uint64, force bool) *Workflow {
 				if err := r.Set("removing", idHex); err != nil {
 					return err
 				}
-				cli, err := d.Provider.Etcd(ctx)
+				cli, err := d.Etcd(ctx)
 				if err != nil {
 					return err
 				}

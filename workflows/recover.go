@@ -67,7 +67,7 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 		// members away.
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		if cli, err := d.Provider.Etcd(qctx); err == nil {
+		if cli, err := d.Etcd(qctx); err == nil {
 			defer cli.Close()
 			if ms, err := cli.Members(qctx); err == nil {
 				for _, m := range ms {
@@ -140,7 +140,7 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 		{
 			Name: StepClearLock, Plan: []string{"delete the cluster lock key of the run that quorum loss cut off"},
 			Run: func(ctx context.Context, r *Run) error {
-				cli, err := d.Provider.Etcd(ctx)
+				cli, err := d.Etcd(ctx)
 				if err != nil {
 					return err
 				}
@@ -162,7 +162,7 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 					if _, err := d.Probe(cctx, d.Provider.APIServerURL(rep), "/readyz"); err != nil {
 						return err
 					}
-					cli, err := d.Provider.Etcd(cctx)
+					cli, err := d.Etcd(cctx)
 					if err != nil {
 						return err
 					}

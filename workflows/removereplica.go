@@ -48,7 +48,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 	}
 	victim := p.Name
 	inst := d.Provider.Instances()
-	ms := d.membership()
+	ms := d.Flavor()
 	memberOf := func(ctx context.Context, cli *etcdmember.Client, cluster string, r *Run) (etcdmember.Member, []etcdmember.Member, bool, error) {
 		members, err := cli.Members(ctx)
 		if err != nil {
@@ -97,7 +97,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 				if others == 0 {
 					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no replica other than %s", d.Cluster, victim)
 				}
-				cli, err := d.Provider.Etcd(ctx, victim)
+				cli, err := d.Etcd(ctx, victim)
 				if err != nil {
 					return err
 				}

@@ -80,8 +80,8 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 	// A provider whose masters download their release at boot checks
 	// that the target version has one before anything changes (a kube-up
 	// master given a missing release never comes up).
-	if rc, ok := d.Provider.(providers.ReleaseChecker); ok && p.Version != "" {
-		wf.Check = func(ctx context.Context) error { return rc.CheckRelease(ctx, p.Version) }
+	if p.Version != "" {
+		wf.Check = func(ctx context.Context) error { return d.Flavor().CheckVersion(ctx, p.Version) }
 	}
 	wf.Steps = []Step{upgradePreflight(d, p), {
 		Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot → <state-dir>/<cluster>/snapshots/"},
@@ -139,7 +139,7 @@ func upgradePreflight(d *Deps, p UpgradeParams) Step {
 					return errkind.Errorf(errkind.FailedPrecondition, "replica %s is not healthy: %v", rep.Name, err)
 				}
 			}
-			cli, err := d.Provider.Etcd(ctx)
+			cli, err := d.Etcd(ctx)
 			if err != nil {
 				return err
 			}
@@ -199,7 +199,7 @@ func pickNext(ctx context.Context, d *Deps, p UpgradeParams, exclude map[string]
 	if len(todo) == 0 {
 		return providers.Replica{}, false, nil
 	}
-	cli, err := d.Provider.Etcd(ctx)
+	cli, err := d.Etcd(ctx)
 	if err != nil {
 		return providers.Replica{}, false, err
 	}
@@ -353,7 +353,7 @@ func moveLeaderOff(ctx context.Context, d *Deps, r *Run, name string) error {
 	if rs, err := d.Provider.Instances().List(ctx); err != nil || len(rs) < 2 {
 		return err // a single replica has nobody to hand leadership to
 	}
-	cli, err := d.Provider.Etcd(ctx, name)
+	cli, err := d.Etcd(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -415,7 +415,7 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 				return fmt.Errorf("/version reports %s, want %s", v, version)
 			}
 		}
-		cli, err := d.Provider.Etcd(cctx)
+		cli, err := d.Etcd(cctx)
 		if err != nil {
 			return fmt.Errorf("etcd member: %w", err)
 		}

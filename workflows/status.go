@@ -40,8 +40,10 @@ type CertStatus struct {
 
 // Report is the cluster's status.
 type Report struct {
-	Cluster        string              `json:"cluster"`
-	Provider       string              `json:"provider"`
+	Cluster  string `json:"cluster"`
+	Provider string `json:"provider"`
+	// Flavor is what the masters are (flavors: hamaster, kubeup).
+	Flavor         string              `json:"flavor"`
 	Endpoint       string              `json:"endpoint"`
 	EndpointKind   string              `json:"endpoint_kind"`
 	StaticIP       string              `json:"static_ip"`
@@ -86,7 +88,7 @@ func (r Report) Healthy() bool {
 // no lock. Parts that cannot be read are reported, not fatal.
 func Status(ctx context.Context, d *Deps) (Report, error) {
 	p := d.Provider
-	rep := Report{Cluster: d.Cluster, Provider: p.Name()}
+	rep := Report{Cluster: d.Cluster, Provider: p.Name(), Flavor: d.Flavor().Name()}
 	rs, err := p.Instances().List(ctx)
 	if err != nil {
 		return rep, err
@@ -116,7 +118,7 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 		}()
 	}
 	wg.Wait()
-	if cli, err := p.Etcd(ctx); err != nil {
+	if cli, err := d.Etcd(ctx); err != nil {
 		rep.MembersError = err.Error()
 	} else {
 		ms, err := cli.Members(ctx)
@@ -150,7 +152,7 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 	for _, r := range rs {
 		addrs[r.Name] = r.Address
 	}
-	rep.Orphans = findOrphans(d.Cluster, d.membership(), rep.Members, addrs, rep.Journal)
+	rep.Orphans = findOrphans(d.Cluster, d.Flavor(), rep.Members, addrs, rep.Journal)
 	if err := probeEndpoint(ctx, d, rep); err != nil {
 		rep.EndpointError = err.Error()
 	}

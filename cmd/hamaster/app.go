@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hamaster/hamaster/flavors"
+	flavorregistry "github.com/hamaster/hamaster/flavors/registry"
 	"io"
 	"log/slog"
 	"os"
@@ -31,6 +33,8 @@ func (e *env) get(k string) string { return e.vars[k] }
 type globals struct {
 	cluster  string
 	provider string
+	flavor   string // --flavor as given ("": the recorded one, else the provider's finding)
+	master   flavors.Flavor
 	stateDir string
 	output   string
 	logLevel string
@@ -167,6 +171,7 @@ func globalFlags(e *env) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "cluster", Value: "demo", EnvVars: []string{"HAMASTER_CLUSTER"}, Usage: "cluster `NAME` to act on"},
 		&cli.StringFlag{Name: "provider", Value: "local", EnvVars: []string{"HAMASTER_PROVIDER"}, Usage: "where the masters run: local|gce|aws"},
+		&cli.StringFlag{Name: "flavor", EnvVars: []string{"HAMASTER_FLAVOR"}, Usage: "what the masters are, apart from where they run: `hamaster|kubeup` (recorded with the cluster on its first change; default: the recorded one, else what the provider finds on its masters: kube-up's GCE metadata or AWS user data → kubeup, else hamaster)"},
 		&cli.StringFlag{Name: "config", EnvVars: []string{"HAMASTER_CONFIG"}, Usage: "YAML `FILE` whose keys are flag names (cluster: prod, provider: local, ...)"},
 		&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(e), EnvVars: []string{"HAMASTER_STATE_DIR"}, Usage: "`DIR` for journals, snapshots, certificates and the local provider's replicas"},
 		&cli.StringFlag{Name: "output", Value: "text", EnvVars: []string{"HAMASTER_OUTPUT"}, Usage: "text|json"},
@@ -193,6 +198,9 @@ func (g *globals) load(c *cli.Context, e *env) error {
 // validate checks every global value and builds the logger.
 func (g *globals) validate(e *env) error {
 	if err := validClusterName(g.cluster); err != nil {
+		return err
+	}
+	if err := flavorregistry.Check(g.flavor); err != nil {
 		return err
 	}
 	if g.provider != "local" && g.provider != "gce" && g.provider != "aws" {

@@ -83,7 +83,15 @@ func (g *globals) openProvider(c *cli.Context) (providers.Provider, error) {
 	if !known {
 		return nil, usageErr("--provider: %q is not available in this build yet (available: %s)", g.provider, strings.Join(reg.Names(), ", "))
 	}
-	return reg.Open(c.Context, g.provider, g.settings(c))
+	p, err := reg.Open(c.Context, g.provider, g.settings(c))
+	if err != nil {
+		return nil, err
+	}
+	if g.master, err = chooseFlavor(g.flavor, g.stateDir, g.cluster, p, g.logger); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
 }
 
 func (g *globals) deps(c *cli.Context, e *env, p providers.Provider) *workflows.Deps {
@@ -95,7 +103,7 @@ func (g *globals) deps(c *cli.Context, e *env, p providers.Provider) *workflows.
 	if g.json() {
 		out = e.stderr // keep stdout JSON lines only; instructions go to people
 	}
-	d := &workflows.Deps{Provider: p, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: out, Holder: c.Command.Name, KeepSnapshots: c.Int("keep-snapshots")}
+	d := &workflows.Deps{Provider: p, Master: g.master, Cluster: g.cluster, StateDir: g.stateDir, Sink: sink, Logger: g.logger, Out: out, Holder: c.Command.Name, KeepSnapshots: c.Int("keep-snapshots")}
 	g.runInfo(e, d)
 	d.AfterStep = faultHook(e) // nil unless built with -tags hamaster_faults
 	return d
@@ -587,6 +595,7 @@ func statusJSON(rep workflows.Report) map[string]any {
 	out := map[string]any{
 		"cluster":       rep.Cluster,
 		"provider":      rep.Provider,
+		"flavor":        rep.Flavor,
 		"endpoint":      rep.Endpoint,
 		"endpoint_kind": rep.EndpointKind,
 		"static_ip":     rep.StaticIP,
@@ -609,7 +618,7 @@ func statusJSON(rep workflows.Report) map[string]any {
 
 func printStatus(e *env, rep workflows.Report) {
 	w := e.stdout
-	fmt.Fprintf(w, "cluster %s (%s) endpoint %s [%s]", rep.Cluster, rep.Provider, rep.Endpoint, rep.EndpointKind)
+	fmt.Fprintf(w, "cluster %s (%s, %s masters) endpoint %s [%s]", rep.Cluster, rep.Provider, rep.Flavor, rep.Endpoint, rep.EndpointKind)
 	if rep.StaticIPHolder != "" {
 		fmt.Fprintf(w, ", static IP attached to %s", rep.StaticIPHolder)
 	}
@@ -742,10 +751,8 @@ Example:
 			// Before the plan and the prompt (the workflow checks again
 			// before its first step): a release that cannot be had is bad
 			// input, refused with nothing changed (exit 2).
-			if rc, ok := p.(providers.ReleaseChecker); ok {
-				if err := rc.CheckRelease(c.Context, v); err != nil {
-					return err
-				}
+			if err := d.Flavor().CheckVersion(c.Context, v); err != nil {
+				return err
 			}
 			params := workflows.UpgradeParams{
 				Version: v, Strategy: strategy, DrainGrace: c.Duration("drain-grace"),

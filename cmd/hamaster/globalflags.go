@@ -182,6 +182,8 @@ func (g *globals) assign(c *cli.Context, name string) {
 		g.cluster = c.String(name)
 	case "provider":
 		g.provider = c.String(name)
+	case "flavor":
+		g.flavor = c.String(name)
 	case "state-dir":
 		g.stateDir = c.String(name)
 	case "output":

@@ -50,7 +50,7 @@ func nextReplicaName(ctx context.Context, d *workflows.Deps) string {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if cli, err := d.Provider.Etcd(cctx); err == nil {
+	if cli, err := d.Etcd(cctx); err == nil {
 		if ms, err := cli.Members(cctx); err == nil {
 			for _, m := range ms {
 				if m.Name != "" {
@@ -89,7 +89,7 @@ func voterWarning(voters int) string {
 func warnEvenVoters(ctx context.Context, e *env, d *workflows.Deps, cmd string) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cli, err := d.Provider.Etcd(cctx)
+	cli, err := d.Etcd(cctx)
 	if err != nil {
 		return
 	}

@@ -2,6 +2,8 @@ package aws_test
 
 import (
 	"context"
+	"github.com/hamaster/hamaster/flavors/flavortest"
+	"github.com/hamaster/hamaster/flavors/kubeup"
 	"os"
 	"testing"
 	"time"
@@ -43,6 +45,9 @@ func TestConformance(t *testing.T) {
 	if !ok {
 		t.Fatalf("provider %T on a kube-up master", c.Provider)
 	}
+	t.Run("flavor kubeup", func(t *testing.T) {
+		flavortest.Run(t, flavortest.Harness{Provider: c.Provider, Flavor: kubeUpFlavor(t, k), ReplicaName: c.Master + "-f1a"})
+	})
 	providertest.Run(t, providertest.Harness{
 		Provider:    c.Provider,
 		ReplicaName: c.Master + "-c0f",
@@ -53,7 +58,7 @@ func TestConformance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tmpl, err := k.CloneTemplate(ctx, master.Template, name, address, nil, nil)
+			tmpl, err := kubeUpFlavor(t, k).CloneTemplate(ctx, master.Template, name, address, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,4 +67,15 @@ func TestConformance(t *testing.T) {
 		},
 	})
 	t.Logf("API calls of the conformance suite: %s", awstest.FormatCounts(c.Proxy.CountsSince(0)))
+}
+
+// kubeUpFlavor is the kubeup flavor on p: what hamaster makes of kube-up's
+// AWS masters (flavors/kubeup), through the provider's way in.
+func kubeUpFlavor(t testing.TB, p providers.Provider) *kubeup.Flavor {
+	t.Helper()
+	f, err := kubeup.New(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -172,7 +172,7 @@ func TestCloneFieldByField(t *testing.T) {
 	}
 	// A standalone replica (etcd clusters of its own): the launch is what
 	// is compared.
-	tmpl, err := kp.CloneTemplate(ctx, master.Template, name, addr, nil, nil)
+	tmpl, err := kubeUpFlavor(t, kp).CloneTemplate(ctx, master.Template, name, addr, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

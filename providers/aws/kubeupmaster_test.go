@@ -68,7 +68,7 @@ func TestKubeUpAWSMaster(t *testing.T) {
 	if got := providers.APIServerPortOf(k); got != 443 {
 		t.Errorf("apiserver port on kube-up masters %d, want 443", got)
 	}
-	if got := k.EtcdClusters(); len(got) != 2 || got[0] != providers.EtcdMain || got[1] != providers.EtcdEvents {
+	if got := kubeUpFlavor(t, k).EtcdClusters(); len(got) != 2 || got[0] != providers.EtcdMain || got[1] != providers.EtcdEvents {
 		t.Errorf("EtcdClusters %v", got)
 	}
 	master, err := k.Instances().Get(ctx, c.Master)
@@ -79,11 +79,11 @@ func TestKubeUpAWSMaster(t *testing.T) {
 		providers.EtcdMain:   {"etcd-" + mhost, "https://" + mhost + ":2380"},
 		providers.EtcdEvents: {"etcd-" + mhost, "https://" + mhost + ":2381"},
 	} {
-		if n, u := k.EtcdMember(cl, c.Master, master.Address); n != want[0] || u != want[1] {
+		if n, u := kubeUpFlavor(t, k).EtcdMember(cl, c.Master, master.Address); n != want[0] || u != want[1] {
 			t.Errorf("EtcdMember(%s) = %s %s, want %s %s", cl, n, u, want[0], want[1])
 		}
 	}
-	caPEM, err := k.ClusterCA(ctx)
+	caPEM, err := kubeUpFlavor(t, k).MasterCA(ctx)
 	if err != nil || !bytes.Equal(caPEM, fx.ClusterCA.CertPEM) {
 		t.Errorf("ClusterCA: %v; want the CA_CERT of master 0's kube-env", err)
 	}
@@ -94,7 +94,7 @@ func TestKubeUpAWSMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	members := map[string][]etcdmember.Member{providers.EtcdMain: {{Name: "etcd-" + mhost}, {PeerURLs: []string{"https://new:2380"}}}}
-	tmpl, err := k.CloneTemplate(ctx, master.Template, name, addr, members, nil)
+	tmpl, err := kubeUpFlavor(t, k).CloneTemplate(ctx, master.Template, name, addr, members, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,8 +50,8 @@ func TestKubeUpVPCMaster0(t *testing.T) {
 	if !ok {
 		t.Fatalf("provider is %T, want *aws.KubeUpProvider", c.Provider)
 	}
-	for _, cl := range kp.EtcdClusters() {
-		cli, err := kp.EtcdCluster(ctx, cl)
+	for _, cl := range kubeUpFlavor(t, kp).EtcdClusters() {
+		cli, err := kubeUpFlavor(t, kp).EtcdCluster(ctx, cl)
 		if err != nil {
 			t.Fatalf("etcd %s through the bastion: %v", cl, err)
 		}

@@ -85,7 +85,7 @@ func TestEtcdThroughSSH(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cli, err := p.Etcd(ctx)
+			cli, err := kubeUpFlavor(t, p).EtcdCluster(ctx, "main")
 			if err != nil {
 				t.Fatalf("etcd through ssh: %v", err)
 			}
@@ -131,8 +131,8 @@ func TestEtcdThroughSSH(t *testing.T) {
 	if pub := r.Template.Machine[awsp.MachinePublicIP]; pub != "true" {
 		t.Errorf("%s: %s=%q, want a public address like master 0's", second, awsp.MachinePublicIP, pub)
 	}
-	for _, cl := range pp.EtcdClusters() {
-		cli, err := pp.EtcdCluster(ctx, cl, c.Master) // through the new master
+	for _, cl := range kubeUpFlavor(t, pp).EtcdClusters() {
+		cli, err := kubeUpFlavor(t, pp).EtcdCluster(ctx, cl, c.Master) // through the new master
 		if err != nil {
 			t.Fatalf("etcd %s through %s's public address: %v", cl, second, err)
 		}
@@ -165,7 +165,7 @@ func TestEtcdThroughSSH(t *testing.T) {
 			// Opening reads user data only: it must not need SSH.
 			t.Fatal(err)
 		}
-		if _, err := p.Etcd(ctx); err == nil || !strings.Contains(err.Error(), "host key") {
+		if _, err := kubeUpFlavor(t, p).EtcdCluster(ctx, "main"); err == nil || !strings.Contains(err.Error(), "host key") {
 			t.Errorf("bastion %q, wrong known_hosts: %v; want a host key refusal", bastion, err)
 		} else if !errors.Is(err, errkind.Unavailable) && !errors.Is(err, errkind.FailedPrecondition) {
 			t.Errorf("bastion %q, wrong known_hosts: error kind of %v", bastion, err)

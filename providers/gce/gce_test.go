@@ -3,6 +3,7 @@ package gce_test
 import (
 	"context"
 	"errors"
+	"github.com/hamaster/hamaster/flavors/flavortest"
 	"slices"
 	"testing"
 	"time"
@@ -20,6 +21,9 @@ func TestConformance(t *testing.T) {
 	c := gcetest.Up(t, "conf", gcetest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	t.Run("flavor kubeup", func(t *testing.T) {
+		flavortest.Run(t, flavortest.Harness{Provider: c.Provider, Flavor: c.Flavor(t), ReplicaName: c.Master + "-f1a", Timeout: time.Minute})
+	})
 	providertest.Run(t, providertest.Harness{
 		Provider:    c.Provider,
 		Timeout:     time.Minute,

@@ -146,7 +146,7 @@ func TestSoleMasterBadReleaseRollsBack(t *testing.T) {
 		t.Errorf("after rollback: /version = %q, %v; want the devel upload's %s", v, err, kubeuptest.DefaultDevelVersion)
 	}
 	// The lock was released (or at worst expires): the next command runs.
-	cli, err := e.c.Provider.Etcd(ctx)
+	cli, err := e.c.Flavor(t).EtcdCluster(ctx, "main")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/flavors/kubeup"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
@@ -31,7 +32,7 @@ func TestEtcdThroughSSHChecksHostKeys(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, cl := range []string{providers.EtcdMain, providers.EtcdEvents} {
-		cli, err := c.Provider.EtcdCluster(ctx, cl)
+		cli, err := c.Flavor(t).EtcdCluster(ctx, cl)
 		if err != nil {
 			t.Fatalf("etcd %s through ssh: %v", cl, err)
 		}
@@ -65,7 +66,11 @@ func TestEtcdThroughSSHChecksHostKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	_, err = p.Etcd(ctx)
+	f, err := kubeup.New(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.EtcdCluster(ctx, providers.EtcdMain)
 	if err == nil || !strings.Contains(err.Error(), "host key") {
 		t.Fatalf("wrong known_hosts: %v; want a host key refusal", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hamaster/hamaster/flavors/flavortest"
+	"github.com/hamaster/hamaster/flavors/hamaster"
 	"net"
 	"net/netip"
 	"os"
@@ -46,6 +48,13 @@ func conformance(t *testing.T, addresses string) {
 	if want := c.Provider.Info().Address(2).String(); master.Address != want {
 		t.Fatalf("master-0 on %s, want %s (%s)", master.Address, want, addresses)
 	}
+	t.Run("flavor hamaster", func(t *testing.T) {
+		f, err := hamaster.New(c.Provider)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flavortest.Run(t, flavortest.Harness{Provider: c.Provider, Flavor: f, ClusterCA: ca.Pool(), ReplicaName: "conformance-flavor"})
+	})
 	providertest.Run(t, providertest.Harness{
 		Provider: c.Provider,
 		Template: func(t *testing.T, name, address string) providers.Template {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hamaster/hamaster/flavors/kubeup"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
@@ -73,10 +74,21 @@ func (c *Cluster) StandaloneTemplate(ctx context.Context, t testing.TB, name str
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := c.Provider.CloneTemplate(ctx, master.Template, name, "", nil, nil)
+	tmpl, err := c.Flavor(t).CloneTemplate(ctx, master.Template, name, "", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl.Env[kubeenv.InitialEtcdClusterState] = kubeenv.StateNew
 	return tmpl
+}
+
+// Flavor is the kubeup flavor on the cluster's provider: what hamaster
+// makes of these masters.
+func (c *Cluster) Flavor(t testing.TB) *kubeup.Flavor {
+	t.Helper()
+	f, err := kubeup.New(c.Provider, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
