@@ -192,3 +192,45 @@ func TestPlanListsStepsAndCalls(t *testing.T) {
 		}
 	}
 }
+
+// BeforeChange runs once, before the first step that may change the
+// world, never for a workflow of Always steps (checks and reads), and its
+// error stops the run before that step.
+func TestBeforeChangeRunsOnceBeforeTheFirstChange(t *testing.T) {
+	t.Parallel()
+	var order []string
+	step := func(name string, always bool) Step {
+		return Step{Name: name, Always: always, Run: func(context.Context, *Run) error {
+			order = append(order, name)
+			return nil
+		}}
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []Step
+		hook  error
+		want  string
+	}{
+		{"before the first change", []Step{step("check", true), step("a", false), step("b", false)}, nil, "check hook a b"},
+		{"reads only", []Step{step("check", true), step("read", true)}, nil, "check read"},
+		{"refused", []Step{step("check", true), step("a", false)}, errors.New("unwritable"), "check hook"},
+	} {
+		order = nil
+		rn := &Runner{Store: NewJournalStore(t.TempDir(), "c1"), Sink: Discard{}, BeforeChange: func() error {
+			order = append(order, "hook")
+			return tc.hook
+		}}
+		wf := &Workflow{Name: "w", Steps: tc.steps}
+		j, _, err := rn.Prepare(wf, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = rn.Execute(context.Background(), wf, j)
+		if (err != nil) != (tc.hook != nil) || (tc.hook != nil && !errors.Is(err, tc.hook)) {
+			t.Errorf("%s: Execute = %v, want %v", tc.name, err, tc.hook)
+		}
+		if got := strings.Join(order, " "); got != tc.want {
+			t.Errorf("%s: ran %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/hamaster/hamaster/errkind"
-	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 )
 
@@ -40,16 +39,6 @@ const KubeUpAPIServerPort = 443
 // (its private DNS name's first label).
 func Hostname(privateIP string) string {
 	return "ip-" + strings.ReplaceAll(privateIP, ".", "-")
-}
-
-func kubeUpCluster(name string) (kubeenv.EtcdCluster, error) {
-	switch name {
-	case providers.EtcdMain:
-		return kubeenv.EtcdMain, nil
-	case providers.EtcdEvents:
-		return kubeenv.EtcdEvents, nil
-	}
-	return kubeenv.EtcdCluster{}, errkind.Errorf(errkind.InvalidArgument, "etcd cluster %q: kube-up masters run %q and %q", name, providers.EtcdMain, providers.EtcdEvents)
 }
 
 // MasterFormat implements providers.MasterFormatter: kube-up's.
