@@ -314,7 +314,7 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 			},
 		},
 		{
-			Name: prefix + "health-gate", Plan: []string{"etcd member healthy and caught up, /readyz 200, /version = " + p.Version, fmt.Sprintf("within %s, else restore the last known-good template and stop", p.HealthTimeout)},
+			Name: prefix + "health-gate", Plan: []string{"etcd member healthy and caught up, /readyz 200, /version = " + p.Version, fmt.Sprintf("within %s, else restore the last known-good template (healthy within %s) and stop", p.HealthTimeout, RestoreHealthTimeout(p.HealthTimeout))},
 			Run: func(ctx context.Context, r *Run) error {
 				n := name(r)
 				if n == "" {
@@ -449,6 +449,10 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 // rollback restores a replica that failed its health gate from its last
 // known-good template, waits until it is healthy again and back in the LB,
 // and concludes the run with an error naming what failed.
+// RestoreHealthTimeout is how long a rollback waits for a replica restored
+// to its last known-good template: twice the upgrade's health timeout.
+func RestoreHealthTimeout(health time.Duration) time.Duration { return 2 * health }
+
 func rollback(ctx context.Context, d *Deps, r *Run, name, lkgKey string, p UpgradeParams, cause error) error {
 	raw := r.Get(lkgKey)
 	if raw == "" {
@@ -470,8 +474,13 @@ func rollback(ctx context.Context, d *Deps, r *Run, name, lkgKey string, p Upgra
 	if err != nil {
 		return err
 	}
-	if err := healthGate(ctx, d, r, rep, lkg.Version, p.HealthTimeout); err != nil {
-		return fmt.Errorf("replica %s failed its health gate (%v) and is not healthy after restoring %s: %w", name, cause, versionText(lkg.Version), err)
+	// The known-good template gets twice the health timeout: giving up
+	// on it leaves the replica down for the operator, while the timeout
+	// is tuned to give up early on a new version. A restore recreates the
+	// VM again, so it has a whole boot to wait for (on a loaded GCE fake
+	// a restore once outlasted a 40 s gate in CI).
+	if err := healthGate(ctx, d, r, rep, lkg.Version, RestoreHealthTimeout(p.HealthTimeout)); err != nil {
+		return fmt.Errorf("replica %s failed its health gate (%v) and is not healthy after restoring %s within %s: %w", name, cause, versionText(lkg.Version), RestoreHealthTimeout(p.HealthTimeout), err)
 	}
 	if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {
 		return err

@@ -706,7 +706,7 @@ Example:
 			&cli.StringFlag{Name: "strategy", Value: workflows.StrategyRecreate, Usage: "recreate|surge"},
 			&cli.StringFlag{Name: "extra-args", Usage: "control-plane `FLAGS`, space-separated (replace the current ones; unset keeps them)"},
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining a replica from the LB before touching it"},
-			&cli.DurationFlag{Name: "health-timeout", Value: 5 * time.Minute, Usage: "how long a replacement may take to become healthy before it is rolled back"},
+			&cli.DurationFlag{Name: "health-timeout", Value: 5 * time.Minute, Usage: "how long a replacement may take to become healthy before it is rolled back (the restored last known-good template then gets twice as long)"},
 			&cli.BoolFlag{Name: "allow-downtime", Usage: "allow recreating a single replica (the control plane is down meanwhile)"},
 			&cli.BoolFlag{Name: "allow-downgrade", Usage: "allow a --version older than a replica's"},
 			&cli.BoolFlag{Name: "allow-skew", Usage: "allow a --version more than one minor version ahead of a replica's"},
