@@ -39,19 +39,21 @@ man:
 # what the tests need on a fresh machine (scripts/test-prereqs.sh: gcc,
 # openssh-server, iproute2; moto checked), or says how and stops. From a
 # fresh clone it is CPU-bound on 2 cores (a cold build cache), so:
-#  - the logic packages (workflows, etcdmember, dataplane, certs, remote,
-#    providers/local, ...) run with -race; NORACE_PKGS, the integration
-#    packages (the CLI, the cloud providers and their test beds, the
-#    benchmark), run without it, at the same time: they drive the same
-#    binaries the tests build without -race anyway, and their race build
-#    (the AWS SDK among it) is 4 CPU-minutes more. .ci/run runs them with
-#    -race after make test ('make test-race-integration');
+#  - the logic packages (etcdmember, certs, dataplane, flavors, kubeenv,
+#    remote, ...) run with -race; NORACE_PKGS, the packages whose tests
+#    drive whole clusters of processes (the workflows against local
+#    replicas, the providers and their test beds, the CLI, the
+#    benchmark), run without it, at the same time: the replicas they
+#    drive are built without -race anyway, and with the workflows and
+#    the local provider under -race make test took 618 s on 2 cores from
+#    a fresh clone. .ci/run runs them all with -race after make test
+#    ('make test-race-integration');
 #  - several packages at once (the slow ones mostly wait on their fakes'
 #    timers; more tests at once within a package overloads moto);
 #  - go vet's full set runs in 'make lint' (.ci/run runs it); go test runs
 #    vet's high-confidence checks.
 TEST_P ?= 4
-NORACE_PKGS ?= ./cmd/... ./providers/aws/... ./providers/gce/... ./testbed/... ./bench/...
+NORACE_PKGS ?= ./cmd/... ./providers/... ./testbed/... ./workflows/... ./bench/...
 test: test-prereqs
 	@all=$$($(GO) list $(PKGS)) && norace=$$($(GO) list $(NORACE_PKGS)) || exit 2; \
 	race=$$(printf '%s\n' $$all | grep -vxF "$$norace"); \
