@@ -79,18 +79,6 @@ func TestEtcdFlags(t *testing.T) {
 	}
 }
 
-func TestIsReplicaName(t *testing.T) {
-	t.Parallel()
-	for name, want := range map[string]bool{
-		"kubernetes-master": true, "kubernetes-master-a1b": true, "kubernetes-master-ip": false,
-		"kubernetes-master-a1bc": false, "kubernetes-minion-group-x": false, "kubernetes-master-A1B": false,
-	} {
-		if got := kubeenv.IsReplicaName("kubernetes-master", name); got != want {
-			t.Errorf("IsReplicaName(%s) = %v, want %v", name, got, want)
-		}
-	}
-}
-
 func TestReplicate(t *testing.T) {
 	t.Parallel()
 	for _, separate := range []bool{false, true} {

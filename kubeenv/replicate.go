@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"strings"
 
 	"github.com/hamaster/hamaster/certs"
 )
@@ -146,15 +145,4 @@ func Replicate(src Master, existing []string, replica string) (Master, error) {
 	out.Certs[EtcdAPIServerClientCert] = EncodeGzipBase64(client.CertPEM)
 	out.Certs[EtcdAPIServerClientKey] = EncodeBase64(client.KeyPEM)
 	return out, nil
-}
-
-// IsReplicaName reports whether name is masterName or masterName-xyz with
-// three characters, as kube-up names replicas (set-replica-name: the
-// first three hex digits of an md5).
-func IsReplicaName(masterName, name string) bool {
-	if name == masterName {
-		return true
-	}
-	s, ok := strings.CutPrefix(name, masterName+"-")
-	return ok && len(s) == 3 && hostRE.MatchString("x"+s)
 }

@@ -11,8 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/hamaster/hamaster/kubeenv"
 )
 
 // Keys of the env file, the local stand-in for a cloud VM's "kube-env"
@@ -50,9 +48,9 @@ const (
 	// KeyAPIServerKey is the key of KeyAPIServerCert (required).
 	KeyAPIServerKey = "APISERVER_KEY"
 	// KeyKubeVersion is the version /version reports, e.g. v1.30.2.
-	KeyKubeVersion = kubeenv.KubeVersion
+	KeyKubeVersion = "KUBE_VERSION"
 	// KeyAPIServerExtraArgs are space-separated apiserver flags.
-	KeyAPIServerExtraArgs = kubeenv.APIServerExtraArgs
+	KeyAPIServerExtraArgs = "APISERVER_EXTRA_ARGS"
 	// KeyDataDir is the "persistent disk"; etcd keeps its data in DATA_DIR/etcd.
 	KeyDataDir = "DATA_DIR"
 	// KeyStaticIPFile names a file holding zero or one IP: the static IP

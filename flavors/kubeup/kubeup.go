@@ -25,11 +25,14 @@
 //     the static IP and the service IP, not each master's own address
 //     (util.sh create-certs).
 //
-// How a template is stored on an instance (GCE metadata items, AWS user
-// data) is the provider's: here a template's Env is kube-env and Files
-// holds kube-master-certs' keys (CA_KEY, ETCD_APISERVER_CLIENT_CERT…)
-// base64-decoded; a provider that keeps those in kube-env (kube-up's AWS
-// masters) leaves Files without them, and a clone keeps each where it was.
+// A template's Env is kube-env and Files holds kube-master-certs' keys
+// (CA_KEY, ETCD_APISERVER_CLIENT_CERT…) base64-decoded; a master that
+// keeps those in kube-env (kube-up's AWS masters) leaves Files without
+// them, and a clone keeps each where it was. How a template is written on
+// a GCE instance (its kube-env and kube-master-certs metadata items, and
+// a version as the release tarball it boots) is this flavor's too
+// (Metadata, given to the provider as its providers.Format); kube-up's AWS
+// user data is still read and written by providers/aws.
 package kubeup
 
 import (
@@ -60,19 +63,38 @@ type Flavor struct {
 	p    providers.Provider
 	dial providers.MachineDialer
 	log  *slog.Logger
+	// meta is the format of a provider keeping templates as metadata
+	// items (providers.Formatted: GCE); nil for one that reads kube-up's
+	// format itself (AWS user data).
+	meta *Metadata
 }
 
 var _ flavors.Flavor = (*Flavor)(nil)
 
 // New binds the flavor to p, which must have a way into its machines
 // (providers.MachineDialer); log (nil: discard) gets the etcd clients'
-// lines.
+// lines. A provider keeping templates as documents
+// (providers.Formatted) is given kube-up's GCE format (Metadata), taking
+// new releases from its release directory (providers.ReleaseSource).
 func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {
 	d, ok := p.(providers.MachineDialer)
 	if !ok {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider has no way into its machines (SSH) to reach kube-up's etcd on their 127.0.0.1", flavors.KubeUp, p.Name())
 	}
-	return &Flavor{p: p, dial: d, log: log}, nil
+	f := &Flavor{p: p, dial: d, log: log}
+	if fp, ok := p.(providers.Formatted); ok {
+		base, option := "", "release-url"
+		if rs, ok := p.(providers.ReleaseSource); ok {
+			base, option = rs.ReleaseURL()
+		}
+		m, err := NewMetadata(base, option)
+		if err != nil {
+			return nil, err
+		}
+		fp.SetFormat(m)
+		f.meta = m
+	}
+	return f, nil
 }
 
 // Name implements flavors.Flavor.
@@ -386,8 +408,23 @@ func (*Flavor) APIServerName() string { return "kubernetes" }
 // CheckVersion implements flavors.Flavor: a kube-up master's version is
 // its server tarball (SERVER_BINARY_TAR_URL, hash-checked at boot by
 // configure.sh download-or-bust), published where the provider's release
-// site says (providers.ReleaseChecker).
+// site says: when any master boots from a server tarball, version's
+// release must be published there (its .sha512 files fetched). Masters
+// without a tarball URL (KUBE_VERSION) need nothing.
 func (f *Flavor) CheckVersion(ctx context.Context, version string) error {
+	if f.meta != nil {
+		reps, err := f.p.Instances().List(ctx)
+		if err != nil {
+			return err
+		}
+		envs := make([]map[string]string, 0, len(reps))
+		for _, r := range reps {
+			envs = append(envs, r.Template.Env)
+		}
+		return f.meta.Check(ctx, version, envs)
+	}
+	// A provider reading kube-up's format itself checks it
+	// (providers.ReleaseChecker: AWS user data).
 	if rc, ok := f.p.(providers.ReleaseChecker); ok {
 		return rc.CheckRelease(ctx, version)
 	}

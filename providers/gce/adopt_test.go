@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/flavors/kubeup"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake"
@@ -59,6 +60,9 @@ func TestFindsMastersByNameWithoutLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	if _, err := kubeup.New(p, nil); err != nil { // kube-up's master format
+		t.Fatal(err)
+	}
 	rs, err := p.Instances().List(ctx)
 	if err != nil {
 		t.Fatal(err)

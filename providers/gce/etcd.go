@@ -23,7 +23,7 @@ var (
 )
 
 // MasterFormat implements providers.MasterFormatter: the provider finds
-// only masters kube-up named (kubeenv.IsReplicaName) with a kube-env.
+// only masters named as kube-up names them (instances.isMasterName).
 func (p *Provider) MasterFormat() string { return "kubeup" }
 
 // MachineHostname implements providers.MachineDialer: a GCE instance's

@@ -1,7 +1,7 @@
 // Package gce is hamaster's Compute Engine provider: replicas are VMs
 // cloned from the existing master (machine type, image, network, tags,
-// service account, labels and metadata, with kube-env's etcd keys
-// rewritten), the static IP is the cluster's regional external address on
+// service account, labels and metadata, the template as the cluster's
+// flavor clones and writes it), the static IP is the cluster's regional external address on
 // master 0's access config, the load balancer is a backend-service-based
 // external passthrough Network Load Balancer (regional HTTPS health check
 // on /readyz, one unmanaged instance group per zone, a regional backend
@@ -31,17 +31,13 @@
 //	firewall      MASTER_NAME-lb-health-checks  lets the health-check
 //	              probe ranges reach the masters' network tags on 443
 //
-// Template mapping: Env ↔ the kube-env metadata item (kube-up's `KEY:
-// 'value'` lines, see package kubeenv); Version ↔ the release kube-env's
-// SERVER_BINARY_TAR_URL names ("" for kube-up's devel upload; a new
-// version becomes the release's tarball URLs and published hashes under
-// OptReleaseURL, as cluster/gce/util.sh tars_from_version writes them,
-// see release.go), or KUBE_VERSION for a master without a tarball URL;
-// Files ↔ kube-master-certs (base64 per file); ExtraArgs ↔ kube-env's
-// APISERVER_TEST_ARGS (configure-kubeapiserver.sh appends it to the
-// apiserver's flags); Machine ↔ the instance
-// settings copied when cloning (keys Machine*), other metadata items as
-// "metadata.<key>" and labels as "label.<key>".
+// Template mapping: Version, ExtraArgs, Env and Files ↔ the metadata
+// items the cluster's flavor writes and reads (providers.Format, set by
+// the flavor: kube-up's kube-env and kube-master-certs, flavors/kubeup
+// Metadata), a new version taken from OptReleaseURL
+// (providers.ReleaseSource); Machine ↔ the instance settings copied when
+// cloning (keys Machine*), the other metadata items as "metadata.<key>"
+// and labels as "label.<key>".
 package gce
 
 import (
@@ -50,7 +46,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -63,7 +58,6 @@ import (
 
 	"github.com/hamaster/hamaster/dns"
 	"github.com/hamaster/hamaster/errkind"
-	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/remote"
@@ -131,11 +125,8 @@ const (
 	LabelLB = "hamaster-lb"
 )
 
-// Metadata items.
-const (
-	envKubeVersion = "KUBE_VERSION"
-	dataDeviceName = "master-pd"
-)
+// dataDeviceName is the data disk's device name (create-master).
+const dataDeviceName = "master-pd"
 
 // Provider is the GCE provider bound to one cluster.
 type Provider struct {
@@ -172,9 +163,10 @@ type Provider struct {
 	ssh      map[string]*remote.Client
 	out      io.Writer
 
-	// site is where new versions' release tarballs come from
-	// (OptReleaseURL; release.go).
-	site *kubeenv.ReleaseSite
+	// format writes and reads the masters' templates (the flavor's:
+	// SetFormat); releaseURL is OptReleaseURL (providers.ReleaseSource).
+	format     providers.Format
+	releaseURL string
 }
 
 type diskInfo struct {
@@ -194,12 +186,11 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: o, project: o[OptProject], region: o[OptRegion],
 		network: o[OptNetwork], subnet: o[OptSubnetwork], opWait: 10 * time.Minute, apiPort: DefaultAPIServerPort, log: s.Log(),
 		zoneOf: map[string]string{}, diskInfo: map[string]diskInfo{}, ssh: map[string]*remote.Client{},
-		site: &kubeenv.ReleaseSite{Base: kubeenv.DefaultReleaseURL, Flag: OptReleaseURL, Client: &http.Client{Timeout: time.Minute}}}
-	if v := o[OptReleaseURL]; v != "" {
-		if err := kubeenv.CheckReleaseBase(v); err != nil {
-			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %w", OptReleaseURL, err)
+		releaseURL: o[OptReleaseURL]}
+	if p.releaseURL != "" {
+		if err := providers.CheckHTTPURL(OptReleaseURL, p.releaseURL); err != nil {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "%w", err)
 		}
-		p.site.Base = strings.TrimSuffix(v, "/")
 	}
 	p.out = s.Out
 	if p.out == nil {
@@ -439,4 +430,30 @@ func (p *Provider) drainSeconds() int32 {
 		return int32(v)
 	}
 	return 30
+}
+
+var (
+	_ providers.Formatted     = (*Provider)(nil)
+	_ providers.ReleaseSource = (*Provider)(nil)
+)
+
+// SetFormat implements providers.Formatted.
+func (p *Provider) SetFormat(f providers.Format) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.format = f
+}
+
+// ReleaseURL implements providers.ReleaseSource (OptReleaseURL).
+func (p *Provider) ReleaseURL() (string, string) { return p.releaseURL, OptReleaseURL }
+
+// masterFormat is the format set by the flavor; none yet is
+// errkind.FailedPrecondition (a wiring bug: flavors/registry.Open sets it).
+func (p *Provider) masterFormat() (providers.Format, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.format == nil {
+		return nil, errkind.Errorf(errkind.FailedPrecondition, "gce: no master format set: the cluster's flavor sets it when it is opened (flavors/registry.Open)")
+	}
+	return p.format, nil
 }

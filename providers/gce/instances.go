@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,7 +17,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hamaster/hamaster/errkind"
-	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 )
 
@@ -46,6 +47,19 @@ type instances struct{ p *Provider }
 func (in *instances) filter() string {
 	return fmt.Sprintf("name eq \"%s(-[a-z0-9]{3})?\"", regexp.QuoteMeta(in.p.masterName()))
 }
+
+// isMasterName reports whether name is one filter finds: MASTER_NAME,
+// or MASTER_NAME-xyz with three lowercase letters or digits (kube-up's
+// set-replica-name: the first three hex digits of an md5).
+func (in *instances) isMasterName(name string) bool {
+	if name == in.p.masterName() {
+		return true
+	}
+	s, ok := strings.CutPrefix(name, in.p.masterName()+"-")
+	return ok && replicaSuffixRE.MatchString(s)
+}
+
+var replicaSuffixRE = regexp.MustCompile(`^[a-z0-9]{3}$`)
 
 // List implements providers.Instances: the masters (by name) in every
 // configured zone, sorted by name.
@@ -89,7 +103,7 @@ func (in *instances) listRaw(ctx context.Context) ([]*computepb.Instance, error)
 		}
 		in.p.mu.Lock()
 		for _, x := range got {
-			if kubeenv.IsReplicaName(in.p.masterName(), x.GetName()) {
+			if in.isMasterName(x.GetName()) {
 				in.p.zoneOf[x.GetName()] = z
 				all = append(all, x)
 			}
@@ -121,7 +135,7 @@ func (in *instances) getRaw(ctx context.Context, name string) (*computepb.Instan
 		if err != nil {
 			return nil, "", err
 		}
-		if !kubeenv.IsReplicaName(in.p.masterName(), name) {
+		if !in.isMasterName(name) {
 			return nil, "", errkind.Errorf(errkind.NotFound, "instance %s in %s is not a master of cluster %s: kube-up names masters %s and %s-<3 characters> (--%s)", name, z, in.p.cluster, in.p.masterName(), in.p.masterName(), OptMasterName)
 		}
 		in.p.mu.Lock()
@@ -202,30 +216,23 @@ func (in *instances) replica(ctx context.Context, x *computepb.Instance) (provid
 			m[MachineDataDiskGB] = strconv.FormatInt(info.sizeGb, 10)
 		}
 	}
+	f, err := in.p.masterFormat()
+	if err != nil {
+		return r, err
+	}
+	docs := map[string]string{}
 	for _, it := range x.GetMetadata().GetItems() {
-		switch it.GetKey() {
-		case kubeenv.KeyEnv:
-			env, err := kubeenv.Parse(it.GetValue())
-			if err != nil {
-				return r, fmt.Errorf("instance %s: metadata %s: %w", x.GetName(), kubeenv.KeyEnv, err)
-			}
-			t.Version = in.p.templateVersion(env)
-			delete(env, envKubeVersion)
-			// configure-kubeapiserver.sh start-kube-apiserver appends
-			// ${APISERVER_TEST_ARGS} to the apiserver's flags.
-			t.ExtraArgs = strings.Fields(env[kubeenv.APIServerTestArgs])
-			delete(env, kubeenv.APIServerTestArgs)
-			t.Env = env
-		case kubeenv.KeyCerts:
-			files, err := templateFiles(it.GetValue())
-			if err != nil {
-				return r, fmt.Errorf("instance %s: metadata %s: %w", x.GetName(), kubeenv.KeyCerts, err)
-			}
-			t.Files = files
-		default:
+		if f.Owns(it.GetKey()) {
+			docs[it.GetKey()] = it.GetValue()
+		} else {
 			m[machineMetadata+it.GetKey()] = it.GetValue()
 		}
 	}
+	ft, err := f.Decode(docs)
+	if err != nil {
+		return r, fmt.Errorf("instance %s: %w", x.GetName(), err)
+	}
+	t.Version, t.ExtraArgs, t.Env, t.Files = ft.Version, ft.ExtraArgs, ft.Env, ft.Files
 	r.Template = t
 	return r, nil
 }
@@ -322,7 +329,7 @@ func (in *instances) reserveAddress(ctx context.Context, name, ip string) (strin
 
 // checkName refuses a replica name kube-up's discovery would not find.
 func (in *instances) checkName(name string) error {
-	if !kubeenv.IsReplicaName(in.p.masterName(), name) {
+	if !in.isMasterName(name) {
 		return errkind.Errorf(errkind.InvalidArgument, "replica name %q: masters of cluster %s are named %s-<3 lowercase letters or digits> (kube-up's MASTER_NAME-xyz; MASTER_NAME is --%s, default <cluster>-master)", name, in.p.cluster, in.p.masterName(), OptMasterName)
 	}
 	return nil
@@ -377,7 +384,7 @@ func (in *instances) Create(ctx context.Context, name, zone string, tmpl provide
 	} else if !errors.Is(err, errkind.NotFound) {
 		return providers.Replica{}, err
 	}
-	tmpl, err := in.p.resolveRelease(ctx, tmpl)
+	docs, err := in.encode(ctx, tmpl)
 	if err != nil {
 		return providers.Replica{}, fmt.Errorf("create replica %s: %w", name, err)
 	}
@@ -392,7 +399,7 @@ func (in *instances) Create(ctx context.Context, name, zone string, tmpl provide
 	if err := in.ensureDataDisk(ctx, name, zone, tmpl); err != nil {
 		return providers.Replica{}, err
 	}
-	if err := in.insert(ctx, name, zone, tmpl, addr, ""); err != nil {
+	if err := in.insert(ctx, name, zone, tmpl, docs, addr, ""); err != nil {
 		return providers.Replica{}, fmt.Errorf("create replica %s: %w", name, err)
 	}
 	return in.getVisible(ctx, name)
@@ -417,25 +424,13 @@ func (in *instances) ensureDataDisk(ctx context.Context, name, zone string, tmpl
 	return ignore(err, errkind.AlreadyExists)
 }
 
-// insert creates the instance from tmpl on the existing data disk; natIP
-// "" means an ephemeral external IP.
-func (in *instances) insert(ctx context.Context, name, zone string, tmpl providers.Template, addr, natIP string) error {
+// insert creates the instance from tmpl, its metadata docs (encode), on
+// the existing data disk; natIP "" means an ephemeral external IP.
+func (in *instances) insert(ctx context.Context, name, zone string, tmpl providers.Template, docs map[string]string, addr, natIP string) error {
 	m := tmpl.Machine
-	env := map[string]string{}
-	for k, v := range tmpl.Env {
-		env[k] = v
-	}
-	// A kube-up master's version is its server tarball (resolveRelease
-	// rewrote it); KUBE_VERSION only for a master without one.
-	if tmpl.Version != "" && env[kubeenv.ServerBinaryTarURL] == "" {
-		env[envKubeVersion] = tmpl.Version
-	}
-	if len(tmpl.ExtraArgs) > 0 {
-		env[kubeenv.APIServerTestArgs] = strings.Join(tmpl.ExtraArgs, " ")
-	}
-	items := []*computepb.Items{
-		{Key: proto.String(kubeenv.KeyEnv), Value: proto.String(kubeenv.Render(env))},
-		{Key: proto.String(kubeenv.KeyCerts), Value: proto.String(certsItem(tmpl.Files))},
+	var items []*computepb.Items
+	for _, k := range slices.Sorted(maps.Keys(docs)) {
+		items = append(items, &computepb.Items{Key: proto.String(k), Value: proto.String(docs[k])})
 	}
 	labels := in.p.labels()
 	var keys []string
@@ -532,9 +527,10 @@ func (in *instances) findDataDisk(ctx context.Context, name string) (string, err
 // IP gets it back. A crash between the two is resumed: no instance but a
 // data disk means "insert again".
 func (in *instances) Recreate(ctx context.Context, name string, tmpl providers.Template) (providers.Replica, error) {
-	// The release's hashes are fetched before the instance is deleted: a
-	// version without a release leaves the replica as it is.
-	tmpl, err := in.p.resolveRelease(ctx, tmpl)
+	// The template is written (a new release's hashes fetched) before the
+	// instance is deleted: a version without a release leaves the replica
+	// as it is.
+	docs, err := in.encode(ctx, tmpl)
 	if err != nil {
 		return providers.Replica{}, fmt.Errorf("recreate replica %s: %w", name, err)
 	}
@@ -572,7 +568,7 @@ func (in *instances) Recreate(ctx context.Context, name string, tmpl providers.T
 	if err != nil {
 		return providers.Replica{}, err
 	}
-	if err := in.insert(ctx, name, zone, tmpl, addr, natIP); err != nil {
+	if err := in.insert(ctx, name, zone, tmpl, docs, addr, natIP); err != nil {
 		return providers.Replica{}, fmt.Errorf("recreate replica %s: %w", name, err)
 	}
 	return in.getVisible(ctx, name)
@@ -640,4 +636,13 @@ func optional(s string) *string {
 		return nil
 	}
 	return proto.String(s)
+}
+
+// encode writes tmpl's metadata items in the cluster's master format.
+func (in *instances) encode(ctx context.Context, tmpl providers.Template) (map[string]string, error) {
+	f, err := in.p.masterFormat()
+	if err != nil {
+		return nil, err
+	}
+	return f.Encode(ctx, tmpl)
 }

@@ -56,6 +56,10 @@ func Up(t testing.TB, name string, o Options) *Cluster {
 	}
 	p := pp.(*gce.Provider)
 	t.Cleanup(func() { p.Close() })
+	// The kube-up flavor gives the provider its master format.
+	if _, err := kubeup.New(p, nil); err != nil {
+		t.Fatal(err)
+	}
 	return &Cluster{KubeUpCluster: k, Name: name, Master: k.Master.Name, Provider: p}
 }
 
