@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"sync"
+
+	"github.com/hamaster/hamaster/errkind"
 )
 
 // Format is how a master's template is written on its machine and read
@@ -32,13 +35,29 @@ type Format interface {
 }
 
 // Formatted is implemented by providers whose machines carry their
-// template as documents a Format writes (gce). The cluster's flavor sets
-// it when it is bound to the provider (flavors/registry.Open), before any
-// machine is read; until then reading or writing a template is
-// errkind.FailedPrecondition.
+// template as documents a Format writes (gce, aws). The cluster's flavor
+// sets it when it is bound to the provider (flavors/registry.Open),
+// before any machine is read; until then reading or writing a template
+// is errkind.FailedPrecondition.
 type Formatted interface {
+	// Carrier is how the machines carry documents: CarrierMetadata or
+	// CarrierUserData.
+	Carrier() string
 	SetFormat(Format)
 }
+
+// Carriers (Formatted.Carrier).
+const (
+	// CarrierMetadata: any number of named documents (a GCE instance's
+	// metadata items).
+	CarrierMetadata = "metadata"
+	// CarrierUserData: one document, DocUserData (an EC2 instance's user
+	// data, not base64-encoded).
+	CarrierUserData = "user-data"
+)
+
+// DocUserData is the one document of CarrierUserData.
+const DocUserData = "user-data"
 
 // ReleaseSource is implemented by providers whose masters download their
 // release at boot from a directory the operator may set (a GCE mirror of
@@ -58,4 +77,29 @@ func CheckHTTPURL(option, v string) error {
 		return fmt.Errorf("--%s: %q is not an http(s) URL of a directory (scheme and host, no query or fragment)", option, v)
 	}
 	return nil
+}
+
+// FormatSlot holds the Format a flavor sets: a provider embeds it to
+// implement Formatted's SetFormat.
+type FormatSlot struct {
+	mu sync.Mutex
+	f  Format
+}
+
+// SetFormat implements Formatted.
+func (s *FormatSlot) SetFormat(f Format) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.f = f
+}
+
+// TemplateFormat is the format set, or errkind.FailedPrecondition naming
+// provider when none is (a wiring bug: flavors/registry.Open sets it).
+func (s *FormatSlot) TemplateFormat(provider string) (Format, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return nil, errkind.Errorf(errkind.FailedPrecondition, "%s: no master format set: the cluster's flavor sets it when it is opened (flavors/registry.Open)", provider)
+	}
+	return s.f, nil
 }

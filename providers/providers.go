@@ -36,16 +36,16 @@ import (
 // existing one's template; only name, address, data disk and the etcd
 // environment differ.
 type Template struct {
-	// Version is the control-plane version the replica runs: KUBE_VERSION
-	// for hamaster's own masters, the release a kube-up GCE master's
-	// server tarball URL names. "" when the template names none (a
-	// kube-up master on its devel upload); a workflow given "" keeps each
-	// replica's version and does not compare /version.
+	// Version is the control-plane version the replica runs, as its
+	// flavor's format reads it (package flavors). "" when the template
+	// names none (a kube-up master on its devel upload); a workflow given
+	// "" keeps each replica's version and does not compare /version.
 	Version string `json:"version"`
 	// ExtraArgs are flags for the control-plane process.
 	ExtraArgs []string `json:"extra_args,omitempty"`
-	// Env is the replica's environment ("kube-env" metadata / user data).
-	// INITIAL_ETCD_CLUSTER and ETCD_INITIAL_CLUSTER_STATE live here.
+	// Env is the replica's environment, which the flavor's format writes
+	// on the machine (providers.Format); the etcd cluster a new replica
+	// joins is set here.
 	Env map[string]string `json:"env,omitempty"`
 	// Files are the replica's certificates and keys, by file name
 	// ("kube-master-certs" metadata). Keys of Files are base names.
@@ -183,6 +183,13 @@ type Settings struct {
 	// Logger receives the provider's logs (cloud SDK requests at debug);
 	// nil discards them.
 	Logger *slog.Logger
+	// Recognize names the flavor whose format a machine's documents
+	// (providers.Format) are in, "" for none it knows
+	// (flavors/registry.Recognize). A provider that must tell its
+	// masters' format before a flavor is bound (aws: kube-up's masters
+	// serve 443) asks it; nil, it cannot tell and says which option to
+	// set.
+	Recognize func(docs map[string]string) string
 }
 
 // Log returns s.Logger, or a logger that discards when it is nil.
@@ -240,14 +247,4 @@ func (r *Registry) Open(ctx context.Context, name string, s Settings) (Provider,
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--provider: unknown provider %q (valid: %s)", name, strings.Join(r.Names(), ", "))
 	}
 	return f(ctx, s)
-}
-
-// ReleaseChecker is implemented by providers whose masters download their
-// release at boot (a kube-up GCE master fetches its server tarball): a
-// target version is checked before a workflow changes anything.
-// CheckRelease returns an errkind.InvalidArgument error naming --version
-// and where it looked when version cannot be had there; it is read-only
-// and may be called again.
-type ReleaseChecker interface {
-	CheckRelease(ctx context.Context, version string) error
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
+	flavorregistry "github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/gce"
@@ -37,7 +38,7 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 	if g.json() {
 		out = c.App.ErrWriter // stdout carries JSON only
 	}
-	return providers.Settings{Cluster: g.cluster, StateDir: g.stateDir, Out: out, Logger: g.logger, Options: map[string]string{
+	return providers.Settings{Cluster: g.cluster, StateDir: g.stateDir, Out: out, Logger: g.logger, Recognize: flavorregistry.Recognize, Options: map[string]string{
 		local.OptNodeBinary: c.String("node-binary"),
 		local.OptSubnet:     c.String("subnet"),
 

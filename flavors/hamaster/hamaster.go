@@ -32,6 +32,12 @@ func New(p providers.Provider) (*Flavor, error) {
 	if !ok {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider's masters are not in hamaster's format (it cannot reach their etcd with the cluster CA's certificates)", flavors.Hamaster, p.Name())
 	}
+	if fp, ok := p.(providers.Formatted); ok {
+		if c := fp.Carrier(); c != providers.CarrierUserData {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider carries templates as %s, which hamaster's format has no form for", flavors.Hamaster, p.Name(), c)
+		}
+		fp.SetFormat(UserData{})
+	}
 	return &Flavor{p: p, reach: r}, nil
 }
 
@@ -89,12 +95,6 @@ func (*Flavor) MasterCA(context.Context) ([]byte, error) {
 // certificates name every replica's address.
 func (*Flavor) APIServerName() string { return "" }
 
-// CheckVersion implements flavors.Flavor: KUBE_VERSION needs nothing
-// published; a provider whose masters download their release checks it
-// (providers.ReleaseChecker).
-func (f *Flavor) CheckVersion(ctx context.Context, version string) error {
-	if rc, ok := f.p.(providers.ReleaseChecker); ok {
-		return rc.CheckRelease(ctx, version)
-	}
-	return nil
-}
+// CheckVersion implements flavors.Flavor: a hamaster master's version is
+// KUBE_VERSION, which needs nothing published.
+func (*Flavor) CheckVersion(context.Context, string) error { return nil }

@@ -29,10 +29,10 @@
 // (CA_KEY, ETCD_APISERVER_CLIENT_CERT…) base64-decoded; a master that
 // keeps those in kube-env (kube-up's AWS masters) leaves Files without
 // them, and a clone keeps each where it was. How a template is written on
-// a GCE instance (its kube-env and kube-master-certs metadata items, and
-// a version as the release tarball it boots) is this flavor's too
-// (Metadata, given to the provider as its providers.Format); kube-up's AWS
-// user data is still read and written by providers/aws.
+// a machine is this flavor's too, given to the provider as its
+// providers.Format: on GCE the kube-env and kube-master-certs metadata
+// items (Metadata), on AWS kube-up's user-data script (UserData), a
+// version in both as the release tarball the master boots.
 package kubeup
 
 import (
@@ -63,10 +63,9 @@ type Flavor struct {
 	p    providers.Provider
 	dial providers.MachineDialer
 	log  *slog.Logger
-	// meta is the format of a provider keeping templates as metadata
-	// items (providers.Formatted: GCE); nil for one that reads kube-up's
-	// format itself (AWS user data).
-	meta *Metadata
+	// rel is where new releases come from (the provider's release
+	// directory); nil on a provider that keeps no template (a test's).
+	rel *releases
 }
 
 var _ flavors.Flavor = (*Flavor)(nil)
@@ -87,12 +86,19 @@ func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {
 		if rs, ok := p.(providers.ReleaseSource); ok {
 			base, option = rs.ReleaseURL()
 		}
-		m, err := NewMetadata(base, option)
+		rel, err := newReleases(base, option)
 		if err != nil {
 			return nil, err
 		}
-		fp.SetFormat(m)
-		f.meta = m
+		switch c := fp.Carrier(); c {
+		case providers.CarrierMetadata:
+			fp.SetFormat(&Metadata{rel: rel})
+		case providers.CarrierUserData:
+			fp.SetFormat(&UserData{rel: rel})
+		default:
+			return nil, fmt.Errorf("--flavor %s: the %s provider carries templates as %q, which kube-up's format has no form for", flavors.KubeUp, p.Name(), c)
+		}
+		f.rel = rel
 	}
 	return f, nil
 }
@@ -412,21 +418,16 @@ func (*Flavor) APIServerName() string { return "kubernetes" }
 // release must be published there (its .sha512 files fetched). Masters
 // without a tarball URL (KUBE_VERSION) need nothing.
 func (f *Flavor) CheckVersion(ctx context.Context, version string) error {
-	if f.meta != nil {
-		reps, err := f.p.Instances().List(ctx)
-		if err != nil {
-			return err
-		}
-		envs := make([]map[string]string, 0, len(reps))
-		for _, r := range reps {
-			envs = append(envs, r.Template.Env)
-		}
-		return f.meta.Check(ctx, version, envs)
+	if f.rel == nil {
+		return nil
 	}
-	// A provider reading kube-up's format itself checks it
-	// (providers.ReleaseChecker: AWS user data).
-	if rc, ok := f.p.(providers.ReleaseChecker); ok {
-		return rc.CheckRelease(ctx, version)
+	reps, err := f.p.Instances().List(ctx)
+	if err != nil {
+		return err
 	}
-	return nil
+	envs := make([]map[string]string, 0, len(reps))
+	for _, r := range reps {
+		envs = append(envs, r.Template.Env)
+	}
+	return f.rel.check(ctx, version, envs)
 }

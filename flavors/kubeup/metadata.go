@@ -37,15 +37,17 @@ import (
 // (<url>.sha512, fetched once per version: kubeenv.ReleaseSite), which
 // configure.sh download-or-bust checks at boot. KUBE_VERSION, which no
 // kube-up master reads, is written only for masters without a tarball URL.
-type Metadata struct {
-	site *kubeenv.ReleaseSite
-}
+type Metadata struct{ rel *releases }
 
 var _ providers.Format = (*Metadata)(nil)
 
-// NewMetadata is kube-up's GCE format taking new releases from base (""
-// for dl.k8s.io), which option sets (named in errors).
-func NewMetadata(base, option string) (*Metadata, error) {
+// releases is where a kube-up master's new release comes from: the
+// provider's release directory (providers.ReleaseSource) or dl.k8s.io.
+type releases struct{ site *kubeenv.ReleaseSite }
+
+// newReleases takes new releases from base ("" for dl.k8s.io), which
+// option sets (named in errors).
+func newReleases(base, option string) (*releases, error) {
 	site := &kubeenv.ReleaseSite{Base: kubeenv.DefaultReleaseURL, Flag: option, Client: &http.Client{Timeout: time.Minute}}
 	if base != "" {
 		if err := kubeenv.CheckReleaseBase(base); err != nil {
@@ -53,7 +55,33 @@ func NewMetadata(base, option string) (*Metadata, error) {
 		}
 		site.Base = strings.TrimSuffix(base, "/")
 	}
-	return &Metadata{site: site}, nil
+	return &releases{site: site}, nil
+}
+
+// check fails unless version's release can be had for the masters whose
+// kube-env is envs (nothing is needed when none boots from a tarball).
+func (r *releases) check(ctx context.Context, version string, envs []map[string]string) error {
+	return r.site.Check(ctx, version, envs)
+}
+
+// NewMetadata is kube-up's GCE format taking new releases from base (""
+// for dl.k8s.io), which option sets (named in errors).
+func NewMetadata(base, option string) (*Metadata, error) {
+	rel, err := newReleases(base, option)
+	if err != nil {
+		return nil, err
+	}
+	return &Metadata{rel: rel}, nil
+}
+
+// NewUserData is kube-up's AWS format taking new releases from base (""
+// for dl.k8s.io), which option sets (named in errors).
+func NewUserData(base, option string) (*UserData, error) {
+	rel, err := newReleases(base, option)
+	if err != nil {
+		return nil, err
+	}
+	return &UserData{rel: rel}, nil
 }
 
 // Owns implements providers.Format.
@@ -67,7 +95,7 @@ func (m *Metadata) Decode(docs map[string]string) (providers.Template, error) {
 		if err != nil {
 			return t, fmt.Errorf("metadata %s: %w", kubeenv.KeyEnv, err)
 		}
-		t.Version = m.site.Version(env)
+		t.Version = m.rel.site.Version(env)
 		delete(env, kubeenv.KubeVersion)
 		t.ExtraArgs = strings.Fields(env[kubeenv.APIServerTestArgs])
 		delete(env, kubeenv.APIServerTestArgs)
@@ -86,7 +114,7 @@ func (m *Metadata) Decode(docs map[string]string) (providers.Template, error) {
 // Encode implements providers.Format: a new version's release hashes
 // are fetched first, so a version without a release writes nothing.
 func (m *Metadata) Encode(ctx context.Context, t providers.Template) (map[string]string, error) {
-	env, err := m.site.Resolve(ctx, t.Env, t.Version)
+	env, err := m.rel.site.Resolve(ctx, t.Env, t.Version)
 	if err != nil {
 		return nil, err
 	}
@@ -101,12 +129,6 @@ func (m *Metadata) Encode(ctx context.Context, t providers.Template) (map[string
 		env[kubeenv.APIServerTestArgs] = strings.Join(t.ExtraArgs, " ")
 	}
 	return map[string]string{kubeenv.KeyEnv: kubeenv.Render(env), kubeenv.KeyCerts: certsItem(t.Files)}, nil
-}
-
-// Check fails unless version's release can be had for the masters whose
-// kube-env is envs (nothing is needed when none boots from a tarball).
-func (m *Metadata) Check(ctx context.Context, version string, envs []map[string]string) error {
-	return m.site.Check(ctx, version, envs)
 }
 
 // kubeUpKeyRE matches kube-master-certs keys (shell variable names in

@@ -44,7 +44,7 @@ func TestMetadataVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.site.Client = srv.Client()
+	m.rel.site.Client = srv.Client()
 
 	devel := map[string]string{
 		kubeenv.ServerBinaryTarURL:   "https://storage.googleapis.com/kubernetes-staging-0123456789/kubernetes-devel/kubernetes-server-linux-amd64.tar.gz",

@@ -53,3 +53,13 @@ func Check(name string) error {
 	}
 	return errkind.Errorf(errkind.InvalidArgument, "--flavor %q: want one of %s (or none: what the provider finds on its masters)", name, strings.Join(Names(), ", "))
 }
+
+// Recognize names the flavor whose format a machine's documents are in,
+// "" for none it knows: what the CLI gives providers as
+// providers.Settings.Recognize (kube-up's AWS user data → kubeup).
+func Recognize(docs map[string]string) string {
+	if ud, ok := docs[providers.DocUserData]; ok && kubeup.Recognizes([]byte(ud)) {
+		return flavors.KubeUp
+	}
+	return ""
+}

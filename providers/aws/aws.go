@@ -15,7 +15,10 @@
 // and 5xx are retried by the SDK's standard retryer with a bound
 // (OptMaxAttempts); what escapes is mapped to errkind (see errors.go).
 //
-// User data: see userdata.go. Address view: see addrmap.go.
+// User data: what it says is the cluster's flavor's (providers.Format:
+// flavors/kubeup UserData for kube-up's script, flavors/hamaster UserData
+// for hamaster's MIME layout); the provider stores it. Address view: see
+// addrmap.go.
 package aws
 
 import (
@@ -23,7 +26,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
@@ -43,7 +45,6 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/internal/wait"
-	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/remote"
@@ -112,7 +113,7 @@ const (
 	OptClientCIDRs = "aws-client-cidrs"
 	// OptReleaseURL is where kube-up masters' new release tarballs come
 	// from (default https://dl.k8s.io/release, as kube-up's upgrade; an
-	// operator's mirror): see release.go.
+	// operator's mirror; providers.ReleaseSource): the flavor writes them.
 	OptReleaseURL = "aws-release-url"
 )
 
@@ -136,9 +137,13 @@ type Provider struct {
 	stateDir string
 	opts     map[string]string
 	log      *slog.Logger
-	// site is where new versions' release tarballs come from
-	// (OptReleaseURL; release.go).
-	site *kubeenv.ReleaseSite
+	// releaseURL is OptReleaseURL (providers.ReleaseSource); recognize
+	// tells a master's format (providers.Settings.Recognize); FormatSlot
+	// holds the format that writes and reads the masters' user data (the
+	// flavor's).
+	releaseURL string
+	recognize  func(docs map[string]string) string
+	providers.FormatSlot
 
 	ec2 *ec2.Client
 	elb *elb.Client
@@ -266,13 +271,12 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	p.ec2 = ec2.NewFromConfig(cfg)
 	p.elb = elb.NewFromConfig(cfg)
 	p.r53 = route53.NewFromConfig(cfg)
-	p.site = &kubeenv.ReleaseSite{Base: kubeenv.DefaultReleaseURL, Flag: OptReleaseURL, Client: &http.Client{Timeout: time.Minute}}
-	if v := opts[OptReleaseURL]; v != "" {
-		if err := kubeenv.CheckReleaseBase(v); err != nil {
-			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %w", OptReleaseURL, err)
+	if p.releaseURL = opts[OptReleaseURL]; p.releaseURL != "" {
+		if err := providers.CheckHTTPURL(OptReleaseURL, p.releaseURL); err != nil {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "%w", err)
 		}
-		p.site.Base = strings.TrimSuffix(v, "/")
 	}
+	p.recognize = s.Recognize
 	p.inst = &instances{p: p}
 	p.sip = &staticIP{p: p}
 	p.lbal = &loadBalancer{p: p}
@@ -416,3 +420,14 @@ func (p *Provider) pollUntil(ctx context.Context, what string, check func() (boo
 	}
 	return err
 }
+
+var (
+	_ providers.Formatted     = (*Provider)(nil)
+	_ providers.ReleaseSource = (*Provider)(nil)
+)
+
+// Carrier implements providers.Formatted: one document, the user data.
+func (*Provider) Carrier() string { return providers.CarrierUserData }
+
+// ReleaseURL implements providers.ReleaseSource (OptReleaseURL).
+func (p *Provider) ReleaseURL() (string, string) { return p.releaseURL, OptReleaseURL }

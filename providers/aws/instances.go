@@ -192,9 +192,16 @@ func (in *instances) replica(ctx context.Context, i instance, vols []volume) (pr
 	if err != nil {
 		return providers.Replica{}, err
 	}
-	t, err := templateOf(ud, in.p.site)
+	f, err := in.p.TemplateFormat(Name)
+	if err != nil {
+		return providers.Replica{}, err
+	}
+	t, err := f.Decode(map[string]string{providers.DocUserData: string(ud)})
 	if err != nil {
 		return providers.Replica{}, fmt.Errorf("user data of %s (%s): %w", i.name, i.id, err)
+	}
+	if t.Machine == nil {
+		t.Machine = map[string]string{}
 	}
 	m := t.Machine
 	raw := i.raw
@@ -555,14 +562,17 @@ func (in *instances) launch(ctx context.Context, name string, tmpl providers.Tem
 	if err != nil {
 		return err
 	}
-	// A new version's release hashes are fetched before anything changes.
-	if tmpl.Env, err = in.p.site.Resolve(ctx, tmpl.Env, tmpl.Version); err != nil {
-		return err
-	}
-	ud, err := userDataOf(tmpl)
+	// The user data is written (a new version's release hashes fetched)
+	// before anything changes.
+	f, err := in.p.TemplateFormat(Name)
 	if err != nil {
 		return err
 	}
+	docs, err := f.Encode(ctx, tmpl)
+	if err != nil {
+		return err
+	}
+	ud := []byte(docs[providers.DocUserData])
 	m := tmpl.Machine
 	for _, k := range []string{MachineAMI, MachineInstanceType} {
 		if m[k] == "" {

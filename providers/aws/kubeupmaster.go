@@ -11,7 +11,7 @@ import (
 )
 
 // KubeUpProvider is the AWS provider on masters in kube-up's AWS format
-// (kubeup.go): New returns it when the cluster's masters' user data is
+// (flavors/kubeup UserData): New returns it when the cluster's masters' user data is
 // that format. What such a master is (etcd-<hostname> members in main and
 // events, kube-up's replicate-master-instance clone, the certificates it
 // carries) is the kubeup flavor's (flavors/kubeup); the provider keeps
@@ -30,7 +30,7 @@ var (
 )
 
 // KubeUpAPIServerPort is the apiserver's port on kube-up's masters (the
-// AWS ones served https://${KUBE_MASTER_IP} on 443, as the GCE ones do:
+// AWS ones served the master's address on 443, as the GCE ones do:
 // configure-kubeapiserver.sh --secure-port=443): the NLB listens and
 // checks health there.
 const KubeUpAPIServerPort = 443
@@ -41,8 +41,12 @@ func Hostname(privateIP string) string {
 	return "ip-" + strings.ReplaceAll(privateIP, ".", "-")
 }
 
+// flavorKubeUp is the kube-up flavor's name (flavors.KubeUp, which a
+// provider does not import).
+const flavorKubeUp = "kubeup"
+
 // MasterFormat implements providers.MasterFormatter: kube-up's.
-func (k *KubeUpProvider) MasterFormat() string { return "kubeup" }
+func (k *KubeUpProvider) MasterFormat() string { return flavorKubeUp }
 
 // MasterFormat implements providers.MasterFormatter: hamaster's own.
 func (p *Provider) MasterFormat() string { return "" }
@@ -91,7 +95,8 @@ func (p *Provider) DialMachine(ctx context.Context, machine, addr string) (net.C
 }
 
 // detectKubeUp reports whether the cluster's running masters carry
-// kube-up's AWS user data.
+// kube-up's AWS user data, as the flavors recognize it
+// (providers.Settings.Recognize).
 func (p *Provider) detectKubeUp(ctx context.Context) (bool, error) {
 	is, err := p.inst.describe(ctx, "")
 	if err != nil {
@@ -105,8 +110,10 @@ func (p *Provider) detectKubeUp(ctx context.Context) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		_, err = ParseKubeUpUserData(ud)
-		return err == nil, nil
+		if p.recognize == nil {
+			return false, errkind.Errorf(errkind.InvalidArgument, "--%s: the masters' format cannot be told here: set %s or %s", OptMasterFormat, MasterFormatKubeUp, MasterFormatHamaster)
+		}
+		return p.recognize(map[string]string{providers.DocUserData: string(ud)}) == flavorKubeUp, nil
 	}
 	return false, nil
 }

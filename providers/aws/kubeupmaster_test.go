@@ -17,6 +17,7 @@ import (
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors/kubeup"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
@@ -130,8 +131,8 @@ func TestKubeUpAWSMaster(t *testing.T) {
 	for key, want := range map[string]string{
 		kubeenv.InitialEtcdCluster:      mhost + "," + host,
 		kubeenv.InitialEtcdClusterState: "existing",
-		awsp.EnvMasterEIP:               menv[awsp.EnvMasterEIP],
-		awsp.EnvAPIServers:              menv[awsp.EnvAPIServers],
+		kubeup.EnvMasterEIP:             menv[kubeup.EnvMasterEIP],
+		kubeup.EnvAPIServers:            menv[kubeup.EnvAPIServers],
 	} {
 		if cenv[key] != want {
 			t.Errorf("clone %s = %q, want %q", key, cenv[key], want)

@@ -35,7 +35,7 @@ const (
 	// OptSSHBastion is a bastion's sshd, host[:port] (same user and key):
 	// hamaster jumps through it (ssh -J) to each master's private address.
 	// Without it, hamaster connects to the master's public address (the
-	// Elastic IP on master 0, kube-up's MASTER_EIP).
+	// Elastic IP on master 0).
 	OptSSHBastion = "aws-ssh-bastion"
 )
 

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/flavors/registry"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/remote/sshtest"
 	"github.com/hamaster/hamaster/testbed/aws/awstest"
@@ -71,6 +72,9 @@ func TestEtcdThroughSSH(t *testing.T) {
 			return nil, err
 		}
 		t.Cleanup(func() { _ = p.(interface{ Close() error }).Close() })
+		if _, err := registry.Open("", p, nil); err != nil { // kube-up's master format
+			return nil, err
+		}
 		return p.(*awsp.KubeUpProvider), nil
 	}
 	for _, tc := range []struct {

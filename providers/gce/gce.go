@@ -163,9 +163,10 @@ type Provider struct {
 	ssh      map[string]*remote.Client
 	out      io.Writer
 
-	// format writes and reads the masters' templates (the flavor's:
-	// SetFormat); releaseURL is OptReleaseURL (providers.ReleaseSource).
-	format     providers.Format
+	// FormatSlot holds the format that writes and reads the masters'
+	// templates (the flavor's); releaseURL is OptReleaseURL
+	// (providers.ReleaseSource).
+	providers.FormatSlot
 	releaseURL string
 }
 
@@ -437,23 +438,8 @@ var (
 	_ providers.ReleaseSource = (*Provider)(nil)
 )
 
-// SetFormat implements providers.Formatted.
-func (p *Provider) SetFormat(f providers.Format) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.format = f
-}
+// Carrier implements providers.Formatted: metadata items.
+func (*Provider) Carrier() string { return providers.CarrierMetadata }
 
 // ReleaseURL implements providers.ReleaseSource (OptReleaseURL).
 func (p *Provider) ReleaseURL() (string, string) { return p.releaseURL, OptReleaseURL }
-
-// masterFormat is the format set by the flavor; none yet is
-// errkind.FailedPrecondition (a wiring bug: flavors/registry.Open sets it).
-func (p *Provider) masterFormat() (providers.Format, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.format == nil {
-		return nil, errkind.Errorf(errkind.FailedPrecondition, "gce: no master format set: the cluster's flavor sets it when it is opened (flavors/registry.Open)")
-	}
-	return p.format, nil
-}

@@ -216,7 +216,7 @@ func (in *instances) replica(ctx context.Context, x *computepb.Instance) (provid
 			m[MachineDataDiskGB] = strconv.FormatInt(info.sizeGb, 10)
 		}
 	}
-	f, err := in.p.masterFormat()
+	f, err := in.p.TemplateFormat(Name)
 	if err != nil {
 		return r, err
 	}
@@ -640,7 +640,7 @@ func optional(s string) *string {
 
 // encode writes tmpl's metadata items in the cluster's master format.
 func (in *instances) encode(ctx context.Context, tmpl providers.Template) (map[string]string, error) {
-	f, err := in.p.masterFormat()
+	f, err := in.p.TemplateFormat(Name)
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/hamaster/hamaster/dataplane/vpc/vpctest"
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/testbed/aws/awstest/kubeupmaster"
@@ -115,7 +116,7 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 		pool = append(pool, net.External(byte(h)).String())
 	}
 	px.SetPublicPool(pool)
-	cfg := aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", ""), BaseEndpoint: aws.String(m.URL)}
+	cfg := aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", ""), BaseEndpoint: aws.String(m.URL), Retryer: MotoRetryer}
 	viaProxy := ec2.NewFromConfig(cfg, func(eo *ec2.Options) { eo.BaseEndpoint = aws.String(px.URL) })
 	c := &Cluster{Name: name, Moto: m, Proxy: px, EC2: ec2.NewFromConfig(cfg), ELB: elb.NewFromConfig(cfg), R53: route53.NewFromConfig(cfg),
 		Master: name + "-master", EndpointMode: o.EndpointMode, ZoneB: ZoneB}
@@ -204,7 +205,7 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 	hz, err := c.R53.CreateHostedZone(ctx, &route53.CreateHostedZoneInput{Name: aws.String(name + ".example.test"), CallerReference: aws.String(name + strconv.FormatInt(time.Now().UnixNano(), 36))})
 	must(err, "create hosted zone")
 	c.ZoneID = aws.ToString(hz.HostedZone.Id)
-	c.Settings = providers.Settings{Cluster: name, StateDir: stateDir, Out: io.Discard, Options: map[string]string{
+	c.Settings = providers.Settings{Cluster: name, StateDir: stateDir, Out: io.Discard, Recognize: registry.Recognize, Options: map[string]string{
 		awsp.OptRegion:              Region,
 		awsp.OptEndpoint:            px.URL,
 		awsp.OptPollInterval:        "50ms",
@@ -232,6 +233,9 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 	}
 	p, err := awsp.New(ctx, c.Settings)
 	must(err, "open provider")
+	// The flavor the provider finds (kube-up's) gives it its master format.
+	_, err = registry.Open("", p, nil)
+	must(err, "open flavor")
 	c.Provider = p
 	if cl, ok := p.(interface{ Close() error }); ok {
 		t.Cleanup(func() { _ = cl.Close() })

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 )
@@ -100,7 +101,7 @@ func NewProxy(t testing.TB, target string, timing Timing) *Proxy {
 		t.Fatal(err)
 	}
 	p := &Proxy{invis: map[string]int{}, pending: map[string]int{}, served: map[string]int{}, timing: timing, lbs: map[string]*nlbModel{}, tgs: map[string]*tgModel{}, credits: map[string]string{}, groups: map[string]string{}}
-	p.direct = ec2.NewFromConfig(aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", ""), BaseEndpoint: aws.String(target)})
+	p.direct = ec2.NewFromConfig(aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", ""), BaseEndpoint: aws.String(target), Retryer: MotoRetryer})
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.ModifyResponse = p.modify
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -564,4 +565,14 @@ func (p *Proxy) Faults() map[string]int {
 		}
 	}
 	return m
+}
+
+// MotoRetryer is the retryer of the test bed's own clients (kube-up's
+// side, the proxy's reads of moto): ten attempts, as the provider's
+// --aws-max-attempts in the suite. moto 5.2's response serializer
+// iterates a dict other request threads change, and under concurrent
+// requests it answers 500 ("dictionary changed size during iteration")
+// several times running; a real EC2 endpoint's 5xx are retried as well.
+func MotoRetryer() aws.Retryer {
+	return retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = 10 })
 }

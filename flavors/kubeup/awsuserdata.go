@@ -1,8 +1,10 @@
-package aws
+package kubeup
 
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -45,6 +47,9 @@ const (
 	// (API_SERVERS: kube-up writes the master's internal IP).
 	EnvAPIServers = "API_SERVERS"
 )
+
+// maxUserData is EC2's limit on user data, before base64.
+const maxUserData = 16 << 10
 
 const (
 	kubeUpShebang    = "#! /bin/bash"
@@ -195,42 +200,64 @@ type scriptSpec struct {
 	Gzip   bool   `json:"gzip,omitempty"`
 }
 
-// templateOf reads a master's user data: kube-up's AWS format (the
-// contract), or hamaster's own MIME layout (userdata.go: what the test
-// fake's data plane boots). Anything else is refused, saying what kube-up's
-// format is.
-// A kube-up master's version is its server tarball (site.Version: the
-// release its SERVER_BINARY_TAR_URL names, none for a devel upload;
-// KUBE_VERSION only without a tarball URL).
-func templateOf(ud []byte, site *kubeenv.ReleaseSite) (providers.Template, error) {
-	u, err := ParseKubeUpUserData(ud)
-	if err == nil {
-		t := providers.Template{Env: u.Env, Files: map[string][]byte{}, Machine: map[string]string{
-			MachineKubeUpScript: encodeJSON(scriptSpec{Before: u.Before, After: u.After, Gzip: u.Gzip}),
-		}}
-		t.Version = site.Version(u.Env)
-		return t, nil
+// UserData is kube-up's AWS master format (providers.Format on a
+// providers.CarrierUserData provider): the one document is the user data
+// above. Template.Env is its kube_env.yaml, Machine[MachineKubeUpScript]
+// the script around it; Version is the release its
+// SERVER_BINARY_TAR_URL names ("" for a devel upload), KUBE_VERSION only
+// without a tarball URL. A new version is written as on GCE (Metadata):
+// the release's tarball URLs and published hashes under the provider's
+// release directory, fetched before anything changes.
+type UserData struct{ rel *releases }
+
+var _ providers.Format = (*UserData)(nil)
+
+// Owns implements providers.Format: the user data.
+func (*UserData) Owns(key string) bool { return key == providers.DocUserData }
+
+// Decode implements providers.Format.
+func (f *UserData) Decode(docs map[string]string) (providers.Template, error) {
+	u, err := ParseKubeUpUserData([]byte(docs[providers.DocUserData]))
+	if err != nil {
+		return providers.Template{}, err
 	}
-	if bytes.HasPrefix(ud, []byte("MIME-Version:")) {
-		return DecodeUserData(ud)
+	spec, err := json.Marshal(scriptSpec{Before: u.Before, After: u.After, Gzip: u.Gzip})
+	if err != nil {
+		return providers.Template{}, err
 	}
-	return providers.Template{}, err
+	return providers.Template{Version: f.rel.site.Version(u.Env), Env: u.Env, Files: map[string][]byte{},
+		Machine: map[string]string{MachineKubeUpScript: string(spec)}}, nil
 }
 
-// userDataOf renders a template's user data in the format it came in; a
-// kube-up master's new version is in its tarball URLs already
-// (ReleaseSite.Resolve), KUBE_VERSION written only without them.
-func userDataOf(t providers.Template) ([]byte, error) {
-	var s scriptSpec
-	if err := decodeJSON(t.Machine, MachineKubeUpScript, &s); err != nil {
+// Encode implements providers.Format: the same script with the
+// template's kube-env in its heredoc.
+func (f *UserData) Encode(ctx context.Context, t providers.Template) (map[string]string, error) {
+	env, err := f.rel.site.Resolve(ctx, t.Env, t.Version)
+	if err != nil {
 		return nil, err
 	}
-	if s.Before == "" {
-		return EncodeUserData(t)
+	var s scriptSpec
+	if v := t.Machine[MachineKubeUpScript]; v != "" {
+		if err := json.Unmarshal([]byte(v), &s); err != nil {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "template machine setting %s: %v", MachineKubeUpScript, err)
+		}
 	}
-	env := maps.Clone(t.Env)
+	env = maps.Clone(env)
+	if env == nil {
+		env = map[string]string{}
+	}
 	if t.Version != "" && env[kubeenv.ServerBinaryTarURL] == "" {
 		env[kubeenv.KubeVersion] = t.Version
 	}
-	return KubeUpUserData{Env: env, Before: s.Before, After: s.After, Gzip: s.Gzip}.Render()
+	ud, err := KubeUpUserData{Env: env, Before: s.Before, After: s.After, Gzip: s.Gzip}.Render()
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{providers.DocUserData: string(ud)}, nil
+}
+
+// Recognizes reports whether ud is kube-up's AWS master user data.
+func Recognizes(ud []byte) bool {
+	_, err := ParseKubeUpUserData(ud)
+	return err == nil
 }

@@ -1,7 +1,8 @@
-package aws
+package hamaster
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -150,4 +151,29 @@ func DecodeUserData(b []byte) (providers.Template, error) {
 		}
 	}
 	return t, nil
+}
+
+// UserData is hamaster's master format on a provider that carries one
+// document, the user data (providers.CarrierUserData: AWS): the MIME
+// layout above (EncodeUserData, DecodeUserData). A version is
+// KUBE_VERSION: nothing to download, nothing to check.
+type UserData struct{}
+
+var _ providers.Format = UserData{}
+
+// Owns implements providers.Format: the user data.
+func (UserData) Owns(key string) bool { return key == providers.DocUserData }
+
+// Decode implements providers.Format.
+func (UserData) Decode(docs map[string]string) (providers.Template, error) {
+	return DecodeUserData([]byte(docs[providers.DocUserData]))
+}
+
+// Encode implements providers.Format.
+func (UserData) Encode(_ context.Context, t providers.Template) (map[string]string, error) {
+	ud, err := EncodeUserData(t)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{providers.DocUserData: string(ud)}, nil
 }
