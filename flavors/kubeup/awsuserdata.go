@@ -203,7 +203,7 @@ type scriptSpec struct {
 // UserData is kube-up's AWS master format (providers.Format on a
 // providers.CarrierUserData provider): the one document is the user data
 // above. Template.Env is its kube_env.yaml, Machine[MachineKubeUpScript]
-// the script around it; Version is the release its
+// the script around it, ExtraArgs its APISERVER_TEST_ARGS; Version is the release its
 // SERVER_BINARY_TAR_URL names ("" for a devel upload), KUBE_VERSION only
 // without a tarball URL. A new version is written as on GCE (Metadata):
 // the release's tarball URLs and published hashes under the provider's
@@ -225,8 +225,14 @@ func (f *UserData) Decode(docs map[string]string) (providers.Template, error) {
 	if err != nil {
 		return providers.Template{}, err
 	}
-	return providers.Template{Version: f.rel.site.Version(u.Env), Env: u.Env, Files: map[string][]byte{},
-		Machine: map[string]string{MachineKubeUpScript: string(spec)}}, nil
+	t := providers.Template{Version: f.rel.site.Version(u.Env), Env: u.Env, Files: map[string][]byte{},
+		Machine: map[string]string{MachineKubeUpScript: string(spec)}}
+	// The master's apiserver flags, as on GCE (Metadata): kube-up's
+	// start-kube-apiserver appends ${APISERVER_TEST_ARGS}.
+	t.ExtraArgs = strings.Fields(t.Env[kubeenv.APIServerTestArgs])
+	delete(t.Env, kubeenv.APIServerTestArgs)
+	delete(t.Env, kubeenv.KubeVersion) // Version; Encode writes it back
+	return t, nil
 }
 
 // Encode implements providers.Format: the same script with the
@@ -248,6 +254,9 @@ func (f *UserData) Encode(ctx context.Context, t providers.Template) (map[string
 	}
 	if t.Version != "" && env[kubeenv.ServerBinaryTarURL] == "" {
 		env[kubeenv.KubeVersion] = t.Version
+	}
+	if len(t.ExtraArgs) > 0 {
+		env[kubeenv.APIServerTestArgs] = strings.Join(t.ExtraArgs, " ")
 	}
 	ud, err := KubeUpUserData{Env: env, Before: s.Before, After: s.After, Gzip: s.Gzip}.Render()
 	if err != nil {

@@ -3,6 +3,7 @@ package kubeup
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -11,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/kubeenv"
+	"github.com/hamaster/hamaster/providers"
 )
 
 // kubeUpScript is a master's user data as cluster/aws/util.sh start-master
@@ -163,5 +166,49 @@ func TestKubeUpUserDataRoundTrip(t *testing.T) {
 		if _, err := u.Render(); err == nil || !strings.Contains(err.Error(), "EC2 allows") {
 			t.Errorf("oversized user data: %v", err)
 		}
+	}
+}
+
+// The UserData format (providers.Format) reads and writes a template
+// through kube-up's script: the script kept around the clone's kube-env,
+// Version as KUBE_VERSION for a master without a tarball URL, and the
+// apiserver's flags as APISERVER_TEST_ARGS, as on GCE (they were dropped
+// before the format moved here).
+func TestUserDataFormat(t *testing.T) {
+	t.Parallel()
+	f, err := NewUserData("", "aws-release-url")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{providers.DocUserData: string(gz(t, kubeUpScript))}
+	tmpl, err := f.Decode(docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tmpl.Version != "" || len(tmpl.ExtraArgs) != 0 || tmpl.Env[EnvMasterEIP] != "52.1.2.3" || tmpl.Machine[MachineKubeUpScript] == "" {
+		t.Fatalf("decoded %+v", tmpl)
+	}
+	want := maps.Clone(tmpl.Env)
+	tmpl.Version, tmpl.ExtraArgs = "v1.31.0", []string{"--v=4", "--audit-log-maxage=3"}
+	out, err := f.Encode(context.Background(), tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := ParseKubeUpUserData([]byte(out[providers.DocUserData]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !u.Gzip || u.Env[kubeenv.KubeVersion] != "v1.31.0" || u.Env[kubeenv.APIServerTestArgs] != "--v=4 --audit-log-maxage=3" || !strings.HasPrefix(u.Before, "#! /bin/bash\nmkdir -p /var/cache/kubernetes-install") {
+		t.Fatalf("encoded: gzip %v, env %v", u.Gzip, u.Env)
+	}
+	back, err := f.Decode(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Version != "v1.31.0" || strings.Join(back.ExtraArgs, " ") != "--v=4 --audit-log-maxage=3" || !maps.Equal(back.Env, want) {
+		t.Fatalf("round trip: version %q, flags %v, env %v; want env %v", back.Version, back.ExtraArgs, back.Env, want)
+	}
+	if !f.Owns(providers.DocUserData) || f.Owns("kube-env") || !Recognizes([]byte(kubeUpScript)) || Recognizes([]byte("MIME-Version: 1.0\r\n")) {
+		t.Fatal("Owns/Recognizes")
 	}
 }
