@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"strings"
 
 	"github.com/hamaster/hamaster/errkind"
@@ -225,20 +224,15 @@ func (f *UserData) Decode(docs map[string]string) (providers.Template, error) {
 	if err != nil {
 		return providers.Template{}, err
 	}
-	t := providers.Template{Version: f.rel.site.Version(u.Env), Env: u.Env, Files: map[string][]byte{},
-		Machine: map[string]string{MachineKubeUpScript: string(spec)}}
-	// The master's apiserver flags, as on GCE (Metadata): kube-up's
-	// start-kube-apiserver appends ${APISERVER_TEST_ARGS}.
-	t.ExtraArgs = strings.Fields(t.Env[kubeenv.APIServerTestArgs])
-	delete(t.Env, kubeenv.APIServerTestArgs)
-	delete(t.Env, kubeenv.KubeVersion) // Version; Encode writes it back
+	t := providers.Template{Files: map[string][]byte{}, Machine: map[string]string{MachineKubeUpScript: string(spec)}}
+	f.rel.readKubeEnv(&t, u.Env)
 	return t, nil
 }
 
 // Encode implements providers.Format: the same script with the
 // template's kube-env in its heredoc.
 func (f *UserData) Encode(ctx context.Context, t providers.Template) (map[string]string, error) {
-	env, err := f.rel.site.Resolve(ctx, t.Env, t.Version)
+	env, err := f.rel.kubeEnv(ctx, t)
 	if err != nil {
 		return nil, err
 	}
@@ -247,16 +241,6 @@ func (f *UserData) Encode(ctx context.Context, t providers.Template) (map[string
 		if err := json.Unmarshal([]byte(v), &s); err != nil {
 			return nil, errkind.Errorf(errkind.InvalidArgument, "template machine setting %s: %v", MachineKubeUpScript, err)
 		}
-	}
-	env = maps.Clone(env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	if t.Version != "" && env[kubeenv.ServerBinaryTarURL] == "" {
-		env[kubeenv.KubeVersion] = t.Version
-	}
-	if len(t.ExtraArgs) > 0 {
-		env[kubeenv.APIServerTestArgs] = strings.Join(t.ExtraArgs, " ")
 	}
 	ud, err := KubeUpUserData{Env: env, Before: s.Before, After: s.After, Gzip: s.Gzip}.Render()
 	if err != nil {

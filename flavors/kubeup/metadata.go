@@ -64,6 +64,40 @@ func (r *releases) check(ctx context.Context, version string, envs []map[string]
 	return r.site.Check(ctx, version, envs)
 }
 
+// kubeEnv is the kube-env t is written as, on either cloud: t.Env
+// pointing at t.Version's release (its hashes fetched first), KUBE_VERSION
+// only for a master without a tarball URL, and t.ExtraArgs as
+// APISERVER_TEST_ARGS (configure-kubeapiserver.sh start-kube-apiserver
+// appends it to the apiserver's flags).
+func (r *releases) kubeEnv(ctx context.Context, t providers.Template) (map[string]string, error) {
+	env, err := r.site.Resolve(ctx, t.Env, t.Version)
+	if err != nil {
+		return nil, err
+	}
+	env = maps.Clone(env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	if t.Version != "" && env[kubeenv.ServerBinaryTarURL] == "" {
+		env[kubeenv.KubeVersion] = t.Version
+	}
+	if len(t.ExtraArgs) > 0 {
+		env[kubeenv.APIServerTestArgs] = strings.Join(t.ExtraArgs, " ")
+	}
+	return env, nil
+}
+
+// readKubeEnv sets t's Version, ExtraArgs and Env from a master's kube-env
+// (env, taken: KUBE_VERSION and APISERVER_TEST_ARGS leave it), as kubeEnv
+// writes them.
+func (r *releases) readKubeEnv(t *providers.Template, env map[string]string) {
+	t.Version = r.site.Version(env)
+	t.ExtraArgs = strings.Fields(env[kubeenv.APIServerTestArgs])
+	delete(env, kubeenv.KubeVersion)
+	delete(env, kubeenv.APIServerTestArgs)
+	t.Env = env
+}
+
 // NewMetadata is kube-up's GCE format taking new releases from base (""
 // for dl.k8s.io), which option sets (named in errors).
 func NewMetadata(base, option string) (*Metadata, error) {
@@ -95,11 +129,7 @@ func (m *Metadata) Decode(docs map[string]string) (providers.Template, error) {
 		if err != nil {
 			return t, fmt.Errorf("metadata %s: %w", kubeenv.KeyEnv, err)
 		}
-		t.Version = m.rel.site.Version(env)
-		delete(env, kubeenv.KubeVersion)
-		t.ExtraArgs = strings.Fields(env[kubeenv.APIServerTestArgs])
-		delete(env, kubeenv.APIServerTestArgs)
-		t.Env = env
+		m.rel.readKubeEnv(&t, env)
 	}
 	if item, ok := docs[kubeenv.KeyCerts]; ok {
 		files, err := templateFiles(item)
@@ -114,19 +144,9 @@ func (m *Metadata) Decode(docs map[string]string) (providers.Template, error) {
 // Encode implements providers.Format: a new version's release hashes
 // are fetched first, so a version without a release writes nothing.
 func (m *Metadata) Encode(ctx context.Context, t providers.Template) (map[string]string, error) {
-	env, err := m.rel.site.Resolve(ctx, t.Env, t.Version)
+	env, err := m.rel.kubeEnv(ctx, t)
 	if err != nil {
 		return nil, err
-	}
-	env = maps.Clone(env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	if t.Version != "" && env[kubeenv.ServerBinaryTarURL] == "" {
-		env[kubeenv.KubeVersion] = t.Version
-	}
-	if len(t.ExtraArgs) > 0 {
-		env[kubeenv.APIServerTestArgs] = strings.Join(t.ExtraArgs, " ")
 	}
 	return map[string]string{kubeenv.KeyEnv: kubeenv.Render(env), kubeenv.KeyCerts: certsItem(t.Files)}, nil
 }
