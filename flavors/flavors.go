@@ -81,6 +81,11 @@ type Flavor interface {
 	// certificates chain to, as the masters carry it; called only when
 	// CarriesCertificates.
 	MasterCA(ctx context.Context) ([]byte, error)
+	// APIServerPort is the port the masters' apiservers serve on: the
+	// provider's load balancer, health checks and firewall rules use it
+	// (BindAPIServerPort), and so do the workflows' probes and
+	// kubeconfigs, unless the operator set the provider's own port.
+	APIServerPort() int
 	// APIServerName is the name probes verify an apiserver's certificate
 	// for, "" for the address dialed (hamaster's own certificates name
 	// every replica's address).
@@ -91,4 +96,13 @@ type Flavor interface {
 	// is missing (a release not published where the masters download
 	// theirs). Read-only; may be called again.
 	CheckVersion(ctx context.Context, version string) error
+}
+
+// BindAPIServerPort gives p the port f's masters serve the apiserver on,
+// when p builds anything for it (providers.APIServerPorter): what each
+// flavor's constructor does when it is bound to a provider.
+func BindAPIServerPort(p providers.Provider, f Flavor) {
+	if pp, ok := p.(providers.APIServerPorter); ok {
+		pp.SetAPIServerPort(f.APIServerPort())
+	}
 }

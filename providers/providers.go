@@ -147,11 +147,16 @@ type Provider interface {
 	Close() error
 }
 
-// APIServerPorter is implemented by providers whose masters serve the
-// apiserver on a port other than APIServerPort (kube-up's GCE masters serve
-// 443: configure-kubeapiserver.sh start-kube-apiserver --secure-port=443).
+// APIServerPorter is implemented by providers that build load balancers,
+// health checks and firewall rules for the masters' apiserver port (gce,
+// aws). The port is the cluster flavor's (flavors.Flavor.APIServerPort:
+// kube-up's masters serve 443, hamaster's APIServerPort), set when the
+// flavor is bound to the provider, before any of those is made; a port
+// the operator set in the provider's own options (--gce-apiserver-port)
+// wins. Until a flavor is bound it is APIServerPort.
 type APIServerPorter interface {
 	APIServerPort() int
+	SetAPIServerPort(port int)
 }
 
 // APIServerDialer is implemented by providers that reach the masters'

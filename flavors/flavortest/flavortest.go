@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -144,6 +145,19 @@ func Run(t *testing.T, h Harness) {
 			if maps.Equal(got.Env, src.Env) {
 				t.Error("clone: the environment is the source's: a new master needs its own etcd settings")
 			}
+		}
+	})
+	t.Run("master 0's apiserver serves APIServerPort, the provider's port", func(t *testing.T) {
+		u, err := url.Parse(p.APIServerURL(master))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := strconv.Itoa(f.APIServerPort())
+		if u.Port() != want {
+			t.Errorf("APIServerURL(master 0) = %s; want port %s, the flavor's", u, want)
+		}
+		if got := providers.APIServerPortOf(p); got != f.APIServerPort() {
+			t.Errorf("the provider builds its LB and probes for port %d; want the flavor's %d", got, f.APIServerPort())
 		}
 	})
 	t.Run("the apiserver's certificate verifies for APIServerName", func(t *testing.T) {

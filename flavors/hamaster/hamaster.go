@@ -38,7 +38,9 @@ func New(p providers.Provider) (*Flavor, error) {
 		}
 		fp.SetFormat(UserData{})
 	}
-	return &Flavor{p: p, reach: r}, nil
+	f := &Flavor{p: p, reach: r}
+	flavors.BindAPIServerPort(p, f)
+	return f, nil
 }
 
 // Name implements flavors.Flavor.
@@ -90,6 +92,11 @@ func (*Flavor) CarriesCertificates() bool { return false }
 func (*Flavor) MasterCA(context.Context) ([]byte, error) {
 	return nil, errkind.Errorf(errkind.FailedPrecondition, "hamaster's masters carry no CA of their own: their certificates chain to the cluster CA in the state directory")
 }
+
+// APIServerPort implements flavors.Flavor: hamaster-node's kube-apiserver
+// serves APISERVER_PORT, 6443 unless the template sets another
+// (dataplane/nodeapi.DefaultAPIServerPort).
+func (*Flavor) APIServerPort() int { return providers.APIServerPort }
 
 // APIServerName implements flavors.Flavor: hamaster's serving
 // certificates name every replica's address.

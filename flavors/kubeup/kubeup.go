@@ -100,6 +100,7 @@ func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {
 		}
 		f.rel = rel
 	}
+	flavors.BindAPIServerPort(p, f)
 	return f, nil
 }
 
@@ -406,6 +407,15 @@ func (f *Flavor) MasterCA(ctx context.Context) ([]byte, error) {
 	}
 	return nil, errkind.Errorf(errkind.FailedPrecondition, "no master of the cluster has %s in its kube-env", kubeenv.CACert)
 }
+
+// APIServerPort implements flavors.Flavor: kube-up's masters serve 443
+// (cluster/gce/gci/configure-kubeapiserver.sh start-kube-apiserver:
+// --secure-port=443; util.sh create-loadbalancer forwards 443), on GCE
+// and on AWS alike.
+func (*Flavor) APIServerPort() int { return APIServerPort }
+
+// APIServerPort is kube-up's apiserver port.
+const APIServerPort = 443
 
 // APIServerName implements flavors.Flavor: MASTER_CERT names kubernetes
 // (util.sh create-certs: sans DNS:kubernetes,...), and a clone keeps it.

@@ -153,7 +153,7 @@ type Provider struct {
 	poll         time.Duration
 	maxWait      time.Duration
 	deregDelay   int
-	apiPort      int // the masters' apiserver port: 443 on kube-up's
+	apiPort      int // the masters' apiserver port: the flavor's
 	dnsEndpoint  bool
 	clientCIDRs  []netip.Prefix
 	subnetByZone map[string]string
@@ -301,7 +301,6 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q (valid: %s, %s, or empty to read it from the masters' user data)", OptMasterFormat, f, MasterFormatKubeUp, MasterFormatHamaster)
 	}
 	if kubeUp {
-		p.apiPort = KubeUpAPIServerPort
 		return &KubeUpProvider{Provider: p}, nil
 	}
 	return p, nil
@@ -353,6 +352,10 @@ func (p *Provider) DNS(kind string) (dns.Records, error) {
 // APIServerPort implements providers.APIServerPorter: the port the
 // masters' apiservers, the NLB's listener and its health checks use.
 func (p *Provider) APIServerPort() int { return p.apiPort }
+
+// SetAPIServerPort implements providers.APIServerPorter: the flavor's
+// port (kube-up's masters serve 443).
+func (p *Provider) SetAPIServerPort(port int) { p.apiPort = port }
 
 // APIServerURL implements providers.Provider.
 func (p *Provider) APIServerURL(r providers.Replica) string {

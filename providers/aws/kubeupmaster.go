@@ -11,14 +11,15 @@ import (
 )
 
 // KubeUpProvider is the AWS provider on masters in kube-up's AWS format
-// (flavors/kubeup UserData): New returns it when the cluster's masters' user data is
-// that format. What such a master is (etcd-<hostname> members in main and
-// events, kube-up's replicate-master-instance clone, the certificates it
-// carries) is the kubeup flavor's (flavors/kubeup); the provider keeps
-// the infrastructure: the user data the template is stored in, the NLB on
-// kube-up's port 443, and the way in (DialMachine: SSH to a master,
-// directly or through the bastion; MachineHostname: EC2's ip-a-b-c-d,
-// which resolves inside the VPC).
+// (flavors/kubeup UserData): New returns it when the cluster's masters'
+// user data is that format. What such a master is (etcd-<hostname>
+// members in main and events, kube-up's replicate-master-instance clone,
+// the certificates it carries, the apiserver's port 443) is the kubeup
+// flavor's (flavors/kubeup); the provider keeps the infrastructure: the
+// user data the template is stored in, the NLB on the flavor's port, and
+// the way in (DialMachine: SSH to a master, directly or through the
+// bastion; MachineHostname: EC2's ip-a-b-c-d, which resolves inside the
+// VPC).
 type KubeUpProvider struct {
 	*Provider
 }
@@ -28,12 +29,6 @@ var (
 	_ providers.MasterFormatter = (*KubeUpProvider)(nil)
 	_ providers.MasterFormatter = (*Provider)(nil)
 )
-
-// KubeUpAPIServerPort is the apiserver's port on kube-up's masters (the
-// AWS ones served the master's address on 443, as the GCE ones do:
-// configure-kubeapiserver.sh --secure-port=443): the NLB listens and
-// checks health there.
-const KubeUpAPIServerPort = 443
 
 // Hostname is the hostname EC2 gives an instance with this private IP
 // (its private DNS name's first label).

@@ -89,9 +89,9 @@ const (
 	// OptOpTimeout bounds each wait for an operation (default 10m).
 	OptOpTimeout = "gce-op-timeout"
 	// OptAPIServerPort is the port the masters' apiservers serve on, and so
-	// the health check's and the forwarding rule's (default 443, as
-	// kube-up's: configure-kubeapiserver.sh --secure-port=443, util.sh
-	// create-loadbalancer --ports=443).
+	// the health check's, the forwarding rule's and the firewall rule's
+	// (default: the cluster flavor's, flavors.Flavor.APIServerPort; 443 on
+	// kube-up's masters). Set it only for masters that serve another.
 	OptAPIServerPort = "gce-apiserver-port"
 	// OptDrainSeconds is the backend service's connection-draining timeout
 	// (default 30).
@@ -113,9 +113,6 @@ const (
 	// it). Operators with a mirror point it there.
 	OptReleaseURL = "gce-release-url"
 )
-
-// DefaultAPIServerPort is kube-up's apiserver port.
-const DefaultAPIServerPort = 443
 
 // Labels put on every labelable resource.
 const (
@@ -139,7 +136,8 @@ type Provider struct {
 	network  string
 	subnet   string
 	opWait   time.Duration
-	apiPort  int
+	apiPort  int  // the masters' apiserver port: the flavor's, or OptAPIServerPort
+	portOpt  bool // apiPort is OptAPIServerPort's: the flavor's does not replace it
 	log      *slog.Logger
 
 	instances *compute.InstancesClient
@@ -185,7 +183,7 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--cluster: required")
 	}
 	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: o, project: o[OptProject], region: o[OptRegion],
-		network: o[OptNetwork], subnet: o[OptSubnetwork], opWait: 10 * time.Minute, apiPort: DefaultAPIServerPort, log: s.Log(),
+		network: o[OptNetwork], subnet: o[OptSubnetwork], opWait: 10 * time.Minute, apiPort: providers.APIServerPort, log: s.Log(),
 		zoneOf: map[string]string{}, diskInfo: map[string]diskInfo{}, ssh: map[string]*remote.Client{},
 		releaseURL: o[OptReleaseURL]}
 	if p.releaseURL != "" {
@@ -239,9 +237,9 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	if v := o[OptAPIServerPort]; v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 65535 {
-			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s %q: want a TCP port 1-65535 (kube-up's masters serve 443)", OptAPIServerPort, v)
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s %q: want a TCP port 1-65535 (default: the flavor's; kube-up's masters serve 443)", OptAPIServerPort, v)
 		}
-		p.apiPort = n
+		p.apiPort, p.portOpt = n, true
 	}
 	// The client libraries log each request and response at debug.
 	copts := []option.ClientOption{option.WithLogger(p.log)}
@@ -354,13 +352,18 @@ func (p *Provider) APIServerURL(r providers.Replica) string {
 	return fmt.Sprintf("https://%s", net.JoinHostPort(addr, strconv.Itoa(p.apiPort)))
 }
 
-// APIServerName implements providers.APIServerNamer: every kube-up
-// master's MASTER_CERT names "kubernetes" (util.sh create-certs: sans
-// DNS:kubernetes,...), not the master's own addresses.
-func (p *Provider) APIServerName() string { return "kubernetes" }
-
-// APIServerPort implements providers.APIServerPorter.
+// APIServerPort implements providers.APIServerPorter: the port the
+// masters' apiservers, the health check, the forwarding rule and the
+// firewall rule use.
 func (p *Provider) APIServerPort() int { return p.apiPort }
+
+// SetAPIServerPort implements providers.APIServerPorter: the flavor's
+// port, unless --gce-apiserver-port set one.
+func (p *Provider) SetAPIServerPort(port int) {
+	if !p.portOpt {
+		p.apiPort = port
+	}
+}
 
 // Close implements providers.Provider.
 func (p *Provider) Close() error {
