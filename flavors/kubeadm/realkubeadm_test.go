@@ -1,0 +1,121 @@
+//go:build realapiserver
+
+// The real-apiserver tier ('make test-real'): the real kubeadm of each
+// pinned version, from HAMASTER_REAL_APISERVER_DIR/<version>/kubeadm.
+
+package kubeadm
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The conversion to HA reissues each master's apiserver certificate by
+// running `kubeadm init phase certs apiserver` with the configuration
+// SetControlPlaneEndpoint wrote: the real kubeadm of every pinned version
+// must put the new endpoint and the kept SANs in it, besides what it put
+// there at init (the advertise address, the node name, the service IP),
+// while it keeps an existing certificate that lacks them as it is (which
+// is why the flavor moves the old pair aside first).
+func TestRealAPIServerKubeadmReissuesForEndpoint(t *testing.T) {
+	dir := os.Getenv("HAMASTER_REAL_APISERVER_DIR")
+	if dir == "" {
+		t.Fatal("HAMASTER_REAL_APISERVER_DIR is not set: run the real-apiserver tier with 'make test-real' (it builds the binaries first)")
+	}
+	for _, version := range []string{"v1.33.13", "v1.34.4"} {
+		t.Run(version, func(t *testing.T) {
+			t.Parallel()
+			bin := filepath.Join(dir, version, "kubeadm")
+			work := t.TempDir()
+			pki := filepath.Join(work, "pki")
+			kubeadm := func(args ...string) (string, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+				return string(out), err
+			}
+			defaults, err := kubeadm("config", "print", "init-defaults")
+			if err != nil {
+				t.Fatalf("kubeadm config print init-defaults: %v\n%s", err, defaults)
+			}
+			initDoc, clusterDoc, ok := strings.Cut(defaults, "\n---\n")
+			if !ok {
+				t.Fatalf("init-defaults: no second document:\n%s", defaults)
+			}
+			initDoc = strings.NewReplacer("advertiseAddress: 1.2.3.4", "advertiseAddress: 10.0.0.1", "name: node", "name: master-0").Replace(initDoc)
+			clusterDoc = strings.Replace(clusterDoc, "certificatesDir: /etc/kubernetes/pki", "certificatesDir: "+pki, 1)
+			write := func(cluster string) string {
+				p := filepath.Join(work, "kubeadm.yaml")
+				if err := os.WriteFile(p, []byte(initDoc+"\n---\n"+cluster), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			cfg := write(clusterDoc)
+			for _, phase := range []string{"ca", "apiserver"} {
+				if out, err := kubeadm("init", "phase", "certs", phase, "--config", cfg); err != nil {
+					t.Fatalf("kubeadm init phase certs %s: %v\n%s", phase, err, out)
+				}
+			}
+			converted, changed, err := SetControlPlaneEndpoint([]byte(clusterDoc), "10.0.0.100:6443", []string{"old-lb.example.com"})
+			if err != nil || !changed {
+				t.Fatalf("SetControlPlaneEndpoint: %v %v", changed, err)
+			}
+			cfg = write(string(converted))
+			// kubeadm keeps an existing certificate as it is, without the
+			// new endpoint (kubeadm#1447: certs renew keeps the old SANs
+			// too): so the flavor moves the old pair aside first.
+			if out, err := kubeadm("init", "phase", "certs", "apiserver", "--config", cfg); err != nil || !strings.Contains(out, "Using existing apiserver certificate") {
+				t.Fatalf("kubeadm with an apiserver certificate on disk: %v\n%s", err, out)
+			}
+			if c := apiserverCert(t, pki); slices.ContainsFunc(c.IPAddresses, func(x net.IP) bool { return x.Equal(net.ParseIP("10.0.0.100")) }) {
+				t.Fatalf("kubeadm reissued the certificate in place (IPs %v): the flavor's move-aside step is not needed any more", c.IPAddresses)
+			}
+			for _, f := range []string{"apiserver.crt", "apiserver.key"} {
+				if err := os.Rename(filepath.Join(pki, f), filepath.Join(pki, f+".old")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if out, err := kubeadm("init", "phase", "certs", "apiserver", "--config", cfg); err != nil {
+				t.Fatalf("kubeadm init phase certs apiserver (converted): %v\n%s", err, out)
+			}
+			c := apiserverCert(t, pki)
+			for _, ip := range []string{"10.0.0.100", "10.0.0.1", "10.96.0.1"} {
+				if !slices.ContainsFunc(c.IPAddresses, func(x net.IP) bool { return x.Equal(net.ParseIP(ip)) }) {
+					t.Errorf("reissued certificate's IPs %v lack %s", c.IPAddresses, ip)
+				}
+			}
+			for _, name := range []string{"old-lb.example.com", "master-0", "kubernetes.default.svc"} {
+				if !slices.Contains(c.DNSNames, name) {
+					t.Errorf("reissued certificate's names %v lack %s", c.DNSNames, name)
+				}
+			}
+		})
+	}
+}
+
+func apiserverCert(t *testing.T, pki string) *x509.Certificate {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(pki, "apiserver.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(raw)
+	if block == nil {
+		t.Fatal("apiserver.crt is not PEM")
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
