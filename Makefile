@@ -96,7 +96,7 @@ kube-apiserver:
 # One package at a time (-p 1), and the upgrade under load alone: its
 # clients' view is what it measures, not 2 cores shared with other tests.
 test-real: kube-apiserver build
-	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags realapiserver -count=1 -p 1 -timeout 30m -run '^TestRealAPIServer' -v ./workflows/ ./cmd/hamaster/ ./flavors/kubeadm/
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags realapiserver -count=1 -p 1 -timeout 30m -run '^TestRealAPIServer' -v ./workflows/ ./cmd/hamaster/ ./flavors/kubeadm/ ./dataplane/cri/
 
 # The main job on the embedded local provider with a real kube-apiserver
 # (built on first use): up → add ×2 → status → kubectl through the LB →
