@@ -24,12 +24,12 @@ const usage = `usage: metallab --hosts N --state DIR [flags]
        metallab --cleanup DIR
 
 metallab builds N bare-metal hosts on this machine and runs until SIGINT
-or SIGTERM. Each host is a network namespace, host-<i> at 198.19.T.<i> on
+or SIGTERM. Each host is a network namespace, host-<i> at 198.18.T.<i> on
 one Linux bridge (VRRP works between them), running its own OpenSSH sshd
 on port 22 (root login with DIR/id_ed25519 only) in a mount namespace of
 its own: its own hostname, /etc/hosts, /etc/kubernetes, /var/lib/etcd,
 /var/lib/kubelet and /run. This machine reaches the hosts at
-198.19.T.254; 198.19.T.100 is left free for the VIP. Nothing leaves the
+198.18.T.254; 198.18.T.100 is left free for the VIP. Nothing leaves the
 machine.
 
 When every host answers SSH it writes DIR/known_hosts (each host's key
@@ -45,7 +45,7 @@ ip, util-linux's unshare and OpenSSH's sshd.
   terminal 1:  sudo bin/metallab --hosts 4 --state /tmp/lab
   terminal 2:  sudo -s
                . /tmp/lab/hamaster.env
-               ssh -i $HAMASTER_SSH_KEY -o UserKnownHostsFile=$HAMASTER_SSH_KNOWN_HOSTS root@198.19.T.1
+               ssh -i $HAMASTER_SSH_KEY -o UserKnownHostsFile=$HAMASTER_SSH_KNOWN_HOSTS root@198.18.T.1
 
 Not yet built: --kubeadm-master VERSION (kubeadm init of master 0 on
 host-1) is refused.
@@ -78,7 +78,7 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 	fs.IntVar(&c.hosts, "hosts", 0, fmt.Sprintf("how many hosts, `N` 1..%d (required)", metallab.MaxHosts))
 	fs.StringVar(&c.state, "state", "", "`DIR` for the lab's files and hamaster.env (required; created if missing; not under /run, /etc/kubernetes or /var/lib/{etcd,kubelet})")
 	fs.StringVar(&c.cleanup, "cleanup", "", "remove what a killed metallab recorded in `DIR` (its --state), then exit")
-	fs.StringVar(&c.subnet, "subnet", "", "the lab's `CIDR`, 198.19.T.0/24 (default: a free one)")
+	fs.StringVar(&c.subnet, "subnet", "", fmt.Sprintf("the lab's `CIDR`, 198.18.T.0/24 with T 1..%d (default: a free one)", metallab.MaxThird))
 	fs.StringVar(&c.kubeadm, "kubeadm-master", "", "not yet built: kubeadm init master 0 at `VERSION` on host-1 (refused)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -108,9 +108,9 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 	}
 	if c.subnet != "" {
 		p, err := netip.ParsePrefix(c.subnet)
-		lab := netip.MustParsePrefix("198.19.0.0/16")
-		if err != nil || p.Bits() != 24 || !lab.Contains(p.Addr()) || p.Masked() != p || p.Addr().As4()[2] == 0 {
-			return c, 2, fmt.Errorf("--subnet %q: want 198.19.T.0/24 with T 1..255 (RFC 2544's benchmark range: nothing leaves the machine)", c.subnet)
+		lab := netip.MustParsePrefix("198.18.0.0/16")
+		if err != nil || p.Bits() != 24 || !lab.Contains(p.Addr()) || p.Masked() != p || p.Addr().As4()[2] == 0 || p.Addr().As4()[2] > metallab.MaxThird {
+			return c, 2, fmt.Errorf("--subnet %q: want 198.18.T.0/24 with T 1..%d (RFC 2544's benchmark range: nothing leaves the machine; 198.18.100 and above are the cloud fakes')", c.subnet, metallab.MaxThird)
 		}
 		c.third = int(p.Addr().As4()[2])
 	}

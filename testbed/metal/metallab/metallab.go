@@ -4,17 +4,19 @@
 // inventory, with a VIP that keepalived moves between them.
 //
 //   - Each host is a network namespace (hm-ml<T>-<i>) with loopback up and
-//     one interface, eth0, at 198.19.<T>.<i> on a /24 of RFC 2544's
-//     benchmark range (198.18.0.0/15; the other test beds use 198.18.*,
-//     the lab 198.19.*). One Linux bridge joins them, in a switch
-//     namespace of its own (hm-ml<T>-sw), so VRRP's multicast adverts and
-//     gratuitous ARPs flow between hosts as on one L2 segment.
+//     one interface, eth0, at 198.18.<T>.<i> on a /24 of RFC 2544's
+//     benchmark range 198.18.0.0/15, never routed on the internet: T is
+//     1..99, below the cloud fakes' VPCs (198.18.100-250; the local
+//     provider's benchmark addresses are 198.19.*). One Linux bridge
+//     joins them, in a switch namespace of its own (hm-ml<T>-sw), so
+//     VRRP's multicast adverts and gratuitous ARPs flow between hosts as
+//     on one L2 segment.
 //   - The operator (this machine's own namespace) reaches the hosts
-//     through one veth into the bridge, hm-ml<T>, at 198.19.<T>.254/24:
+//     through one veth into the bridge, hm-ml<T>, at 198.18.<T>.254/24:
 //     the only change to the machine's network is that interface and its
 //     /24 route. Hosts have no default route and nothing is forwarded:
 //     nothing of the lab leaves the machine.
-//   - 198.19.<T>.100 is the VIP, held by no host until keepalived gives
+//   - 198.18.<T>.100 is the VIP, held by no host until keepalived gives
 //     it to one.
 //   - Each host runs its own OpenSSH sshd on port 22 with its own host key
 //     (listed under the host's address in DIR/known_hosts), root login by
@@ -70,6 +72,10 @@ const (
 	Unshare = "unshare"
 )
 
+// MaxThird bounds the third octet of the lab's /24 (198.18.T.0/24):
+// above it are the cloud fakes' VPCs (vpctest, gcefake).
+const MaxThird = 99
+
 // MaxHosts bounds Options.Hosts: host addresses are .1 to .MaxHosts, below
 // the VIP (.100).
 const MaxHosts = 32
@@ -95,8 +101,8 @@ type Options struct {
 	// /etc/kubernetes, /var/lib/etcd, /var/lib/kubelet or /run, which the
 	// hosts see replaced.
 	Dir string
-	// Third is the third octet of the lab's /24, 198.19.Third.0/24; 0
-	// picks one no lab and no route of this machine uses.
+	// Third is the third octet of the lab's /24, 198.18.Third.0/24,
+	// 1..MaxThird; 0 picks one no lab and no route of this machine uses.
 	Third int
 	// Logger receives progress (Info) and teardown details (Debug); nil
 	// discards them.
@@ -146,8 +152,8 @@ func New(ctx context.Context, o Options) (*Lab, error) {
 	if o.Hosts < 1 || o.Hosts > MaxHosts {
 		return nil, fmt.Errorf("metallab: %d hosts: want 1..%d", o.Hosts, MaxHosts)
 	}
-	if o.Third < 0 || o.Third > 255 {
-		return nil, fmt.Errorf("metallab: third octet %d: want 1..255, or 0 for a free one", o.Third)
+	if o.Third < 0 || o.Third > MaxThird {
+		return nil, fmt.Errorf("metallab: third octet %d: want 1..%d, or 0 for a free one", o.Third, MaxThird)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -220,7 +226,7 @@ func (l *Lab) build(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	l.Subnet = netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, byte(third), 0}), 24)
+	l.Subnet = netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(third), 0}), 24)
 	l.Operator = hostAddr(third, operatorHost)
 	l.VIP = hostAddr(third, vipHost)
 	bits := "/" + strconv.Itoa(l.Subnet.Bits())
@@ -310,14 +316,14 @@ func (l *Lab) claimSubnet(ctx context.Context, third int) (int, error) {
 	for attempt := 1; ; attempt++ {
 		t := third
 		if t == 0 {
-			n, err := rand.Int(rand.Reader, big.NewInt(254))
+			n, err := rand.Int(rand.Reader, big.NewInt(MaxThird))
 			if err != nil {
 				return 0, fmt.Errorf("metallab: %w", err)
 			}
 			t = 1 + int(n.Int64())
 		}
 		sw := fmt.Sprintf("hm-ml%d-sw", t)
-		routed, err := routed(ctx, fmt.Sprintf("198.19.%d.0/24", t))
+		routed, err := routed(ctx, fmt.Sprintf("198.18.%d.0/24", t))
 		if err != nil {
 			return 0, err
 		}
@@ -332,21 +338,22 @@ func (l *Lab) claimSubnet(ctx context.Context, third int) (int, error) {
 			}
 		}
 		if third != 0 {
-			return 0, fmt.Errorf("metallab: 198.19.%d.0/24 is in use (a route covers it, or namespace %s exists): pick another, or 0 for a free one", t, sw)
+			return 0, fmt.Errorf("metallab: 198.18.%d.0/24 is in use (a route covers it, or namespace %s exists): pick another, or 0 for a free one", t, sw)
 		}
 		if attempt == 50 {
-			return 0, errors.New("metallab: no free 198.19.T.0/24 after 50 tries")
+			return 0, fmt.Errorf("metallab: no free 198.18.T.0/24 (T 1..%d) after 50 tries", MaxThird)
 		}
 	}
 }
 
-// routed reports whether a route of the machine's main table covers or
-// overlaps cidr.
+// routed reports whether a route of the machine covers or overlaps cidr:
+// one inside it in any table (an address of it on lo is a local route),
+// or one of the main table that holds it.
 func routed(ctx context.Context, cidr string) (bool, error) {
-	for _, sel := range []string{"root", "match"} {
-		out, err := exec.CommandContext(ctx, "ip", "-4", "route", "show", sel, cidr).Output()
+	for _, sel := range [][]string{{"table", "all", "root", cidr}, {"match", cidr}} {
+		out, err := exec.CommandContext(ctx, "ip", append([]string{"-4", "route", "show"}, sel...)...).Output()
 		if err != nil {
-			return false, fmt.Errorf("metallab: ip route show %s %s: %w", sel, cidr, err)
+			return false, fmt.Errorf("metallab: ip route show %s: %w", strings.Join(sel, " "), err)
 		}
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 			// "match" lists the default route too: that one is no use.
@@ -605,7 +612,7 @@ func (l *Lab) Close() error {
 }
 
 func hostAddr(third, host int) netip.Addr {
-	return netip.AddrFrom4([4]byte{198, 19, byte(third), byte(host)})
+	return netip.AddrFrom4([4]byte{198, 18, byte(third), byte(host)})
 }
 
 // writeKey generates an ed25519 key, writes it unencrypted in OpenSSH
