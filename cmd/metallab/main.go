@@ -154,7 +154,8 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 		return err
 	}
 	defer func() {
-		if cerr := lab.Close(); cerr != nil {
+		// ctx has ended (the signal): the teardown gets one that has not.
+		if cerr := lab.Close(context.WithoutCancel(ctx)); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("teardown (metallab --cleanup %s retries it): %w", lab.Dir, cerr))
 		}
 	}()

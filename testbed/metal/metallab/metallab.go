@@ -195,7 +195,8 @@ func New(ctx context.Context, o Options) (*Lab, error) {
 		return nil, err
 	}
 	if err := l.build(ctx, o); err != nil {
-		if cerr := l.Close(); cerr != nil {
+		// Removed even when ctx ended (a signal during the set-up).
+		if cerr := l.Close(context.WithoutCancel(ctx)); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("metallab: remove the half-built lab: %w", cerr))
 		}
 		return nil, err
@@ -272,6 +273,13 @@ func (l *Lab) build(ctx context.Context, o Options) error {
 	for _, h := range l.Hosts {
 		fmt.Fprintf(&etcHosts, "%s\t%s\n", h.Addr, h.Name)
 	}
+	// From the mount points' check to the hosts' mounts, no other lab
+	// removes one (the sshds answer once their mounts are made).
+	unlock, err := lockMounts(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	created, err := ensureMountPoints(hostMounts())
 	l.rec.MountPoints = created
 	if serr := l.rec.save(); err == nil {
@@ -306,6 +314,7 @@ func (l *Lab) build(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	unlock()
 	return l.writeFiles()
 }
 
@@ -587,13 +596,14 @@ func (l *Lab) Uplink() string { return l.rec.Uplink }
 // whatever they started), deletes the namespaces, the bridge and the
 // uplink, the mount points the labs created that no lab uses now, and
 // every file the lab wrote in Dir (Dir too when the lab created it).
-// Calling it again does nothing.
-func (l *Lab) Close() error {
+// Calling it again does nothing. ctx bounds the ip commands: give it
+// one that has not ended (a signal's context has).
+func (l *Lab) Close(ctx context.Context) error {
 	if l.closed {
 		return nil
 	}
 	l.closed = true
-	err := teardown(context.Background(), l.rec, l.log)
+	err := teardown(ctx, l.rec, l.log)
 	// The sshds are this process's children: reap them.
 	for _, h := range l.Hosts {
 		if h.sshd == nil {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -28,6 +29,46 @@ const recordFile = "metallab.json"
 // removes the mount point when it is empty. /run, so that a reboot, which
 // ends every lab, forgets them.
 const markerDir = "/run/hamaster-metallab"
+
+// lockPath is what every lab locks (flock, exclusive) while it makes its
+// hosts' mounts or removes mount points: without it a lab ending could
+// remove /etc/kubernetes between another lab's check that it exists and
+// its hosts' mounts over it. A directory that every machine has and
+// nothing removes, so the lock leaves no file behind.
+const lockPath = "/run"
+
+// lockWait bounds the wait for the lock (another lab's host start-up or
+// teardown holds it for well under a second).
+const lockWait = 30 * time.Second
+
+// lockMounts takes the labs' machine-wide lock; the returned function
+// releases it (once; later calls do nothing).
+func lockMounts(ctx context.Context) (func(), error) {
+	f, err := os.Open(lockPath)
+	if err != nil {
+		return nil, fmt.Errorf("metallab: lock: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, lockWait)
+	defer cancel()
+	err = wait.Until(ctx, 20*time.Millisecond, "the labs' lock (flock "+lockPath+")", func() (bool, error) {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("metallab: %w", err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			f.Close()
+		})
+	}, nil
+}
 
 // record is what a lab made, for its teardown and for Cleanup after the
 // lab was killed.
@@ -143,8 +184,13 @@ func teardown(ctx context.Context, r *record, log *slog.Logger) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := releaseMountPoints(); err != nil {
+	if unlock, err := lockMounts(ctx); err != nil {
 		errs = append(errs, err)
+	} else {
+		if err := releaseMountPoints(); err != nil {
+			errs = append(errs, err)
+		}
+		unlock()
 	}
 	dir := filepath.Dir(r.path)
 	for _, f := range r.Files {

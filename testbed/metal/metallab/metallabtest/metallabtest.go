@@ -54,7 +54,8 @@ func Start(ctx context.Context, t testing.TB, n int, bins ...string) *metallab.L
 				t.Logf("%s sshd log:\n%s", h.Name, h.LogTail())
 			}
 		}
-		if err := lab.Close(); err != nil {
+		// t.Context() has ended by now.
+		if err := lab.Close(context.Background()); err != nil {
 			t.Error(err)
 		}
 		out, _ := exec.Command("ip", "netns", "list").Output()
