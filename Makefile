@@ -103,12 +103,12 @@ test-real: kube-apiserver build
 # hosts (network namespaces on one bridge, each with its own sshd and
 # /etc/kubernetes, /var/lib and /run) proven isolated over SSH; the VIP
 # with Debian's real keepalived and haproxy on them (failover within the
-# VRRP bound, never two holders); bin/metallab started, used over SSH with
-# the files it writes, stopped and killed, leaving nothing. Under a
-# minute. The inventory's unit tests (providers/metal) run in make test
+# VRRP bound, never two holders; -v prints the failover figures);
+# bin/metallab started, used over SSH with the files it writes, stopped
+# and killed, leaving nothing. Under a minute. The inventory's unit tests (providers/metal) run in make test
 # too.
 test-metal: test-prereqs
-	$(GO) test -tags metallab -count=1 -timeout 5m ./testbed/metal/... ./cmd/metallab/ ./providers/metal/
+	$(GO) test -tags metallab -count=1 -timeout 5m -v ./testbed/metal/... ./cmd/metallab/ ./providers/metal/
 
 # The main job on the embedded local provider with a real kube-apiserver
 # (built on first use): up → add ×2 → status → kubectl through the LB →

@@ -111,20 +111,23 @@ func TestVIPFailover(t *testing.T) {
 		}
 		return out
 	}
-	// watch polls holders until want holds them alone, failing the test
-	// when two hosts on the segment hold the VIP at once (unless overlap is
-	// allowed), and returns how long it took.
+	// watch polls holders until want holds the VIP alone and returns how
+	// long it took. Two hosts on the segment holding it at once fail the
+	// test, unless overlap is allowed: then they are counted.
 	watch := func(what string, want string, overlapAllowed bool, bound time.Duration) time.Duration {
 		t.Helper()
 		start := time.Now()
 		wctx, cancel := context.WithTimeout(ctx, bound)
 		defer cancel()
-		polls := 0
+		polls, overlaps := 0, 0
 		err := wait.Until(wctx, 20*time.Millisecond, what, func() (bool, error) {
 			polls++
 			hs := holders()
-			if len(hs) > 1 && !overlapAllowed {
-				return false, fmt.Errorf("%s: two holders of the VIP at once: %v", what, hs)
+			if len(hs) > 1 {
+				if !overlapAllowed {
+					return false, fmt.Errorf("%s: two holders of the VIP at once: %v", what, hs)
+				}
+				overlaps++
 			}
 			return slices.Equal(hs, []string{want}), nil
 		})
@@ -132,7 +135,7 @@ func TestVIPFailover(t *testing.T) {
 			t.Fatalf("%v (holders now %v)", err, holders())
 		}
 		d := time.Since(start)
-		t.Logf("%s: %v (%d polls, never two holders)", what, d.Round(time.Millisecond), polls)
+		t.Logf("%s: %v (%d polls, %d with two holders)", what, d.Round(time.Millisecond), polls, overlaps)
 		return d
 	}
 	forwardsTo := func(what string, want *metallab.Host) {
@@ -174,7 +177,7 @@ func TestVIPFailover(t *testing.T) {
 	run(ctx, t, c1, "kill -TERM $(cat /run/metallab-keepalived.pid)")
 	soft := watch("host-1's keepalived stopped: host-2 holds the VIP", h2.Name, false, 10*time.Second)
 	forwardsTo("haproxy on host-2 forwards to host-3 again", h3)
-	fmt.Fprintf(os.Stderr, "metallab VRRP failover (advert_int 1): host cut off %v, keepalived stopped %v\n", hard.Round(time.Millisecond), soft.Round(time.Millisecond))
+	t.Logf("VRRP failover (advert_int 1): holder cut off %v, holder's keepalived stopped %v", hard.Round(time.Millisecond), soft.Round(time.Millisecond))
 }
 
 // holds reports whether host h has the VIP on eth0.
