@@ -8,6 +8,10 @@
 #   openssh-server  /usr/sbin/sshd: the remote, GCE and AWS tests start a
 #                   real sshd on their own port (never as a service)
 #   iproute2        ip: network namespaces for the VPC fakes (as root)
+#   keepalived      /usr/sbin/keepalived: the metal lab's VIP self-test runs
+#                   real VRRP between hosts (make test-metal; never a service)
+#   haproxy         /usr/sbin/haproxy: the metal lab's TCP forwarding
+#                   self-test (make test-metal; never a service)
 #   moto            moto_server: the AWS provider tests (a Python package,
 #                   not a Debian one: checked, and how to get it said)
 #
@@ -45,6 +49,8 @@ have() { command -v "$1" >/dev/null 2>&1; }
 have gcc || missing+=(gcc)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 have ip || missing+=(iproute2)
+[ -x /usr/sbin/keepalived ] || missing+=(keepalived)
+[ -x /usr/sbin/haproxy ] || missing+=(haproxy)
 have make || missing+=(make)
 
 if [ ${#missing[@]} -gt 0 ]; then
@@ -65,6 +71,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 			openssh-server) echo "  openssh-server: /usr/sbin/sshd, started by the remote, GCE and AWS tests on their own port" >&2 ;;
 			iproute2) echo "  iproute2: ip, for the VPC fakes' network namespaces" >&2 ;;
 			make) echo "  make: the README's commands" >&2 ;;
+			keepalived) echo "  keepalived: /usr/sbin/keepalived, the metal lab's VRRP self-test (started by the test, never as a service)" >&2 ;;
+			haproxy) echo "  haproxy: /usr/sbin/haproxy, the metal lab's TCP forwarding self-test (started by the test, never as a service)" >&2 ;;
 			esac
 		done
 		if ! have apt-get; then
@@ -77,7 +85,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 	echo "test-prereqs: installing ${missing[*]} (apt-get, no services started)"
 	export DEBIAN_FRONTEND=noninteractive
 	# Packages must not start services (sshd is started by the tests on a
-	# loopback port): a policy-rc.d that refuses, unless one exists already.
+	# loopback port, keepalived and haproxy inside the metal lab's hosts): a
+	# policy-rc.d that refuses, unless one exists already.
 	policy=""
 	if [ ! -e /usr/sbin/policy-rc.d ]; then
 		policy=/usr/sbin/policy-rc.d
@@ -93,7 +102,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if have moto_server && python3 -c 'import moto' >/dev/null 2>&1; then
-	echo "test-prereqs: ready (gcc, sshd, ip; moto $(python3 -c 'import moto; print(moto.__version__)'))"
+	echo "test-prereqs: ready (gcc, sshd, ip, keepalived, haproxy; moto $(python3 -c 'import moto; print(moto.__version__)'))"
 else
 	echo "test-prereqs: moto_server not found: the AWS provider tests need it." >&2
 	echo "  install it (a Python package, not a Debian one): python3 -m pip install 'moto[server]==$MOTO_VERSION'" >&2

@@ -1,0 +1,172 @@
+// Command metallab builds a lab of bare-metal hosts on this machine to
+// rehearse hamaster's metal provider against: network namespaces on one
+// bridge, each with its own sshd and its own /etc/kubernetes, /var/lib and
+// /run. See usage below and docs/metal.md, "The lab: bare metal without
+// machines".
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hamaster/hamaster/testbed/metal/metallab"
+)
+
+const usage = `usage: metallab --hosts N --state DIR [flags]
+       metallab --cleanup DIR
+
+metallab builds N bare-metal hosts on this machine and runs until SIGINT
+or SIGTERM. Each host is a network namespace, host-<i> at 198.18.T.<i> on
+one Linux bridge (VRRP works between them), running its own OpenSSH sshd
+on port 22 (root login with DIR/id_ed25519 only) in a mount namespace of
+its own: its own hostname, /etc/hosts, /etc/kubernetes, /var/lib/etcd,
+/var/lib/kubelet and /run. This machine reaches the hosts at
+198.18.T.254; 198.18.T.100 is left free for the VIP. Nothing leaves the
+machine.
+
+When every host answers SSH it writes DIR/known_hosts (each host's key
+under its address), DIR/inventory.yaml (hamaster's --metal-inventory
+format) and DIR/hamaster.env (export HAMASTER_... lines that point
+hamaster at the lab), prints them, and waits. On SIGINT or SIGTERM it
+stops every process in the hosts and removes every namespace, interface,
+mount point it made and file it wrote. Killed (SIGKILL), its sshds die
+with it but its namespaces stay: metallab --cleanup DIR removes them, as
+does the next metallab with the same --state. It needs root, iproute2's
+ip, util-linux's unshare and OpenSSH's sshd.
+
+  terminal 1:  sudo bin/metallab --hosts 4 --state /tmp/lab
+  terminal 2:  sudo -s
+               . /tmp/lab/hamaster.env
+               ssh -i $HAMASTER_SSH_KEY -o UserKnownHostsFile=$HAMASTER_SSH_KNOWN_HOSTS root@198.18.T.1
+
+Not yet built: --kubeadm-master VERSION (kubeadm init of master 0 on
+host-1) is refused.
+
+flags:
+`
+
+// config is the parsed command line.
+type config struct {
+	hosts                                     int
+	state, cleanup, subnet, logLevel, kubeadm string
+	third                                     int
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func parse(args []string, stderr io.Writer) (config, int, error) {
+	var c config
+	fs := flag.NewFlagSet("metallab", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	fs.IntVar(&c.hosts, "hosts", 0, fmt.Sprintf("how many hosts, `N` 1..%d (required)", metallab.MaxHosts))
+	fs.StringVar(&c.state, "state", "", "`DIR` for the lab's files and hamaster.env (required; created if missing; not under /run, /etc/kubernetes or /var/lib/{etcd,kubelet})")
+	fs.StringVar(&c.cleanup, "cleanup", "", "remove what a killed metallab recorded in `DIR` (its --state), then exit")
+	fs.StringVar(&c.subnet, "subnet", "", fmt.Sprintf("the lab's `CIDR`, 198.18.T.0/24 with T 1..%d (default: a free one)", metallab.MaxThird))
+	fs.StringVar(&c.kubeadm, "kubeadm-master", "", "not yet built: kubeadm init master 0 at `VERSION` on host-1 (refused)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, 0, err
+		}
+		return c, 2, err
+	}
+	if fs.NArg() > 0 {
+		return c, 2, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.kubeadm != "" {
+		return c, 2, errors.New("--kubeadm-master is not yet built: the lab has hosts only (kubeadm comes with the kubeadm flavor)")
+	}
+	if c.cleanup != "" {
+		if c.state != "" || c.hosts != 0 || c.subnet != "" {
+			return c, 2, errors.New("--cleanup DIR takes no other lab flags")
+		}
+		return c, 0, nil
+	}
+	if c.state == "" || c.hosts == 0 {
+		fs.Usage()
+		return c, 2, errors.New("--hosts and --state are required")
+	}
+	if c.hosts < 1 || c.hosts > metallab.MaxHosts {
+		return c, 2, fmt.Errorf("--hosts %d: want 1..%d", c.hosts, metallab.MaxHosts)
+	}
+	if c.subnet != "" {
+		p, err := netip.ParsePrefix(c.subnet)
+		lab := netip.MustParsePrefix("198.18.0.0/16")
+		if err != nil || p.Bits() != 24 || !lab.Contains(p.Addr()) || p.Masked() != p || p.Addr().As4()[2] == 0 || p.Addr().As4()[2] > metallab.MaxThird {
+			return c, 2, fmt.Errorf("--subnet %q: want 198.18.T.0/24 with T 1..%d (RFC 2544's benchmark range: nothing leaves the machine; 198.18.100 and above are the cloud fakes')", c.subnet, metallab.MaxThird)
+		}
+		c.third = int(p.Addr().As4()[2])
+	}
+	return c, 0, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, code, err := parse(args, stderr)
+	if err != nil {
+		if code != 0 {
+			fmt.Fprintf(stderr, "metallab: %v\n", err)
+		}
+		return code
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+		fmt.Fprintf(stderr, "metallab: --log-level %q: want debug, info, warn or error\n", c.logLevel)
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	if c.cleanup != "" {
+		if err := metallab.Cleanup(ctx, c.cleanup, logger); err != nil {
+			fmt.Fprintf(stderr, "metallab: cleanup: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "metallab: %s: nothing of a lab left\n", c.cleanup)
+		return 0
+	}
+	if err := serve(ctx, c, logger, stdout); err != nil {
+		fmt.Fprintf(stderr, "metallab: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// serve runs the lab until ctx is done; every process, namespace and file
+// it made is gone when it returns.
+func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer) (err error) {
+	lab, err := metallab.New(ctx, metallab.Options{Hosts: c.hosts, Dir: c.state, Third: c.third, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// ctx has ended (the signal): the teardown gets one that has not.
+		if cerr := lab.Close(context.WithoutCancel(ctx)); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("teardown (metallab --cleanup %s retries it): %w", lab.Dir, cerr))
+		}
+	}()
+	fmt.Fprintf(stdout, "metallab: %d hosts on %v (this machine %v, VIP %v free):\n", len(lab.Hosts), lab.Subnet, lab.Operator, lab.VIP)
+	for _, h := range lab.Hosts {
+		fmt.Fprintf(stdout, "  %-8s %-15s namespace %s, files %s\n", h.Name, h.Addr, h.NS, h.Dir)
+	}
+	fmt.Fprintf(stdout, "metallab: inventory %s, known_hosts %s\n", lab.InventoryFile, lab.KnownHostsFile)
+	fmt.Fprintf(stdout, "metallab: in another terminal: . %s\n", lab.EnvFile)
+	fmt.Fprintf(stdout, "metallab: SSH: ssh -i %s -o UserKnownHostsFile=%s root@%s\n", lab.ClientKeyFile, lab.KnownHostsFile, lab.Hosts[0].Addr)
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "metallab: stopping: every host process, namespace and file goes")
+	return nil
+}
