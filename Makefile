@@ -83,10 +83,12 @@ verify-fmt:
 fix-fmt:
 	gofmt -w .
 
-# The real kube-apiserver and kubectl of every pinned version (v1.33.13,
-# v1.34.4), built from the separate module tools/kube-apiserver/ into
-# $(KUBE_APISERVER_DIR)/<version>/ with their sha256 in SHA256SUMS. Builds
-# only what is missing (about 5 min per version on 2 cores the first time).
+# The real Kubernetes binaries of every pinned version (v1.33.13, v1.34.4):
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubeadm and
+# kubectl, built from the separate module tools/kube-apiserver/ into
+# $(KUBE_APISERVER_DIR)/<version>/ with their sha256 in SHA256SUMS (the
+# target and directory keep the name kube-apiserver). Builds only what is
+# missing (minutes per version on 2 cores the first time; then ~2 s).
 KUBE_APISERVER_DIR ?= $(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME),$(HOME)/.cache)/hamaster/kube-apiserver
 kube-apiserver:
 	HAMASTER_KUBE_APISERVER_DIR=$(KUBE_APISERVER_DIR) ./tools/kube-apiserver/build.sh

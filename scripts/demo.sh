@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make demo: the main job on the embedded local provider with a real
-# kube-apiserver, start to finish: build kube-apiserver and kubectl on
-# first use → local up --control-plane real → add-replica ×2 → status →
+# kube-apiserver, start to finish: build kube-apiserver and kubectl (with
+# kube-controller-manager, kube-scheduler and kubeadm) on first use →
+# local up --control-plane real → add-replica ×2 → status →
 # hamaster kubeconfig → kubectl through the LB endpoint → remove-replica →
 # status → kubectl again → local down. Nothing is left behind but the
 # binaries in the per-user cache.
@@ -30,7 +31,7 @@ if [ "$CONTROL_PLANE" = real ]; then
 	if [ -x "$HAMASTER_KUBE_APISERVER_DIR/$VERSION/kube-apiserver" ]; then
 		say "kube-apiserver $VERSION: in $HAMASTER_KUBE_APISERVER_DIR/$VERSION (checking its checksum)"
 	else
-		say "kube-apiserver $VERSION: not built yet; building it and kubectl from k8s.io/kubernetes (first time only: about 5 minutes on 2 cores)"
+		say "kube-apiserver $VERSION: not built yet; building it, kubectl, kube-controller-manager, kube-scheduler and kubeadm from k8s.io/kubernetes (first time only: about 7 minutes on 2 cores)"
 	fi
 	./tools/kube-apiserver/build.sh "$VERSION"
 	kubectl=$HAMASTER_KUBE_APISERVER_DIR/$VERSION/kubectl
