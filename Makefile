@@ -19,6 +19,7 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster ./cmd/hamaster
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster-node ./cmd/hamaster-node
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gcefake ./cmd/gcefake
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster-kubelet ./cmd/hamaster-kubelet
 
 # The CLI for every platform operators run it on, version stamped, static
 # and reproducible (-trimpath): dist/hamaster-<os>-<arch>.
