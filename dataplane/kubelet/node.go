@@ -70,8 +70,8 @@ func (n nodeSpec) status(now time.Time, since time.Time) corev1.NodeStatus {
 			Architecture:            runtime.GOARCH,
 			ContainerRuntimeVersion: "hamaster-process://1",
 		},
-		Capacity:    corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(110, resource.DecimalSI)},
-		Allocatable: corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(110, resource.DecimalSI)},
+		Capacity:        corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(110, resource.DecimalSI)},
+		Allocatable:     corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(110, resource.DecimalSI)},
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: 10250}},
 	}
 	if n.IP != "" {
