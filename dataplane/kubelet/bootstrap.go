@@ -3,7 +3,6 @@ package kubelet
 import (
 	"context"
 	"crypto/sha512"
-	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"errors"
@@ -189,18 +188,4 @@ func writeBootstrappedKubeconfig(bcfg *restclient.Config, path, pemPath string) 
 		return fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
 	return nil
-}
-
-// clientCertificate returns the node client's certificate (for tests and
-// logs); nil if the config carries none.
-func clientCertificate(cfg *restclient.Config) *x509.Certificate {
-	data := cfg.CertData
-	if len(data) == 0 && cfg.CertFile != "" {
-		data, _ = os.ReadFile(cfg.CertFile)
-	}
-	certs, err := certutil.ParseCertsPEM(data)
-	if err != nil || len(certs) == 0 {
-		return nil
-	}
-	return certs[0]
 }
