@@ -70,13 +70,15 @@ func loadClientConfig(kubeconfig string) (*restclient.Config, error) {
 }
 
 // bootstrap returns the node's client config: --kubeconfig's if valid,
-// else the one TLS bootstrap makes. It retries until ctx ends (the
+// else the one TLS bootstrap makes, and the sha256 of the kubeconfig file
+// it was read from. It retries until ctx ends (the
 // apiserver may not be up yet, the bootstrap kubeconfig not written yet).
-func bootstrap(ctx context.Context, o Options, node string, log *slog.Logger) (*restclient.Config, error) {
+func bootstrap(ctx context.Context, o Options, node string, log *slog.Logger) (*restclient.Config, [32]byte, error) {
 	for attempt := 0; ; attempt++ {
+		sum := fileSum(o.Kubeconfig)
 		cfg, err := loadClientConfig(o.Kubeconfig)
 		if err == nil {
-			return cfg, nil
+			return cfg, sum, nil
 		}
 		if attempt == 0 {
 			log.Info("no valid kubeconfig; TLS bootstrap", "kubeconfig", o.Kubeconfig, "bootstrap_kubeconfig", o.BootstrapKubeconfig, "reason", err)
@@ -92,7 +94,7 @@ func bootstrap(ctx context.Context, o Options, node string, log *slog.Logger) (*
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("kubeconfig %s: %w (last: %v)", o.Kubeconfig, ctx.Err(), err)
+			return nil, [32]byte{}, fmt.Errorf("kubeconfig %s: %w (last: %v)", o.Kubeconfig, ctx.Err(), err)
 		case <-time.After(2 * time.Second):
 		}
 	}

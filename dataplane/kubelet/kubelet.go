@@ -132,7 +132,6 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		return acancel
 	}
 	stopAPI := startAPI(cfg)
-	kubeconfigSum := fileSum(o.Kubeconfig)
 
 	var lastBad string
 	for {
@@ -172,8 +171,9 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 				stopAPI = startAPI(cfg)
 			}
 		}
-		if sum := fileSum(o.Kubeconfig); sum != kubeconfigSum {
-			kubeconfigSum = sum
+		// A kubeconfig rewritten after the API side loaded it (kubeadm's
+		// kubelet-finalize; not the one the bootstrap just wrote).
+		if loaded := api.loadedSum(); loaded != ([32]byte{}) && fileSum(o.Kubeconfig) != loaded {
 			log.Info("kubeconfig changed; reconnecting", "kubeconfig", o.Kubeconfig)
 			stopAPI()
 			stopAPI = startAPI(cfg)
@@ -189,10 +189,22 @@ type apiSide struct {
 	log     *slog.Logger
 	changed chan struct{}
 	pm      *podManager
+
+	mu     sync.Mutex
+	loaded [32]byte // the kubeconfig's sha256 when the client was made
+}
+
+func (a *apiSide) loadedSum() [32]byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.loaded
 }
 
 func (a *apiSide) run(ctx context.Context, cfg Config) {
-	rc, err := bootstrap(ctx, a.o, a.ns.Name, a.log)
+	a.mu.Lock()
+	a.loaded = [32]byte{}
+	a.mu.Unlock()
+	rc, sum, err := bootstrap(ctx, a.o, a.ns.Name, a.log)
 	if err != nil {
 		if ctx.Err() == nil {
 			a.log.Error("no client for the apiserver", "err", err)
@@ -204,6 +216,9 @@ func (a *apiSide) run(ctx context.Context, cfg Config) {
 		a.log.Error("apiserver client", "err", err)
 		return
 	}
+	a.mu.Lock()
+	a.loaded = sum
+	a.mu.Unlock()
 	var mu sync.Mutex
 	var node *corev1.Node
 	done := make(chan struct{})

@@ -92,7 +92,9 @@ func (m *mirrors) sync(ctx context.Context, node *corev1.Node, states []podState
 			continue
 		}
 		mp = mp.DeepCopy()
+		qos := mp.Status.QOSClass // set by the apiserver, immutable
 		mp.Status = s.Status
+		mp.Status.QOSClass = qos
 		if _, err := m.client.CoreV1().Pods(mp.Namespace).UpdateStatus(ctx, mp, metav1.UpdateOptions{}); err != nil {
 			errs = append(errs, fmt.Errorf("mirror pod %s status: %w", key, err))
 			continue

@@ -100,8 +100,27 @@ func (m *podManager) stopLocked(key string, w *podWorker) {
 func (m *podManager) stopAll() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for key, w := range m.pods {
-		m.stopLocked(key, w)
+	// All at once (each has its own grace period), etcd last: an
+	// apiserver whose etcd is gone takes its whole grace period to stop.
+	isEtcd := func(w *podWorker) bool {
+		for _, c := range w.sp.Pod.Spec.Containers {
+			if name, _ := splitImage(c.Image); name == imageEtcd {
+				return true
+			}
+		}
+		return false
+	}
+	for _, etcdPass := range []bool{false, true} {
+		for _, w := range m.pods {
+			if isEtcd(w) == etcdPass {
+				w.cancel()
+			}
+		}
+		for key, w := range m.pods {
+			if isEtcd(w) == etcdPass {
+				m.stopLocked(key, w)
+			}
+		}
 	}
 }
 
@@ -259,7 +278,7 @@ func (m *podManager) states() []podState {
 // status compares equal.
 func (w *podWorker) status(hostIP string) corev1.PodStatus {
 	start := metav1.NewTime(w.started.Truncate(time.Second))
-	st := corev1.PodStatus{Phase: corev1.PodPending, HostIP: hostIP, PodIP: hostIP, StartTime: &start, QOSClass: corev1.PodQOSBurstable}
+	st := corev1.PodStatus{Phase: corev1.PodPending, HostIP: hostIP, PodIP: hostIP, StartTime: &start}
 	if hostIP != "" {
 		st.HostIPs = []corev1.HostIP{{IP: hostIP}}
 		st.PodIPs = []corev1.PodIP{{IP: hostIP}}
