@@ -17,6 +17,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -47,7 +49,27 @@ func TestMain(m *testing.M) {
 		etcdmain.Main(append([]string{"etcd"}, EtcdArgs(os.Args[2:])...))
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "kubelet" {
+		os.Exit(runKubeletForTest(os.Args[2:]))
+	}
 	os.Exit(m.Run())
+}
+
+// runKubeletForTest is cmd/hamaster-kubelet's main for a test that runs
+// the kubelet as a process (`<test binary> kubelet <flags>`).
+func runKubeletForTest(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	o, err := ParseFlags(args, os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if err := Run(ctx, o, slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
 
 const realVersion = "v1.33.13"
@@ -627,5 +649,96 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 			}
 			return c
 		}
+	}
+}
+
+// kubeadmInitScript runs in a private mount and network namespace
+// (unshare -m -n), as a test-bed host would: /etc is an overlay whose
+// writes land in $T/etc-up, /var/lib and /var/log are fresh tmpfs, so
+// kubeadm and the kubelet use their default paths (/etc/kubernetes,
+// /var/lib/kubelet, /var/lib/etcd) and ports without touching the
+// machine's. The host's address is 10.99.0.2 on lo.
+const kubeadmInitScript = `set -eu
+mount -t overlay overlay -o lowerdir=/etc,upperdir=$T/etc-up,workdir=$T/etc-work /etc
+mount -t tmpfs tmpfs /var/lib
+mount -t tmpfs tmpfs /var/log
+mkdir -p /etc/kubernetes /var/lib/kubelet /var/lib/etcd
+ip link set lo up
+ip addr add 10.99.0.2/32 dev lo
+"$SELF" kubelet --bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf \
+  --config=/var/lib/kubelet/config.yaml --hamaster-version=$VERSION --hamaster-bin-dir="$BINS" --hamaster-self="$SELF" \
+  --hostname-override=host-a 2> "$T/kubelet.log" &
+KUBELET=$!
+trap 'kill $KUBELET; wait $KUBELET' EXIT
+"$BINS/$VERSION/kubeadm" init --skip-phases=preflight --kubernetes-version=$VERSION --node-name=host-a \
+  --apiserver-advertise-address=10.99.0.2 > "$T/kubeadm.log" 2>&1
+export KUBECONFIG=/etc/kubernetes/admin.conf
+"$BINS/$VERSION/kubectl" get node host-a -o jsonpath='{.metadata.labels}{"\n"}{.spec.taints}{"\n"}'
+"$BINS/$VERSION/kubectl" get pods -n kube-system -l tier=control-plane \
+  -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase} {.metadata.annotations.kubernetes\.io/config\.hash}{"\n"}{end}'
+`
+
+// TestRealAPIServerKubeadmInit runs the real kubeadm init (v1.33.13,
+// preflight skipped: it wants a container runtime) against the kubelet,
+// on a host made of private namespaces: kubeadm waits for the kubelet's
+// /healthz, for the control plane the kubelet runs from its manifests,
+// and patches the Node the kubelet registered.
+func TestRealAPIServerKubeadmInit(t *testing.T) {
+	bins := realBinDir(t)
+	for _, b := range []string{"kubeadm", "kube-scheduler", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(bins, realVersion, b)); err != nil {
+			t.Fatalf("HAMASTER_REAL_APISERVER_DIR=%s: no %s %s (%v); run 'make kube-apiserver'", bins, b, realVersion, err)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for its private mount and network namespaces (unshare -m -n)")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("needs unshare(1) (util-linux)")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, d := range []string{"etc-up", "etc-work"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, unshare, "-m", "-n", "--propagation", "private", "/bin/sh", "-c", kubeadmInitScript)
+	cmd.Env = append(os.Environ(), "T="+dir, "SELF="+self, "BINS="+bins, "VERSION="+realVersion)
+	cmd.WaitDelay = 10 * time.Second
+	start := time.Now()
+	out, err := cmd.Output()
+	t.Logf("kubeadm init and checks: %s", time.Since(start).Round(time.Second))
+	if err != nil {
+		for _, f := range []string{"kubeadm.log", "kubelet.log"} {
+			b, _ := os.ReadFile(filepath.Join(dir, f))
+			t.Logf("%s:\n%s", f, b)
+		}
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Logf("stderr: %s", ee.Stderr)
+		}
+		t.Fatalf("kubeadm init against the kubelet: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2+4 {
+		t.Fatalf("output:\n%s\nwant the node's labels, taints and 4 control-plane pods", out)
+	}
+	// mark-control-plane patched the Node the kubelet registered.
+	if !strings.Contains(lines[0], `"node-role.kubernetes.io/control-plane":""`) || !strings.Contains(lines[1], "node-role.kubernetes.io/control-plane") {
+		t.Errorf("node not marked as control plane: labels %s taints %s", lines[0], lines[1])
+	}
+	for _, l := range lines[2:] {
+		if f := strings.Fields(l); len(f) != 3 || f[1] != "Running" || len(f[2]) != 32 {
+			t.Errorf("mirror pod %q: want name, phase Running, config.hash", l)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "etc-up", "kubernetes", "admin.conf")); err != nil {
+		t.Errorf("kubeadm's files did not land in the host's own /etc: %v", err)
 	}
 }
