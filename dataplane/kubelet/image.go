@@ -64,11 +64,12 @@ func splitImage(image string) (name, tag string) {
 // container's command + args as the runtime would exec them
 // (kubeadm's control-plane manifests put the binary name and every flag
 // in command); its first word is replaced by the binary for the image.
-// kubeadm's pods are hostNetwork and mount hostPath volumes at the same
-// path (staticpod.NewVolumeMount with the host path as mount path, in
-// cmd/kubeadm/app/phases/controlplane/volumes.go and etcd/local.go), so
-// the process sees the paths as written; a mount whose path differs is
-// refused rather than run wrongly.
+// kubeadm's pods are hostNetwork and mount each hostPath volume at its
+// own path (cmd/kubeadm/app/phases/controlplane/volumes.go
+// getHostPathVolumesForTheControlPlane: NewHostPathMount(…, hostPath,
+// hostPath, …); etcd/local.go likewise), so the process sees the paths as
+// written. Only a ClusterConfiguration's extraVolumes can set a different
+// mountPath; such a mount is refused rather than run wrongly.
 func (r Resolver) Resolve(pod *corev1.Pod, c corev1.Container) (ProcessSpec, error) {
 	if err := sameMountPaths(pod, c); err != nil {
 		return ProcessSpec{}, err
