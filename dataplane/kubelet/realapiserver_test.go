@@ -566,6 +566,22 @@ func TestRealAPIServerKubelet(t *testing.T) {
 			return p.Status.Phase == corev1.PodRunning && p.Annotations[ConfigHashAnnotation] == hashOf(c), nil
 		})
 	}
+	// Ready follows the readiness probes (etcd's /readyz on its metrics
+	// port, the apiserver's /readyz over HTTPS).
+	for _, c := range []string{"etcd", "kube-apiserver"} {
+		poll(t, 30*time.Second, "mirror pod "+c+" Ready", func() (bool, error) {
+			p, err := mirror(c)
+			if err != nil {
+				return false, err
+			}
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady {
+					return cond.Status == corev1.ConditionTrue, nil
+				}
+			}
+			return false, nil
+		})
+	}
 	etcdPod, err := mirror("etcd")
 	if err != nil {
 		t.Fatal(err)
