@@ -4,7 +4,8 @@
 // staticPodPath (kube-apiserver, kube-controller-manager and
 // kube-scheduler images as the real binaries of the image's version, etcd
 // as go.etcd.io/etcd/server/v3's real main with the manifest's flags),
-// restarts them when they exit or their manifest changes, publishes their
+// restarts them when they exit, fail their liveness probe or their
+// manifest changes, publishes their
 // mirror pods with kubernetes.io/config.hash, does the TLS bootstrap that
 // kubeadm join waits for, registers its Node with a heartbeat Lease and
 // serves /healthz (127.0.0.1:10248 by default).

@@ -147,6 +147,7 @@ func (m *podManager) start(ctx context.Context, sp StaticPod) *podWorker {
 		c := startContainer(ctx, ps, filepath.Join(podLogs, ps.Container), grace, log, m.changed)
 		w.containers = append(w.containers, c)
 		go w.probe(ctx, sp.Pod.Spec.Containers[i], c, m.hostIP, m.changed)
+		go liveness(ctx, sp.Pod.Spec.Containers[i], c, m.hostIP, log)
 	}
 	log.Info("static pod started", "containers", len(specs))
 	return w
@@ -180,20 +181,8 @@ func (w *podWorker) probe(ctx context.Context, spec corev1.Container, c *contain
 		set(true) // no probe, or one the stand-in cannot run (exec, tcp, grpc)
 		return
 	}
-	period := time.Duration(p.PeriodSeconds) * time.Second
-	if period <= 0 {
-		period = 10 * time.Second
-	}
-	timeout := time.Duration(p.TimeoutSeconds) * time.Second
-	if timeout <= 0 {
-		timeout = time.Second
-	}
-	client := &http.Client{Timeout: timeout, Transport: &http.Transport{
-		// The real kubelet's HTTPS probes do not verify the certificate
-		// (pkg/probe/http/request.go).
-		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // probes, as the kubelet's
-		DisableKeepAlives: true,
-	}}
+	period, timeout, _, _ := probeTimings(p)
+	client := probeClient(timeout)
 	defer client.CloseIdleConnections()
 	for {
 		ok := c.state().Running && httpProbe(ctx, client, p.HTTPGet, spec, hostIP) == nil
@@ -208,6 +197,78 @@ func (w *podWorker) probe(ctx context.Context, spec corev1.Container, c *contain
 			t.Stop()
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// probeClient is an HTTP client for probes with timeout; the real
+// kubelet's HTTPS probes do not verify the certificate
+// (pkg/probe/http/request.go).
+func probeClient(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // probes, as the kubelet's
+		DisableKeepAlives: true,
+	}}
+}
+
+// probeTimings are a probe's period, timeout, failure threshold and
+// initial delay with the API's defaults (10 s, 1 s, 3, 0).
+func probeTimings(p *corev1.Probe) (period, timeout time.Duration, threshold int, delay time.Duration) {
+	period, timeout, threshold = 10*time.Second, time.Second, 3
+	if p.PeriodSeconds > 0 {
+		period = time.Duration(p.PeriodSeconds) * time.Second
+	}
+	if p.TimeoutSeconds > 0 {
+		timeout = time.Duration(p.TimeoutSeconds) * time.Second
+	}
+	if p.FailureThreshold > 0 {
+		threshold = int(p.FailureThreshold)
+	}
+	return period, timeout, threshold, time.Duration(p.InitialDelaySeconds) * time.Second
+}
+
+// liveness restarts the container when its httpGet liveness probe fails
+// failureThreshold times in a row, as the real kubelet's prober does. The
+// real kubelet holds liveness back until the startup probe passes; the
+// stand-in arms it when the liveness probe first passes in a run (kubeadm's
+// startup and liveness probes ask the same endpoints), so a component
+// still starting is never killed by it.
+func liveness(ctx context.Context, spec corev1.Container, c *container, hostIP string, log *slog.Logger) {
+	p := spec.LivenessProbe
+	if p == nil || p.HTTPGet == nil {
+		return
+	}
+	period, timeout, threshold, delay := probeTimings(p)
+	client := probeClient(timeout)
+	defer client.CloseIdleConnections()
+	var run time.Time // StartedAt of the run being watched
+	armed, failures := false, 0
+	for {
+		t := time.NewTimer(period)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		st := c.state()
+		if !st.Running || time.Since(st.StartedAt) < delay {
+			continue
+		}
+		if !st.StartedAt.Equal(run) {
+			run, armed, failures = st.StartedAt, false, 0
+		}
+		err := httpProbe(ctx, client, p.HTTPGet, spec, hostIP)
+		switch {
+		case err == nil:
+			armed, failures = true, 0
+		case armed:
+			failures++
+			if failures >= threshold {
+				log.Warn("liveness probe failed; restarting the container", "container", spec.Name, "failures", failures, "err", err)
+				c.restart(fmt.Sprintf("liveness probe failed %d times: %v", failures, err))
+				armed, failures = false, 0
+			}
 		}
 	}
 }

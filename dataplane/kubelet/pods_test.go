@@ -203,3 +203,55 @@ func TestHTTPProbeNamedPortAndHeaders(t *testing.T) {
 		t.Error("probe of an unknown named port passed")
 	}
 }
+
+func TestLivenessProbeRestartsContainer(t *testing.T) {
+	var live atomic.Bool
+	var oks, fails atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if !live.Load() {
+			fails.Add(1)
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		oks.Add(1)
+	}))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	sp, err := ParseStaticPod([]byte(fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: kube-scheduler, namespace: kube-system}
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: s
+    image: registry.k8s.io/kube-scheduler:v1.0.0
+    command: [kube-scheduler]
+    livenessProbe:
+      httpGet: {host: 127.0.0.1, path: /livez, port: %s}
+      periodSeconds: 1
+      failureThreshold: 2
+`, port)), "/m/s.yaml", "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm := newPodManager(Resolver{BinDir: fakeBinDir(t)}, t.TempDir(), "127.0.0.1", slog.New(slog.NewTextHandler(io.Discard, nil)), func() {})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer pm.stopAll()
+	pm.sync(ctx, []StaticPod{sp})
+	status := func() corev1.ContainerStatus { return pm.states()[0].Status.ContainerStatuses[0] }
+
+	// Failing from the start: never armed, never restarted.
+	waitFor(t, 10*time.Second, "3 failed liveness probes", func() bool { return fails.Load() >= 3 })
+	if r := status().RestartCount; r != 0 {
+		t.Fatalf("restarted %d times by a liveness probe that never passed", r)
+	}
+	// Passes, then fails twice: restarted.
+	live.Store(true)
+	waitFor(t, 10*time.Second, "a passed liveness probe", func() bool { return oks.Load() >= 1 })
+	live.Store(false)
+	waitFor(t, 15*time.Second, "the restart after the liveness probe failed", func() bool {
+		s := status()
+		return s.RestartCount == 1 && s.State.Running != nil
+	})
+}

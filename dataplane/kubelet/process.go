@@ -50,13 +50,14 @@ type container struct {
 	grace   time.Duration
 	log     *slog.Logger
 	done    chan struct{}
+	kill    chan string // restart requests (a failed liveness probe)
 	mu      sync.Mutex
 	st      containerState
 	changed func() // called after every state change
 }
 
 func startContainer(ctx context.Context, spec ProcessSpec, logDir string, grace time.Duration, log *slog.Logger, changed func()) *container {
-	c := &container{spec: spec, logDir: logDir, grace: grace, log: log.With("container", spec.Container), done: make(chan struct{}), changed: changed}
+	c := &container{spec: spec, logDir: logDir, grace: grace, log: log.With("container", spec.Container), done: make(chan struct{}), kill: make(chan string, 1), changed: changed}
 	go c.loop(ctx)
 	return c
 }
@@ -72,6 +73,15 @@ func (c *container) update(f func(*containerState)) {
 	f(&c.st)
 	c.mu.Unlock()
 	c.changed()
+}
+
+// restart stops the running process (SIGTERM, SIGKILL after the grace
+// period); the container then restarts it as after an exit.
+func (c *container) restart(reason string) {
+	select {
+	case c.kill <- reason:
+	default:
+	}
 }
 
 // wait returns once the process is stopped for good (ctx ended).
@@ -116,6 +126,10 @@ func (c *container) runOnce(ctx context.Context) error {
 		return c.exited(fmt.Errorf("log file: %w", err), -1)
 	}
 	defer logf.Close()
+	select { // a restart asked of an earlier run
+	case <-c.kill:
+	default:
+	}
 	cmd := exec.Command(c.spec.Path, c.spec.Args...)
 	cmd.Env = append([]string{"PATH=" + hostPATH}, c.spec.Env...)
 	cmd.Dir = c.spec.Dir
@@ -133,6 +147,8 @@ func (c *container) runOnce(ctx context.Context) error {
 	case err := <-exited:
 		return c.exited(err, exitCode(cmd))
 	case <-ctx.Done():
+	case reason := <-c.kill:
+		c.log.Warn("stopping container to restart it", "pid", pid, "reason", reason)
 	}
 	// Stop: the whole process group, as a runtime stops a container.
 	_ = syscall.Kill(-pid, syscall.SIGTERM)
