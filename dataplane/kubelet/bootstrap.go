@@ -126,8 +126,8 @@ func tlsBootstrap(ctx context.Context, o Options, node string, log *slog.Logger)
 	if err != nil {
 		return fmt.Errorf("CSR: %w", err)
 	}
-	// An ECDSA key's kubelet client CSR asks for these two
-	// (pkg/kubelet/certificate/kubelet.go: key encipherment only for RSA).
+	// An ECDSA key's kubelet client CSR asks for these two (the real
+	// kubelet's requestNodeCertificate adds key encipherment for RSA only).
 	usages := []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}
 	name := csrName(keyPEM, subject)
 	reqName, reqUID, err := csr.RequestCertificateWithContext(ctx, client, csrPEM, name, certificatesv1.KubeAPIServerClientKubeletSignerName, nil, usages, key)
