@@ -96,8 +96,8 @@ kube-apiserver:
 # a killed apiserver mid-upgrade; the test bed's kubelet running etcd,
 # kube-apiserver and kube-controller-manager v1.33.13 as static pods and
 # bootstrapping through the real controller-manager, and kubeadm init
-# against it (these need kube-controller-manager, kube-scheduler and
-# kubeadm in the cache too). A few minutes; not part of make test.
+# v1.33.13 + upgrade apply v1.34.4 against it (these need
+# kube-controller-manager, kube-scheduler and kubeadm in the cache too). A few minutes; not part of make test.
 # One package at a time (-p 1), and the upgrade under load alone: its
 # clients' view is what it measures, not 2 cores shared with other tests.
 test-real: kube-apiserver build

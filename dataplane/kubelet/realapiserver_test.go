@@ -668,13 +668,16 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 	}
 }
 
-// kubeadmInitScript runs in a private mount and network namespace
+// kubeadmScript runs in a private mount and network namespace
 // (unshare -m -n), as a test-bed host would: /etc is an overlay whose
 // writes land in $T/etc-up, /var/lib and /var/log are fresh tmpfs, so
 // kubeadm and the kubelet use their default paths (/etc/kubernetes,
 // /var/lib/kubelet, /var/lib/etcd) and ports without touching the
-// machine's. The host's address is 10.99.0.2 on lo.
-const kubeadmInitScript = `set -eu
+// machine's. The host's address is 10.99.0.2 on lo. It runs kubeadm init
+// at $FROM, then kubeadm upgrade apply $TO (preflight skipped in both: it
+// wants a container runtime to pull images with), and prints the Node's
+// labels and taints and the control-plane pods after each.
+const kubeadmScript = `set -eu
 mount -t overlay overlay -o lowerdir=/etc,upperdir=$T/etc-up,workdir=$T/etc-work /etc
 mount -t tmpfs tmpfs /var/lib
 mount -t tmpfs tmpfs /var/log
@@ -682,28 +685,39 @@ mkdir -p /etc/kubernetes /var/lib/kubelet /var/lib/etcd
 ip link set lo up
 ip addr add 10.99.0.2/32 dev lo
 "$SELF" kubelet --bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf \
-  --config=/var/lib/kubelet/config.yaml --hamaster-version=$VERSION --hamaster-bin-dir="$BINS" --hamaster-self="$SELF" \
+  --config=/var/lib/kubelet/config.yaml --hamaster-version=$FROM --hamaster-bin-dir="$BINS" --hamaster-self="$SELF" \
   --hostname-override=host-a 2> "$T/kubelet.log" &
 KUBELET=$!
 trap 'kill $KUBELET; wait $KUBELET' EXIT
-"$BINS/$VERSION/kubeadm" init --skip-phases=preflight --kubernetes-version=$VERSION --node-name=host-a \
-  --apiserver-advertise-address=10.99.0.2 > "$T/kubeadm.log" 2>&1
+pods() {
+  "$BINS/$1/kubectl" get pods -n kube-system -l tier=control-plane \
+    -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase} {.metadata.annotations.kubernetes\.io/config\.hash} {.spec.containers[0].image}{"\n"}{end}'
+}
+"$BINS/$FROM/kubeadm" init --skip-phases=preflight --kubernetes-version=$FROM --node-name=host-a \
+  --apiserver-advertise-address=10.99.0.2 > "$T/kubeadm-init.log" 2>&1
 export KUBECONFIG=/etc/kubernetes/admin.conf
-"$BINS/$VERSION/kubectl" get node host-a -o jsonpath='{.metadata.labels}{"\n"}{.spec.taints}{"\n"}'
-"$BINS/$VERSION/kubectl" get pods -n kube-system -l tier=control-plane \
-  -o jsonpath='{range .items[*]}{.metadata.name} {.status.phase} {.metadata.annotations.kubernetes\.io/config\.hash}{"\n"}{end}'
+"$BINS/$FROM/kubectl" get node host-a -o jsonpath='{.metadata.labels}{"\n"}{.spec.taints}{"\n"}'
+pods $FROM
+echo ---
+"$BINS/$TO/kubeadm" upgrade apply $TO --yes --skip-phases=preflight > "$T/kubeadm-upgrade.log" 2>&1
+pods $TO
 `
 
-// TestRealAPIServerKubeadmInit runs the real kubeadm init (v1.33.13,
-// preflight skipped: it wants a container runtime) against the kubelet,
-// on a host made of private namespaces: kubeadm waits for the kubelet's
-// /healthz, for the control plane the kubelet runs from its manifests,
-// and patches the Node the kubelet registered.
-func TestRealAPIServerKubeadmInit(t *testing.T) {
+// TestRealAPIServerKubeadmInitUpgrade runs the real kubeadm init v1.33.13
+// and then kubeadm upgrade apply v1.34.4 against the kubelet, on a host
+// made of private namespaces. init waits for the kubelet's /healthz and
+// for the control plane it runs from its manifests, and patches the Node
+// the kubelet registered; upgrade replaces each manifest (etcd 3.5's
+// flags → 3.6's) and waits for its mirror pod's config.hash to change
+// (WaitForStaticPodHashChange) and for component=<name> to be Running.
+func TestRealAPIServerKubeadmInitUpgrade(t *testing.T) {
+	const from, to = realVersion, "v1.34.4"
 	bins := realBinDir(t)
-	for _, b := range []string{"kubeadm", "kube-scheduler", "kubectl"} {
-		if _, err := os.Stat(filepath.Join(bins, realVersion, b)); err != nil {
-			t.Fatalf("HAMASTER_REAL_APISERVER_DIR=%s: no %s %s (%v); run 'make kube-apiserver'", bins, b, realVersion, err)
+	for _, v := range []string{from, to} {
+		for _, b := range []string{"kubeadm", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"} {
+			if _, err := os.Stat(filepath.Join(bins, v, b)); err != nil {
+				t.Fatalf("HAMASTER_REAL_APISERVER_DIR=%s: no %s %s (%v); run 'make kube-apiserver'", bins, b, v, err)
+			}
 		}
 	}
 	if os.Geteuid() != 0 {
@@ -723,35 +737,56 @@ func TestRealAPIServerKubeadmInit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, unshare, "-m", "-n", "--propagation", "private", "/bin/sh", "-c", kubeadmInitScript)
-	cmd.Env = append(os.Environ(), "T="+dir, "SELF="+self, "BINS="+bins, "VERSION="+realVersion)
+	cmd := exec.CommandContext(ctx, unshare, "-m", "-n", "--propagation", "private", "/bin/sh", "-c", kubeadmScript)
+	cmd.Env = append(os.Environ(), "T="+dir, "SELF="+self, "BINS="+bins, "FROM="+from, "TO="+to)
 	cmd.WaitDelay = 10 * time.Second
 	start := time.Now()
 	out, err := cmd.Output()
-	t.Logf("kubeadm init and checks: %s", time.Since(start).Round(time.Second))
+	t.Logf("kubeadm init %s, upgrade apply %s: %s", from, to, time.Since(start).Round(time.Second))
 	if err != nil {
-		for _, f := range []string{"kubeadm.log", "kubelet.log"} {
+		for _, f := range []string{"kubeadm-init.log", "kubeadm-upgrade.log", "kubelet.log"} {
 			b, _ := os.ReadFile(filepath.Join(dir, f))
 			t.Logf("%s:\n%s", f, b)
 		}
 		if ee, ok := err.(*exec.ExitError); ok {
 			t.Logf("stderr: %s", ee.Stderr)
 		}
-		t.Fatalf("kubeadm init against the kubelet: %v", err)
+		t.Fatalf("kubeadm against the kubelet: %v\noutput:\n%s", err, out)
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 2+4 {
-		t.Fatalf("output:\n%s\nwant the node's labels, taints and 4 control-plane pods", out)
+	before, after, ok := strings.Cut(strings.TrimSpace(string(out)), "\n---\n")
+	lines := strings.Split(before, "\n")
+	if !ok || len(lines) != 2+4 {
+		t.Fatalf("output:\n%s\nwant the node's labels, taints and 4 control-plane pods, ---, 4 pods", out)
 	}
 	// mark-control-plane patched the Node the kubelet registered.
 	if !strings.Contains(lines[0], `"node-role.kubernetes.io/control-plane":""`) || !strings.Contains(lines[1], "node-role.kubernetes.io/control-plane") {
 		t.Errorf("node not marked as control plane: labels %s taints %s", lines[0], lines[1])
 	}
-	for _, l := range lines[2:] {
-		if f := strings.Fields(l); len(f) != 3 || f[1] != "Running" || len(f[2]) != 32 {
-			t.Errorf("mirror pod %q: want name, phase Running, config.hash", l)
+	type pod struct{ phase, hash, image string }
+	parse := func(lines []string) map[string]pod {
+		m := map[string]pod{}
+		for _, l := range lines {
+			if f := strings.Fields(l); len(f) == 4 {
+				m[f[0]] = pod{f[1], f[2], f[3]}
+			}
+		}
+		return m
+	}
+	old, cur := parse(lines[2:]), parse(strings.Split(after, "\n"))
+	for _, c := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		name := c + "-host-a"
+		o, n := old[name], cur[name]
+		if o.phase != "Running" || n.phase != "Running" || len(o.hash) != 32 || len(n.hash) != 32 || o.hash == n.hash {
+			t.Errorf("%s: before %+v, after %+v; want Running both times with a new config.hash", name, o, n)
+		}
+		wantTag := ":" + to
+		if c == "etcd" {
+			wantTag = ":3.6."
+		}
+		if !strings.Contains(n.image, wantTag) {
+			t.Errorf("%s: image %s after the upgrade, want %s", name, n.image, wantTag)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "etc-up", "kubernetes", "admin.conf")); err != nil {
