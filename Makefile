@@ -20,6 +20,7 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster-node ./cmd/hamaster-node
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/gcefake ./cmd/gcefake
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/metallab ./cmd/metallab
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster-kubelet ./cmd/hamaster-kubelet
 
 # The CLI for every platform operators run it on, version stamped, static
 # and reproducible (-trimpath): dist/hamaster-<os>-<arch>.
@@ -95,11 +96,15 @@ kube-apiserver:
 
 # The real-apiserver tier: grow/shrink with the apiservers' endpoint
 # leases, rolling-upgrade v1.33.13 → v1.34.4 under load, a refused flag,
-# a killed apiserver mid-upgrade (a few minutes; not part of make test).
+# a killed apiserver mid-upgrade; the test bed's kubelet running etcd,
+# kube-apiserver and kube-controller-manager v1.33.13 as static pods and
+# bootstrapping through the real controller-manager, and kubeadm init
+# v1.33.13 + upgrade apply v1.34.4 against it (these need
+# kube-controller-manager, kube-scheduler and kubeadm in the cache too). A few minutes; not part of make test.
 # One package at a time (-p 1), and the upgrade under load alone: its
 # clients' view is what it measures, not 2 cores shared with other tests.
 test-real: kube-apiserver build
-	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags realapiserver -count=1 -p 1 -timeout 30m -run '^TestRealAPIServer' -v ./workflows/ ./cmd/hamaster/ ./flavors/kubeadm/ ./dataplane/cri/
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags realapiserver -count=1 -p 1 -timeout 30m -run '^TestRealAPIServer' -v ./workflows/ ./cmd/hamaster/ ./flavors/kubeadm/ ./dataplane/cri/ ./dataplane/kubelet/
 
 # The metal lab's tier (as root; not part of make test): bin/metallab's
 # hosts (network namespaces on one bridge, each with its own sshd and

@@ -1,0 +1,128 @@
+package kubelet
+
+import (
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/hamaster/hamaster/errkind"
+)
+
+// Images the stand-in runs without a container runtime. The repository
+// is whatever kubeadm's imageRepository says (registry.k8s.io by
+// default); only the image's last path element and tag matter.
+const (
+	imageEtcd = "etcd"
+	// EtcdSubcommand is the subcommand of Self that runs etcd's real main
+	// (go.etcd.io/etcd/server/v3/etcdmain) with the manifest's flags.
+	EtcdSubcommand = "etcd"
+)
+
+// isControlPlaneImage tells the images run as <bin-dir>/<tag>/<name>,
+// the real binaries 'make kube-apiserver' builds per version.
+func isControlPlaneImage(name string) bool {
+	switch name {
+	case "kube-apiserver", "kube-controller-manager", "kube-scheduler":
+		return true
+	}
+	return false
+}
+
+// Resolver maps a container to the program that stands in for its image.
+type Resolver struct {
+	// BinDir holds <version>/<name> for the control-plane images.
+	BinDir string
+	// Self is the executable whose `etcd` subcommand runs etcd.
+	Self string
+}
+
+// ProcessSpec is what runs for one container: host network, host paths.
+type ProcessSpec struct {
+	Container string
+	Path      string
+	Args      []string // without the program name
+	Env       []string // NAME=value
+	Dir       string
+}
+
+// splitImage returns an image's last path element and tag
+// ("registry.k8s.io/etcd:3.5.21-0" → "etcd", "3.5.21-0"); a digest
+// (@sha256:...) is dropped.
+func splitImage(image string) (name, tag string) {
+	image, _, _ = strings.Cut(image, "@")
+	name = path.Base(image)
+	if i := strings.LastIndex(name, ":"); i >= 0 {
+		name, tag = name[:i], name[i+1:]
+	}
+	return name, tag
+}
+
+// Resolve returns the process for container c. The command is the
+// container's command + args as the runtime would exec them
+// (kubeadm's control-plane manifests put the binary name and every flag
+// in command); its first word is replaced by the binary for the image.
+// kubeadm's pods are hostNetwork and mount each hostPath volume at its
+// own path (cmd/kubeadm/app/phases/controlplane/volumes.go
+// getHostPathVolumesForTheControlPlane: NewHostPathMount(…, hostPath,
+// hostPath, …); etcd/local.go likewise), so the process sees the paths as
+// written. Only a ClusterConfiguration's extraVolumes can set a different
+// mountPath; such a mount is refused rather than run wrongly.
+func (r Resolver) Resolve(pod *corev1.Pod, c corev1.Container) (ProcessSpec, error) {
+	if err := sameMountPaths(pod, c); err != nil {
+		return ProcessSpec{}, err
+	}
+	argv := append(append([]string{}, c.Command...), c.Args...)
+	if len(argv) == 0 {
+		return ProcessSpec{}, errkind.Errorf(errkind.InvalidArgument, "container %s: no command (the stand-in cannot read an image's entrypoint)", c.Name)
+	}
+	name, tag := splitImage(c.Image)
+	spec := ProcessSpec{Container: c.Name, Dir: c.WorkingDir}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil {
+			return ProcessSpec{}, errkind.Errorf(errkind.InvalidArgument, "container %s: env %s: valueFrom is not supported", c.Name, e.Name)
+		}
+		spec.Env = append(spec.Env, e.Name+"="+e.Value)
+	}
+	switch {
+	case name == imageEtcd:
+		if r.Self == "" {
+			return ProcessSpec{}, fmt.Errorf("container %s: no executable to run etcd with", c.Name)
+		}
+		spec.Path = r.Self
+		spec.Args = append([]string{EtcdSubcommand}, argv[1:]...)
+	case isControlPlaneImage(name):
+		if _, err := ParseVersion(tag); err != nil {
+			return ProcessSpec{}, errkind.Errorf(errkind.InvalidArgument, "container %s: image %s: %w", c.Name, c.Image, err)
+		}
+		if r.BinDir == "" {
+			return ProcessSpec{}, fmt.Errorf("container %s: image %s: no binaries directory (--hamaster-bin-dir)", c.Name, c.Image)
+		}
+		spec.Path = filepath.Join(r.BinDir, tag, name)
+		spec.Args = argv[1:]
+	default:
+		return ProcessSpec{}, errkind.Errorf(errkind.InvalidArgument, "container %s: image %s: the stand-in runs only etcd, kube-apiserver, kube-controller-manager and kube-scheduler", c.Name, c.Image)
+	}
+	return spec, nil
+}
+
+func sameMountPaths(pod *corev1.Pod, c corev1.Container) error {
+	hostPaths := map[string]string{}
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	for _, m := range c.VolumeMounts {
+		hp, ok := hostPaths[m.Name]
+		if !ok {
+			return errkind.Errorf(errkind.InvalidArgument, "container %s: volume %s is not a hostPath volume", c.Name, m.Name)
+		}
+		if filepath.Clean(hp) != filepath.Clean(m.MountPath) || m.SubPath != "" {
+			return errkind.Errorf(errkind.InvalidArgument, "container %s: volume %s mounts host %s at %s: the stand-in runs processes on the host's paths", c.Name, m.Name, hp, m.MountPath)
+		}
+	}
+	return nil
+}
