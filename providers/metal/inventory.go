@@ -2,11 +2,16 @@
 // listed in an inventory and reached over SSH, the apiserver's address a
 // VIP held by keepalived with HAProxy in front of the apiservers.
 //
-// For now it holds only the inventory (--metal-inventory FILE): its
-// format, loader and validation. The provider itself comes later (issue
-// 24); what validation can only do against the live hosts (a host already
-// a master, a host unreachable, the VIP outside the hosts' subnet) is the
-// provider's.
+// What is built (issue 24): the inventory (--metal-inventory FILE: its
+// format, loader and validation), and the provider's machines
+// (Provider.Instances: a new replica claims a free control-plane host,
+// checked over SSH before anything changes — a host another cluster
+// claims, one running a control plane hamaster did not put there, one
+// keeping etcd data, one that does not answer or shows the wrong host
+// key is refused — and a removed one is released clean, never powered
+// off), the way in (DialMachine, RunOnMachine, UploadToMachine over SSH).
+// Not built yet: the VIP and HAProxy (StaticIP and LoadBalancer say so),
+// and the CLI's --provider metal.
 //
 // An inventory is YAML:
 //

@@ -24,7 +24,8 @@
 //     of its own (ip netns exec NS unshare --mount --uts --propagation
 //     private), so that it and every session it spawns see the host's
 //     hostname (its inventory name), /etc/hosts (every host's name), and
-//     its own /etc/kubernetes, /var/lib/etcd, /var/lib/kubelet and /run,
+//     its own /etc/kubernetes, /var/lib/etcd, /var/lib/kubelet,
+//     /var/lib/hamaster (the metal provider's claim) and /run,
 //     bind mounts of DIR/hosts/<name>/... Per-host pid files
 //     (keepalived's, haproxy's) under /run never clash. The machine's own
 //     mount table does not change; a mount point missing on the machine
@@ -88,9 +89,10 @@ const (
 
 // hostMounts are the directories each host has its own copy of (bind
 // mounts of DIR/hosts/<name>/<dir with '/' as '-'>): what kubeadm and the
-// kubelet write, and /run for pid files.
+// kubelet write, what hamaster's metal provider writes (its claim on the
+// host, providers/metal.Claim), and /run for pid files.
 func hostMounts() []string {
-	return []string{"/etc/kubernetes", "/var/lib/etcd", "/var/lib/kubelet", "/run"}
+	return []string{"/etc/kubernetes", "/var/lib/etcd", "/var/lib/kubelet", "/var/lib/hamaster", "/run"}
 }
 
 // Options describe a lab.

@@ -1,0 +1,238 @@
+package metal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/hamaster/hamaster/dns"
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/lb"
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/remote"
+)
+
+// Name is the provider's registry name.
+const Name = "metal"
+
+// Options (providers.Settings.Options).
+const (
+	// OptInventory is the inventory file (required).
+	OptInventory = "metal-inventory"
+	// OptVIP overrides the inventory's vip.
+	OptVIP = "metal-vip"
+	// SSH to the hosts: each host's user and port are the inventory's.
+	OptSSHKey        = "ssh-key"
+	OptSSHKnownHosts = "ssh-known-hosts"
+	OptSSHInsecure   = "ssh-insecure-skip-host-key-check"
+	OptSSHAgent      = "ssh-agent-socket"
+)
+
+// Provider is the bare-metal provider bound to one cluster: the
+// inventory's control-plane hosts are its machines. Hosts are never
+// created, re-imaged or powered off: a new replica claims a free host
+// (Instances.Create writes the claim on the host), and deleting a
+// replica releases it, refusing while the host still runs a control
+// plane or keeps etcd data (the flavor's leave, kubeadm reset, comes
+// first).
+type Provider struct {
+	cluster  string
+	stateDir string
+	inv      *Inventory
+	opts     map[string]string
+	log      *slog.Logger
+	dnsOut   io.Writer
+	apiPort  int
+
+	mu  sync.Mutex
+	ssh map[string]*remote.Client // host name → connection
+}
+
+var (
+	_ providers.Provider        = (*Provider)(nil)
+	_ providers.MachineDialer   = (*Provider)(nil)
+	_ providers.APIServerPorter = (*Provider)(nil)
+)
+
+// New opens the provider: the inventory is loaded and validated, and the
+// SSH settings checked, before anything is dialed.
+func New(_ context.Context, s providers.Settings) (providers.Provider, error) {
+	o := s.Options
+	path := o[OptInventory]
+	if path == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: required with the metal provider: the YAML file listing the hosts (see docs/metal.md)", OptInventory)
+	}
+	inv, err := Load(path)
+	if err != nil {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %w", OptInventory, err)
+	}
+	if v := o[OptVIP]; v != "" {
+		inv.VIP = v
+		if err := inv.Validate(); err != nil {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s %q: %w", OptVIP, v, err)
+		}
+	}
+	if len(inv.ControlPlaneHosts()) == 0 {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s %s: no host has role %s: a master needs one", OptInventory, path, RoleControlPlane)
+	}
+	if o[OptSSHKey] == "" && o[OptSSHAgent] == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: required with the metal provider (or an SSH agent): hamaster reaches every host over SSH", OptSSHKey)
+	}
+	if s.Cluster == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--cluster: required")
+	}
+	log := s.Log()
+	return &Provider{cluster: s.Cluster, stateDir: filepath.Join(s.StateDir, s.Cluster), inv: inv, opts: o, log: log, dnsOut: s.Out,
+		apiPort: providers.APIServerPort, ssh: map[string]*remote.Client{}}, nil
+}
+
+// Name implements providers.Provider.
+func (p *Provider) Name() string { return Name }
+
+// Inventory is the provider's inventory.
+func (p *Provider) Inventory() *Inventory { return p.inv }
+
+// Instances implements providers.Provider.
+func (p *Provider) Instances() providers.Instances { return &instances{p: p} }
+
+// StaticIP implements providers.Provider: the inventory's VIP. Not built
+// yet (issue 24: keepalived on the masters holds it).
+func (p *Provider) StaticIP() lb.StaticIP { return notYetVIP{vip: p.inv.VIP} }
+
+// LoadBalancer implements providers.Provider: HAProxy on every master
+// behind the VIP. Not built yet (issue 24).
+func (p *Provider) LoadBalancer() lb.LoadBalancer { return notYetLB{} }
+
+// DNS implements providers.Provider: static records only (the operator's
+// own DNS points at the VIP).
+func (p *Provider) DNS(kind string) (dns.Records, error) {
+	if kind == "" || kind == "static" {
+		return dns.NewStatic(p.dnsOut), nil
+	}
+	return nil, errkind.Errorf(errkind.InvalidArgument, "--dns: %q is not available with the metal provider (valid: static)", kind)
+}
+
+// APIServerURL implements providers.Provider.
+func (p *Provider) APIServerURL(r providers.Replica) string {
+	return "https://" + net.JoinHostPort(r.Address, strconv.Itoa(p.apiPort))
+}
+
+// APIServerPort implements providers.APIServerPorter.
+func (p *Provider) APIServerPort() int { return p.apiPort }
+
+// SetAPIServerPort implements providers.APIServerPorter: the flavor's.
+func (p *Provider) SetAPIServerPort(port int) { p.apiPort = port }
+
+// MachineHostname implements providers.MachineDialer: a host's name is
+// its hostname and its Node's name.
+func (p *Provider) MachineHostname(replica, _ string) string {
+	if _, err := p.inv.Host(replica); err != nil {
+		return ""
+	}
+	return replica
+}
+
+// DialMachine implements providers.MachineDialer: a TCP connection opened
+// by the host's sshd.
+func (p *Provider) DialMachine(ctx context.Context, machine, addr string) (net.Conn, error) {
+	c, err := p.client(ctx, machine)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := c.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		p.drop(machine)
+		return nil, fmt.Errorf("host %s: dial %s: %w", machine, addr, err)
+	}
+	return conn, nil
+}
+
+// RunOnMachine runs cmd (a POSIX sh command line) on the host as its
+// inventory's SSH user, returning stdout and stderr (remote.Client.Run).
+func (p *Provider) RunOnMachine(ctx context.Context, machine, cmd string) (stdout, stderr []byte, err error) {
+	c, err := p.client(ctx, machine)
+	if err != nil {
+		return nil, nil, err
+	}
+	stdout, stderr, err = c.Run(ctx, cmd)
+	if err != nil {
+		var exit *remote.ExitError
+		if !errors.As(err, &exit) {
+			p.drop(machine)
+		}
+		return stdout, stderr, fmt.Errorf("host %s: %w", machine, err)
+	}
+	return stdout, stderr, nil
+}
+
+// UploadToMachine writes data to path on the host atomically
+// (remote.Client.Upload).
+func (p *Provider) UploadToMachine(ctx context.Context, machine, path string, data []byte, mode os.FileMode) error {
+	c, err := p.client(ctx, machine)
+	if err != nil {
+		return err
+	}
+	if err := c.Upload(ctx, path, data, mode); err != nil {
+		return fmt.Errorf("host %s: %w", machine, err)
+	}
+	return nil
+}
+
+// client is the SSH connection to the host named machine, dialed on
+// first use and kept until Close.
+func (p *Provider) client(ctx context.Context, machine string) (*remote.Client, error) {
+	h, err := p.inv.Host(machine)
+	if err != nil {
+		return nil, errkind.Errorf(errkind.NotFound, "host %s: %w", machine, err)
+	}
+	p.mu.Lock()
+	c := p.ssh[machine]
+	p.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	c, err = remote.Dial(ctx, remote.Config{
+		Addr: h.SSHAddr(), User: h.SSH.User, KeyFile: p.opts[OptSSHKey], AgentSocket: p.opts[OptSSHAgent],
+		KnownHostsFile: p.opts[OptSSHKnownHosts], InsecureSkipHostKeyCheck: p.opts[OptSSHInsecure] == "true", Logger: p.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("host %s (ssh %s@%s): %w", machine, h.SSH.User, h.SSHAddr(), err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old := p.ssh[machine]; old != nil {
+		c.Close()
+		return old, nil
+	}
+	p.ssh[machine] = c
+	return c, nil
+}
+
+// drop forgets (and closes) the connection to machine after a failure.
+func (p *Provider) drop(machine string) {
+	p.mu.Lock()
+	c := p.ssh[machine]
+	delete(p.ssh, machine)
+	p.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// Close implements providers.Provider.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name, c := range p.ssh {
+		c.Close()
+		delete(p.ssh, name)
+	}
+	return nil
+}
