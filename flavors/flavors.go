@@ -16,7 +16,8 @@
 //
 // One folder a flavor: flavors/hamaster (hamaster's own masters: the local
 // provider's, and AWS masters in hamaster's format), flavors/kubeup
-// (kube-up's GCE and AWS masters). flavors/registry chooses one for a
+// (kube-up's GCE and AWS masters), flavors/kubeadm (kubeadm's masters,
+// driven by the real kubeadm over SSH: being built, issue 23). flavors/registry chooses one for a
 // cluster; flavors/flavortest is the conformance suite every flavor passes.
 package flavors
 
@@ -30,6 +31,7 @@ import (
 // Names of the flavors (--flavor).
 const (
 	Hamaster = "hamaster"
+	Kubeadm  = "kubeadm"
 	KubeUp   = "kubeup"
 )
 

@@ -42,7 +42,7 @@ type CertStatus struct {
 type Report struct {
 	Cluster  string `json:"cluster"`
 	Provider string `json:"provider"`
-	// Flavor is what the masters are (flavors: hamaster, kubeup).
+	// Flavor is what the masters are (flavors: hamaster, kubeadm, kubeup).
 	Flavor         string              `json:"flavor"`
 	Endpoint       string              `json:"endpoint"`
 	EndpointKind   string              `json:"endpoint_kind"`

@@ -209,3 +209,19 @@ func TestSetKubeconfigServer(t *testing.T) {
 		t.Error("no clusters: no error")
 	}
 }
+
+func TestManifestVersion(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ manifest, want string }{
+		{"spec:\n  containers:\n  - command:\n    - kube-apiserver\n    image: registry.k8s.io/kube-apiserver:v1.33.13\n", "v1.33.13"},
+		{"    - image: \"myreg:5000/k8s/kube-apiserver:v1.34.4@sha256:abcd\"\n", "v1.34.4"},
+		{"    image: 'registry.k8s.io/kube-apiserver:v1.34.4'\n", "v1.34.4"},
+		{"    image: myreg:5000/kube-apiserver\n", ""},
+		{"kind: Pod\n", ""},
+	} {
+		got, err := ManifestVersion([]byte(tc.manifest))
+		if got != tc.want || (err != nil) != (tc.want == "") {
+			t.Errorf("ManifestVersion(%q) = %q, %v; want %q", tc.manifest, got, err, tc.want)
+		}
+	}
+}

@@ -1,7 +1,8 @@
 // Package registry chooses a cluster's flavor: the one the operator names
 // (--flavor, recorded with the cluster), else the one the provider finds
 // on its machines (providers.MasterFormatter: kube-up's GCE metadata or
-// AWS user data → kubeup; anything else → hamaster).
+// AWS user data → kubeup; the metal provider's hosts → kubeadm; anything
+// else → hamaster).
 package registry
 
 import (
@@ -11,12 +12,13 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/flavors/hamaster"
+	"github.com/hamaster/hamaster/flavors/kubeadm"
 	"github.com/hamaster/hamaster/flavors/kubeup"
 	"github.com/hamaster/hamaster/providers"
 )
 
 // Names lists the flavors, sorted.
-func Names() []string { return []string{flavors.Hamaster, flavors.KubeUp} }
+func Names() []string { return []string{flavors.Hamaster, flavors.Kubeadm, flavors.KubeUp} }
 
 // Detect is the flavor p finds on its machines.
 func Detect(p providers.Provider) string {
@@ -39,6 +41,8 @@ func Open(name string, p providers.Provider, log *slog.Logger) (flavors.Flavor, 
 		return hamaster.New(p)
 	case flavors.KubeUp:
 		return kubeup.New(p, log)
+	case flavors.Kubeadm:
+		return kubeadm.New(p, log)
 	}
 	return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %q: want one of %s, or none for what the %s provider finds on its masters", name, strings.Join(Names(), ", "), p.Name())
 }

@@ -42,7 +42,8 @@ func TestOpen(t *testing.T) {
 		{"detected: hamaster's own", "", ownProvider{}, flavors.Hamaster, true},
 		{"detected: kube-up's", "", kubeUpProvider{}, flavors.KubeUp, true},
 		{"named", flavors.Hamaster, ownProvider{}, flavors.Hamaster, true},
-		{"unknown name", "kubeadm", ownProvider{}, `--flavor "kubeadm": want one of hamaster, kubeup`, false},
+		{"unknown name", "kops", ownProvider{}, `--flavor "kops": want one of hamaster, kubeadm, kubeup`, false},
+		{"kubeadm without a way to run it", flavors.Kubeadm, ownProvider{}, "no way to run kubeadm", false},
 		{"kubeup without a way in", flavors.KubeUp, ownProvider{}, "no way into its machines", false},
 		{"hamaster without its etcd", flavors.Hamaster, kubeUpProvider{}, "not in hamaster's format", false},
 	} {

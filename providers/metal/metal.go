@@ -59,7 +59,14 @@ var (
 	_ providers.Provider        = (*Provider)(nil)
 	_ providers.MachineDialer   = (*Provider)(nil)
 	_ providers.APIServerPorter = (*Provider)(nil)
+	_ providers.MasterFormatter = (*Provider)(nil)
 )
+
+// MasterFormat implements providers.MasterFormatter: the masters on
+// bare-metal hosts are kubeadm's (the only kind the metal provider
+// serves: hamaster's own masters are the local provider's, kube-up's the
+// clouds').
+func (*Provider) MasterFormat() string { return "kubeadm" }
 
 // New opens the provider: the inventory is loaded and validated, and the
 // SSH settings checked, before anything is dialed.

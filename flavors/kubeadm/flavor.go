@@ -1,0 +1,308 @@
+package kubeadm
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/providers"
+)
+
+// Name is the flavor's registry name (--flavor kubeadm).
+const Name = flavors.Kubeadm
+
+// A kubeadm master's files (cmd/kubeadm/app/constants: KubernetesDir,
+// CACertAndKeyBaseName, EtcdCACertAndKeyBaseName,
+// APIServerEtcdClientCertAndKeyBaseName; ManifestsSubDirName).
+const (
+	CACert             = "/etc/kubernetes/pki/ca.crt"
+	EtcdCACert         = "/etc/kubernetes/pki/etcd/ca.crt"
+	EtcdClientCert     = "/etc/kubernetes/pki/apiserver-etcd-client.crt"
+	EtcdClientKey      = "/etc/kubernetes/pki/apiserver-etcd-client.key"
+	APIServerManifest  = "/etc/kubernetes/manifests/kube-apiserver.yaml"
+	EtcdClientPort     = 2379 // kubeadm's etcd: --listen-client-urls https://127.0.0.1:2379,https://<advertise>:2379
+	EtcdPeerPort       = 2380
+	DefaultBindPort    = 6443 // InitConfiguration localAPIEndpoint.bindPort's default
+	etcdLoopbackClient = "127.0.0.1:2379"
+)
+
+// Machine is what the flavor needs of the provider: a way into each
+// master that runs commands (kubeadm, reading its files) and opens
+// tunnels (etcd on the master's own loopback), as an operator's SSH
+// does.
+type Machine interface {
+	providers.MachineDialer
+	RunOnMachine(ctx context.Context, machine, cmd string) (stdout, stderr []byte, err error)
+}
+
+// Flavor is the kubeadm flavor bound to one cluster's provider.
+//
+// Built so far: what every flavor answers (etcd naming and access over
+// the provider's way in, the masters' CA, the apiserver port, the version
+// check). Not yet: the workflow steps only kubeadm can take (join,
+// leave, upgrade node, the conversion to HA), which add-replica,
+// remove-replica and rolling-upgrade call for this flavor in place of
+// cloning a template (issue 23).
+type Flavor struct {
+	p   providers.Provider
+	m   Machine
+	log *slog.Logger
+}
+
+var _ flavors.Flavor = (*Flavor)(nil)
+
+// New binds the flavor to p, whose machines it reaches through p's way in.
+func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {
+	m, ok := p.(Machine)
+	if !ok {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider has no way to run kubeadm on its masters (SSH)", Name, p.Name())
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	f := &Flavor{p: p, m: m, log: log}
+	flavors.BindAPIServerPort(p, f)
+	return f, nil
+}
+
+// Name implements flavors.Flavor.
+func (*Flavor) Name() string { return Name }
+
+// EtcdClusters implements flavors.Flavor: kubeadm's stacked etcd, one
+// cluster.
+func (*Flavor) EtcdClusters() []string { return []string{flavors.EtcdMain} }
+
+// EtcdMember implements flavors.Flavor: kubeadm names a master's member
+// after its Node and gives it https://<advertise address>:2380
+// (cmd/kubeadm/app/phases/etcd/local.go GetEtcdPodSpec: --name,
+// --initial-advertise-peer-urls).
+func (f *Flavor) EtcdMember(_, replica, address string) (string, string) {
+	name := f.m.MachineHostname(replica, address)
+	if address == "" {
+		return name, ""
+	}
+	return name, "https://" + net.JoinHostPort(address, strconv.Itoa(EtcdPeerPort))
+}
+
+// read returns the files at paths on machine, each in full.
+func (f *Flavor) read(ctx context.Context, machine string, paths ...string) ([][]byte, error) {
+	out := make([][]byte, len(paths))
+	for i, p := range paths {
+		b, _, err := f.m.RunOnMachine(ctx, machine, "cat "+p)
+		if err != nil {
+			return nil, fmt.Errorf("master %s: read %s: %w", machine, p, err)
+		}
+		out[i] = b
+	}
+	return out, nil
+}
+
+// running lists the running masters not in exclude.
+func (f *Flavor) running(ctx context.Context, exclude ...string) ([]providers.Replica, error) {
+	rs, err := f.p.Instances().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	skip := map[string]bool{}
+	for _, e := range exclude {
+		skip[e] = true
+	}
+	var out []providers.Replica
+	for _, r := range rs {
+		if r.Running() && !skip[r.Name] {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// EtcdCluster implements flavors.Flavor: through every running master
+// not excluded, each member reached at its master's own loopback (its
+// --listen-client-urls), with the apiserver's etcd client certificate
+// and the etcd CA read from the first master that answers, as the
+// apiserver itself connects.
+func (f *Flavor) EtcdCluster(ctx context.Context, cluster string, exclude ...string) (*etcdmember.Client, error) {
+	if cluster != flavors.EtcdMain {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "kubeadm's masters run one etcd cluster (%s), not %q", flavors.EtcdMain, cluster)
+	}
+	cands, err := f.running(ctx, exclude...)
+	if err != nil {
+		return nil, err
+	}
+	if len(cands) == 0 {
+		return nil, errkind.Errorf(errkind.FailedPrecondition, "no running master to reach etcd through (excluding %v)", exclude)
+	}
+	var tlsCfg *tls.Config
+	var errs []error
+	for _, r := range cands {
+		files, err := f.read(ctx, r.Name, EtcdCACert, EtcdClientCert, EtcdClientKey)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		pair, err := tls.X509KeyPair(files[1], files[2])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("master %s: %s: %w", r.Name, EtcdClientCert, err))
+			continue
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(files[0]) {
+			errs = append(errs, fmt.Errorf("master %s: %s is not PEM", r.Name, EtcdCACert))
+			continue
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+		break
+	}
+	if tlsCfg == nil {
+		return nil, errkind.Errorf(errkind.Unavailable, "no master's etcd client certificate readable: %w", errors.Join(errs...))
+	}
+	byHost := map[string]string{}
+	var eps []string
+	for _, r := range cands {
+		host := f.m.MachineHostname(r.Name, r.Address)
+		if host == "" {
+			continue
+		}
+		byHost[host] = r.Name
+		// The member's serving certificate names its Node and its
+		// addresses (GetEtcdAltNames): the Node name is verified.
+		eps = append(eps, "https://"+net.JoinHostPort(host, strconv.Itoa(EtcdClientPort)))
+	}
+	cfg := etcdmember.Config{TLS: tlsCfg, Endpoints: eps, Logger: f.log,
+		// A member advertises https://<address>:2379; reach it through
+		// its master's way in, by its Node name.
+		ClientURLs: func(m etcdmember.Member) []string {
+			if _, ok := byHost[m.Name]; !ok || m.Name == "" {
+				return m.ClientURLs
+			}
+			return []string{"https://" + net.JoinHostPort(m.Name, strconv.Itoa(EtcdClientPort))}
+		},
+		DialContext: func(ctx context.Context, addr string) (net.Conn, error) {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			name, ok := byHost[host]
+			if !ok {
+				return nil, errkind.Errorf(errkind.NotFound, "etcd member on %s: no running master has that name", host)
+			}
+			return f.m.DialMachine(ctx, name, etcdLoopbackClient)
+		}}
+	cli, err := etcdmember.New(ctx, cfg)
+	if err != nil {
+		return nil, errkind.Errorf(errkind.Unavailable, "no master's etcd reachable through the %s provider: %w", f.p.Name(), err)
+	}
+	return cli, nil
+}
+
+// CloneTemplate implements flavors.Flavor: a kubeadm master is not
+// cloned from a template; it joins (`kubeadm join --control-plane`), so
+// the new machine gets only the source's machine settings and version.
+func (*Flavor) CloneTemplate(_ context.Context, src providers.Template, _, _ string, _ map[string][]etcdmember.Member, _ map[string][]byte) (providers.Template, error) {
+	t := src.Clone()
+	t.Env, t.Files, t.ExtraArgs = map[string]string{}, map[string][]byte{}, nil
+	return t, nil
+}
+
+// CarriesCertificates implements flavors.Flavor: kubeadm's CA under
+// /etc/kubernetes/pki signs every master's certificates.
+func (*Flavor) CarriesCertificates() bool { return true }
+
+// MasterCA implements flavors.Flavor: /etc/kubernetes/pki/ca.crt of a
+// running master.
+func (f *Flavor) MasterCA(ctx context.Context) ([]byte, error) {
+	rs, err := f.running(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, r := range rs {
+		b, err := f.read(ctx, r.Name, CACert)
+		if err == nil {
+			return b[0], nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errkind.Errorf(errkind.Unavailable, "the cluster CA (%s) is readable on no running master: %w", CACert, errors.Join(errs...))
+}
+
+// APIServerPort implements flavors.Flavor: kubeadm's default bind port.
+func (*Flavor) APIServerPort() int { return DefaultBindPort }
+
+// APIServerName implements flavors.Flavor: kubeadm's apiserver
+// certificate names each master's advertise address
+// (GetAPIServerAltNames), so the address dialed is verified.
+func (*Flavor) APIServerName() string { return "" }
+
+// CheckVersion implements flavors.Flavor: kubeadm upgrades one minor
+// version at a time and never down a minor (kubeadm's version skew
+// policy: cmd/kubeadm/app/phases/upgrade/policy.go EnforceVersionPolicies),
+// checked against every running master's kube-apiserver image.
+func (f *Flavor) CheckVersion(ctx context.Context, v string) error {
+	target, err := version.ParseSemantic(v)
+	if err != nil || !strings.HasPrefix(v, "v") {
+		return errkind.Errorf(errkind.InvalidArgument, "--version %q: want a Kubernetes release such as v1.34.4", v)
+	}
+	rs, err := f.running(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		cur, err := f.RunningVersion(ctx, r.Name)
+		if err != nil {
+			return err
+		}
+		c, err := version.ParseSemantic(cur)
+		if err != nil {
+			return fmt.Errorf("master %s runs %q: %w", r.Name, cur, err)
+		}
+		switch {
+		case target.Major() != c.Major() || target.Minor() > c.Minor()+1:
+			return errkind.Errorf(errkind.InvalidArgument, "--version %s: master %s runs %s; kubeadm upgrades one minor version at a time", v, r.Name, cur)
+		case target.Minor() < c.Minor():
+			return errkind.Errorf(errkind.InvalidArgument, "--version %s: master %s runs %s; kubeadm does not downgrade a minor version", v, r.Name, cur)
+		}
+	}
+	return nil
+}
+
+// RunningVersion is the version of machine's kube-apiserver static pod
+// (its image's tag), "" when it has none.
+func (f *Flavor) RunningVersion(ctx context.Context, machine string) (string, error) {
+	b, err := f.read(ctx, machine, APIServerManifest)
+	if err != nil {
+		return "", err
+	}
+	return ManifestVersion(b[0])
+}
+
+// ManifestVersion is the tag of a static pod manifest's first
+// container's image (registry.k8s.io/kube-apiserver:v1.33.13 → v1.33.13;
+// a digest after the tag is ignored).
+func ManifestVersion(manifest []byte) (string, error) {
+	for _, line := range strings.Split(string(manifest), "\n") {
+		img, ok := strings.CutPrefix(strings.TrimPrefix(strings.TrimSpace(line), "- "), "image:")
+		if !ok {
+			continue
+		}
+		img = strings.Trim(strings.TrimSpace(img), `"'`)
+		img, _, _ = strings.Cut(img, "@")
+		i := strings.LastIndex(img, ":")
+		if i < 0 || i < strings.LastIndex(img, "/") || i == len(img)-1 {
+			return "", fmt.Errorf("image %q has no tag", img)
+		}
+		return img[i+1:], nil
+	}
+	return "", fmt.Errorf("no container image in the manifest")
+}
