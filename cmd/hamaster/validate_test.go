@@ -134,7 +134,7 @@ func TestBadInputTable(t *testing.T) {
 		{"rotate bad window", []string{"rotate-certs", "--expiring-within", "-3d", "--yes"}, 2, "--expiring-within"},
 		{"local up bad election", []string{"local", "up", "--etcd-heartbeat-ms", "100", "--etcd-election-ms", "200"}, 2, "--etcd-election-ms"},
 		{"no changes without --yes", []string{"add-replica"}, 2, "--yes"},
-		{"unknown flavor", []string{"--flavor", "kubeadm", "status"}, 2, `--flavor "kubeadm": want one of hamaster, kubeup`},
+		{"unknown flavor", []string{"--flavor", "kops", "status"}, 2, `--flavor "kops": want one of hamaster, kubeadm, kubeup`},
 		{"kube-up flavor on hamaster's masters", []string{"--flavor", "kubeup", "add-replica", "--yes"}, 2, "--flavor kubeup: the local provider has no way into its machines"},
 	}
 	st := c.status()
