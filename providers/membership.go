@@ -48,6 +48,17 @@ type MachineDialer interface {
 	MachineHostname(replica, address string) string
 }
 
+// MachineRunner is implemented by providers whose way into a machine
+// runs commands there (SSH), for flavors whose masters are changed by
+// their own tool on the machine (kubeadm join, reset, upgrade node), as
+// the operator would run it.
+type MachineRunner interface {
+	// RunOnMachine runs cmd, a POSIX sh command line, on machine (a
+	// replica's name) and returns its stdout and stderr; a non-zero exit
+	// is an error carrying the tail of stderr (remote.ExitError).
+	RunOnMachine(ctx context.Context, machine, cmd string) (stdout, stderr []byte, err error)
+}
+
 // MasterFormatter is implemented by providers that can tell, from what
 // their machines carry, which tool built the cluster's masters: the
 // flavor chosen when the operator names none (--flavor). "kubeup" for

@@ -43,7 +43,7 @@ const (
 // does.
 type Machine interface {
 	providers.MachineDialer
-	RunOnMachine(ctx context.Context, machine, cmd string) (stdout, stderr []byte, err error)
+	providers.MachineRunner
 }
 
 // Flavor is the kubeadm flavor bound to one cluster's provider.

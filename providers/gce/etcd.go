@@ -2,6 +2,7 @@ package gce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 
@@ -47,6 +48,29 @@ func (p *Provider) DialMachine(ctx context.Context, machine, addr string) (net.C
 		p.dropSSH(machine)
 	}
 	return conn, err
+}
+
+// RunOnMachine implements providers.MachineRunner: cmd run by the
+// master's sshd at its external address, as `gcloud compute ssh NAME
+// --command` runs it.
+func (p *Provider) RunOnMachine(ctx context.Context, machine, cmd string) ([]byte, []byte, error) {
+	ext, err := p.externalIP(ctx, machine)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := p.sshTo(ctx, machine, ext)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ssh %s (%s): %w", machine, ext, err)
+	}
+	stdout, stderr, err := c.Run(ctx, cmd)
+	if err != nil {
+		var exit *remote.ExitError
+		if !errors.As(err, &exit) {
+			p.dropSSH(machine)
+		}
+		return stdout, stderr, fmt.Errorf("master %s: %w", machine, err)
+	}
+	return stdout, stderr, nil
 }
 
 // sshTo returns the provider's SSH connection to master name at its

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"github.com/hamaster/hamaster/flavors/flavortest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,19 @@ func TestConformance(t *testing.T) {
 	c := gcetest.Up(t, "conf", gcetest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	t.Run("commands run on a master over SSH", func(t *testing.T) {
+		var r providers.MachineRunner = c.Provider
+		out, _, err := r.RunOnMachine(ctx, c.Master, "echo ran on; cat /etc/hostname 2>/dev/null || hostname")
+		if err != nil || !strings.HasPrefix(string(out), "ran on\n") {
+			t.Fatalf("RunOnMachine = %q, %v", out, err)
+		}
+		if _, stderr, err := r.RunOnMachine(ctx, c.Master, "echo refused >&2; exit 3"); err == nil || !strings.Contains(err.Error(), c.Master) || !strings.Contains(string(stderr), "refused") {
+			t.Errorf("a failing command = %v (stderr %q); want an error naming the master", err, stderr)
+		}
+		if _, _, err := r.RunOnMachine(ctx, "no-such-master", "true"); !errors.Is(err, errkind.NotFound) {
+			t.Errorf("an unknown master = %v; want NotFound", err)
+		}
+	})
 	t.Run("flavor kubeup", func(t *testing.T) {
 		flavortest.Run(t, flavortest.Harness{Provider: c.Provider, Flavor: c.Flavor(t), ReplicaName: c.Master + "-f1a", Timeout: time.Minute})
 	})
