@@ -1,0 +1,200 @@
+package kubeadm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/providers"
+)
+
+// adminKubectl runs kubectl on a master with kubeadm's admin.conf, as the
+// operator does there.
+const adminKubectl = "kubectl --kubeconfig /etc/kubernetes/admin.conf "
+
+// quote quotes s as one POSIX shell word.
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// ClusterConfigurationOf reads kube-system/kubeadm-config's
+// ClusterConfiguration through master's admin.conf.
+func (f *Flavor) ClusterConfigurationOf(ctx context.Context, master string) ([]byte, ClusterConfiguration, error) {
+	out, _, err := f.m.RunOnMachine(ctx, master, adminKubectl+"-n kube-system get configmap kubeadm-config -o jsonpath='{.data.ClusterConfiguration}'")
+	if err != nil {
+		return nil, ClusterConfiguration{}, fmt.Errorf("read kubeadm-config on %s: %w", master, err)
+	}
+	c, err := ParseClusterConfiguration(out)
+	return out, c, err
+}
+
+// JoinTimeout bounds `kubeadm join --control-plane`: kubeadm's own waits
+// (discovery 5 min, the kubelet's TLS bootstrap 5 min, etcd) are longer
+// than a healthy join needs; hamaster gives up sooner and cleans up.
+const JoinTimeout = 4 * time.Minute
+
+// Join makes replica (claimed, reachable, nothing of a control plane on
+// it) a master with the real `kubeadm join --control-plane`, run on it
+// over the provider's way in, as kubeadm's HA guide has the operator do
+// (docs: "Steps for the rest of the control plane nodes"): on a running
+// master, a bootstrap token (kubeadm token create) and the control-plane
+// certificates uploaded under a fresh key (kubeadm init phase
+// upload-certs --upload-certs --certificate-key); on the new one, kubeadm
+// join, which adds its etcd member as a learner and promotes it once
+// caught up (cmd/kubeadm/app/phases/etcd/local.go
+// CreateStackedEtcdStaticPodManifestFile).
+//
+// What kubeadm leaves to the operator, Join does: a join that fails or
+// runs past timeout leaves no member of the replica in etcd (its learner
+// removed through another master: cluster-api#13221, rke2#347 — an
+// orphan learner blocks every later join), no Node, and a host kubeadm
+// reset cleans, so add-replica can run again.
+func (f *Flavor) Join(ctx context.Context, replica providers.Replica, timeout time.Duration) (err error) {
+	if timeout <= 0 {
+		timeout = JoinTimeout
+	}
+	src, err := f.running(ctx, replica.Name)
+	if err != nil {
+		return err
+	}
+	if len(src) == 0 {
+		return errkind.Errorf(errkind.FailedPrecondition, "no running master to join %s to", replica.Name)
+	}
+	source := src[0].Name
+	_, cfg, err := f.ClusterConfigurationOf(ctx, source)
+	if err != nil {
+		return err
+	}
+	if cfg.ControlPlaneEndpoint == "" {
+		return errkind.Errorf(errkind.FailedPrecondition, "the cluster has no controlPlaneEndpoint: kubeadm joins no control-plane node to it (convert it to HA first: its endpoint moved to the VIP or LB)")
+	}
+	ep, _ := SplitEndpoint(cfg.ControlPlaneEndpoint)
+	if ep.Port == 0 {
+		ep.Port = DefaultBindPort
+	}
+	ca, err := f.read(ctx, source, CACert)
+	if err != nil {
+		return err
+	}
+	hash, err := CACertHash(ca[0])
+	if err != nil {
+		return fmt.Errorf("master %s: %w", source, err)
+	}
+	token, err := NewToken()
+	if err != nil {
+		return err
+	}
+	key, err := NewCertificateKey()
+	if err != nil {
+		return err
+	}
+	// The token lives as long as a join may take; the uploaded
+	// certificates expire with kubeadm's own 2 h bound.
+	if _, _, err := f.m.RunOnMachine(ctx, source, fmt.Sprintf("kubeadm token create %s --ttl %s --description %s", token, (timeout+5*time.Minute).Round(time.Minute), quote("hamaster add-replica "+replica.Name))); err != nil {
+		return fmt.Errorf("kubeadm token create on %s: %w", source, err)
+	}
+	if _, _, err := f.m.RunOnMachine(ctx, source, "kubeadm init phase upload-certs --upload-certs --certificate-key "+key); err != nil {
+		return fmt.Errorf("kubeadm init phase upload-certs on %s: %w", source, err)
+	}
+	j := Join{Endpoint: ep.String(), Token: token, CAHash: hash, CertificateKey: key,
+		NodeName: f.m.MachineHostname(replica.Name, replica.Address), AdvertiseAddress: replica.Address, BindPort: DefaultBindPort}
+	if err := j.Validate(); err != nil {
+		return err
+	}
+	jctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	f.log.Info("kubeadm join", "replica", replica.Name, "command", j.Redacted())
+	_, stderr, jerr := f.m.RunOnMachine(jctx, replica.Name, "kubeadm "+strings.Join(quoteAll(j.Args()), " "))
+	if jerr == nil {
+		return nil
+	}
+	if jctx.Err() != nil && ctx.Err() == nil {
+		jerr = fmt.Errorf("kubeadm join on %s did not finish within %v: %w", replica.Name, timeout, jerr)
+	} else {
+		jerr = fmt.Errorf("kubeadm join on %s: %w (stderr: %s)", replica.Name, jerr, tail(stderr))
+	}
+	// Undo with a fresh bound: the join's own may be what ran out.
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer ucancel()
+	if uerr := f.undoJoin(uctx, replica); uerr != nil {
+		return errors.Join(jerr, fmt.Errorf("undo the failed join of %s: %w", replica.Name, uerr))
+	}
+	return jerr
+}
+
+// undoJoin removes whatever a failed join left: the replica's member (a
+// learner or a voter) through the other masters, its Node, and its
+// kubeadm state (kubeadm reset, which now finds no member of its own).
+func (f *Flavor) undoJoin(ctx context.Context, replica providers.Replica) error {
+	var errs []error
+	if err := f.RemoveMember(ctx, replica); err != nil {
+		errs = append(errs, err)
+	}
+	if err := f.Leave(ctx, replica); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveMember removes replica's etcd member (found by its peer URL or
+// its name) through the other masters; absent is success.
+func (f *Flavor) RemoveMember(ctx context.Context, replica providers.Replica) error {
+	cli, err := f.EtcdCluster(ctx, flavors.EtcdMain, replica.Name)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ms, err := cli.Members(ctx)
+	if err != nil {
+		return err
+	}
+	name, peer := f.EtcdMember(flavors.EtcdMain, replica.Name, replica.Address)
+	for _, m := range ms {
+		if m.Name == name || (len(m.PeerURLs) > 0 && m.PeerURLs[0] == peer) {
+			if err := cli.Remove(ctx, m.ID); err != nil && !errors.Is(err, errkind.NotFound) {
+				return fmt.Errorf("remove etcd member %s (%s) of %s: %w", m.Name, m.IDHex(), replica.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Leave undoes kubeadm on replica once its etcd member is gone: `kubeadm
+// reset -f` on it (which, with no member of its own left, neither
+// retries nor touches the live cluster: kubeadm#3225, #2144), then its
+// Node deleted through another master (kubeadm reset never does).
+func (f *Flavor) Leave(ctx context.Context, replica providers.Replica) error {
+	var errs []error
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "kubeadm reset -f"); err != nil {
+		errs = append(errs, fmt.Errorf("kubeadm reset on %s: %w (stderr: %s)", replica.Name, err, tail(stderr)))
+	}
+	others, err := f.running(ctx, replica.Name)
+	if err != nil {
+		errs = append(errs, err)
+	} else if len(others) > 0 {
+		node := f.m.MachineHostname(replica.Name, replica.Address)
+		if _, _, err := f.m.RunOnMachine(ctx, others[0].Name, adminKubectl+"delete node --ignore-not-found "+quote(node)); err != nil {
+			errs = append(errs, fmt.Errorf("delete Node %s: %w", node, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func quoteAll(a []string) []string {
+	out := make([]string, len(a))
+	for i, s := range a {
+		out[i] = quote(s)
+	}
+	return out
+}
+
+// tail is the last lines of a command's stderr, for an error.
+func tail(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if lines := strings.Split(s, "\n"); len(lines) > 5 {
+		s = strings.Join(lines[len(lines)-5:], "\n")
+	}
+	return s
+}
