@@ -512,7 +512,10 @@ func TestMTLS(t *testing.T) {
 		{"no client cert", etcdmember.Config{Endpoints: cl.Endpoints(), CACert: cl.CAFile}, "certificate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.DialTimeout = 2 * time.Second
+			// Long enough for the TLS handshake to fail and say why on a loaded
+			// machine (2 s was not, with -race beside other tests: only
+			// "context deadline exceeded" came back).
+			tc.cfg.DialTimeout = 6 * time.Second
 			start := time.Now()
 			c, err := etcdmember.New(ctx, tc.cfg)
 			if err == nil {
