@@ -439,7 +439,8 @@ func TestRealAPIServerKubelet(t *testing.T) {
 		"--kubeconfig=" + filepath.Join(e.Dir, "kubelet.conf"),
 		"--config=" + filepath.Join(e.Dir, "config.yaml"),
 		"--cert-dir=" + filepath.Join(e.Dir, "kubelet-pki"),
-		"--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock",
+		// Not containerd's path: this test runs in the machine's own namespaces.
+		"--container-runtime-endpoint=unix://" + filepath.Join(e.Dir, "cri.sock"),
 		"--hostname-override=host-a", "--node-ip=127.0.0.1",
 		"--hamaster-version=" + realVersion, "--hamaster-bin-dir=" + bins, "--hamaster-self=" + self,
 	}, func(string) string { return "" })
