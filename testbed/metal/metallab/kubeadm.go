@@ -313,7 +313,8 @@ func (l *Lab) KubeadmInit(ctx context.Context, h *Host, k KubeadmInit) (time.Dur
 	if err := writeAtomic(l.AdminConfFile, out, 0o600); err != nil {
 		return took, err
 	}
-	return took, nil
+	// hamaster.env gets KUBECONFIG.
+	return took, l.writeFiles()
 }
 
 // APIServer is the address kubeadm init gives admin.conf: the control

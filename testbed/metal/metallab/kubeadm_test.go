@@ -99,6 +99,9 @@ func TestKubeadmInit(t *testing.T) {
 	if want := metallab.APIServer(h, ""); !strings.Contains(readFile(t, lab.AdminConfFile), "server: "+want) {
 		t.Errorf("admin.conf does not point at %s", want)
 	}
+	if env := readFile(t, lab.EnvFile); !strings.Contains(env, "export KUBECONFIG="+lab.AdminConfFile+"\n") {
+		t.Errorf("hamaster.env lacks KUBECONFIG:\n%s", env)
+	}
 	log := readFile(t, filepath.Join(h.Dir, metallab.KubeadmInitLog))
 	for _, want := range []string{"[preflight] Running pre-flight checks", "Your Kubernetes control-plane has initialized successfully!"} {
 		if !strings.Contains(log, want) {

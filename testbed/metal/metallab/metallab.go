@@ -591,8 +591,10 @@ func (l *Lab) writeFiles() error {
 		"# Not hamaster's: the lab's hosts (name=address) and this machine's address on their bridge.",
 		"export METALLAB_HOSTS='" + strings.Join(hosts, " ") + "'",
 		"export METALLAB_OPERATOR=" + l.Operator.String(),
-		"",
-	}, "\n")
+	}, "\n") + "\n"
+	if _, err := os.Stat(l.AdminConfFile); err == nil {
+		env += "# The kubeadm master's admin.conf (metallab --kubeadm-master).\nexport KUBECONFIG=" + l.AdminConfFile + "\n"
+	}
 	return writeAtomic(l.EnvFile, []byte(env), 0o644)
 }
 
