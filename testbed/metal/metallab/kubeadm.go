@@ -338,3 +338,16 @@ func logTail(path string) string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// StopKubelet stops h's kubelet service and waits for it (its pods stop
+// with it), as `systemctl stop kubelet` on a real host: what kubeadm
+// reset asks the operator to make sure of when it finds no init system
+// it can drive ("Please ensure kubelet is stopped manually";
+// cmd/kubeadm/app/cmd/phases/reset/cleanupnode.go). A host without the
+// service is left as it is.
+func (l *Lab) StopKubelet(h *Host) {
+	if h.kubelet != nil {
+		h.kubelet.close(kubeletStopWait)
+		h.kubelet = nil
+	}
+}
