@@ -456,6 +456,16 @@ func (m *podManager) stopRuntimePod(id string, remove bool) {
 		}
 		if !w.stopped {
 			m.log.Info("static pod stopped through the runtime endpoint", "pod", key, "remove", remove)
+			// "If there are any running containers in the sandbox, they
+			// must be forcibly terminated" (k8s.io/cri-api
+			// pkg/apis/runtime/v1/api.proto, StopPodSandbox): SIGKILL, no
+			// grace period. kubeadm reset gives each call 2 s
+			// (cmd/kubeadm/app/util/runtime defaultTimeout); an apiserver
+			// whose etcd member reset just removed would take its whole
+			// grace period (30 s) on SIGTERM.
+			for _, c := range w.containers {
+				c.forceStop()
+			}
 			w.cancel()
 			for _, c := range w.containers {
 				c.wait()
