@@ -53,7 +53,7 @@ type container struct {
 	kill    chan string // restart requests (a failed liveness probe)
 	mu      sync.Mutex
 	st      containerState
-	force   bool // stop with SIGKILL, no grace period (StopPodSandbox)
+	force   bool   // stop with SIGKILL, no grace period (StopPodSandbox)
 	changed func() // called after every state change
 }
 
