@@ -252,6 +252,10 @@ func TestKubeadmControlPlaneJoin(t *testing.T) {
 		}
 	}
 	t.Logf("kubeadm reset's output:\n%s", readFile(t, resetLog))
+	// cleanup-node stopped the four static pods through the CRI.
+	if n := strings.Count(readFile(t, filepath.Join(h2.Dir, "kubelet.log")), "static pod stopped through the runtime endpoint"); n != 4 {
+		t.Errorf("host-2's kubelet stopped %d pods through the runtime endpoint, want 4 (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)", n)
+	}
 	// kubeadm reset cannot stop a kubelet without an init system it
 	// knows: the operator does (systemctl stop kubelet).
 	lab.StopKubelet(h2)
