@@ -26,8 +26,10 @@ const DefaultKubeletRestartDelay = time.Second
 
 // kubeletStopWait bounds a kubelet service's stop (SIGTERM: the
 // stand-in stops its pods, etcd last) before SIGKILL (its pods die with
-// it: they are its children with Pdeathsig).
-const kubeletStopWait = 15 * time.Second
+// it: they are its children with Pdeathsig). Short: an apiserver's
+// graceful stop can take its whole 30 s grace period, which a lab being
+// torn down has no use for.
+const kubeletStopWait = 5 * time.Second
 
 // Install "installs the packages" on host h as kubeadm's "Installing
 // kubeadm, kubelet and kubectl" page has an operator do
