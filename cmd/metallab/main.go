@@ -15,8 +15,11 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
+	"time"
 
+	"github.com/hamaster/hamaster/dataplane/kubelet"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
 )
 
@@ -47,8 +50,20 @@ ip, util-linux's unshare and OpenSSH's sshd.
                . /tmp/lab/hamaster.env
                ssh -i $HAMASTER_SSH_KEY -o UserKnownHostsFile=$HAMASTER_SSH_KNOWN_HOSTS root@198.18.T.1
 
-Not yet built: --kubeadm-master VERSION (kubeadm init of master 0 on
-host-1) is refused.
+With --kubeadm-master VERSION it then makes host-1 a kubeadm master as
+an operator would: on every host it "installs the packages" (kubeadm and
+kubectl of VERSION from --bin-dir, and the test bed's kubelet,
+hamaster-kubelet, as the kubelet service, which also serves the
+container runtime endpoint kubeadm talks to), then runs the real
+'kubeadm init --config' on host-1 over SSH (advertiseAddress host-1's,
+no controlPlaneEndpoint: the common single master; no preflight check
+skipped), its output in DIR/hosts/host-1/kubeadm-init.log, and copies
+its admin.conf to DIR/admin.conf (KUBECONFIG in DIR/hamaster.env):
+
+  sudo bin/metallab --hosts 3 --state /tmp/lab --kubeadm-master v1.33.13
+  . /tmp/lab/hamaster.env; kubectl get nodes   # kubectl of VERSION: --bin-dir
+
+The other hosts have the packages installed, ready for kubeadm join.
 
 flags:
 `
@@ -57,6 +72,7 @@ flags:
 type config struct {
 	hosts                                     int
 	state, cleanup, subnet, logLevel, kubeadm string
+	kubelet, binDir                           string
 	third                                     int
 }
 
@@ -79,7 +95,9 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 	fs.StringVar(&c.state, "state", "", "`DIR` for the lab's files and hamaster.env (required; created if missing; not under /run, /etc/kubernetes or /var/lib/{etcd,kubelet})")
 	fs.StringVar(&c.cleanup, "cleanup", "", "remove what a killed metallab recorded in `DIR` (its --state), then exit")
 	fs.StringVar(&c.subnet, "subnet", "", fmt.Sprintf("the lab's `CIDR`, 198.18.T.0/24 with T 1..%d (default: a free one)", metallab.MaxThird))
-	fs.StringVar(&c.kubeadm, "kubeadm-master", "", "not yet built: kubeadm init master 0 at `VERSION` on host-1 (refused)")
+	fs.StringVar(&c.kubeadm, "kubeadm-master", "", "install kubeadm, kubectl and the kubelet of `VERSION` (e.g. v1.33.13) on every host and kubeadm init host-1")
+	fs.StringVar(&c.kubelet, "kubelet", "", "the test bed's kubelet `PROGRAM` installed by --kubeadm-master (default: hamaster-kubelet next to this executable)")
+	fs.StringVar(&c.binDir, "bin-dir", "", "`DIR` of the real binaries, DIR/VERSION/kubeadm... ('make kube-apiserver'; default ~/.cache/hamaster/kube-apiserver)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -91,7 +109,11 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 		return c, 2, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if c.kubeadm != "" {
-		return c, 2, errors.New("--kubeadm-master is not yet built: the lab has hosts only (kubeadm comes with the kubeadm flavor)")
+		if _, err := kubelet.ParseVersion(c.kubeadm); err != nil {
+			return c, 2, fmt.Errorf("--kubeadm-master %q: %v", c.kubeadm, err)
+		}
+	} else if c.kubelet != "" || c.binDir != "" {
+		return c, 2, errors.New("--kubelet and --bin-dir go with --kubeadm-master")
 	}
 	if c.cleanup != "" {
 		if c.state != "" || c.hosts != 0 || c.subnet != "" {
@@ -139,6 +161,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "metallab: %s: nothing of a lab left\n", c.cleanup)
 		return 0
 	}
+	if c.kubeadm != "" {
+		if err := kubeadmDefaults(&c); err != nil {
+			fmt.Fprintf(stderr, "metallab: %v\n", err)
+			return 2
+		}
+	}
 	if err := serve(ctx, c, logger, stdout); err != nil {
 		fmt.Fprintf(stderr, "metallab: %v\n", err)
 		return 1
@@ -149,7 +177,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // serve runs the lab until ctx is done; every process, namespace and file
 // it made is gone when it returns.
 func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer) (err error) {
-	lab, err := metallab.New(ctx, metallab.Options{Hosts: c.hosts, Dir: c.state, Third: c.third, Logger: logger})
+	lab, err := metallab.New(ctx, metallab.Options{Hosts: c.hosts, Dir: c.state, Third: c.third, Logger: logger, Kubelet: c.kubelet, BinDir: c.binDir})
 	if err != nil {
 		return err
 	}
@@ -166,7 +194,59 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 	fmt.Fprintf(stdout, "metallab: inventory %s, known_hosts %s\n", lab.InventoryFile, lab.KnownHostsFile)
 	fmt.Fprintf(stdout, "metallab: in another terminal: . %s\n", lab.EnvFile)
 	fmt.Fprintf(stdout, "metallab: SSH: ssh -i %s -o UserKnownHostsFile=%s root@%s\n", lab.ClientKeyFile, lab.KnownHostsFile, lab.Hosts[0].Addr)
+	if c.kubeadm != "" {
+		for _, h := range lab.Hosts {
+			if err := lab.Install(ctx, h, c.kubeadm); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(stdout, "metallab: kubeadm, kubectl and the kubelet %s installed on every host; kubeadm init on %s (log %s)\n",
+			c.kubeadm, lab.Hosts[0].Name, filepath.Join(lab.Hosts[0].Dir, metallab.KubeadmInitLog))
+		took, err := lab.KubeadmInit(ctx, lab.Hosts[0], metallab.KubeadmInit{Version: c.kubeadm})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "metallab: kubeadm init of %s done in %v: KUBECONFIG=%s (server %s)\n",
+			lab.Hosts[0].Name, took.Round(time.Millisecond), lab.AdminConfFile, metallab.APIServer(lab.Hosts[0], ""))
+	}
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "metallab: stopping: every host process, namespace and file goes")
+	return nil
+}
+
+// kubeadmDefaults fills --kubelet (hamaster-kubelet next to this
+// executable, where make build puts both) and --bin-dir (make
+// kube-apiserver's cache), and checks they hold what --kubeadm-master
+// installs.
+func kubeadmDefaults(c *config) error {
+	if c.kubelet == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--kubelet: %w", err)
+		}
+		c.kubelet = filepath.Join(filepath.Dir(self), "hamaster-kubelet")
+	}
+	if c.binDir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return fmt.Errorf("--bin-dir: %w", err)
+		}
+		c.binDir = filepath.Join(cache, "hamaster", "kube-apiserver")
+	}
+	var err error
+	if c.kubelet, err = filepath.Abs(c.kubelet); err != nil {
+		return err
+	}
+	if c.binDir, err = filepath.Abs(c.binDir); err != nil {
+		return err
+	}
+	if _, err := os.Stat(c.kubelet); err != nil {
+		return fmt.Errorf("--kubelet: %w (make build builds bin/hamaster-kubelet)", err)
+	}
+	for _, b := range []string{"kubeadm", "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if _, err := os.Stat(filepath.Join(c.binDir, c.kubeadm, b)); err != nil {
+			return fmt.Errorf("--bin-dir: %w (make kube-apiserver builds the pinned versions)", err)
+		}
+	}
 	return nil
 }

@@ -16,10 +16,12 @@ func TestUsage(t *testing.T) {
 		want string
 	}{
 		{"help", []string{"--help"}, 0, "usage: metallab --hosts N --state DIR"},
-		{"help names what is not built", []string{"--help"}, 0, "Not yet built: --kubeadm-master"},
+		{"help names kubeadm", []string{"--help"}, 0, "--kubeadm-master VERSION"},
 		{"missing", []string{"--state", "x"}, 2, "--hosts and --state are required"},
 		{"too many hosts", []string{"--state", "x", "--hosts", "33"}, 2, "--hosts 33: want 1..32"},
-		{"kubeadm", []string{"--state", "x", "--hosts", "2", "--kubeadm-master", "v1.33.13"}, 2, "--kubeadm-master is not yet built"},
+		{"kubeadm version", []string{"--state", "x", "--hosts", "2", "--kubeadm-master", "1.33"}, 2, "--kubeadm-master \"1.33\""},
+		{"kubeadm binaries", []string{"--state", "x", "--hosts", "2", "--kubeadm-master", "v1.33.13", "--kubelet", "/nonexistent"}, 2, "--kubelet"},
+		{"kubelet without kubeadm", []string{"--state", "x", "--hosts", "2", "--bin-dir", "/x"}, 2, "go with --kubeadm-master"},
 		{"subnet elsewhere", []string{"--state", "x", "--hosts", "2", "--subnet", "10.0.0.0/24"}, 2, "want 198.18.T.0/24"},
 		{"subnet size", []string{"--state", "x", "--hosts", "2", "--subnet", "198.18.4.0/23"}, 2, "want 198.18.T.0/24"},
 		{"subnet zero", []string{"--state", "x", "--hosts", "2", "--subnet", "198.18.0.0/24"}, 2, "T 1..99"},

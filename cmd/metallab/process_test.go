@@ -340,3 +340,62 @@ func TestMetallabKilledCleanup(t *testing.T) {
 		t.Errorf("second --cleanup: %v\n%s", err, out)
 	}
 }
+
+// TestMetallabKubeadmMaster runs bin/metallab --kubeadm-master as an
+// operator would (hamaster-kubelet next to it, as make build puts them):
+// hamaster.env gains KUBECONFIG once the real kubeadm init of host-1 is
+// done, with which kubectl reaches the master; SIGTERM leaves nothing.
+func TestMetallabKubeadmMaster(t *testing.T) {
+	const version = "v1.33.13"
+	metallabtest.Need(t)
+	kubeletProgram, binDir := metallabtest.Kubeadm(t, version)
+	bin := filepath.Join(filepath.Dir(kubeletProgram), "metallab")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/hamaster/hamaster/cmd/metallab").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	state := filepath.Join(t.TempDir(), "state")
+	before := snapshot(t)
+	launched := time.Now()
+	l := start(t, bin, "--hosts", "1", "--state", state, "--log-level", "warn", "--kubeadm-master", version, "--bin-dir", binDir)
+	envFile := filepath.Join(state, "hamaster.env")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := wait.Until(ctx, 100*time.Millisecond, "KUBECONFIG in hamaster.env", func() (bool, error) {
+		select {
+		case err := <-l.exited:
+			l.done = true
+			t.Fatalf("metallab exited: %v\n%s", err, l.out)
+		default:
+		}
+		b, _ := os.ReadFile(envFile)
+		return strings.Contains(string(b), "export KUBECONFIG="), nil
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, l.out)
+	}
+	t.Logf("kubeadm master up %v after launch", time.Since(launched).Round(time.Millisecond))
+	env := readEnv(t, envFile)
+	if env["KUBECONFIG"] != filepath.Join(state, "admin.conf") {
+		t.Errorf("KUBECONFIG=%q", env["KUBECONFIG"])
+	}
+	kubectl := filepath.Join(binDir, version, "kubectl")
+	if out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", env["KUBECONFIG"], "get", "--raw", "/readyz").CombinedOutput(); err != nil || string(out) != "ok" {
+		t.Errorf("kubectl get --raw /readyz: %v: %s", err, out)
+	}
+	if out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", env["KUBECONFIG"], "get", "node", "host-1", "-o", "jsonpath={.status.nodeInfo.kubeletVersion}").CombinedOutput(); err != nil || string(out) != version {
+		t.Errorf("kubectl get node host-1: %v: %s", err, out)
+	}
+	if !strings.Contains(l.out.String(), "kubeadm init of host-1 done") {
+		t.Errorf("metallab did not say init is done:\n%s", l.out)
+	}
+	stopped := time.Now()
+	if err := l.stop(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("metallab exit: %v\n%s", err, l.out)
+	}
+	t.Logf("stopped in %v", time.Since(stopped).Round(time.Millisecond))
+	third := strings.Split(env["HAMASTER_METAL_VIP"], ".")[2]
+	leftBehind(t, before, state, "hm-ml"+third)
+	if t.Failed() {
+		t.Logf("metallab output:\n%s", l.out)
+	}
+}

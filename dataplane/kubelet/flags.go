@@ -41,6 +41,10 @@ type Options struct {
 	CertDir             string // --cert-dir (default <root-dir>/pki)
 	NodeLabels          map[string]string
 	ShowVersion         bool // --version
+	// RuntimeEndpoint is the unix socket the kubelet serves the runtime
+	// endpoint (package cri) on: --container-runtime-endpoint, which
+	// kubeadm-flags.env passes (unix:// stripped), else cri.DefaultSocket.
+	RuntimeEndpoint string
 
 	Version string // --hamaster-version: vX.Y.Z reported as the kubelet's
 	BinDir  string // --hamaster-bin-dir: <dir>/<version>/<binary>
@@ -49,7 +53,7 @@ type Options struct {
 	Self string
 
 	// Ignored lists the flags the real kubelet has and the stand-in does
-	// not use (--container-runtime-endpoint, --pod-infra-container-image,
+	// not use (--pod-infra-container-image,
 	// ...), logged at debug level by Run.
 	Ignored []string
 }
@@ -65,16 +69,17 @@ func ParseFlags(args []string, getenv func(string) string) (Options, error) {
 	// bool flags take no separate value word.
 	bools := map[string]*bool{"version": &o.ShowVersion}
 	strs := map[string]*string{
-		"bootstrap-kubeconfig": &o.BootstrapKubeconfig,
-		"kubeconfig":           &o.Kubeconfig,
-		"config":               &o.Config,
-		"hostname-override":    &o.HostnameOverride,
-		"node-ip":              &o.NodeIP,
-		"root-dir":             &o.RootDir,
-		"cert-dir":             &o.CertDir,
-		"hamaster-version":     &o.Version,
-		"hamaster-bin-dir":     &o.BinDir,
-		"hamaster-self":        &o.Self,
+		"bootstrap-kubeconfig":       &o.BootstrapKubeconfig,
+		"kubeconfig":                 &o.Kubeconfig,
+		"config":                     &o.Config,
+		"hostname-override":          &o.HostnameOverride,
+		"node-ip":                    &o.NodeIP,
+		"root-dir":                   &o.RootDir,
+		"cert-dir":                   &o.CertDir,
+		"hamaster-version":           &o.Version,
+		"hamaster-bin-dir":           &o.BinDir,
+		"hamaster-self":              &o.Self,
+		"container-runtime-endpoint": &o.RuntimeEndpoint,
 	}
 	var labels string
 	strs["node-labels"] = &labels
@@ -122,6 +127,13 @@ func ParseFlags(args []string, getenv func(string) string) (Options, error) {
 			}
 			o.NodeLabels[k] = v
 		}
+	}
+	if o.RuntimeEndpoint != "" {
+		ep, ok := strings.CutPrefix(o.RuntimeEndpoint, "unix://")
+		if !ok && strings.Contains(o.RuntimeEndpoint, "://") {
+			return Options{}, errkind.Errorf(errkind.InvalidArgument, "--container-runtime-endpoint %q: the stand-in serves a unix socket only", o.RuntimeEndpoint)
+		}
+		o.RuntimeEndpoint = ep
 	}
 	if o.CertDir == "" {
 		o.CertDir = o.RootDir + "/pki"

@@ -30,7 +30,8 @@ func TestParseFlags(t *testing.T) {
 			BootstrapKubeconfig: "/etc/kubernetes/bootstrap-kubelet.conf", Kubeconfig: "/etc/kubernetes/kubelet.conf",
 			Config: "/var/lib/kubelet/config.yaml", HostnameOverride: "Host-A", NodeIP: "10.0.0.2",
 			RootDir: "/var/lib/kubelet", CertDir: "/var/lib/kubelet/pki", Version: "v1.33.13", BinDir: "/bins",
-			Ignored: []string{"--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock", "--pod-infra-container-image=registry.k8s.io/pause:3.10"},
+			RuntimeEndpoint: "/var/run/containerd/containerd.sock",
+			Ignored:         []string{"--pod-infra-container-image=registry.k8s.io/pause:3.10"},
 		},
 	}, {
 		name: "separate values, unknown bool flag, labels, env version",

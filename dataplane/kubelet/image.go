@@ -2,6 +2,8 @@ package kubelet
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
@@ -31,12 +33,28 @@ func isControlPlaneImage(name string) bool {
 	return false
 }
 
+// isPullOnlyImage tells the images kubeadm pulls in preflight
+// (cmd/kubeadm/app/images GetControlPlaneImages: pause, coredns,
+// kube-proxy besides the control plane's) that no static pod of kubeadm
+// runs: the runtime "has" them, the stand-in never runs them (CoreDNS
+// and kube-proxy are a Deployment and a DaemonSet, which it does not run).
+func isPullOnlyImage(name string) bool {
+	switch name {
+	case "pause", "coredns", "kube-proxy":
+		return true
+	}
+	return false
+}
+
 // Resolver maps a container to the program that stands in for its image.
 type Resolver struct {
 	// BinDir holds <version>/<name> for the control-plane images.
 	BinDir string
 	// Self is the executable whose `etcd` subcommand runs etcd.
 	Self string
+	// LookPath finds a generic image's command[0] on the host's PATH
+	// (nil: exec.LookPath).
+	LookPath func(file string) (string, error)
 }
 
 // ProcessSpec is what runs for one container: host network, host paths.
@@ -75,7 +93,7 @@ func (r Resolver) Resolve(pod *corev1.Pod, c corev1.Container) (ProcessSpec, err
 		return ProcessSpec{}, err
 	}
 	argv := append(append([]string{}, c.Command...), c.Args...)
-	if len(argv) == 0 {
+	if len(argv) == 0 && (name0(c.Image) == imageEtcd || isControlPlaneImage(name0(c.Image))) {
 		return ProcessSpec{}, errkind.Errorf(errkind.InvalidArgument, "container %s: no command (the stand-in cannot read an image's entrypoint)", c.Name)
 	}
 	name, tag := splitImage(c.Image)
@@ -102,10 +120,73 @@ func (r Resolver) Resolve(pod *corev1.Pod, c corev1.Container) (ProcessSpec, err
 		}
 		spec.Path = filepath.Join(r.BinDir, tag, name)
 		spec.Args = argv[1:]
+	case isPullOnlyImage(name):
+		return ProcessSpec{}, errkind.Errorf(errkind.InvalidArgument, "container %s: image %s: the stand-in does not run %s (no static pod of kubeadm does)", c.Name, c.Image, name)
 	default:
-		return ProcessSpec{}, errkind.Errorf(errkind.InvalidArgument, "container %s: image %s: the stand-in runs only etcd, kube-apiserver, kube-controller-manager and kube-scheduler", c.Name, c.Image)
+		// Any other image (keepalived, haproxy: kubeadm's
+		// docs/ha-considerations.md option 2, as static pods): the
+		// image's filesystem is the host's, so its command runs when
+		// command[0] is a program of the host's. The image's entrypoint
+		// cannot be read: a container without command is refused.
+		if len(c.Command) == 0 {
+			return ProcessSpec{}, errkind.Errorf(errkind.InvalidArgument, "container %s: image %s: no command (the stand-in cannot read an image's entrypoint)", c.Name, c.Image)
+		}
+		look := r.LookPath
+		if look == nil {
+			look = exec.LookPath
+		}
+		p, err := look(c.Command[0])
+		if err != nil {
+			return ProcessSpec{}, errkind.Errorf(errkind.InvalidArgument, "container %s: image %s: the stand-in runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler, or a command of the host's; %s: %w", c.Name, c.Image, c.Command[0], err)
+		}
+		spec.Path = p
+		spec.Args = argv[1:]
 	}
 	return spec, nil
+}
+
+// ResolveImage reports whether the host can run image, for the runtime
+// endpoint's PullImage (package cri's Images): the control-plane images
+// of a version whose binaries are in BinDir (size: the binary's), etcd of
+// any tag (Self runs it), pause and coredns, and kube-proxy of a version
+// with binaries (pulled by kubeadm's preflight, never run). Anything else
+// is errkind.NotFound, as a registry without the image answers: a version
+// the test bed has not built fails kubeadm's preflight ImagePull.
+func (r Resolver) ResolveImage(image string) (uint64, error) {
+	name, tag := splitImage(image)
+	size := func(p string) (uint64, error) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return 0, errkind.Errorf(errkind.NotFound, "image %s: %w", image, err)
+		}
+		return uint64(fi.Size()), nil
+	}
+	switch {
+	case name == imageEtcd:
+		if r.Self == "" {
+			return 0, errkind.Errorf(errkind.NotFound, "image %s: no executable to run etcd with", image)
+		}
+		return size(r.Self)
+	case isControlPlaneImage(name), name == "kube-proxy":
+		if _, err := ParseVersion(tag); err != nil {
+			return 0, errkind.Errorf(errkind.NotFound, "image %s: %w", image, err)
+		}
+		if r.BinDir == "" {
+			return 0, errkind.Errorf(errkind.NotFound, "image %s: no binaries directory (--hamaster-bin-dir)", image)
+		}
+		if name == "kube-proxy" {
+			return size(filepath.Join(r.BinDir, tag, "kube-apiserver"))
+		}
+		return size(filepath.Join(r.BinDir, tag, name))
+	case name == "pause", name == "coredns":
+		return 0, nil
+	}
+	return 0, errkind.Errorf(errkind.NotFound, "image %s: the stand-in pulls only the images kubeadm lists", image)
+}
+
+func name0(image string) string {
+	name, _ := splitImage(image)
+	return name
 }
 
 func sameMountPaths(pod *corev1.Pod, c corev1.Container) error {

@@ -2,6 +2,9 @@ package kubelet
 
 import (
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -38,7 +41,12 @@ func TestResolveKubeadmManifests(t *testing.T) {
 }
 
 func TestResolve(t *testing.T) {
-	r := Resolver{BinDir: "/bins", Self: "/self"}
+	r := Resolver{BinDir: "/bins", Self: "/self", LookPath: func(f string) (string, error) {
+		if f == "keepalived" {
+			return "/usr/sbin/keepalived", nil
+		}
+		return "", exec.ErrNotFound
+	}}
 	hostPathPod := func(hostPath string) *corev1.Pod {
 		return &corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostPath}}}}}}
 	}
@@ -70,6 +78,15 @@ func TestResolve(t *testing.T) {
 			c: corev1.Container{Name: "a", Image: "registry.k8s.io/kube-apiserver:v1.33.13", Command: []string{"kube-apiserver"}, VolumeMounts: mount}},
 		{name: "unknown image", pod: &corev1.Pod{}, wantErr: true,
 			c: corev1.Container{Name: "x", Image: "registry.k8s.io/coredns/coredns:v1.12.0", Command: []string{"coredns"}}},
+		{name: "generic image: the host's command", pod: &corev1.Pod{},
+			c:        corev1.Container{Name: "k", Image: "osixia/keepalived:2.0.20", Command: []string{"keepalived"}, Args: []string{"--dont-fork"}},
+			wantPath: "/usr/sbin/keepalived", wantArgs: []string{"--dont-fork"}},
+		{name: "generic image: command not on the host", pod: &corev1.Pod{}, wantErr: true,
+			c: corev1.Container{Name: "h", Image: "haproxy:2.8", Command: []string{"haproxy"}}},
+		{name: "generic image without command", pod: &corev1.Pod{}, wantErr: true,
+			c: corev1.Container{Name: "h", Image: "haproxy:2.8", Args: []string{"-f", "/x"}}},
+		{name: "pause is never run", pod: &corev1.Pod{}, wantErr: true,
+			c: corev1.Container{Name: "p", Image: "registry.k8s.io/pause:3.10", Command: []string{"keepalived"}}},
 		{name: "no command", pod: &corev1.Pod{}, wantErr: true,
 			c: corev1.Container{Name: "x", Image: "registry.k8s.io/kube-apiserver:v1.33.13"}},
 		{name: "tag not a version", pod: &corev1.Pod{}, wantErr: true,
@@ -93,5 +110,38 @@ func TestResolve(t *testing.T) {
 				t.Errorf("Resolve = %s %q env %q, want %s %q env %q", ps.Path, ps.Args, ps.Env, tc.wantPath, tc.wantArgs, tc.wantEnv)
 			}
 		})
+	}
+}
+
+func TestResolveImage(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"v1.33.13/kube-apiserver", "v1.33.13/kube-controller-manager", "v1.33.13/kube-scheduler", "self"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("binary"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := Resolver{BinDir: dir, Self: filepath.Join(dir, "self")}
+	for _, tc := range []struct {
+		image string
+		ok    bool
+	}{
+		{"registry.k8s.io/kube-apiserver:v1.33.13", true},
+		{"registry.k8s.io/kube-scheduler:v1.33.13", true},
+		{"registry.k8s.io/kube-proxy:v1.33.13", true},
+		{"registry.k8s.io/etcd:3.5.24-0", true},
+		{"registry.k8s.io/pause:3.10", true},
+		{"registry.k8s.io/coredns/coredns:v1.12.0", true},
+		{"registry.k8s.io/kube-apiserver:v1.34.4", false}, // no binaries
+		{"registry.k8s.io/kube-proxy:v1.34.4", false},
+		{"registry.k8s.io/kube-apiserver:latest", false},
+		{"haproxy:2.8", false},
+	} {
+		_, err := r.ResolveImage(tc.image)
+		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, errkind.NotFound)) {
+			t.Errorf("ResolveImage(%s) = %v, want ok %v (else NotFound)", tc.image, err, tc.ok)
+		}
 	}
 }

@@ -60,7 +60,19 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/hamaster/hamaster/dataplane/cri"
 )
+
+// SandboxImage is the sandbox image the runtime endpoint reports:
+// kubeadm v1.33's own pause image (cmd/kubeadm/app/constants PauseVersion
+// 3.10), so preflight does not warn that the runtime's differs.
+const SandboxImage = "registry.k8s.io/pause:3.10"
+
+// imageResolver adapts a Resolver to package cri's Images.
+type imageResolver struct{ r Resolver }
+
+func (i imageResolver) Resolve(image string) (uint64, error) { return i.r.ResolveImage(image) }
 
 // Run runs the kubelet until ctx ends, then stops its pods.
 func Run(ctx context.Context, o Options, log *slog.Logger) error {
@@ -90,12 +102,6 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	}
 	log = log.With("node", nodeName)
 
-	cfgData, cfg, err := waitConfig(ctx, o.Config, log)
-	if err != nil {
-		return err
-	}
-	log.Info("kubelet starting", "version", o.Version, "node_ip", ip, "static_pod_path", cfg.StaticPodPath, "healthz", cfg.HealthzAddr())
-
 	changed := make(chan struct{}, 1)
 	notify := func() {
 		select {
@@ -103,8 +109,34 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		default:
 		}
 	}
-	pm := newPodManager(Resolver{BinDir: o.BinDir, Self: o.Self}, cfg.PodLogsDir, ip, log, notify)
+	resolver := Resolver{BinDir: o.BinDir, Self: o.Self}
+	pm := newPodManager(resolver, defaultPodLogsDir, ip, log, notify)
 	defer pm.stopAll()
+
+	// The runtime endpoint is up from the start: kubeadm's preflight
+	// (CRI, ImagePull) runs before its kubelet-start phase writes the
+	// config the kubelet waits for below.
+	sock := o.RuntimeEndpoint
+	if sock == "" {
+		sock = cri.DefaultSocket
+	}
+	rt, err := cri.Listen(cri.Config{Socket: sock, SandboxImage: SandboxImage, Pods: runtimePods{pm}, Images: imageResolver{resolver}, Log: log})
+	if err != nil {
+		return fmt.Errorf("runtime endpoint: %w", err)
+	}
+	defer func() {
+		if err := rt.Close(); err != nil {
+			log.Warn("runtime endpoint", "err", err)
+		}
+	}()
+	log.Info("runtime endpoint serving", "socket", sock)
+
+	cfgData, cfg, err := waitConfig(ctx, o.Config, log)
+	if err != nil {
+		return err
+	}
+	log.Info("kubelet starting", "version", o.Version, "node_ip", ip, "static_pod_path", cfg.StaticPodPath, "healthz", cfg.HealthzAddr())
+	pm.setLogsDir(cfg.PodLogsDir)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()

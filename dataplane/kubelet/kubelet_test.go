@@ -55,6 +55,8 @@ func TestRunWithoutAPIServer(t *testing.T) {
 		Config: filepath.Join(dir, "config.yaml"), Kubeconfig: filepath.Join(dir, "kubelet.conf"),
 		BootstrapKubeconfig: filepath.Join(dir, "bootstrap-kubelet.conf"), CertDir: filepath.Join(dir, "pki"),
 		HostnameOverride: "host-a", NodeIP: "127.0.0.1", Version: "v1.33.13", BinDir: fakeBinDir(t), Self: "/nonexistent",
+		// Never the default (containerd's socket): this is the machine's namespace.
+		RuntimeEndpoint: filepath.Join(dir, "cri.sock"),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -83,6 +85,15 @@ func TestRunWithoutAPIServer(t *testing.T) {
 	if healthz() {
 		t.Fatal("/healthz served before the config exists")
 	}
+	// The runtime endpoint is up before the config exists (kubeadm's
+	// preflight runs before kubelet-start writes it).
+	waitFor(t, 10*time.Second, "the runtime endpoint's socket", func() bool {
+		c, err := net.Dial("unix", o.RuntimeEndpoint)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 	if err := os.WriteFile(o.Config, config(manifests1), 0o600); err != nil {
 		t.Fatal(err)
 	}

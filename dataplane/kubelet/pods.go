@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/hamaster/hamaster/dataplane/cri"
 )
 
 // defaultGrace is a pod's termination grace period when its spec has none
@@ -30,6 +32,9 @@ type podWorker struct {
 	containers []*container
 	startErr   error // the pod could not be started (bad image, mounts)
 	started    time.Time
+	// stopped and removed: stopped (removed) through the runtime
+	// endpoint; kept until the manifest changes or goes.
+	stopped, removed bool
 
 	mu    sync.Mutex
 	ready map[string]bool // container → its probe passed (no probe: true)
@@ -404,4 +409,87 @@ func (w *podWorker) status(hostIP string) corev1.PodStatus {
 		cond(corev1.PodScheduled, true),
 	}
 	return st
+}
+
+// runtimePods is what the runtime endpoint lists (package cri's Pods):
+// every pod not removed through it, its ID the pod's UID (the manifest's
+// hash), labelled as the real kubelet labels a sandbox
+// (io.kubernetes.pod.*, pkg/kubelet/types/labels.go) plus the pod's own.
+func (m *podManager) runtimePods() []cri.Pod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []cri.Pod
+	for _, w := range m.pods {
+		if w.removed {
+			continue
+		}
+		p := w.sp.Pod
+		labels := map[string]string{
+			"io.kubernetes.pod.name":      p.Name,
+			"io.kubernetes.pod.namespace": p.Namespace,
+			"io.kubernetes.pod.uid":       string(p.UID),
+		}
+		for k, v := range p.Labels {
+			labels[k] = v
+		}
+		ready := !w.stopped && w.startErr == nil
+		out = append(out, cri.Pod{ID: string(p.UID), Name: p.Name, Namespace: p.Namespace, UID: string(p.UID),
+			Ready: ready, CreatedAt: w.started.UnixNano(), Labels: labels})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// stopRuntimePod stops the pod whose UID is id (the runtime's
+// StopPodSandbox, RemovePodSandbox: what kubeadm reset's cleanup-node
+// phase calls). The pod stays known, stopped, until its manifest goes
+// or changes: as when the real kubelet is stopped before the runtime's
+// containers are removed (kubeadm reset stops the kubelet service first;
+// here nothing does), its manifest is not started again meanwhile.
+// Unknown IDs are not an error (CRI: both calls are idempotent).
+func (m *podManager) stopRuntimePod(id string, remove bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for key, w := range m.pods {
+		if string(w.sp.Pod.UID) != id {
+			continue
+		}
+		if !w.stopped {
+			m.log.Info("static pod stopped through the runtime endpoint", "pod", key, "remove", remove)
+			// "If there are any running containers in the sandbox, they
+			// must be forcibly terminated" (k8s.io/cri-api
+			// pkg/apis/runtime/v1/api.proto, StopPodSandbox): SIGKILL, no
+			// grace period. kubeadm reset gives each call 2 s
+			// (cmd/kubeadm/app/util/runtime defaultTimeout); an apiserver
+			// whose etcd member reset just removed would take its whole
+			// grace period (30 s) on SIGTERM.
+			for _, c := range w.containers {
+				c.forceStop()
+			}
+			w.cancel()
+			for _, c := range w.containers {
+				c.wait()
+			}
+			w.stopped = true
+		}
+		if remove {
+			w.removed = true
+		}
+	}
+	m.changed()
+}
+
+// runtimePods adapts a podManager to package cri's Pods.
+type runtimePods struct{ m *podManager }
+
+func (r runtimePods) List() []cri.Pod { return r.m.runtimePods() }
+
+func (r runtimePods) Stop(_ context.Context, id string) error {
+	r.m.stopRuntimePod(id, false)
+	return nil
+}
+
+func (r runtimePods) Remove(_ context.Context, id string) error {
+	r.m.stopRuntimePod(id, true)
+	return nil
 }

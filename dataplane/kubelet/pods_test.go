@@ -159,6 +159,34 @@ func TestPodManagerRunsRestartsAndReplaces(t *testing.T) {
 		return string(b) == "started --v=2\n"
 	})
 
+	// kubeadm reset through the runtime endpoint (ListPodSandbox,
+	// StopPodSandbox, RemovePodSandbox): the pod stops and is not started
+	// again while its manifest stays.
+	rp := runtimePods{pm}
+	l := rp.List()
+	if len(l) != 1 || l[0].ID != v2.Hash || !l[0].Ready || l[0].Labels["io.kubernetes.pod.name"] != state().Pod.Name || l[0].Labels["component"] != "kube-scheduler" {
+		t.Fatalf("runtime pods = %+v", l)
+	}
+	if err := rp.Stop(ctx, l[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if alive(third) {
+		t.Fatalf("process %d alive after StopPodSandbox", third)
+	}
+	if l := rp.List(); len(l) != 1 || l[0].Ready {
+		t.Fatalf("runtime pods after stop = %+v, want one not ready", l)
+	}
+	if err := rp.Remove(ctx, l[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := rp.Remove(ctx, "unknown"); err != nil {
+		t.Fatal(err)
+	}
+	pm.sync(ctx, []StaticPod{v2})
+	if l := rp.List(); len(l) != 0 || pid(state()) != 0 {
+		t.Fatalf("after RemovePodSandbox: runtime pods %+v, pid %d", l, pid(state()))
+	}
+
 	// A removed manifest stops its pod.
 	pm.sync(ctx, nil)
 	if alive(third) || len(pm.states()) != 0 {
@@ -167,7 +195,7 @@ func TestPodManagerRunsRestartsAndReplaces(t *testing.T) {
 }
 
 func TestPodStatusCannotRun(t *testing.T) {
-	sp, err := ParseStaticPod([]byte("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: busybox, command: [sh]}]\n"), "/m/x.yaml", "n")
+	sp, err := ParseStaticPod([]byte("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  containers: [{name: c, image: busybox, command: [no-such-command-on-this-host]}]\n"), "/m/x.yaml", "n")
 	if err != nil {
 		t.Fatal(err)
 	}

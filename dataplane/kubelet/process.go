@@ -53,6 +53,7 @@ type container struct {
 	kill    chan string // restart requests (a failed liveness probe)
 	mu      sync.Mutex
 	st      containerState
+	force   bool   // stop with SIGKILL, no grace period (StopPodSandbox)
 	changed func() // called after every state change
 }
 
@@ -86,6 +87,13 @@ func (c *container) restart(reason string) {
 
 // wait returns once the process is stopped for good (ctx ended).
 func (c *container) wait() { <-c.done }
+
+// forceStop makes the coming stop a SIGKILL without grace period.
+func (c *container) forceStop() {
+	c.mu.Lock()
+	c.force = true
+	c.mu.Unlock()
+}
 
 func (c *container) loop(ctx context.Context) {
 	defer close(c.done)
@@ -151,15 +159,23 @@ func (c *container) runOnce(ctx context.Context) error {
 		c.log.Warn("stopping container to restart it", "pid", pid, "reason", reason)
 	}
 	// Stop: the whole process group, as a runtime stops a container.
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	t := time.NewTimer(c.grace)
-	defer t.Stop()
-	select {
-	case err = <-exited:
-	case <-t.C:
-		c.log.Warn("container did not stop within its grace period; killing", "grace", c.grace)
+	c.mu.Lock()
+	force := c.force
+	c.mu.Unlock()
+	if force {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		err = <-exited
+	} else {
+		_ = syscall.Kill(-pid, syscall.SIGTERM)
+		t := time.NewTimer(c.grace)
+		select {
+		case err = <-exited:
+		case <-t.C:
+			c.log.Warn("container did not stop within its grace period; killing", "grace", c.grace)
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			err = <-exited
+		}
+		t.Stop()
 	}
 	c.log.Info("container stopped", "pid", pid, "err", err)
 	return c.exited(err, exitCode(cmd))

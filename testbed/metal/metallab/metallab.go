@@ -90,9 +90,11 @@ const (
 // hostMounts are the directories each host has its own copy of (bind
 // mounts of DIR/hosts/<name>/<dir with '/' as '-'>): what kubeadm and the
 // kubelet write, what hamaster's metal provider writes (its claim on the
-// host, providers/metal.Claim), and /run for pid files.
+// host, providers/metal.Claim), /run for pid files, and /usr/local/bin,
+// where Install puts the host's kubeadm, kubectl and kubelet ("the
+// packages").
 func hostMounts() []string {
-	return []string{"/etc/kubernetes", "/var/lib/etcd", "/var/lib/kubelet", "/var/lib/hamaster", "/run"}
+	return []string{"/etc/kubernetes", "/var/lib/etcd", "/var/lib/kubelet", "/var/lib/hamaster", "/run", "/usr/local/bin"}
 }
 
 // Options describe a lab.
@@ -109,6 +111,17 @@ type Options struct {
 	// Logger receives progress (Info) and teardown details (Debug); nil
 	// discards them.
 	Logger *slog.Logger
+
+	// Kubelet is the hamaster-kubelet program Install wraps as each
+	// host's kubelet (see Install).
+	Kubelet string
+	// BinDir holds <version>/{kubeadm,kubectl,kube-apiserver,...}, the
+	// real binaries (make kube-apiserver).
+	BinDir string
+	// KubeletRestartDelay is how long the kubelet service waits before
+	// restarting an exited kubelet: systemd's RestartSec of kubeadm's
+	// kubelet.service (10 s), scaled down; 0 means DefaultKubeletRestartDelay.
+	KubeletRestartDelay time.Duration
 }
 
 // Lab is a running set of hosts.
@@ -122,10 +135,13 @@ type Lab struct {
 	Hosts []*Host
 	// Files written for hamaster and ssh.
 	ClientKeyFile, KnownHostsFile, InventoryFile, EnvFile string
+	// AdminConfFile is where KubeadmInit copies the master's admin.conf.
+	AdminConfFile string
 
 	log    *slog.Logger
 	rec    *record
 	closed bool
+	opts   Options
 }
 
 // Host is one host of the lab.
@@ -144,6 +160,8 @@ type Host struct {
 
 	sshd   *exec.Cmd
 	exited chan struct{}
+	// kubelet is the host's kubelet service, once Install started it.
+	kubelet *service
 }
 
 // New builds the lab: namespaces, bridge, addresses, one sshd per host
@@ -182,14 +200,18 @@ func New(ctx context.Context, o Options) (*Lab, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("metallab: state directory: %w", err)
 	}
-	l := &Lab{Dir: dir, log: o.Logger,
+	if o.KubeletRestartDelay <= 0 {
+		o.KubeletRestartDelay = DefaultKubeletRestartDelay
+	}
+	l := &Lab{Dir: dir, log: o.Logger, opts: o,
 		ClientKeyFile:  filepath.Join(dir, "id_ed25519"),
 		KnownHostsFile: filepath.Join(dir, "known_hosts"),
 		InventoryFile:  filepath.Join(dir, "inventory.yaml"),
 		EnvFile:        filepath.Join(dir, "hamaster.env"),
+		AdminConfFile:  filepath.Join(dir, "admin.conf"),
 	}
 	l.rec = &record{path: filepath.Join(dir, recordFile), PID: os.Getpid(), CreatedDir: createdDir,
-		Files: []string{"id_ed25519", "id_ed25519.pub", "known_hosts", "inventory.yaml", "hamaster.env", "hosts"}}
+		Files: []string{"id_ed25519", "id_ed25519.pub", "known_hosts", "inventory.yaml", "hamaster.env", "hosts", "admin.conf"}}
 	if err := l.rec.save(); err != nil {
 		if createdDir {
 			_ = os.Remove(dir)
@@ -377,11 +399,21 @@ func routed(ctx context.Context, cidr string) (bool, error) {
 }
 
 // hostScript runs inside the host's namespaces as root: hostname, the
-// host's own directories over the machine's, then sshd in the foreground.
-// $1 the name, $2 the host's directory, $3 sshd's configuration, then
-// pairs of source and mount point.
+// host prepared as kubeadm's "Installing kubeadm" page asks of a machine
+// (net.ipv4.ip_forward=1, the host's own in its network namespace; the
+// cgroup filesystems mounted: ip netns exec remounted /sys, which lost
+// the machine's, and kubeadm's preflight SystemVerification reads them),
+// the host's own directories over the machine's, then sshd in the
+// foreground. $1 the name, $2 the host's directory, $3 sshd's
+// configuration, then pairs of source and mount point.
 const hostScript = `set -e
 echo "$1" > /proc/sys/kernel/hostname
+echo 1 > /proc/sys/net/ipv4/ip_forward
+grep " /sys/fs/cgroup" /proc/1/mounts | while read src tgt type opts rest; do
+  mkdir -p "$tgt"
+  case $type in cgroup) o=$(echo "$opts" | sed "s/name=/none,name=/");; *) o=$opts;; esac
+  mount -t "$type" -o "$o" "$src" "$tgt"
+done
 d=$2; c=$3; shift 3
 mount --bind "$d/etc-hosts" /etc/hosts
 while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done
@@ -561,8 +593,10 @@ func (l *Lab) writeFiles() error {
 		"# Not hamaster's: the lab's hosts (name=address) and this machine's address on their bridge.",
 		"export METALLAB_HOSTS='" + strings.Join(hosts, " ") + "'",
 		"export METALLAB_OPERATOR=" + l.Operator.String(),
-		"",
-	}, "\n")
+	}, "\n") + "\n"
+	if _, err := os.Stat(l.AdminConfFile); err == nil {
+		env += "# The kubeadm master's admin.conf (metallab --kubeadm-master).\nexport KUBECONFIG=" + l.AdminConfFile + "\n"
+	}
 	return writeAtomic(l.EnvFile, []byte(env), 0o644)
 }
 
@@ -605,6 +639,13 @@ func (l *Lab) Close(ctx context.Context) error {
 		return nil
 	}
 	l.closed = true
+	// The kubelet services first (they stop their pods), then every
+	// process left in the hosts.
+	for _, h := range l.Hosts {
+		if h.kubelet != nil {
+			h.kubelet.close(kubeletStopWait)
+		}
+	}
 	err := teardown(ctx, l.rec, l.log)
 	// The sshds are this process's children: reap them.
 	for _, h := range l.Hosts {

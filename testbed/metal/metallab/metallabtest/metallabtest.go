@@ -42,9 +42,17 @@ func Need(t testing.TB, bins ...string) {
 // and registers its removal, then checks that no namespace of it is left.
 func Start(ctx context.Context, t testing.TB, n int, bins ...string) *metallab.Lab {
 	t.Helper()
+	return StartWith(ctx, t, metallab.Options{Hosts: n}, bins...)
+}
+
+// StartWith is Start with o's other fields (Kubelet, BinDir: see
+// Kubeadm); o.Dir and o.Logger are the test's.
+func StartWith(ctx context.Context, t testing.TB, o metallab.Options, bins ...string) *metallab.Lab {
+	t.Helper()
 	Need(t, bins...)
 	dir := filepath.Join(t.TempDir(), "lab")
-	lab, err := metallab.New(ctx, metallab.Options{Hosts: n, Dir: dir, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	o.Dir, o.Logger = dir, slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	lab, err := metallab.New(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +60,14 @@ func Start(ctx context.Context, t testing.TB, n int, bins ...string) *metallab.L
 		if t.Failed() {
 			for _, h := range lab.Hosts {
 				t.Logf("%s sshd log:\n%s", h.Name, h.LogTail())
+				for _, f := range []string{"kubelet.log", metallab.KubeadmInitLog} {
+					if b, err := os.ReadFile(filepath.Join(h.Dir, f)); err == nil {
+						if len(b) > 6000 {
+							b = b[len(b)-6000:]
+						}
+						t.Logf("%s %s (end):\n%s", h.Name, f, b)
+					}
+				}
 			}
 		}
 		// t.Context() has ended by now.
@@ -77,4 +93,39 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
+}
+
+// EnvRealBinaries names the directory of the real Kubernetes binaries
+// (<dir>/<version>/kubeadm, ...), as for make test-real; unset, the
+// default cache of make kube-apiserver.
+const EnvRealBinaries = "HAMASTER_REAL_APISERVER_DIR"
+
+// Kubeadm returns what a lab needs to install kubeadm hosts
+// (Options.Kubelet, Options.BinDir): hamaster-kubelet built into the
+// test's temporary directory, and the real binaries' directory, checked
+// to hold kubeadm, kubectl and the control plane's binaries of each
+// version (the test fails saying how to build them when not).
+func Kubeadm(t testing.TB, versions ...string) (kubeletProgram, binDir string) {
+	t.Helper()
+	binDir = os.Getenv(EnvRealBinaries)
+	if binDir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		binDir = filepath.Join(home, ".cache", "hamaster", "kube-apiserver")
+	}
+	for _, v := range versions {
+		for _, b := range []string{"kubeadm", "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			if _, err := os.Stat(filepath.Join(binDir, v, b)); err != nil {
+				t.Fatalf("%s %s: %v: build the real binaries first with 'make kube-apiserver' (make test-metal does), or set %s", b, v, err, EnvRealBinaries)
+			}
+		}
+	}
+	kubeletProgram = filepath.Join(t.TempDir(), "hamaster-kubelet")
+	out, err := exec.Command("go", "build", "-o", kubeletProgram, "github.com/hamaster/hamaster/cmd/hamaster-kubelet").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build hamaster-kubelet: %v\n%s", err, out)
+	}
+	return kubeletProgram, binDir
 }
