@@ -80,10 +80,6 @@ type Config struct {
 	// HealthPort is HAProxy's monitor on 127.0.0.1 that keepalived's check
 	// asks (default 8404).
 	HealthPort int
-	// AuthPass, when set (at most 8 characters), is VRRP's PASS
-	// authentication: it guards against another cluster's router with the
-	// same id, not against an attacker.
-	AuthPass string
 	// Drained names masters whose HAProxy server takes no new connection
 	// (weight 0), so that a reload keeps a drain made through Drain.
 	Drained []string
@@ -158,9 +154,6 @@ func (c Config) Validate() (Config, error) {
 	if c.HealthPort == c.APIServerPort || c.HealthPort == c.FrontendPort {
 		bad("healthPort: %d clashes with the apiserver's or HAProxy's frontend port", c.HealthPort)
 	}
-	if len(c.AuthPass) > 8 || strings.ContainsAny(c.AuthPass, " \t\n\"'\\{}!#") {
-		bad("authPass: at most 8 characters, no spaces, quotes, braces, '!' or '#'")
-	}
 	if len(c.Masters) == 0 {
 		bad("masters: empty")
 	}
@@ -205,6 +198,11 @@ func (c Config) self() Master {
 	i := slices.IndexFunc(c.Masters, func(m Master) bool { return m.Name == c.Host })
 	return c.Masters[i]
 }
+
+// DefaultPriority is a priority for the i-th master (0-based): 200, 199, …
+// High priorities make the skew time (and so a failover) short; distinct
+// ones make the first election deterministic.
+func DefaultPriority(i int) int { return max(200-i, 1) }
 
 // Endpoint is the cluster endpoint, VIP:FrontendPort (kubeadm's
 // --control-plane-endpoint).

@@ -112,7 +112,7 @@ func Apply(ctx context.Context, h Host, cfg Config) (Applied, error) {
 		return Applied{}, err
 	}
 	res := Applied{Interface: cfg.Interface}
-	if _, err := h.run(ctx, "create the vip directories", "mkdir -p "+strings.Join([]string{KeepalivedDir, HAProxyDir, ManifestsDir, RunDir}, " ")); err != nil {
+	if _, err := h.run(ctx, "create the vip directories", "mkdir -p "+strings.Join([]string{ConfigDir, ManifestsDir, RunDir}, " ")); err != nil {
 		return res, err
 	}
 	for _, f := range files.All() {
@@ -204,7 +204,7 @@ func Remove(ctx context.Context, h Host, vip string) error {
 done; true`, shellQuote(vip))); err != nil {
 		return err
 	}
-	if _, err := h.run(ctx, "remove the vip configuration", "rm -rf "+strings.Join([]string{KeepalivedConfPath, CheckScriptPath, MaintenancePath, HAProxyCfgPath, RunDir}, " ")); err != nil {
+	if _, err := h.run(ctx, "remove the vip configuration", "rm -rf "+strings.Join([]string{ConfigDir, RunDir}, " ")); err != nil {
 		return err
 	}
 	h.log().Info("vip: removed")

@@ -12,19 +12,20 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Where the files live on a master. The names carry "hamaster" so that
-// they never collide with the distributions' own: Debian's keepalived
-// service starts whenever /etc/keepalived/keepalived.conf exists, and its
-// haproxy service runs /etc/haproxy/haproxy.cfg.
+// Where the files live on a master: one directory of hamaster's under
+// /etc/kubernetes, mounted by both pods. Not the distributions' paths:
+// Debian's keepalived service starts whenever
+// /etc/keepalived/keepalived.conf exists and its haproxy service runs
+// /etc/haproxy/haproxy.cfg; and on the lab's hosts /etc/kubernetes is each
+// host's own while the rest of /etc is shared.
 const (
-	KeepalivedDir      = "/etc/keepalived"
-	KeepalivedConfPath = KeepalivedDir + "/hamaster.conf"
-	CheckScriptPath    = KeepalivedDir + "/hamaster-check-apiserver.sh"
+	ConfigDir          = "/etc/kubernetes/hamaster-vip"
+	KeepalivedConfPath = ConfigDir + "/keepalived.conf"
+	CheckScriptPath    = ConfigDir + "/check-apiserver.sh"
 	// MaintenancePath is keepalived's track_file: "1" makes this host give
 	// the VIP up and never take it (Handoff), "0" undoes it (Resume).
-	MaintenancePath = KeepalivedDir + "/hamaster-maintenance"
-	HAProxyDir      = "/etc/haproxy"
-	HAProxyCfgPath  = HAProxyDir + "/hamaster.cfg"
+	MaintenancePath = ConfigDir + "/maintenance"
+	HAProxyCfgPath  = ConfigDir + "/haproxy.cfg"
 	ManifestsDir    = "/etc/kubernetes/manifests"
 	// The static pods' manifests.
 	KeepalivedManifestPath = ManifestsDir + "/hamaster-keepalived.yaml"
@@ -91,8 +92,15 @@ func haproxyCommand() []string {
 //   - nopreempt (all BACKUP): a recovered master does not take the VIP
 //     back; every move resets the connections held by the old holder's
 //     HAProxy, so moves happen only when they must.
-//   - unicast to the other masters: no reliance on multicast on the
-//     segment (switches with IGMP snooping, some virtual networks).
+//   - VRRP version 3, adverts every 0.5 s: a dead holder is noticed after
+//     Master_Down_Interval = 3 adverts + skew (RFC 5798 6.1: 1.5 s +
+//     (256-priority)/256 × 0.5 s), under 2 s; with v2's whole seconds it
+//     would be over 3 s (the lab's own self-test measures ~3.3 s).
+//   - unicast to the other masters, adverts from anyone else ignored
+//     (check_unicast_src): no reliance on multicast on the segment
+//     (switches with IGMP snooping, some virtual networks), and another
+//     cluster's router with the same id is not heard. (VRRPv3 has no
+//     authentication; v2's PASS was only a collision guard too.)
 //   - track_file: the maintenance file, read on change (inotify), makes a
 //     planned handoff immediate rather than a check period away.
 var keepalivedTmpl = template.Must(template.New("keepalived.conf").Parse(`# Rendered by hamaster for {{.Host}}; changes are overwritten.
@@ -121,19 +129,15 @@ vrrp_instance hamaster_apiserver {
     interface {{.Interface}}
     virtual_router_id {{.RouterID}}
     priority {{.Priority}}
-    advert_int 1
+    version 3
+    advert_int 0.5
+    check_unicast_src
     unicast_src_ip {{.Self}}
     unicast_peer {
 {{- range .Peers}}
         {{.}}
 {{- end}}
     }
-{{- if .AuthPass}}
-    authentication {
-        auth_type PASS
-        auth_pass {{.AuthPass}}
-    }
-{{- end}}
     virtual_ipaddress {
         {{.VIP}}/32 dev {{.Interface}}
     }
@@ -228,7 +232,7 @@ func Render(cfg Config) (Files, error) {
 	data := map[string]any{
 		"Host": cfg.Host, "CheckScript": CheckScriptPath, "Maintenance": MaintenancePath,
 		"Interface": cfg.Interface, "RouterID": cfg.RouterID, "Priority": cfg.Priority,
-		"Self": self.Address, "Peers": peers, "AuthPass": cfg.AuthPass, "VIP": cfg.VIP,
+		"Self": self.Address, "Peers": peers, "VIP": cfg.VIP,
 		"APIServerPort": cfg.APIServerPort, "FrontendPort": cfg.FrontendPort, "HealthPort": cfg.HealthPort,
 		"Socket": HAProxySocketPath, "Backend": BackendName, "Servers": servers,
 	}
@@ -305,7 +309,7 @@ func pod(name string, c corev1.Container, vols ...corev1.Volume) *corev1.Pod {
 }
 
 func keepalivedPod(cfg Config) *corev1.Pod {
-	cv, cm := hostDir("config", KeepalivedDir, true)
+	cv, cm := hostDir("config", ConfigDir, true)
 	rv, rm := hostDir("run", RunDir, false)
 	return pod("hamaster-keepalived", corev1.Container{
 		Name: "keepalived", Image: cfg.KeepalivedImage, Command: keepalivedCommand(),
@@ -316,7 +320,7 @@ func keepalivedPod(cfg Config) *corev1.Pod {
 }
 
 func haproxyPod(cfg Config) *corev1.Pod {
-	cv, cm := hostDir("config", HAProxyDir, true)
+	cv, cm := hostDir("config", ConfigDir, true)
 	rv, rm := hostDir("run", RunDir, false)
 	return pod("hamaster-haproxy", corev1.Container{
 		Name: "haproxy", Image: cfg.HAProxyImage, Command: haproxyCommand(),

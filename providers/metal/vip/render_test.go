@@ -16,7 +16,7 @@ import (
 
 func testConfig() Config {
 	return Config{
-		VIP: "192.0.2.100", Interface: "eth0", Priority: 150, Host: "cp-2", AuthPass: "hm51",
+		VIP: "192.0.2.100", Interface: "eth0", Priority: 150, Host: "cp-2",
 		Masters: []Master{{"cp-1", "192.0.2.11"}, {"cp-2", "192.0.2.12"}, {"cp-3", "192.0.2.13"}},
 		Drained: []string{"cp-3"},
 	}
@@ -41,9 +41,9 @@ func TestRender(t *testing.T) {
 	mustContain(t, "keepalived.conf", f.KeepalivedConf.Data,
 		"script \""+CheckScriptPath+"\"", "interval 1\n", "fall 2\n", "rise 2\n", "weight 0\n",
 		"file \""+MaintenancePath+"\"", "state BACKUP\n", "nopreempt\n", "interface eth0\n",
-		"virtual_router_id 51\n", "priority 150\n", "advert_int 1\n",
+		"virtual_router_id 51\n", "priority 150\n", "version 3\n", "advert_int 0.5\n", "check_unicast_src\n",
 		"unicast_src_ip 192.0.2.12\n", "        192.0.2.11\n        192.0.2.13\n",
-		"auth_pass hm51\n", "192.0.2.100/32 dev eth0\n", "track_script {\n        hamaster_apiserver\n",
+		"192.0.2.100/32 dev eth0\n", "track_script {\n        hamaster_apiserver\n",
 		"track_file {\n        hamaster_maintenance\n", "enable_script_security")
 	if strings.Contains(string(f.KeepalivedConf.Data), "unicast_peer {\n        192.0.2.12") {
 		t.Error("keepalived.conf lists the host itself as a peer")
@@ -88,7 +88,7 @@ func TestRender(t *testing.T) {
 		for _, v := range c.VolumeMounts {
 			mounts[v.MountPath] = true
 		}
-		if !mounts[RunDir] || !(mounts[KeepalivedDir] || mounts[HAProxyDir]) {
+		if !mounts[RunDir] || !mounts[ConfigDir] {
 			t.Errorf("%s: mounts %v", m.file.Path, mounts)
 		}
 	}
@@ -154,7 +154,6 @@ func TestRenderRefuses(t *testing.T) {
 		{"port range", func(c *Config) { c.FrontendPort = 70000 }, []string{"frontendPort: 70000 is outside 1..65535"}},
 		{"host not a master", func(c *Config) { c.Host = "cp-9" }, []string{"host: \"cp-9\" is not one of masters"}},
 		{"drained unknown", func(c *Config) { c.Drained = []string{"cp-9"} }, []string{"drained[0]: \"cp-9\" is not one of masters"}},
-		{"auth pass", func(c *Config) { c.AuthPass = "much-too-long" }, []string{"authPass: at most 8"}},
 		{"interface", func(c *Config) { c.Interface = "eth0; reboot" }, []string{"interface: \"eth0; reboot\""}},
 		{"bad name", func(c *Config) { c.Masters[1].Name = "CP_2" }, []string{"masters[1].name: \"CP_2\" is not a DNS-1123 label"}},
 		{"two problems", func(c *Config) { c.VIP = ""; c.Priority = 300 }, []string{"vip: \"\"", "priority: 300"}},
