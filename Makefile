@@ -115,7 +115,7 @@ test-real: kube-apiserver build
 # and killed, leaving nothing. Under a minute. The inventory's unit tests
 # (providers/metal) run in make test too.
 test-metal: test-prereqs
-	$(GO) test -tags metallab -count=1 -timeout 5m -v ./testbed/metal/... ./cmd/metallab/ ./providers/metal/...
+	$(GO) test -tags metallab -count=1 -timeout 8m -v ./testbed/metal/... ./cmd/metallab/ ./providers/metal/...
 
 # The main job on the embedded local provider with a real kube-apiserver
 # (built on first use): up → add ×2 → status → kubectl through the LB →

@@ -57,6 +57,9 @@ require (
 )
 
 require (
+	// providers/metal/vip's lab test: setns(2), to serve a stand-in
+	// apiserver inside a lab host's network namespace.
+	golang.org/x/sys v0.49.0
 	// the test bed's kubelet (dataplane/kubelet): Pod, Node, Lease and CSR
 	// types, manifests parsed as the API's JSON; same release as client-go.
 	k8s.io/api v0.37.2
@@ -69,8 +72,6 @@ require (
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/yaml v1.6.0
 )
-
-require golang.org/x/sys v0.49.0
 
 require (
 	cloud.google.com/go/auth v0.24.1-0.20261001053825-dbc26066f70a // indirect

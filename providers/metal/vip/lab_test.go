@@ -281,10 +281,10 @@ func run(ctx context.Context, t *testing.T, c *remote.Client, cmd string) string
 }
 
 // startDaemon runs a static pod's command as a host process, as the test
-// bed's kubelet will: detached, its output in RunDir.
-func startDaemon(ctx context.Context, t *testing.T, c *remote.Client, name string, cmd []string) {
+// bed's kubelet will: detached, its output in log.
+func startDaemon(ctx context.Context, t *testing.T, c *remote.Client, log string, cmd []string) {
 	t.Helper()
-	run(ctx, t, c, "setsid -f "+strings.Join(cmd, " ")+" </dev/null >"+vip.RunDir+"/"+name+".log 2>&1")
+	run(ctx, t, c, "setsid -f "+strings.Join(cmd, " ")+" </dev/null >"+log+" 2>&1")
 }
 
 func setLink(ctx context.Context, t *testing.T, lab *metallab.Lab, i int, state string) {
@@ -373,7 +373,7 @@ func TestVIPLab(t *testing.T) {
 		if files, err = vip.Render(c); err != nil {
 			t.Fatal(err)
 		}
-		startDaemon(ctx, t, h.c, "haproxy", files.HAProxyCommand)
+		startDaemon(ctx, t, h.c, vip.RunDir+"/haproxy.log", files.HAProxyCommand)
 	}
 	w := &watcher{lab: lab, cut: map[string]bool{}}
 	wctx, stopWatch := context.WithCancel(ctx)
@@ -390,10 +390,10 @@ func TestVIPLab(t *testing.T) {
 	// keepalived on host-1 first: it is elected alone (all start BACKUP,
 	// nopreempt); the others then join as backups.
 	start := time.Now()
-	startDaemon(ctx, t, hosts[0].c, "keepalived", files.KeepalivedCommand)
+	startDaemon(ctx, t, hosts[0].c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
 	w.await(ctx, t, "first election", "", start, 15*time.Second)
 	for _, h := range hosts[1:] {
-		startDaemon(ctx, t, h.c, "keepalived", files.KeepalivedCommand)
+		startDaemon(ctx, t, h.c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
 	}
 	for _, h := range hosts {
 		waitStatus(ctx, t, h.h, "every backend up", func(m map[string]string) bool {
@@ -451,7 +451,7 @@ func TestVIPLab(t *testing.T) {
 	}
 	setLink(ctx, t, lab, hi, "up")
 	w.setCut(holder, false)
-	startDaemon(ctx, t, hosts[hi].c, "keepalived", files.KeepalivedCommand)
+	startDaemon(ctx, t, hosts[hi].c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
 	w.stays(ctx, t, holder+" back", next, 3*time.Second)
 
 	// (c) planned: hand the VIP off from its holder, drain that master in
@@ -640,4 +640,106 @@ type tlog struct{ t *testing.T }
 func (w tlog) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
+}
+
+// The naive arm, for comparison: kubeadm's docs/ha-considerations.md as
+// written (check every 3 s, fall 10, rise 2, weight -2; priorities 101 and
+// 100, MASTER and BACKUP, preemption, multicast, adverts every 1 s), its
+// check run against /readyz with --fail: the doc's check_apiserver.sh asks
+// "/" without --fail and so never sees a /readyz 500, only a refused
+// connection. Scenario (b): the holder's /readyz fails.
+const docKeepalivedConf = `! after kubeadm's docs/ha-considerations.md
+global_defs {
+    router_id LVS_DEVEL
+}
+vrrp_script check_apiserver {
+  script "/etc/kubernetes/doc-arm/check_apiserver.sh"
+  interval 3
+  weight -2
+  fall 10
+  rise 2
+}
+
+vrrp_instance VI_1 {
+    state %s
+    interface eth0
+    virtual_router_id 51
+    priority %d
+    authentication {
+        auth_type PASS
+        auth_pass 42
+    }
+    virtual_ipaddress {
+        %s
+    }
+    track_script {
+        check_apiserver
+    }
+}
+`
+
+const docCheck = `#!/bin/sh
+errorExit() {
+    echo "*** $*" 1>&2
+    exit 1
+}
+curl --silent --fail --max-time 2 --insecure https://localhost:6443/readyz -o /dev/null || errorExit "Error GET https://localhost:6443/readyz"
+`
+
+func TestVIPKubeadmDocArm(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	lab := metallabtest.Start(ctx, t, 2, keepalivedBin, "curl")
+	cert := selfSigned(t)
+	var apis []*apiserver
+	for i, h := range lab.Hosts {
+		apis = append(apis, startAPIServer(t, h, cert))
+		c, err := lab.Dial(ctx, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		state, prio := "MASTER", 101
+		if i > 0 {
+			state, prio = "BACKUP", 100
+		}
+		run(ctx, t, c, "mkdir -p /etc/kubernetes/doc-arm /run/doc-arm")
+		if err := c.Upload(ctx, "/etc/kubernetes/doc-arm/keepalived.conf", fmt.Appendf(nil, docKeepalivedConf, state, prio, lab.VIP), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Upload(ctx, "/etc/kubernetes/doc-arm/check_apiserver.sh", []byte(docCheck), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// Stopped by the lab's teardown (every process of its hosts).
+		startDaemon(ctx, t, c, "/run/doc-arm/keepalived.log", []string{"keepalived", "--dont-fork", "--log-console", "--vrrp",
+			"--use-file=/etc/kubernetes/doc-arm/keepalived.conf", "--pid=/run/doc-arm/keepalived.pid", "--vrrp_pid=/run/doc-arm/vrrp.pid"})
+	}
+	w := &watcher{lab: lab, cut: map[string]bool{}}
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); w.run(wctx) }()
+	defer func() {
+		stopWatch()
+		<-watchDone
+		t.Logf("holder polls: %d, two holders seen: %d %v", w.polls, len(w.splits), w.splits)
+	}()
+	start := time.Now()
+	w.await(ctx, t, "the doc's election", "", start, 15*time.Second)
+	w.mu.Lock()
+	first := w.holders[0]
+	w.mu.Unlock()
+	if first != "host-1" {
+		t.Fatalf("the doc's MASTER is not holding: %s", first)
+	}
+	// The doc's check needs its first rise before it counts: wait until
+	// host-1's check has passed (rise 2 × 3 s) — observed as 10 s of
+	// holding, bounded by the test's context.
+	w.stays(ctx, t, "the doc's checks rise", "host-1", 8*time.Second)
+	apis[0].ready.Store(false)
+	start = time.Now()
+	_, d := w.await(ctx, t, "(b, the doc's timers) host-1's /readyz 500", "host-1", start, 60*time.Second)
+	t.Logf("figures: the doc's configuration moved the VIP %v after /readyz failed (ours: ≤ %v)", d.Round(time.Millisecond), failoverBound)
+	if d < 20*time.Second {
+		t.Errorf("the doc's arm moved in %v: expected ~30 s (fall 10 × interval 3 s)", d)
+	}
 }
