@@ -115,11 +115,16 @@ test-real: kube-apiserver build
 # and killed, leaving nothing; the real kubeadm v1.33.13 on the lab's
 # hosts (the test bed's kubelet and CRI installed as the packages): init
 # of host-1, preflight and all (~30 s), and a control-plane join of host-2
-# then its reset (~100 s), which need the real binaries (kube-apiserver).
-# A few minutes. The inventory's unit tests (providers/metal) run in
-# make test too.
+# then its reset (~100 s), which need the real binaries (kube-apiserver);
+# the metal provider's hosts and the VIP's keepalived + HAProxy
+# (providers/metal/...: failover figures against the kubeadm doc's
+# configuration); the kubeadm flavor on a kubeadm-built master
+# (flavors/kubeadm: conformance, join, a join whose kubelet dies, leave).
+# One package at a time (-p 1): the VIP's failover bounds are timed.
+# About 12 minutes. The inventory's and the VIP's unit tests run in make
+# test too.
 test-metal: test-prereqs kube-apiserver build
-	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -timeout 10m -v ./testbed/metal/... ./cmd/metallab/ ./providers/metal/
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 30m -v ./testbed/metal/... ./cmd/metallab/ ./providers/metal/... ./flavors/kubeadm/
 
 # The main job on the embedded local provider with a real kube-apiserver
 # (built on first use): up → add ×2 → status → kubectl through the LB →

@@ -57,6 +57,9 @@ require (
 )
 
 require (
+	// providers/metal/vip's lab test: setns(2), to serve a stand-in
+	// apiserver inside a lab host's network namespace.
+	golang.org/x/sys v0.49.0
 	// the test bed's kubelet (dataplane/kubelet): Pod, Node, Lease and CSR
 	// types, manifests parsed as the API's JSON; same release as client-go.
 	k8s.io/api v0.37.2
@@ -167,7 +170,6 @@ require (
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto v0.0.0-20261019180522-ce908d29299b // indirect

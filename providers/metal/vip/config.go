@@ -1,0 +1,212 @@
+// Package vip is the bare-metal cluster endpoint: a VIP held by keepalived
+// (VRRP) with HAProxy on every master balancing TCP to every apiserver, as
+// kubeadm's docs/ha-considerations.md lays out ("keepalived and haproxy",
+// "Option 2: Run the services as static pods"). It renders the
+// configuration of one master (keepalived.conf, the check script,
+// haproxy.cfg and the two static pod manifests) and runs the operations on
+// one host over an Executor (SSH in production: *remote.Client): Apply,
+// Remove, Holder, Status, Handoff/Resume (planned VIP move) and
+// Drain/Ready (one HAProxy backend).
+//
+// The cluster endpoint is VIP:FrontendPort (8443 by default): HAProxy
+// listens on every address of every master at that port, the apiservers
+// keep 0.0.0.0:6443, as the doc's "Bootstrap the cluster" section does with
+// --control-plane-endpoint vip.mycluster.local:8443.
+//
+// Failover follows the apiserver, not only the machine: keepalived's check
+// is the local apiserver's /readyz and HAProxy's own monitor every second,
+// fall 2, and a failing check puts the VRRP instance into FAULT (weight
+// 0): the holder sends a priority-0 advert and drops the VIP, and the
+// backup with the highest priority takes it after its skew time (under
+// 1 s) — not after three missed adverts. See docs/metal.md, "The VIP".
+package vip
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/hamaster/hamaster/errkind"
+)
+
+// Defaults applied to zero Config fields.
+const (
+	DefaultAPIServerPort = 6443
+	DefaultFrontendPort  = 8443
+	DefaultHealthPort    = 8404
+	DefaultRouterID      = 51
+	// DefaultKeepalivedImage and DefaultHAProxyImage are the images of the
+	// static pods under a real kubelet: the keepalived one must have sh and
+	// curl for the check script (kubeadm's doc uses osixia/keepalived).
+	DefaultKeepalivedImage = "osixia/keepalived:2.0.20"
+	DefaultHAProxyImage    = "haproxy:2.6"
+)
+
+// Master is one apiserver behind HAProxy and one VRRP peer.
+type Master struct {
+	// Name is the master's (and HAProxy server's) name: a DNS-1123 label.
+	Name string
+	// Address is the host's IPv4 address: VRRP's unicast source or peer
+	// and the apiserver's address.
+	Address string
+}
+
+// Config is the VIP's configuration on one host.
+type Config struct {
+	// VIP is the cluster endpoint's IPv4 address, on the masters' subnet.
+	VIP string
+	// Interface carries the VIP; "" means the interface holding the
+	// host's address (Apply finds it on the host).
+	Interface string
+	// RouterID is VRRP's virtual_router_id, 1..255: the same on every
+	// master, unique among the clusters on the segment (default 51).
+	RouterID int
+	// Priority is this host's VRRP priority, 1..254 (255 is the address
+	// owner's): it decides only the first election, nopreempt keeps the
+	// VIP where it is afterwards. Give each master a different one.
+	Priority int
+	// Host is this host's name, one of Masters.
+	Host string
+	// Masters are every master, this host included, in a stable order.
+	Masters []Master
+	// APIServerPort is the apiservers' port (default 6443).
+	APIServerPort int
+	// FrontendPort is HAProxy's: the cluster endpoint is VIP:FrontendPort
+	// (default 8443). It must differ from APIServerPort: the apiserver
+	// binds 0.0.0.0.
+	FrontendPort int
+	// HealthPort is HAProxy's monitor on 127.0.0.1 that keepalived's check
+	// asks (default 8404).
+	HealthPort int
+	// Drained names masters whose HAProxy server takes no new connection
+	// (weight 0), so that a reload keeps a drain made through Drain.
+	Drained []string
+	// KeepalivedImage and HAProxyImage are the static pods' images
+	// (defaults above).
+	KeepalivedImage string
+	HAProxyImage    string
+}
+
+var (
+	labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	ifaceRE = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,15}$`)
+)
+
+// withDefaults returns c with zero fields filled in.
+func (c Config) withDefaults() Config {
+	if c.RouterID == 0 {
+		c.RouterID = DefaultRouterID
+	}
+	if c.APIServerPort == 0 {
+		c.APIServerPort = DefaultAPIServerPort
+	}
+	if c.FrontendPort == 0 {
+		c.FrontendPort = DefaultFrontendPort
+	}
+	if c.HealthPort == 0 {
+		c.HealthPort = DefaultHealthPort
+	}
+	if c.KeepalivedImage == "" {
+		c.KeepalivedImage = DefaultKeepalivedImage
+	}
+	if c.HAProxyImage == "" {
+		c.HAProxyImage = DefaultHAProxyImage
+	}
+	return c
+}
+
+// Validate fills the defaults and checks c, reporting every problem at
+// once, each naming the field; the error is errkind.InvalidArgument.
+func (c Config) Validate() (Config, error) {
+	c = c.withDefaults()
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	vip, err := netip.ParseAddr(c.VIP)
+	switch {
+	case err != nil:
+		bad("vip: %q is not an IP address", c.VIP)
+	case !vip.Is4():
+		// VRRP for IPv6 needs version 3 and an instance of its own.
+		bad("vip: %s is not IPv4 (IPv6 VIPs are not supported yet)", c.VIP)
+	}
+	if c.Interface != "" && !ifaceRE.MatchString(c.Interface) {
+		bad("interface: %q is not an interface name", c.Interface)
+	}
+	if c.RouterID < 1 || c.RouterID > 255 {
+		bad("routerID: %d is outside 1..255", c.RouterID)
+	}
+	if c.Priority < 1 || c.Priority > 254 {
+		bad("priority: %d is outside 1..254", c.Priority)
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"apiServerPort", c.APIServerPort}, {"frontendPort", c.FrontendPort}, {"healthPort", c.HealthPort}} {
+		if p.v < 1 || p.v > 65535 {
+			bad("%s: %d is outside 1..65535", p.name, p.v)
+		}
+	}
+	if c.FrontendPort == c.APIServerPort {
+		bad("frontendPort: %d is the apiserver's port (it binds 0.0.0.0): HAProxy needs another (8443)", c.FrontendPort)
+	}
+	if c.HealthPort == c.APIServerPort || c.HealthPort == c.FrontendPort {
+		bad("healthPort: %d clashes with the apiserver's or HAProxy's frontend port", c.HealthPort)
+	}
+	if len(c.Masters) == 0 {
+		bad("masters: empty")
+	}
+	names, addrs := map[string]bool{}, map[netip.Addr]string{}
+	for i, m := range c.Masters {
+		if !labelRE.MatchString(m.Name) {
+			bad("masters[%d].name: %q is not a DNS-1123 label", i, m.Name)
+		}
+		if names[m.Name] {
+			bad("masters[%d].name: %q is listed twice", i, m.Name)
+		}
+		names[m.Name] = true
+		a, err := netip.ParseAddr(m.Address)
+		switch {
+		case err != nil || !a.Is4():
+			bad("masters[%d].address: %q (%s) is not an IPv4 address", i, m.Address, m.Name)
+			continue
+		case a == vip:
+			bad("masters[%d].address: %s (%s) is the VIP", i, m.Address, m.Name)
+		}
+		if other, ok := addrs[a]; ok {
+			bad("masters[%d].address: %s (%s) is also %s's", i, m.Address, m.Name, other)
+		}
+		addrs[a] = m.Name
+	}
+	if !names[c.Host] {
+		bad("host: %q is not one of masters", c.Host)
+	}
+	for i, d := range c.Drained {
+		if !names[d] {
+			bad("drained[%d]: %q is not one of masters", i, d)
+		}
+	}
+	if len(errs) > 0 {
+		return c, errkind.Errorf(errkind.InvalidArgument, "vip config of %s: %s", c.Host, strings.Join(errs, "; "))
+	}
+	return c, nil
+}
+
+// self is this host's entry of Masters.
+func (c Config) self() Master {
+	i := slices.IndexFunc(c.Masters, func(m Master) bool { return m.Name == c.Host })
+	return c.Masters[i]
+}
+
+// DefaultPriority is a priority for the i-th master (0-based): 200, 199, …
+// High priorities make the skew time (and so a failover) short; distinct
+// ones make the first election deterministic.
+func DefaultPriority(i int) int { return max(200-i, 1) }
+
+// Endpoint is the cluster endpoint, VIP:FrontendPort (kubeadm's
+// --control-plane-endpoint).
+func (c Config) Endpoint() string {
+	c = c.withDefaults()
+	return fmt.Sprintf("%s:%d", c.VIP, c.FrontendPort)
+}

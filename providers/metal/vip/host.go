@@ -1,0 +1,359 @@
+package vip
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/wait"
+	"github.com/hamaster/hamaster/lb"
+)
+
+// Executor runs shell commands on one host and writes files there
+// atomically (a temporary file renamed over the path). *remote.Client
+// satisfies it.
+type Executor interface {
+	Run(ctx context.Context, cmd string) (stdout, stderr []byte, err error)
+	Upload(ctx context.Context, path string, data []byte, mode os.FileMode) error
+}
+
+// Host is one master reached through an Executor. Every operation on it is
+// idempotent and its errors name the host (and the file).
+type Host struct {
+	// Name is the master's name, as in Config.Masters.
+	Name string
+	Exec Executor
+	// Log receives what the operations change (nil: discarded).
+	Log *slog.Logger
+}
+
+func (h Host) log() *slog.Logger {
+	if h.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return h.Log.With("host", h.Name)
+}
+
+// run runs cmd on h; what names the action in errors.
+func (h Host) run(ctx context.Context, what, cmd string) ([]byte, error) {
+	out, _, err := h.Exec.Run(ctx, cmd)
+	if err != nil {
+		return out, fmt.Errorf("%s on %s: %w", what, h.Name, err)
+	}
+	return out, nil
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Applied says what Apply changed.
+type Applied struct {
+	// Interface is the one carrying the VIP (found on the host when the
+	// config left it empty).
+	Interface string
+	// Written are the files that differed and were replaced.
+	Written []string
+	// Reloaded are the running daemons told to reload ("keepalived",
+	// "haproxy"); a daemon not running is left to the kubelet.
+	Reloaded []string
+}
+
+// ResolveInterface returns the interface holding address on h ("ip -o -4
+// addr show to ADDR/32"); errkind.NotFound when none does.
+func ResolveInterface(ctx context.Context, h Host, address string) (string, error) {
+	if _, err := netip.ParseAddr(address); err != nil {
+		return "", errkind.Errorf(errkind.InvalidArgument, "find the interface of %s on %s: not an IP address", address, h.Name)
+	}
+	out, err := h.run(ctx, "find the interface of "+address, "ip -o -4 addr show to "+shellQuote(address+"/32"))
+	if err != nil {
+		return "", err
+	}
+	for l := range strings.Lines(string(out)) {
+		if f := strings.Fields(l); len(f) >= 2 {
+			name, _, _ := strings.Cut(f[1], "@")
+			return name, nil
+		}
+	}
+	return "", errkind.Errorf(errkind.NotFound, "find the interface of %s on %s: no interface holds it", address, h.Name)
+}
+
+// Apply makes h's files those rendered from cfg: it finds the interface
+// when cfg.Interface is empty, creates the directories, replaces each file
+// that differs (content or mode) atomically, configuration before
+// manifests, and tells a running daemon whose configuration changed to
+// reload — keepalived by SIGHUP (its VRRP instance keeps its state: the
+// VIP stays), HAProxy by SIGUSR2 to its master (a new worker takes the
+// listening sockets, the old one finishes its connections). The
+// manifests never change for a configuration change, so the kubelet never
+// restarts a pod (a restarted keepalived on the holder moves the VIP).
+// Re-running with the same cfg changes nothing.
+func Apply(ctx context.Context, h Host, cfg Config) (Applied, error) {
+	cfg, err := cfg.Validate()
+	if err != nil {
+		return Applied{}, err
+	}
+	if cfg.Interface == "" {
+		if cfg.Interface, err = ResolveInterface(ctx, h, cfg.self().Address); err != nil {
+			return Applied{}, fmt.Errorf("apply vip config: %w", err)
+		}
+	}
+	files, err := Render(cfg)
+	if err != nil {
+		return Applied{}, err
+	}
+	res := Applied{Interface: cfg.Interface}
+	if _, err := h.run(ctx, "create the vip directories", "mkdir -p "+strings.Join([]string{ConfigDir, ManifestsDir, RunDir}, " ")); err != nil {
+		return res, err
+	}
+	for _, f := range files.All() {
+		same, err := sameFile(ctx, h, f)
+		if err != nil {
+			return res, err
+		}
+		if same {
+			continue
+		}
+		if err := h.Exec.Upload(ctx, f.Path, f.Data, f.Mode); err != nil {
+			return res, fmt.Errorf("write %s on %s: %w", f.Path, h.Name, err)
+		}
+		h.log().Info("vip: wrote", "file", f.Path)
+		res.Written = append(res.Written, f.Path)
+	}
+	for _, d := range []struct {
+		name, conf, pidfile, signal string
+	}{
+		{"keepalived", KeepalivedConfPath, KeepalivedPidPath, "HUP"},
+		{"haproxy", HAProxyCfgPath, HAProxyPidPath, "USR2"},
+	} {
+		if !slices.Contains(res.Written, d.conf) {
+			continue
+		}
+		ok, err := signal(ctx, h, d.name, d.pidfile, d.signal)
+		if err != nil {
+			return res, fmt.Errorf("reload %s after writing %s: %w", d.name, d.conf, err)
+		}
+		if ok {
+			h.log().Info("vip: reloaded", "daemon", d.name)
+			res.Reloaded = append(res.Reloaded, d.name)
+		}
+	}
+	return res, nil
+}
+
+// sameFile reports whether f is on h with its content and mode.
+func sameFile(ctx context.Context, h Host, f File) (bool, error) {
+	p := shellQuote(f.Path)
+	out, err := h.run(ctx, "read "+f.Path, "if [ -f "+p+" ]; then stat -c %a "+p+" && cat "+p+"; fi")
+	if err != nil || len(out) == 0 {
+		return false, err
+	}
+	mode, data, _ := bytes.Cut(out, []byte("\n"))
+	return string(mode) == strconv.FormatUint(uint64(f.Mode.Perm()), 8) && bytes.Equal(data, f.Data), nil
+}
+
+// signal sends sig to the process named in pidfile when it is running and
+// its name is comm (a stale pid file names someone else); it reports
+// whether it was.
+func signal(ctx context.Context, h Host, comm, pidfile, sig string) (bool, error) {
+	out, err := h.run(ctx, "signal "+comm, fmt.Sprintf(`pid=$(cat %s 2>/dev/null) || exit 0
+[ "$(cat /proc/"$pid"/comm 2>/dev/null)" = %s ] || exit 0
+kill -%s "$pid" && echo signalled`, shellQuote(pidfile), shellQuote(comm), sig))
+	return strings.TrimSpace(string(out)) == "signalled", err
+}
+
+// Remove takes the VIP's configuration off h: the manifests first (a
+// kubelet stops the pods), then the daemons named by the pid files are
+// stopped (SIGTERM: keepalived gives the VIP up with a priority-0 advert)
+// and awaited, the VIP deleted from any interface still carrying it, and
+// the configuration, check script, maintenance file and RunDir removed.
+// Hand the VIP off first (Handoff) for a move without a gap. Removing
+// what is not there is success.
+func Remove(ctx context.Context, h Host, vip string) error {
+	if _, err := netip.ParseAddr(vip); err != nil {
+		return errkind.Errorf(errkind.InvalidArgument, "remove vip from %s: %q is not an IP address", h.Name, vip)
+	}
+	if _, err := h.run(ctx, "remove the vip manifests", "rm -f "+KeepalivedManifestPath+" "+HAProxyManifestPath); err != nil {
+		return err
+	}
+	for _, d := range []struct{ name, pidfile string }{{"keepalived", KeepalivedPidPath}, {"haproxy", HAProxyPidPath}} {
+		if _, err := signal(ctx, h, d.name, d.pidfile, "TERM"); err != nil {
+			return fmt.Errorf("stop %s: %w", d.name, err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		err := wait.Until(wctx, 100*time.Millisecond, d.name+" on "+h.Name+" to stop", func() (bool, error) {
+			running, err := signal(wctx, h, d.name, d.pidfile, "0")
+			return !running, err
+		})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("remove vip from %s: %w", h.Name, err)
+		}
+	}
+	if _, err := h.run(ctx, "delete the vip "+vip, fmt.Sprintf(`ip -o -4 addr show | while read -r _ dev _ addr _; do
+  [ "${addr%%/*}" = %s ] && ip addr del "$addr" dev "$dev"
+done; true`, shellQuote(vip))); err != nil {
+		return err
+	}
+	if _, err := h.run(ctx, "remove the vip configuration", "rm -rf "+strings.Join([]string{ConfigDir, RunDir}, " ")); err != nil {
+		return err
+	}
+	h.log().Info("vip: removed")
+	return nil
+}
+
+// Holder reports whether h carries vip on any interface ("ip -o addr
+// show").
+func Holder(ctx context.Context, h Host, vip string) (bool, error) {
+	out, err := h.run(ctx, "list addresses", "ip -o addr show")
+	if err != nil {
+		return false, err
+	}
+	return bytes.Contains(out, []byte(" "+vip+"/")), nil
+}
+
+// runtime sends one command to HAProxy's admin socket on h (curl's
+// telnet over the unix socket: curl is there for the check script) and
+// returns the answer; HAProxy not running is errkind.Unavailable.
+func runtime(ctx context.Context, h Host, command string) ([]byte, error) {
+	out, err := h.run(ctx, "haproxy "+strings.Fields(command)[0], fmt.Sprintf("[ -S %[1]s ] || { echo 'no socket %[1]s' >&2; exit 3; }\nprintf '%%s\\n' %[2]s | curl --silent --show-error --max-time 5 --unix-socket %[1]s telnet://localhost",
+		HAProxySocketPath, shellQuote(command)))
+	if err != nil {
+		return nil, errkind.Mark(errkind.Unavailable, fmt.Errorf("haproxy's admin socket %s: %w", HAProxySocketPath, err))
+	}
+	return out, nil
+}
+
+// Status is HAProxy's view on h of each apiserver ("show stat"): healthy
+// when its check passes (UP, or DRAIN with a passing check), draining
+// when it takes no new connection, with HAProxy's status and last check
+// as the reason.
+func Status(ctx context.Context, h Host) ([]lb.TargetHealth, error) {
+	out, err := runtime(ctx, h, "show stat")
+	if err != nil {
+		return nil, err
+	}
+	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(out, []byte("# "))))
+	r.FieldsPerRecord = -1
+	rows, err := r.ReadAll()
+	if err != nil || len(rows) == 0 {
+		return nil, fmt.Errorf("haproxy show stat on %s: unreadable answer %q: %v", h.Name, out, err)
+	}
+	col := map[string]int{}
+	for i, c := range rows[0] {
+		col[c] = i
+	}
+	for _, c := range []string{"pxname", "svname", "status", "weight", "addr", "check_status"} {
+		if _, ok := col[c]; !ok {
+			return nil, fmt.Errorf("haproxy show stat on %s: no column %s", h.Name, c)
+		}
+	}
+	var ts []lb.TargetHealth
+	for _, row := range rows[1:] {
+		if len(row) < len(rows[0])-1 || row[col["pxname"]] != BackendName || row[col["svname"]] == "BACKEND" {
+			continue
+		}
+		st := row[col["status"]]
+		ts = append(ts, lb.TargetHealth{
+			Name: row[col["svname"]], Address: row[col["addr"]],
+			Healthy:  strings.HasPrefix(st, "UP") || st == "DRAIN",
+			Draining: st == "DRAIN" || row[col["weight"]] == "0",
+			Reason:   strings.TrimSpace(st + " " + row[col["check_status"]]),
+		})
+	}
+	return ts, nil
+}
+
+// Drain stops HAProxy on h from sending new connections to master name
+// ("set server apiserver/NAME state drain"); open ones go on. Its effect
+// lasts until Ready or a reload: put the name in Config.Drained and Apply
+// to keep it across reloads.
+func Drain(ctx context.Context, h Host, name string) error {
+	return setState(ctx, h, name, "drain")
+}
+
+// Ready undoes Drain.
+func Ready(ctx context.Context, h Host, name string) error {
+	return setState(ctx, h, name, "ready")
+}
+
+func setState(ctx context.Context, h Host, name, state string) error {
+	if !labelRE.MatchString(name) {
+		return errkind.Errorf(errkind.InvalidArgument, "set %s %s on %s: not a master's name", name, state, h.Name)
+	}
+	out, err := runtime(ctx, h, fmt.Sprintf("set server %s/%s state %s", BackendName, name, state))
+	if err != nil {
+		return fmt.Errorf("set %s %s: %w", name, state, err)
+	}
+	if msg := strings.TrimSpace(string(out)); msg != "" {
+		kind := errkind.FailedPrecondition
+		if strings.Contains(msg, "No such") {
+			kind = errkind.NotFound
+		}
+		return errkind.Errorf(kind, "set %s %s on %s: haproxy says %q", name, state, h.Name, msg)
+	}
+	h.log().Info("vip: haproxy server state", "server", name, "state", state)
+	return nil
+}
+
+// ErrNoOtherHolder is Handoff's error when no other host took the VIP.
+var ErrNoOtherHolder = errors.New("no other master took the VIP")
+
+// Handoff makes h give up vip before hamaster stops its apiserver (remove,
+// upgrade, certificate rotation): it writes "1" to the maintenance file,
+// which keepalived reads on change and which puts h's VRRP instance into
+// FAULT (it sends a priority-0 advert and drops the VIP; it will not take
+// the VIP while the file says 1), then waits until h no longer holds the
+// VIP and one of peers does (ctx bounds the wait; ErrNoOtherHolder,
+// errkind.Unavailable, when it ends first). h not holding the VIP: the
+// file is written and Handoff returns at once. Undo with Resume.
+func Handoff(ctx context.Context, h Host, peers []Host, vip string) error {
+	if err := h.Exec.Upload(ctx, MaintenancePath, []byte("1\n"), 0o644); err != nil {
+		return fmt.Errorf("hand the vip off from %s: write %s: %w", h.Name, MaintenancePath, err)
+	}
+	if held, err := Holder(ctx, h, vip); err != nil || !held {
+		return err
+	}
+	h.log().Info("vip: maintenance on, handing the vip off")
+	var holders []string
+	err := wait.Until(ctx, 50*time.Millisecond, "the vip to leave "+h.Name, func() (bool, error) {
+		holders = holders[:0]
+		for _, x := range append([]Host{h}, peers...) {
+			ok, err := Holder(ctx, x, vip)
+			if err != nil {
+				return false, err
+			}
+			if ok {
+				holders = append(holders, x.Name)
+			}
+		}
+		return len(holders) == 1 && holders[0] != h.Name, nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return errkind.Mark(errkind.Unavailable, fmt.Errorf("hand the vip off from %s (holders %v): %w: %w", h.Name, holders, ErrNoOtherHolder, err))
+		}
+		return fmt.Errorf("hand the vip off from %s: %w", h.Name, err)
+	}
+	h.log().Info("vip: handed off", "to", holders[0])
+	return nil
+}
+
+// Resume undoes Handoff: h may hold the VIP again, but takes it only when
+// no other master does (nopreempt).
+func Resume(ctx context.Context, h Host) error {
+	if err := h.Exec.Upload(ctx, MaintenancePath, []byte("0\n"), 0o644); err != nil {
+		return fmt.Errorf("resume vip on %s: write %s: %w", h.Name, MaintenancePath, err)
+	}
+	h.log().Info("vip: maintenance off")
+	return nil
+}

@@ -1,0 +1,137 @@
+package vip
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/hamaster/hamaster/errkind"
+)
+
+// fakeExec answers commands by their first matching substring and
+// records uploads; uploadErr fails every upload.
+type fakeExec struct {
+	answers   map[string]string
+	ran       []string
+	uploads   map[string][]byte
+	uploadErr error
+}
+
+func (f *fakeExec) Run(_ context.Context, cmd string) ([]byte, []byte, error) {
+	f.ran = append(f.ran, cmd)
+	for k, v := range f.answers {
+		if strings.Contains(cmd, k) {
+			return []byte(v), nil, nil
+		}
+	}
+	return nil, nil, nil
+}
+
+func (f *fakeExec) Upload(_ context.Context, path string, data []byte, _ os.FileMode) error {
+	if f.uploadErr != nil {
+		return f.uploadErr
+	}
+	if f.uploads == nil {
+		f.uploads = map[string][]byte{}
+	}
+	f.uploads[path] = data
+	return nil
+}
+
+// show stat as HAProxy 2.6 answers it (columns cut after check_status).
+const showStat = `# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status,weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,sid,throttle,lbtot,tracked,type,rate,rate_lim,rate_max,check_status,addr
+apiserver,cp-1,0,0,0,0,,0,0,0,,0,,0,0,0,0,UP,1,1,0,0,0,5,0,,1,3,1,,0,,2,0,,0,L7OK,192.0.2.11:6443
+apiserver,cp-2,0,0,0,0,,0,0,0,,0,,0,0,0,0,DRAIN,0,1,0,0,0,5,0,,1,3,2,,0,,2,0,,0,L7OK,192.0.2.12:6443
+apiserver,cp-3,0,0,0,0,,0,0,0,,0,,0,0,0,0,DOWN,1,1,0,2,1,5,3,,1,3,3,,0,,2,0,,0,L4CON,192.0.2.13:6443
+apiserver,cp-4,0,0,0,0,,0,0,0,,0,,0,0,0,0,UP,0,1,0,0,0,5,0,,1,3,4,,0,,2,0,,0,L7OK,192.0.2.14:6443
+apiserver,BACKEND,0,0,0,0,,0,0,0,,0,,0,0,0,0,UP,2,2,0,,0,5,0,,1,3,0,,0,,1,0,,0,,
+`
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	h := Host{Name: "cp-1", Exec: &fakeExec{answers: map[string]string{"show stat": showStat}}}
+	ts, err := Status(context.Background(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		name              string
+		healthy, draining bool
+		reason            string
+	}{
+		{"cp-1", true, false, "UP L7OK"},
+		{"cp-2", true, true, "DRAIN L7OK"},
+		{"cp-3", false, false, "DOWN L4CON"},
+		{"cp-4", true, true, "UP L7OK"}, // weight 0 from Config.Drained
+	}
+	if len(ts) != len(want) {
+		t.Fatalf("Status = %+v", ts)
+	}
+	for i, w := range want {
+		if g := ts[i]; g.Name != w.name || g.Healthy != w.healthy || g.Draining != w.draining || g.Reason != w.reason {
+			t.Errorf("target %d = %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+func TestDrainErrors(t *testing.T) {
+	t.Parallel()
+	h := Host{Name: "cp-1", Exec: &fakeExec{answers: map[string]string{"set server": "No such server.\n"}}}
+	if err := Drain(context.Background(), h, "cp-9"); !errors.Is(err, errkind.NotFound) || !strings.Contains(err.Error(), "on cp-1") {
+		t.Errorf("Drain of an unknown server = %v", err)
+	}
+	if err := Drain(context.Background(), h, "x; reboot"); !errors.Is(err, errkind.InvalidArgument) {
+		t.Errorf("Drain of a bad name = %v", err)
+	}
+	ok := &fakeExec{}
+	if err := Ready(context.Background(), Host{Name: "cp-1", Exec: ok}, "cp-2"); err != nil || !strings.Contains(strings.Join(ok.ran, "\n"), "'set server apiserver/cp-2 state ready'") {
+		t.Errorf("Ready = %v, ran %q", err, ok.ran)
+	}
+}
+
+// Apply writes only what differs and names the host and file when it
+// cannot; the interface is found on the host.
+func TestApplyFake(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.Interface = ""
+	f, err := Render(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The host has every file as rendered except haproxy.cfg; keepalived
+	// runs (its pid file names a keepalived), haproxy does not.
+	answers := map[string]string{
+		"ip -o -4 addr show to '192.0.2.12/32'": "2: eth0    inet 192.0.2.12/24 brd 192.0.2.255 scope global eth0\n",
+		"kill -HUP":                             "signalled\n",
+	}
+	for _, x := range f.All() {
+		if x.Path != HAProxyCfgPath {
+			answers["stat -c %a '"+x.Path+"'"] = strconv.FormatUint(uint64(x.Mode.Perm()), 8) + "\n" + string(x.Data)
+		}
+	}
+	ex := &fakeExec{answers: answers}
+	res, err := Apply(context.Background(), Host{Name: "cp-2", Exec: ex}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Interface != "eth0" || len(res.Written) != 1 || res.Written[0] != HAProxyCfgPath || len(res.Reloaded) != 0 {
+		t.Errorf("Apply = %+v", res)
+	}
+	if string(ex.uploads[HAProxyCfgPath]) != string(f.HAProxyCfg.Data) {
+		t.Error("haproxy.cfg not written as rendered")
+	}
+	ex = &fakeExec{answers: answers, uploadErr: errors.New("disk full")}
+	_, err = Apply(context.Background(), Host{Name: "cp-2", Exec: ex}, cfg)
+	if err == nil || !strings.Contains(err.Error(), "write "+HAProxyCfgPath+" on cp-2: disk full") {
+		t.Errorf("Apply with a failing upload = %v", err)
+	}
+	// No interface holds the address.
+	ex = &fakeExec{}
+	if _, err := Apply(context.Background(), Host{Name: "cp-2", Exec: ex}, cfg); !errors.Is(err, errkind.NotFound) || !strings.Contains(err.Error(), "on cp-2") {
+		t.Errorf("Apply without the interface = %v", err)
+	}
+}

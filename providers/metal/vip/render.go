@@ -1,0 +1,330 @@
+package vip
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"slices"
+	"text/template"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// Where the files live on a master: one directory of hamaster's under
+// /etc/kubernetes, mounted by both pods. Not the distributions' paths:
+// Debian's keepalived service starts whenever
+// /etc/keepalived/keepalived.conf exists and its haproxy service runs
+// /etc/haproxy/haproxy.cfg; and on the lab's hosts /etc/kubernetes is each
+// host's own while the rest of /etc is shared.
+const (
+	ConfigDir          = "/etc/kubernetes/hamaster-vip"
+	KeepalivedConfPath = ConfigDir + "/keepalived.conf"
+	CheckScriptPath    = ConfigDir + "/check-apiserver.sh"
+	// MaintenancePath is keepalived's track_file: "1" makes this host give
+	// the VIP up and never take it (Handoff), "0" undoes it (Resume).
+	MaintenancePath = ConfigDir + "/maintenance"
+	HAProxyCfgPath  = ConfigDir + "/haproxy.cfg"
+	ManifestsDir    = "/etc/kubernetes/manifests"
+	// The static pods' manifests.
+	KeepalivedManifestPath = ManifestsDir + "/hamaster-keepalived.yaml"
+	HAProxyManifestPath    = ManifestsDir + "/hamaster-haproxy.yaml"
+	// RunDir holds the pid files and HAProxy's admin socket: in the host's
+	// own /run, shared with the pods by a hostPath.
+	RunDir                = "/run/hamaster-vip"
+	KeepalivedPidPath     = RunDir + "/keepalived.pid"
+	KeepalivedVRRPPidPath = RunDir + "/keepalived-vrrp.pid"
+	HAProxyPidPath        = RunDir + "/haproxy.pid"
+	HAProxySocketPath     = RunDir + "/haproxy.sock"
+	// BackendName is HAProxy's backend of apiservers.
+	BackendName = "apiserver"
+)
+
+// File is one rendered file.
+type File struct {
+	Path string
+	Data []byte
+	Mode os.FileMode
+}
+
+// Files is one master's rendered configuration.
+type Files struct {
+	KeepalivedConf, CheckScript, HAProxyCfg File
+	KeepalivedManifest, HAProxyManifest     File
+	// The containers' commands, which the test bed runs as host processes.
+	KeepalivedCommand, HAProxyCommand []string
+}
+
+// All is every file in the order Apply writes them: the configuration
+// first, the manifests last, so that a kubelet never starts a pod before
+// its configuration is there.
+func (f Files) All() []File {
+	return []File{f.KeepalivedConf, f.CheckScript, f.HAProxyCfg, f.KeepalivedManifest, f.HAProxyManifest}
+}
+
+// keepalivedCommand is the keepalived container's command (and the host
+// process's on the test bed): in the foreground, logging to stdout, VRRP
+// only, pid files under RunDir.
+func keepalivedCommand() []string {
+	return []string{"keepalived", "--dont-fork", "--log-console", "--log-detail", "--vrrp",
+		"--use-file=" + KeepalivedConfPath, "--pid=" + KeepalivedPidPath, "--vrrp_pid=" + KeepalivedVRRPPidPath}
+}
+
+// haproxyCommand is HAProxy's: master-worker mode (-W) in the foreground
+// (-db), as the haproxy image runs it, so that SIGUSR2 to the master (its
+// pid in HAProxyPidPath) reloads seamlessly: the new worker takes over the
+// listening sockets (stats socket "expose-fd listeners") and the old one
+// finishes its connections.
+func haproxyCommand() []string {
+	return []string{"haproxy", "-W", "-db", "-f", HAProxyCfgPath, "-p", HAProxyPidPath}
+}
+
+// keepalived.conf. Differences from kubeadm's docs/ha-considerations.md
+// (interval 3, weight -2, fall 10, multicast, preemption), and why:
+//   - check every 1 s, fall 2, rise 2, weight 0: two failed checks put the
+//     instance into FAULT, which sends a priority-0 advert and removes the
+//     VIP; a backup then takes over after its skew time ((256-priority)/256
+//     s), not three adverts later. A weight would have to outweigh every
+//     priority gap, and a lowered priority moves the VIP only after the
+//     backups' Master_Down_Interval (RFC 3768 6.4.2: a backup discards a
+//     lower-priority advert and waits for its timer).
+//   - nopreempt (all BACKUP): a recovered master does not take the VIP
+//     back; every move resets the connections held by the old holder's
+//     HAProxy, so moves happen only when they must.
+//   - VRRP version 3, adverts every 0.5 s: a dead holder is noticed after
+//     Master_Down_Interval = 3 adverts + skew (RFC 5798 6.1: 1.5 s +
+//     (256-priority)/256 × 0.5 s), under 2 s; with v2's whole seconds it
+//     would be over 3 s (the lab's own self-test measures ~3.3 s).
+//   - unicast to the other masters, adverts from anyone else ignored
+//     (check_unicast_src): no reliance on multicast on the segment
+//     (switches with IGMP snooping, some virtual networks), and another
+//     cluster's router with the same id is not heard. (VRRPv3 has no
+//     authentication; v2's PASS was only a collision guard too.)
+//   - track_file: the maintenance file, read on change (inotify), makes a
+//     planned handoff immediate rather than a check period away.
+var keepalivedTmpl = template.Must(template.New("keepalived.conf").Parse(`# Rendered by hamaster for {{.Host}}; changes are overwritten.
+# Design: docs/metal.md "The VIP"; after kubeadm's docs/ha-considerations.md.
+global_defs {
+    router_id hamaster_{{.Host}}
+    enable_script_security
+    script_user root
+}
+vrrp_script hamaster_apiserver {
+    script "{{.CheckScript}}"
+    interval 1
+    timeout 1
+    fall 2
+    rise 2
+    weight 0
+}
+track_file hamaster_maintenance {
+    file "{{.Maintenance}}"
+    weight 0
+    init_file 0
+}
+vrrp_instance hamaster_apiserver {
+    state BACKUP
+    nopreempt
+    interface {{.Interface}}
+    virtual_router_id {{.RouterID}}
+    priority {{.Priority}}
+    version 3
+    advert_int 0.5
+    check_unicast_src
+    unicast_src_ip {{.Self}}
+    unicast_peer {
+{{- range .Peers}}
+        {{.}}
+{{- end}}
+    }
+    virtual_ipaddress {
+        {{.VIP}}/32 dev {{.Interface}}
+    }
+    track_script {
+        hamaster_apiserver
+    }
+    track_file {
+        hamaster_maintenance
+    }
+}
+`))
+
+// The check script: the local apiserver's /readyz (-k, as the doc's
+// check_apiserver.sh: anonymous /readyz is public) and HAProxy's monitor,
+// each bounded well under the 1 s interval.
+var checkTmpl = template.Must(template.New("check").Parse(`#!/bin/sh
+# Rendered by hamaster: keepalived's check of this master, every 1 s.
+# Fails when the local apiserver is not ready or HAProxy does not answer.
+curl --silent --fail --insecure --max-time 0.4 --output /dev/null https://127.0.0.1:{{.APIServerPort}}/readyz ||
+    { echo "*** apiserver https://127.0.0.1:{{.APIServerPort}}/readyz not ready" >&2; exit 1; }
+curl --silent --fail --max-time 0.4 --output /dev/null http://127.0.0.1:{{.HealthPort}}/healthz ||
+    { echo "*** haproxy http://127.0.0.1:{{.HealthPort}}/healthz not answering" >&2; exit 1; }
+exit 0
+`))
+
+// haproxy.cfg. As the doc's: TCP to every apiserver, checked with
+// GET /readyz over TLS without verification ("check check-ssl verify
+// none"). Our choices: checks every 1 s, fall 2 / rise 2; leastconn
+// (watches are long-lived); on-marked-down shutdown-sessions, so that a
+// failed apiserver's clients reconnect at once instead of hanging — a
+// planned removal drains first (weight 0 / "state drain"), which never
+// marks the server down, so drained sessions end on their own; a long
+// tunnel timeout for watches.
+var haproxyTmpl = template.Must(template.New("haproxy.cfg").Parse(`# Rendered by hamaster for {{.Host}}; changes are overwritten.
+# Design: docs/metal.md "The VIP"; after kubeadm's docs/ha-considerations.md.
+global
+    stats socket {{.Socket}} mode 600 level admin expose-fd listeners
+    stats timeout 30s
+defaults
+    mode tcp
+    option redispatch
+    retries 2
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+    timeout tunnel 1h
+    timeout check 1s
+# HAProxy's own health, asked by keepalived's check.
+frontend hamaster_health
+    mode http
+    bind 127.0.0.1:{{.HealthPort}}
+    timeout client 5s
+    monitor-uri /healthz
+# The cluster endpoint: VIP:{{.FrontendPort}} (bound on every address, so
+# that it serves as soon as keepalived adds the VIP).
+frontend apiserver
+    bind :{{.FrontendPort}}
+    default_backend {{.Backend}}
+backend {{.Backend}}
+    balance leastconn
+    option httpchk GET /readyz
+    http-check expect status 200
+    default-server check check-ssl verify none inter 1s fall 2 rise 2 on-marked-down shutdown-sessions
+{{- range .Servers}}
+    server {{.Name}} {{.Address}}:{{$.APIServerPort}}{{if .Drained}} weight 0{{end}}
+{{- end}}
+`))
+
+// Render validates cfg and renders this host's files. cfg.Interface must
+// be set: Apply finds it on the host when the caller leaves it empty.
+func Render(cfg Config) (Files, error) {
+	cfg, err := cfg.Validate()
+	if err != nil {
+		return Files{}, err
+	}
+	if cfg.Interface == "" {
+		return Files{}, fmt.Errorf("render vip config of %s: interface not resolved (Apply finds the one holding %s)", cfg.Host, cfg.self().Address)
+	}
+	self := cfg.self()
+	var peers []string
+	type server struct {
+		Name, Address string
+		Drained       bool
+	}
+	var servers []server
+	for _, m := range cfg.Masters {
+		if m.Name != cfg.Host {
+			peers = append(peers, m.Address)
+		}
+		servers = append(servers, server{m.Name, m.Address, slices.Contains(cfg.Drained, m.Name)})
+	}
+	data := map[string]any{
+		"Host": cfg.Host, "CheckScript": CheckScriptPath, "Maintenance": MaintenancePath,
+		"Interface": cfg.Interface, "RouterID": cfg.RouterID, "Priority": cfg.Priority,
+		"Self": self.Address, "Peers": peers, "VIP": cfg.VIP,
+		"APIServerPort": cfg.APIServerPort, "FrontendPort": cfg.FrontendPort, "HealthPort": cfg.HealthPort,
+		"Socket": HAProxySocketPath, "Backend": BackendName, "Servers": servers,
+	}
+	exec := func(t *template.Template) ([]byte, error) {
+		var b bytes.Buffer
+		if err := t.Execute(&b, data); err != nil {
+			return nil, fmt.Errorf("render %s for %s: %w", t.Name(), cfg.Host, err)
+		}
+		return b.Bytes(), nil
+	}
+	f := Files{KeepalivedCommand: keepalivedCommand(), HAProxyCommand: haproxyCommand()}
+	for _, x := range []struct {
+		t    *template.Template
+		dst  *File
+		path string
+		mode os.FileMode
+	}{
+		{keepalivedTmpl, &f.KeepalivedConf, KeepalivedConfPath, 0o644},
+		// enable_script_security: owned by root, writable by root only.
+		{checkTmpl, &f.CheckScript, CheckScriptPath, 0o755},
+		{haproxyTmpl, &f.HAProxyCfg, HAProxyCfgPath, 0o644},
+	} {
+		b, err := exec(x.t)
+		if err != nil {
+			return Files{}, err
+		}
+		*x.dst = File{Path: x.path, Data: b, Mode: x.mode}
+	}
+	if f.KeepalivedManifest, err = manifest(KeepalivedManifestPath, keepalivedPod(cfg)); err != nil {
+		return Files{}, err
+	}
+	if f.HAProxyManifest, err = manifest(HAProxyManifestPath, haproxyPod(cfg)); err != nil {
+		return Files{}, err
+	}
+	return f, nil
+}
+
+func manifest(path string, p *corev1.Pod) (File, error) {
+	b, err := yaml.Marshal(p)
+	if err != nil {
+		return File{}, fmt.Errorf("render %s: %w", path, err)
+	}
+	return File{Path: path, Data: b, Mode: 0o600}, nil
+}
+
+// hostDir is a hostPath volume of a directory and its mount at the same
+// path. Directories, not single files: Apply replaces a file by renaming
+// a new one over it, and a single-file bind mount would keep showing the
+// old inode (and keepalived's track_file watches the directory).
+func hostDir(name, path string, readOnly bool) (corev1.Volume, corev1.VolumeMount) {
+	t := corev1.HostPathDirectoryOrCreate
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &t}}},
+		corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: readOnly}
+}
+
+// pod is a static pod as kubeadm writes its own: kube-system,
+// hostNetwork, system-node-critical. hostPID so that the pid files under
+// RunDir hold host pids, which Apply signals to reload.
+func pod(name string, c corev1.Container, vols ...corev1.Volume) *corev1.Pod {
+	root := int64(0)
+	c.SecurityContext.RunAsUser = &root
+	return &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system",
+			Labels: map[string]string{"component": name, "tier": "control-plane", "app.kubernetes.io/managed-by": "hamaster"}},
+		Spec: corev1.PodSpec{
+			HostNetwork:       true,
+			HostPID:           true,
+			PriorityClassName: "system-node-critical",
+			Containers:        []corev1.Container{c},
+			Volumes:           vols,
+		},
+	}
+}
+
+func keepalivedPod(cfg Config) *corev1.Pod {
+	cv, cm := hostDir("config", ConfigDir, true)
+	rv, rm := hostDir("run", RunDir, false)
+	return pod("hamaster-keepalived", corev1.Container{
+		Name: "keepalived", Image: cfg.KeepalivedImage, Command: keepalivedCommand(),
+		SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{
+			Add: []corev1.Capability{"NET_ADMIN", "NET_BROADCAST", "NET_RAW"}}},
+		VolumeMounts: []corev1.VolumeMount{cm, rm},
+	}, cv, rv)
+}
+
+func haproxyPod(cfg Config) *corev1.Pod {
+	cv, cm := hostDir("config", ConfigDir, true)
+	rv, rm := hostDir("run", RunDir, false)
+	return pod("hamaster-haproxy", corev1.Container{
+		Name: "haproxy", Image: cfg.HAProxyImage, Command: haproxyCommand(),
+		SecurityContext: &corev1.SecurityContext{},
+		VolumeMounts:    []corev1.VolumeMount{cm, rm},
+	}, cv, rv)
+}
