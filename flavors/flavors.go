@@ -23,6 +23,7 @@ package flavors
 
 import (
 	"context"
+	"time"
 
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/providers"
@@ -107,4 +108,21 @@ func BindAPIServerPort(p providers.Provider, f Flavor) {
 	if pp, ok := p.(providers.APIServerPorter); ok {
 		pp.SetAPIServerPort(f.APIServerPort())
 	}
+}
+
+// Joiner is implemented by flavors whose new masters join the cluster
+// with their own tool (kubeadm join --control-plane adds the new etcd
+// member as a learner and promotes it), rather than booting from a
+// cloned template with a member hamaster added: CloneTemplate then
+// carries only the machine, and add-replica runs Join where it would add
+// and promote a learner (flavors/kubeadm; the workflows' side is being
+// built, issue 23).
+type Joiner interface {
+	// Join makes replica (a claimed, running machine) a master, bounded
+	// by timeout (0: the flavor's default); a join that fails leaves no
+	// member of replica in etcd and no Node, so it can run again.
+	Join(ctx context.Context, replica providers.Replica, timeout time.Duration) error
+	// Leave undoes the tool on replica once its etcd member is gone
+	// (kubeadm reset) and deletes its Node.
+	Leave(ctx context.Context, replica providers.Replica) error
 }

@@ -118,7 +118,7 @@ func Run(t *testing.T, h Harness) {
 			t.Errorf("etcd through no master: %v; want errkind.FailedPrecondition", err)
 		}
 	})
-	t.Run("a clone leaves its source alone and changes the etcd environment", func(t *testing.T) {
+	t.Run("a clone leaves its source alone and changes the etcd environment (or, for a joining flavor, carries the machine only)", func(t *testing.T) {
 		addr, err := p.Instances().ReserveAddress(ctx(t), h.ReplicaName, master.Zone)
 		if err != nil {
 			t.Fatal(err)
@@ -142,7 +142,13 @@ func Run(t *testing.T, h Harness) {
 			if got.Version != src.Version || !maps.Equal(got.Machine, src.Machine) {
 				t.Errorf("clone: version %q machine %v; want the source's %q %v", got.Version, got.Machine, src.Version, src.Machine)
 			}
-			if maps.Equal(got.Env, src.Env) {
+			if _, joins := f.(flavors.Joiner); joins {
+				// The new master joins with its own tool: nothing of the
+				// source's configuration or keys travels in its template.
+				if len(got.Env) != 0 || len(got.Files) != 0 || len(got.ExtraArgs) != 0 {
+					t.Errorf("clone of a joining flavor carries env %v, files %v, args %v; want the machine only", slices.Collect(maps.Keys(got.Env)), slices.Collect(maps.Keys(got.Files)), got.ExtraArgs)
+				}
+			} else if maps.Equal(got.Env, src.Env) {
 				t.Error("clone: the environment is the source's: a new master needs its own etcd settings")
 			}
 		}

@@ -60,7 +60,10 @@ type Flavor struct {
 	log *slog.Logger
 }
 
-var _ flavors.Flavor = (*Flavor)(nil)
+var (
+	_ flavors.Flavor = (*Flavor)(nil)
+	_ flavors.Joiner = (*Flavor)(nil)
+)
 
 // New binds the flavor to p, whose machines it reaches through p's way in.
 func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {

@@ -322,6 +322,13 @@ func (l *Lab) build(ctx context.Context, o Options) error {
 			{"-n", sw, "link", "set", port, "up"},
 			{"-n", h.NS, "addr", "add", h.Addr.String() + bits, "dev", "eth0"},
 			{"-n", h.NS, "link", "set", "eth0", "up"},
+			// A default route, as a real host has one: kubeadm picks a
+			// host's address from its default route's interface when no
+			// configuration names it (init phase upload-certs without
+			// --config: "could not obtain a bind address for the API
+			// Server: no default routes found"). Through the operator's
+			// address, which forwards nothing.
+			{"-n", h.NS, "route", "add", "default", "via", l.Operator.String()},
 		}
 		for _, s := range steps {
 			if err := ip(ctx, s...); err != nil {

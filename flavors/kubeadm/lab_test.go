@@ -1,0 +1,197 @@
+//go:build metallab
+
+// The metal lab's tier ('make test-metal', as root): the flavor on a
+// master built by the real kubeadm init, on the metal provider's hosts.
+
+package kubeadm_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/flavors/flavortest"
+	"github.com/hamaster/hamaster/flavors/kubeadm"
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/metal"
+	"github.com/hamaster/hamaster/testbed/metal/metallab"
+	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
+)
+
+const labVersion = "v1.33.13"
+
+// The flavor on a kubeadm master 0 (kubeadm init with the VIP as its
+// controlPlaneEndpoint, the VIP put on host-1 by hand): the flavor
+// conformance suite; Join of host-2 (two voters, its Node); a join
+// whose kubelet dies half-way leaves no member and no Node, and the next
+// join of that host succeeds; RemoveMember + Leave, and the host
+// released clean.
+func TestFlavorOnKubeadmMasters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	kubeletProgram, binDir := metallabtest.Kubeadm(t, labVersion)
+	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir})
+	h1, h2, h3 := lab.Hosts[0], lab.Hosts[1], lab.Hosts[2]
+	for _, h := range lab.Hosts {
+		if err := lab.Install(ctx, h, labVersion); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pr, err := metal.New(ctx, providers.Settings{Cluster: "lab", StateDir: t.TempDir(), Options: map[string]string{
+		metal.OptInventory: lab.InventoryFile, metal.OptSSHKey: lab.ClientKeyFile, metal.OptSSHKnownHosts: lab.KnownHostsFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	p := pr.(*metal.Provider)
+	run := func(host, cmd string) string {
+		t.Helper()
+		out, stderr, err := p.RunOnMachine(ctx, host, cmd)
+		if err != nil {
+			t.Fatalf("%s: %s: %v\n%s", host, cmd, err, stderr)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run(h1.Name, fmt.Sprintf("ip addr add %s/24 dev eth0", lab.VIP))
+	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion, ControlPlaneEndpoint: lab.VIPEndpoint()}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := kubeadm.New(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("conformance", func(t *testing.T) {
+		flavortest.Run(t, flavortest.Harness{Provider: p, Flavor: f, ReplicaName: h3.Name})
+	})
+	if t.Failed() {
+		return
+	}
+	if v, err := f.RunningVersion(ctx, h1.Name); err != nil || v != labVersion {
+		t.Errorf("RunningVersion(host-1) = %q, %v", v, err)
+	}
+	if err := f.CheckVersion(ctx, "v1.35.0"); err == nil {
+		t.Error("CheckVersion(v1.35.0) on v1.33 masters: no error (kubeadm upgrades one minor at a time)")
+	}
+	if err := f.CheckVersion(ctx, "v1.34.4"); err != nil {
+		t.Errorf("CheckVersion(v1.34.4): %v", err)
+	}
+
+	members := func() []etcdmember.Member {
+		t.Helper()
+		cli, err := f.EtcdCluster(ctx, flavors.EtcdMain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		ms, err := cli.Members(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ms
+	}
+	nodes := func() string {
+		return run(h1.Name, "kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o name | sort | tr '\\n' ' '")
+	}
+	claim := func(h *metallab.Host) providers.Replica {
+		t.Helper()
+		r, err := p.Instances().Create(ctx, h.Name, "", providers.Template{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	// host-2 joins.
+	start := time.Now()
+	if err := f.Join(ctx, claim(h2), 0); err != nil {
+		t.Fatalf("Join(host-2): %v", err)
+	}
+	t.Logf("Join(host-2) took %v", time.Since(start).Round(time.Millisecond))
+	ms := members()
+	if len(ms) != 2 {
+		t.Fatalf("members after the join: %+v", ms)
+	}
+	for _, m := range ms {
+		if m.Learner {
+			t.Errorf("member %s is still a learner", m.Name)
+		}
+	}
+	if r, err := p.Instances().Get(ctx, h2.Name); err != nil || !r.Running() {
+		t.Errorf("host-2 after its join: %+v, %v; want running", r, err)
+	}
+
+	// host-3's join loses its kubelet half-way (once its etcd member
+	// exists): no member, no Node, a clean host afterwards.
+	r3 := claim(h3)
+	joined := make(chan error, 1)
+	go func() { joined <- f.Join(ctx, r3, 3*time.Minute) }()
+	for deadline := time.Now().Add(3 * time.Minute); ; {
+		found := false
+		for _, m := range members() {
+			found = found || strings.Contains(strings.Join(m.PeerURLs, ","), h3.Addr.String())
+		}
+		if found {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("host-3's etcd member never appeared")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	lab.StopKubelet(h3)
+	if err := <-joined; err == nil {
+		t.Fatal("Join(host-3) with its kubelet stopped half-way succeeded")
+	} else {
+		t.Logf("Join(host-3) failed as it should: %v", err)
+	}
+	for _, m := range members() {
+		if strings.Contains(strings.Join(m.PeerURLs, ","), h3.Addr.String()) {
+			t.Errorf("host-3's member %s (learner %v) survived the failed join", m.Name, m.Learner)
+		}
+	}
+	if n := nodes(); strings.Contains(n, "node/host-3") {
+		t.Errorf("Node host-3 survived the failed join: %s", n)
+	}
+	if left := run(h3.Name, "ls -A /etc/kubernetes/manifests /var/lib/etcd 2>/dev/null | grep -v ':$' | grep -v '^$' || true"); left != "" {
+		t.Errorf("host-3 after the failed join keeps %q", left)
+	}
+	// Its kubelet back (the operator restarts the service), the next
+	// join succeeds.
+	if err := lab.Install(ctx, h3, labVersion); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Join(ctx, r3, 0); err != nil {
+		t.Fatalf("Join(host-3) again: %v", err)
+	}
+	if ms := members(); len(ms) != 3 {
+		t.Fatalf("members after host-3's second join: %+v", ms)
+	}
+
+	// host-2 leaves: its member removed through the others first, then
+	// kubeadm reset, its Node deleted, the host released clean.
+	r2, err := p.Instances().Get(ctx, h2.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.RemoveMember(ctx, r2); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Leave(ctx, r2); err != nil {
+		t.Fatal(err)
+	}
+	if ms := members(); len(ms) != 2 {
+		t.Errorf("members after host-2 left: %+v", ms)
+	}
+	if n := nodes(); strings.Contains(n, "node/host-2") || !strings.Contains(n, "node/host-3") {
+		t.Errorf("Nodes after host-2 left: %s", n)
+	}
+	lab.StopKubelet(h2) // the operator's systemctl stop kubelet, before the host is handed back
+	if err := p.Instances().Delete(ctx, h2.Name); err != nil {
+		t.Fatalf("release host-2: %v", err)
+	}
+}
