@@ -21,9 +21,9 @@ import (
 // ConfigMaps, which must see every create that succeeded.
 type apiLoad struct {
 	base      string
-	fresh     *http.Client // a new connection per request
-	kept      *http.Client // kept-alive connections
-	watcher   *http.Client // no overall timeout: watches are long
+	fresh     *http.Client   // a new connection per request
+	kept      []*http.Client // kept-alive clients, one connection each
+	watcher   *http.Client   // no overall timeout: watches are long
 	start     time.Time
 	namespace string
 
@@ -48,11 +48,19 @@ type watchStats struct {
 	seen   map[string]bool
 }
 
+// keptClients is how many kept-alive clients the load has: each keeps one
+// connection, which the LB gave to some replica when it was opened.
+const keptClients = 6
+
 func newAPILoad(base string, tlsCfg *tls.Config, start time.Time) *apiLoad {
+	var kept []*http.Client
+	for range keptClients {
+		kept = append(kept, &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, MaxConnsPerHost: 1}})
+	}
 	return &apiLoad{
 		base:      base,
 		fresh:     &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, DisableKeepAlives: true}},
-		kept:      &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 4}},
+		kept:      kept,
 		watcher:   &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}},
 		start:     start,
 		namespace: "default",
@@ -132,7 +140,7 @@ func (g *apiLoad) run(ctx context.Context, interval time.Duration) {
 		case <-tick.C:
 		}
 		wg.Go(func() { g.createAndRead(ctx, g.fresh, "new-conn", fmt.Sprintf("bench-n-%d", i)) })
-		wg.Go(func() { g.createAndRead(ctx, g.kept, "keepalive", fmt.Sprintf("bench-k-%d", i)) })
+		wg.Go(func() { g.createAndRead(ctx, g.kept[i%len(g.kept)], "keepalive", fmt.Sprintf("bench-k-%d", i)) })
 	}
 }
 
@@ -142,7 +150,7 @@ func (g *apiLoad) resourceVersion(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	resp, err := g.kept.Do(req)
+	resp, err := g.kept[0].Do(req)
 	if err != nil {
 		return "", fmt.Errorf("list configmaps: %w", err)
 	}

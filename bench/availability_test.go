@@ -48,6 +48,9 @@ func (m *armSink) marker(label string) {
 func (m *armSink) Event(e workflows.Event) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
 	m.events = append(m.events, e)
 	switch {
 	case e.State == "info" && strings.HasPrefix(e.Message, "upgrading "):
@@ -246,6 +249,17 @@ func runArm(b *testing.B, prof Profile, cp controlPlane, arm string, upgrade upg
 	return r
 }
 
+// arm runs one arm as a sub-benchmark, so that its cluster is torn down
+// (every process stopped) before the next arm starts: the arms share the
+// machine's cores, never with each other's replicas.
+func arm(b *testing.B, prof Profile, cp controlPlane, name string, upgrade upgradeFunc) *ArmResult {
+	var r *ArmResult
+	if !b.Run(name, func(b *testing.B) { r = runArm(b, prof, cp, name, upgrade) }) || r == nil {
+		b.FailNow()
+	}
+	return r
+}
+
 // BenchmarkRollingUpgradeAvailability runs the three arms once per
 // iteration (run it with -benchtime 1x) on identical fresh clusters with
 // the timing profile HAMASTER_BENCH_PROFILE (instant, gce, aws) scaled by
@@ -268,9 +282,9 @@ func BenchmarkRollingUpgradeAvailability(b *testing.B) {
 		}
 	}
 	for i := 0; i < b.N; i++ {
-		recreate := runArm(b, prof, cp, "hamaster-recreate", hamaster(workflows.StrategyRecreate))
-		surge := runArm(b, prof, cp, "hamaster-surge", hamaster(workflows.StrategySurge))
-		naive := runArm(b, prof, cp, "naive", func(ctx context.Context, d *workflows.Deps, sink *armSink) error {
+		recreate := arm(b, prof, cp, "hamaster-recreate", hamaster(workflows.StrategyRecreate))
+		surge := arm(b, prof, cp, "hamaster-surge", hamaster(workflows.StrategySurge))
+		naive := arm(b, prof, cp, "naive", func(ctx context.Context, d *workflows.Deps, sink *armSink) error {
 			// kube-up style: restart each replica in place, in name order:
 			// no drain, no leader move, no health gate.
 			rs, err := d.Provider.Instances().List(ctx)
