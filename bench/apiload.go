@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -39,9 +40,11 @@ type watchStats struct {
 	Breaks int    `json:"breaks"`
 	// Errors are why each stream ended (the first few).
 	Errors []string `json:"errors,omitempty"`
-	// Gone counts re-watches the apiserver refused with 410 Gone (the
-	// resource version fell out of its window: events may be lost).
-	Gone int `json:"gone"`
+	// Refused counts re-watches the apiserver refused (a 429 from one
+	// shutting down: the client retries); Gone those refused with 410
+	// Gone (the resource version fell out of its window: a relist).
+	Refused int `json:"refused"`
+	Gone    int `json:"gone"`
 	// Missed counts ConfigMaps created successfully (well before the
 	// end) that this watch never saw.
 	Missed int `json:"missed"`
@@ -70,20 +73,21 @@ func newAPILoad(base string, tlsCfg *tls.Config, start time.Time) *apiLoad {
 
 func (g *apiLoad) do(ctx context.Context, c *http.Client, kind, method, path string, body []byte, want int, check func([]byte) error) bool {
 	t0 := time.Now()
-	req, err := http.NewRequestWithContext(ctx, method, g.base+path, bytes.NewReader(body))
-	if err == nil {
-		req.Header.Set("Content-Type", "application/json")
-		var resp *http.Response
-		resp, err = c.Do(req)
-		if err == nil {
-			got, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			resp.Body.Close()
-			switch {
-			case resp.StatusCode != want:
-				err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(got))
-			case check != nil:
-				err = check(got)
-			}
+	var err error
+	for try := 0; ; try++ {
+		var retryAfter time.Duration
+		retryAfter, err = g.once(ctx, c, method, path, body, want, check)
+		// A 429 with Retry-After (an apiserver shutting down, or its
+		// priority and fairness) is retried after that delay, as
+		// client-go's rest client does (up to 10 times there; 3 here).
+		if retryAfter == 0 || try == 3 {
+			break
+		}
+		t := time.NewTimer(retryAfter)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
 		}
 	}
 	if ctx.Err() != nil {
@@ -97,6 +101,33 @@ func (g *apiLoad) do(ctx context.Context, c *http.Client, kind, method, path str
 	g.samples = append(g.samples, s)
 	g.mu.Unlock()
 	return err == nil
+}
+
+// once sends one request; a 429 with a Retry-After header returns the
+// delay to retry after (capped at 1 s, as a shutting-down apiserver asks
+// for a few seconds while the LB has long sent new connections elsewhere).
+func (g *apiLoad) once(ctx context.Context, c *http.Client, method, path string, body []byte, want int, check func([]byte) error) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, method, g.base+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	got, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") != "":
+		secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		return min(max(time.Duration(secs)*time.Second, 100*time.Millisecond), time.Second), fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(got))
+	case resp.StatusCode != want:
+		return 0, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(got))
+	case check != nil:
+		return 0, check(got)
+	}
+	return 0, nil
 }
 
 // createAndRead creates ConfigMap name and reads it back through c.
@@ -180,13 +211,17 @@ func (g *apiLoad) watch(ctx context.Context, kind, rv string) {
 	retry := time.NewTicker(100 * time.Millisecond)
 	defer retry.Stop()
 	for ctx.Err() == nil {
-		next, err := g.watchOnce(ctx, rv, st)
+		next, established, err := g.watchOnce(ctx, rv, st)
 		if ctx.Err() != nil {
 			return
 		}
 		g.mu.Lock()
-		st.Breaks++
-		if len(st.Errors) < 5 {
+		if established {
+			st.Breaks++
+		} else {
+			st.Refused++
+		}
+		if len(st.Errors) < 8 {
 			st.Errors = append(st.Errors, fmt.Sprintf("%.1fs: %v", time.Since(g.start).Seconds(), err))
 		}
 		gone := strings.Contains(fmt.Sprint(err), "410") || strings.Contains(fmt.Sprint(err), "Expired")
@@ -211,20 +246,20 @@ func (g *apiLoad) watch(ctx context.Context, kind, rv string) {
 }
 
 // watchOnce runs one watch stream and returns the last resource version
-// seen and why the stream ended.
-func (g *apiLoad) watchOnce(ctx context.Context, rv string, st *watchStats) (string, error) {
+// seen, whether the stream was established (a 200) and why it ended.
+func (g *apiLoad) watchOnce(ctx context.Context, rv string, st *watchStats) (string, bool, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/api/v1/namespaces/%s/configmaps?watch=1&allowWatchBookmarks=true&resourceVersion=%s&timeoutSeconds=3600", g.base, g.namespace, rv), nil)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	resp, err := g.watcher.Do(req)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return "", fmt.Errorf("watch: %s: %s", resp.Status, bytes.TrimSpace(b))
+		return "", false, fmt.Errorf("watch: %s: %s", resp.Status, bytes.TrimSpace(b))
 	}
 	dec := json.NewDecoder(resp.Body)
 	last := ""
@@ -244,10 +279,10 @@ func (g *apiLoad) watchOnce(ctx context.Context, rv string, st *watchStats) (str
 			if err == io.EOF {
 				err = fmt.Errorf("watch stream closed by the server")
 			}
-			return last, err
+			return last, true, err
 		}
 		if ev.Type == "ERROR" {
-			return "", fmt.Errorf("watch error %d: %s", ev.Object.Code, ev.Object.Message)
+			return "", true, fmt.Errorf("watch error %d: %s", ev.Object.Code, ev.Object.Message)
 		}
 		last = ev.Object.Metadata.ResourceVersion
 		if ev.Type == "ADDED" {

@@ -217,7 +217,7 @@ func runArm(b *testing.B, prof Profile, cp controlPlane, arm string, upgrade upg
 		b.Fatalf("%s arm: %v", arm, werrs)
 	}
 	events, markers := sink.snapshot()
-	r := &ArmResult{Arm: arm, ControlPlane: cp.Name, Markers: markers, WallMS: ms(wall), Writers: views, Events: events}
+	r := &ArmResult{Arm: arm, ControlPlane: cp.Name, Markers: markers, WallMS: ms(wall), Writers: views, Events: events, start: start}
 	if api != nil {
 		r.Samples = api.samples
 		r.Watches = api.watchResults(end.Add(-cooldown / 2))
@@ -322,6 +322,20 @@ func BenchmarkRollingUpgradeAvailability(b *testing.B) {
 	}
 }
 
+// duringStep names the workflow step that had started last at t.
+func duringStep(events []workflows.Event, t time.Time) string {
+	step := "before any step"
+	for _, e := range events {
+		if e.Time.After(t) {
+			break
+		}
+		if e.State == workflows.StateStart && e.Step != "" {
+			step = "during " + e.Workflow + " " + e.Step
+		}
+	}
+	return step
+}
+
 func ratio(a, b float64) string {
 	if b == 0 {
 		if a == 0 {
@@ -383,14 +397,14 @@ func report(b *testing.B, prof Profile, scale float64, cp controlPlane, arms []*
 	fmt.Fprintf(os.Stdout, "\nrolling upgrade of 3 replicas under load (one run), %s control plane %s → %s, profile %s at scale %g (%+v):\n%s", cp.Name, cmp.Or(cp.From, "default"), cp.To, prof.Name, scale, prof, sb.String())
 	fmt.Fprintln(os.Stdout, "etcd writes: one writer through each replica's own member (as its apiserver's --etcd-servers), counted while its replica is up: from its first write after the replica is back until the replica is drained or stopped")
 	for _, a := range arms {
-		fmt.Fprintf(os.Stdout, "  %s: longest stall %.0f ms by the writer on %s at %.1f s;", a.Arm, a.WriteStallMS, a.StallWriter, a.StallAtMS/1000)
+		fmt.Fprintf(os.Stdout, "  %s: longest stall %.0f ms by the writer on %s at %.1f s (%s);", a.Arm, a.WriteStallMS, a.StallWriter, a.StallAtMS/1000, duringStep(a.Events, a.start.Add(time.Duration(a.StallAtMS*float64(time.Millisecond)))))
 		for _, w := range a.Writers {
 			fmt.Fprintf(os.Stdout, " %s %.0f ms/%d failed of %d", shortName(w.Replica), w.StallMS, w.Failed, w.Writes)
 		}
 		fmt.Fprintln(os.Stdout)
 		for _, w := range a.Watches {
-			if w.Breaks > 0 {
-				fmt.Fprintf(os.Stdout, "    %s: %d breaks, %d gone, %d missed: %s\n", w.Kind, w.Breaks, w.Gone, w.Missed, strings.Join(w.Errors, "; "))
+			if w.Breaks+w.Refused > 0 {
+				fmt.Fprintf(os.Stdout, "    %s: %d breaks, %d re-watches refused (%d gone), %d missed: %s\n", w.Kind, w.Breaks, w.Refused, w.Gone, w.Missed, strings.Join(w.Errors, "; "))
 			}
 		}
 		printFailures(os.Stdout, a.Samples)

@@ -56,8 +56,9 @@ type stepClass int
 const (
 	// classHamaster: hamaster's own calls and checks.
 	classHamaster stepClass = iota
-	// classReplica: waiting for the replica's own processes (etcd
-	// catching up, the apiserver starting) beyond the cloud's part.
+	// classReplica: waiting for the replica's own processes (stopping
+	// gracefully, etcd catching up, the apiserver starting) beyond the
+	// cloud's part.
 	classReplica
 	// classGrace: the drain grace period (an operator's setting).
 	classGrace
@@ -83,7 +84,10 @@ func cloudPart(p Profile, step string, grace time.Duration) (cloud time.Duration
 		return p.BootDelay, classReplica
 	case workflows.StepAddToLB, "back-in-lb":
 		return streak, classReplica
-	case workflows.StepWaitCaughtUp, "health-gate":
+	case workflows.StepWaitCaughtUp, "health-gate", workflows.StepStopReplica, workflows.StepDeleteVM:
+		// A VM's stop is its processes' graceful stop (the apiserver's
+		// shutdown delay and watch grace, etcd's stop): the provider's
+		// Delete waits for it.
 		return 0, classReplica
 	case "drain", workflows.StepRemoveFromLB:
 		return grace, classGrace
@@ -165,7 +169,7 @@ func ratioText(num, den float64) string {
 // printOverhead writes the overhead table.
 func printOverhead(w io.Writer, rows []overheadRow) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "operation\tn\twall s\tcloud s\tgrace s\treplica start s\thamaster s\t(wall−grace)/cloud\t(wall−grace)/(cloud+replica)\thamaster's largest, s")
+	fmt.Fprintln(tw, "operation\tn\twall s\tcloud s\tgrace s\treplica stop/start s\thamaster s\t(wall−grace)/cloud\t(wall−grace)/(cloud+replica)\thamaster's largest, s")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\n", r.Op, r.N, r.WallMS/1000, r.CloudMS/1000, r.GraceMS/1000, r.ReplicaMS/1000, r.HamaMS/1000,
 			ratioText(r.WallMS-r.GraceMS, r.CloudMS), ratioText(r.WallMS-r.GraceMS, r.CloudMS+r.ReplicaMS), strings.Join(r.Top, ", "))

@@ -1,6 +1,10 @@
 package bench
 
-import "github.com/hamaster/hamaster/workflows"
+import (
+	"time"
+
+	"github.com/hamaster/hamaster/workflows"
+)
 
 // ArmResult is one arm's measurements.
 type ArmResult struct {
@@ -34,4 +38,6 @@ type ArmResult struct {
 	Events       []workflows.Event `json:"events"`
 	Markers      []Marker          `json:"markers"`
 	Samples      []Sample          `json:"samples"`
+	// start is when the arm's load started (the samples' time zero).
+	start time.Time
 }
