@@ -190,7 +190,7 @@ func BenchmarkRemoveUnderClients(b *testing.B) {
 		row("failed on kept-alive connections", "%.0f", func(r *removal) float64 { return float64(r.FailedKept) })
 		row("longest failure run s", "%.2f", func(r *removal) float64 { return r.LongestFailRunMS / 1000 })
 		if cp.real() {
-			row("watch breaks (4 watches)", "%.0f", func(r *removal) float64 { return float64(r.WatchBreaks) })
+			row("watch stream ends + refused re-watches (4 watches)", "%.0f", func(r *removal) float64 { return float64(r.WatchBreaks) })
 		}
 		row("longest write stall ms (surviving writers)", "%.0f", func(r *removal) float64 { return r.WriteStallMS })
 		row("VM stop + delete s", "%.2f", func(r *removal) float64 { return r.StopMS / 1000 })
