@@ -196,9 +196,20 @@ func (ws *writers) wait(start, from, to time.Time) ([]writerView, []error) {
 	ws.wg.Wait()
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	return ws.viewsLocked(start, from, to), ws.errs
+}
+
+// views is what each writer saw over [from, to] (after wait).
+func (ws *writers) views(start, from, to time.Time) []writerView {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.viewsLocked(start, from, to)
+}
+
+func (ws *writers) viewsLocked(start, from, to time.Time) []writerView {
 	var out []writerView
 	for _, w := range ws.byName {
 		out = append(out, w.view(start, from, to))
 	}
-	return out, ws.errs
+	return out
 }
