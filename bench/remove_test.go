@@ -212,16 +212,16 @@ func BenchmarkRemoveUnderClients(b *testing.B) {
 func follower(ctx context.Context, d *workflows.Deps) (string, error) {
 	rs, err := d.Provider.Instances().List(ctx)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("list replicas: %w", err)
 	}
 	cli, err := d.Etcd(ctx)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("etcd client: %w", err)
 	}
 	defer cli.Close()
 	members, err := cli.Members(ctx)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("etcd members: %w", err)
 	}
 	leader := ""
 	if i := slices.IndexFunc(members, func(m etcdmember.Member) bool { return m.Leader }); i >= 0 {
