@@ -135,12 +135,17 @@ demo: build
 # Availability benchmark: rolling-upgrade (recreate, surge) vs a naive
 # in-place restart on identical 3-replica local clusters under load, with a
 # cloud timing profile (PROFILE=instant|gce|aws) whose durations SCALE
-# shrinks (e.g. SCALE=0.05); prints a table with the ratios and writes
+# shrinks (e.g. SCALE=0.05), on the apiserver stand-in (CONTROL_PLANE=standin,
+# the default: quick) or the real kube-apiserver (CONTROL_PLANE=real: the
+# binaries make kube-apiserver builds, v1.33.13 → v1.34.4); prints the
+# clients' table with the ratios and the overhead table, and writes
 # bench-results/availability.{json,png}.
 PROFILE ?= instant
 SCALE   ?= 1
-bench: build
-	HAMASTER_BENCH_PROFILE=$(PROFILE) HAMASTER_BENCH_SCALE=$(SCALE) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/
+CONTROL_PLANE ?= standin
+BENCH_DEPS = build $(if $(filter real,$(CONTROL_PLANE)),kube-apiserver)
+bench: $(BENCH_DEPS)
+	HAMASTER_BENCH_PROFILE=$(PROFILE) HAMASTER_BENCH_SCALE=$(SCALE) HAMASTER_BENCH_CONTROL_PLANE=$(CONTROL_PLANE) HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/
 
 clean:
 	rm -rf $(BIN) $(DIST)

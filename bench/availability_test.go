@@ -1,41 +1,82 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"text/tabwriter"
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/testbed/local/localtest"
 	"github.com/hamaster/hamaster/workflows"
 )
 
-// markerSink turns workflow step starts into timeline markers.
-type markerSink struct {
-	start   time.Time
-	markers *[]Marker
+// armSink records a workflow's progress events with their time, turns
+// step starts into timeline markers, and tells the member writers when a
+// replica goes away and comes back, or a new one joins.
+type armSink struct {
+	ctx   context.Context
+	start time.Time
+	inst  providers.Instances
+	ws    *writers
+	mu    sync.Mutex
+	// events are every progress event, in order.
+	events  []workflows.Event
+	markers []Marker
+	// current is the replica a recreate slot works on; surgeNew and
+	// surgeOld the replicas of the current surge slot.
+	current, surgeNew, surgeOld string
 }
 
-func (m markerSink) Event(e workflows.Event) {
-	if e.State != "info" {
-		return
+func (m *armSink) marker(label string) {
+	m.markers = append(m.markers, Marker{AtMS: ms(time.Since(m.start)), Label: label})
+}
+
+func (m *armSink) Event(e workflows.Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.Time.IsZero() {
+		e.Time = time.Now()
 	}
+	m.events = append(m.events, e)
 	switch {
-	case strings.HasPrefix(e.Message, "upgrading "):
-		*m.markers = append(*m.markers, Marker{AtMS: ms(time.Since(m.start)), Label: "drain+recreate " + shortName(strings.TrimPrefix(e.Message, "upgrading "))})
-	case strings.HasPrefix(e.Message, "surge: adding "):
+	case e.State == "info" && strings.HasPrefix(e.Message, "upgrading "):
+		m.current = strings.TrimPrefix(e.Message, "upgrading ")
+		m.marker("drain+recreate " + shortName(m.current))
+		m.ws.down(m.current)
+	case e.State == "info" && strings.HasPrefix(e.Message, "surge: adding "):
 		// "surge: adding <new> at <version> before removing <old>"
 		f := strings.Fields(e.Message)
-		*m.markers = append(*m.markers, Marker{AtMS: ms(time.Since(m.start)), Label: "surge for " + shortName(f[len(f)-1])})
+		m.surgeNew, m.surgeOld = f[2], f[len(f)-1]
+		m.marker("surge for " + shortName(m.surgeOld))
+	case e.State == workflows.StateDone && strings.HasSuffix(e.Step, "/recreate") && m.current != "":
+		m.ws.up(m.current)
+	case e.State == workflows.StateDone && e.Step == "" && e.Workflow == "add-replica" && m.surgeNew != "":
+		if r, err := m.inst.Get(m.ctx, m.surgeNew); err == nil {
+			m.ws.start(r)
+		}
+	case e.State == workflows.StateStart && e.Workflow == "remove-replica" && e.Step == workflows.StepRemoveFromLB && m.surgeOld != "":
+		m.ws.down(m.surgeOld)
 	}
+}
+
+func (m *armSink) snapshot() ([]workflows.Event, []Marker) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.events), slices.Clone(m.markers)
 }
 
 func shortName(n string) string {
@@ -48,20 +89,37 @@ func shortName(n string) string {
 const (
 	warmup   = 1500 * time.Millisecond
 	cooldown = 1500 * time.Millisecond
-	version  = "v1.31.0"
+	// drainGrace is the drain grace period the hamaster arms use.
+	drainGrace = time.Second
 )
 
-// threeReplicas builds a fresh 3-replica local cluster with the profile's
-// timing (none for instant: the provider's defaults), and returns it with
-// its workflow deps, its CA and an etcd client the caller closes.
+// threeReplicas builds a fresh 3-replica local cluster of the stand-in
+// with the profile's timing; see threeReplicasOn.
 func threeReplicas(ctx context.Context, b *testing.B, prof Profile, name string) (*localtest.Cluster, *workflows.Deps, *certs.CA, *etcdmember.Client) {
+	b.Helper()
+	cp, _ := controlPlaneFromEnv()
+	if cp.real() {
+		cp = controlPlane{Name: nodeapi.ControlPlaneStandin, To: "v1.31.0"}
+	}
+	return threeReplicasOn(ctx, b, prof, cp, name, workflows.Discard{})
+}
+
+// threeReplicasOn builds a fresh 3-replica local cluster with the profile's
+// timing (none for instant: the provider's defaults) and control plane cp,
+// growing it with sink watching, and returns it with its workflow deps,
+// its CA and an etcd client the caller closes.
+func threeReplicasOn(ctx context.Context, b *testing.B, prof Profile, cp controlPlane, name string, sink workflows.Sink) (*localtest.Cluster, *workflows.Deps, *certs.CA, *etcdmember.Client) {
 	b.Helper()
 	var opts map[string]string
 	if prof.Name != "instant" {
 		opts = prof.ProviderOptions()
 	}
-	c := localtest.Up(b, name, localtest.Options{ProviderOptions: opts})
-	d := &workflows.Deps{Provider: c.Provider, Cluster: name, StateDir: c.Settings.StateDir, Sink: workflows.Discard{}, Out: os.Stderr, Holder: "bench"}
+	o := localtest.Options{ProviderOptions: opts}
+	if cp.real() {
+		o.Version, o.ControlPlane, o.KubeAPIServerDir = cp.From, cp.Name, cp.Dir
+	}
+	c := localtest.Up(b, name, o)
+	d := &workflows.Deps{Provider: c.Provider, Cluster: name, StateDir: c.Settings.StateDir, Sink: sink, Out: os.Stderr, Holder: "bench"}
 	for i := 1; i <= 2; i++ {
 		wf := workflows.AddReplica(d, workflows.AddParams{Name: fmt.Sprintf("%s-master-%03d", name, i), Timeout: prof.StepTimeout()})
 		if err := workflows.Execute(ctx, d, wf, workflows.Options{}); err != nil {
@@ -80,18 +138,26 @@ func threeReplicas(ctx context.Context, b *testing.B, prof Profile, name string)
 	return c, d, ca, ecli
 }
 
+// upgradeFunc runs one arm's upgrade; sink records its events and marks
+// its replicas going away and coming back for the writers.
+type upgradeFunc func(ctx context.Context, d *workflows.Deps, sink *armSink) error
+
 // runArm builds a fresh 3-replica cluster with the profile's timing and
-// measures one arm.
-func runArm(b *testing.B, prof Profile, arm string, upgrade func(ctx context.Context, e *workflows.Deps, markers *[]Marker, start time.Time) error) *ArmResult {
+// control plane and measures one arm: the clients' requests through the
+// endpoint, and an etcd writer through each replica's own member.
+func runArm(b *testing.B, prof Profile, cp controlPlane, arm string, upgrade upgradeFunc) *ArmResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+10*prof.StepTimeout())
 	defer cancel()
-	c, d, ca, ecli := threeReplicas(ctx, b, prof, "bench-"+arm)
-	defer ecli.Close()
+	name := "bench-" + arm
+	c, d, ca, ecli := threeReplicasOn(ctx, b, prof, cp, name, workflows.Discard{})
+	ecli.Close()
 
 	start := time.Now()
 	loadCtx, stopLoad := context.WithCancel(ctx)
-	// /kv needs a client certificate signed by the cluster CA.
-	client, err := ca.IssueClient("bench-load", nil, certs.ECDSA)
+	defer stopLoad()
+	// Cluster admin: /kv of the stand-in needs a client certificate signed
+	// by the cluster CA, the real apiserver a system:masters one.
+	client, err := ca.IssueClient("bench-load", []string{"system:masters"}, certs.ECDSA)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,32 +165,83 @@ func runArm(b *testing.B, prof Profile, arm string, upgrade func(ctx context.Con
 	if err != nil {
 		b.Fatal(err)
 	}
-	gen := newLoadGen(fmt.Sprintf("https://%s:6443", c.Provider.Info().StaticIP), &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{clientCert}}, start)
-	writer := &etcdWriter{cli: ecli.Raw(), start: start}
-	done := make(chan struct{}, 2)
-	go func() { gen.run(loadCtx, 20*time.Millisecond, 1<<30); done <- struct{}{} }()
-	go func() { writer.run(loadCtx, 1_000_000); done <- struct{}{} }()
+	base := fmt.Sprintf("https://%s:%d", c.Provider.Info().StaticIP, providers.APIServerPort)
+	tlsCfg := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{clientCert}}
+	ws := newWriters(loadCtx, d.StateDir, d.Cluster)
+	rs, err := d.Provider.Instances().List(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range rs {
+		ws.start(r)
+	}
+	var wg sync.WaitGroup
+	var gen *loadGen
+	var api *apiLoad
+	if cp.real() {
+		api = newAPILoad(base, tlsCfg, start)
+		rv, err := api.resourceVersion(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range []string{"watch-a", "watch-b", "watch-c"} {
+			wg.Go(func() { api.watch(loadCtx, k, rv) })
+		}
+		wg.Go(func() { api.run(loadCtx, 50*time.Millisecond) })
+	} else {
+		gen = newLoadGen(base, tlsCfg, start)
+		wg.Go(func() { gen.run(loadCtx, 20*time.Millisecond, 1<<30) })
+	}
 
 	time.Sleep(warmup) // steady load before the upgrade: part of what is measured, not synchronisation
-	var markers []Marker
+	sink := &armSink{ctx: ctx, start: start, inst: d.Provider.Instances(), ws: ws}
+	d.Sink = sink
 	t0 := time.Now()
-	markers = append(markers, Marker{AtMS: ms(t0.Sub(start)), Label: arm + " starts"})
-	uerr := upgrade(ctx, d, &markers, start)
+	sink.mu.Lock()
+	sink.marker(arm + " starts")
+	sink.mu.Unlock()
+	uerr := upgrade(ctx, d, sink)
 	wall := time.Since(t0)
-	markers = append(markers, Marker{AtMS: ms(time.Since(start)), Label: arm + " done"})
+	sink.mu.Lock()
+	sink.marker(arm + " done")
+	sink.mu.Unlock()
 	time.Sleep(cooldown)
 	end := time.Now()
 	stopLoad()
-	<-done
-	<-done
+	wg.Wait()
+	views, werrs := ws.wait(start, t0.Add(-warmup/2), end)
 	if uerr != nil {
 		b.Fatalf("%s arm: %v", arm, uerr)
 	}
-	r := &ArmResult{Arm: arm, Samples: gen.samples, Markers: markers, WallMS: ms(wall), WriteStallMS: ms(writer.longestStall(start, end)), WriterFails: writer.fails}
+	if len(werrs) > 0 {
+		b.Fatalf("%s arm: %v", arm, werrs)
+	}
+	events, markers := sink.snapshot()
+	r := &ArmResult{Arm: arm, ControlPlane: cp.Name, Markers: markers, WallMS: ms(wall), Writers: views, Events: events, start: start}
+	if api != nil {
+		r.Samples = api.samples
+		r.Watches = api.watchResults(end.Add(-cooldown / 2))
+		for _, w := range r.Watches {
+			r.WatchBreaks += w.Breaks
+			r.WatchMissed += w.Missed
+		}
+	} else {
+		r.Samples = gen.samples
+	}
+	sort.Slice(r.Writers, func(i, j int) bool { return r.Writers[i].Replica < r.Writers[j].Replica })
+	for _, v := range r.Writers {
+		r.WriterFails += v.Failed
+		if v.StallMS > r.WriteStallMS {
+			r.WriteStallMS, r.StallWriter, r.StallAtMS = v.StallMS, v.Replica, v.StallAtMS
+		}
+	}
 	r.Total = len(r.Samples)
 	for _, s := range r.Samples {
 		if !s.OK {
 			r.Failed++
+			if strings.HasSuffix(s.Kind, "-keepalive") {
+				r.FailedKeepAlive++
+			}
 		}
 	}
 	r.P50MS, r.P99MS = percentile(r.Samples, 50), percentile(r.Samples, 99)
@@ -132,26 +249,42 @@ func runArm(b *testing.B, prof Profile, arm string, upgrade func(ctx context.Con
 	return r
 }
 
+// arm runs one arm as a sub-benchmark, so that its cluster is torn down
+// (every process stopped) before the next arm starts: the arms share the
+// machine's cores, never with each other's replicas.
+func arm(b *testing.B, prof Profile, cp controlPlane, name string, upgrade upgradeFunc) *ArmResult {
+	var r *ArmResult
+	if !b.Run(name, func(b *testing.B) { r = runArm(b, prof, cp, name, upgrade) }) || r == nil {
+		b.FailNow()
+	}
+	return r
+}
+
 // BenchmarkRollingUpgradeAvailability runs the three arms once per
 // iteration (run it with -benchtime 1x) on identical fresh clusters with
 // the timing profile HAMASTER_BENCH_PROFILE (instant, gce, aws) scaled by
-// HAMASTER_BENCH_SCALE, and writes bench-results/availability.{json,png}.
+// HAMASTER_BENCH_SCALE and the control plane HAMASTER_BENCH_CONTROL_PLANE
+// (standin, real), prints the clients' table and the overhead table, and
+// writes bench-results/availability.{json,png}.
 func BenchmarkRollingUpgradeAvailability(b *testing.B) {
 	prof, scale, err := profileFromEnv()
 	if err != nil {
 		b.Fatal(err)
 	}
-	hamaster := func(strategy string) func(ctx context.Context, d *workflows.Deps, markers *[]Marker, start time.Time) error {
-		return func(ctx context.Context, d *workflows.Deps, markers *[]Marker, start time.Time) error {
-			d.Sink = markerSink{start: start, markers: markers}
-			wf := workflows.RollingUpgrade(d, workflows.UpgradeParams{Version: version, Strategy: strategy, DrainGrace: time.Second, HealthTimeout: prof.StepTimeout()}, 3)
+	cp, err := controlPlaneFromEnv()
+	if err != nil {
+		b.Fatal(err)
+	}
+	hamaster := func(strategy string) upgradeFunc {
+		return func(ctx context.Context, d *workflows.Deps, sink *armSink) error {
+			wf := workflows.RollingUpgrade(d, workflows.UpgradeParams{Version: cp.To, Strategy: strategy, DrainGrace: drainGrace, HealthTimeout: prof.StepTimeout()}, 3)
 			return workflows.Execute(ctx, d, wf, workflows.Options{})
 		}
 	}
 	for i := 0; i < b.N; i++ {
-		recreate := runArm(b, prof, "hamaster-recreate", hamaster(workflows.StrategyRecreate))
-		surge := runArm(b, prof, "hamaster-surge", hamaster(workflows.StrategySurge))
-		naive := runArm(b, prof, "naive", func(ctx context.Context, d *workflows.Deps, markers *[]Marker, start time.Time) error {
+		recreate := arm(b, prof, cp, "hamaster-recreate", hamaster(workflows.StrategyRecreate))
+		surge := arm(b, prof, cp, "hamaster-surge", hamaster(workflows.StrategySurge))
+		naive := arm(b, prof, cp, "naive", func(ctx context.Context, d *workflows.Deps, sink *armSink) error {
 			// kube-up style: restart each replica in place, in name order:
 			// no drain, no leader move, no health gate.
 			rs, err := d.Provider.Instances().List(ctx)
@@ -159,17 +292,48 @@ func BenchmarkRollingUpgradeAvailability(b *testing.B) {
 				return err
 			}
 			for _, r := range rs {
-				*markers = append(*markers, Marker{AtMS: ms(time.Since(start)), Label: "restart " + shortName(r.Name)})
+				sink.mu.Lock()
+				sink.marker("restart " + shortName(r.Name))
+				sink.mu.Unlock()
+				sink.ws.down(r.Name)
 				t := r.Template.Clone()
-				t.Version = version
+				t.Version = cp.To
 				if _, err := d.Provider.Instances().Recreate(ctx, r.Name, t); err != nil {
 					return fmt.Errorf("restart %s: %w", r.Name, err)
 				}
+				sink.ws.up(r.Name)
 			}
 			return nil
 		})
-		report(b, prof, scale, []*ArmResult{recreate, surge, naive})
+		report(b, prof, scale, cp, []*ArmResult{recreate, surge, naive})
+		runs := map[string][]opRun{}
+		for _, r := range opRuns(recreate.Events) {
+			if r.Workflow == "rolling-upgrade" {
+				runs[r.Workflow] = append(runs[r.Workflow], r)
+			}
+		}
+		for _, r := range opRuns(surge.Events) {
+			if r.Workflow != "rolling-upgrade" {
+				runs[r.Workflow] = append(runs[r.Workflow], r)
+			}
+		}
+		fmt.Fprintf(os.Stdout, "\nwhere the time goes (mean per run, from the workflows' step durations), profile %s at scale %g, %s control plane, drain grace %s:\n", prof.Name, scale, cp.Name, drainGrace)
+		printOverhead(os.Stdout, overhead(prof, drainGrace, runs))
 	}
+}
+
+// duringStep names the workflow step that had started last at t.
+func duringStep(events []workflows.Event, t time.Time) string {
+	step := "before any step"
+	for _, e := range events {
+		if e.Time.After(t) {
+			break
+		}
+		if e.State == workflows.StateStart && e.Step != "" {
+			step = "during " + e.Workflow + " " + e.Step
+		}
+	}
+	return step
 }
 
 func ratio(a, b float64) string {
@@ -184,7 +348,7 @@ func ratio(a, b float64) string {
 
 // report prints one table (every arm, then each hamaster arm's ratio to
 // naive, the last arm) and writes the JSON and the PNG.
-func report(b *testing.B, prof Profile, scale float64, arms []*ArmResult) {
+func report(b *testing.B, prof Profile, scale float64, cp controlPlane, arms []*ArmResult) {
 	dir := os.Getenv("HAMASTER_BENCH_DIR")
 	if dir == "" {
 		dir = filepath.Join("..", "bench-results")
@@ -216,15 +380,36 @@ func report(b *testing.B, prof Profile, scale float64, arms []*ArmResult) {
 	row("requests", "%.0f", func(a *ArmResult) float64 { return float64(a.Total) })
 	row("failed requests", "%.0f", func(a *ArmResult) float64 { return float64(a.Failed) })
 	row("failed requests %", "%.2f", func(a *ArmResult) float64 { return 100 * float64(a.Failed) / float64(max(a.Total, 1)) })
+	if cp.real() {
+		row("failed on kept-alive connections", "%.0f", func(a *ArmResult) float64 { return float64(a.FailedKeepAlive) })
+	}
 	row("longest failure run s", "%.2f", func(a *ArmResult) float64 { return a.LongestFailRunMS / 1000 })
 	row("p50 latency ms", "%.1f", func(a *ArmResult) float64 { return a.P50MS })
 	row("p99 latency ms", "%.1f", func(a *ArmResult) float64 { return a.P99MS })
+	if cp.real() {
+		row("watch breaks (3 watches)", "%.0f", func(a *ArmResult) float64 { return float64(a.WatchBreaks) })
+		row("creates a watch never saw", "%.0f", func(a *ArmResult) float64 { return float64(a.WatchMissed) })
+	}
 	row("longest etcd write stall ms", "%.0f", func(a *ArmResult) float64 { return a.WriteStallMS })
-	row("etcd writer failed writes", "%.0f", func(a *ArmResult) float64 { return float64(a.WriterFails) })
+	row("failed etcd writes", "%.0f", func(a *ArmResult) float64 { return float64(a.WriterFails) })
 	row("upgrade wall time s", "%.1f", func(a *ArmResult) float64 { return a.WallMS / 1000 })
 	tw.Flush()
-	fmt.Fprintf(os.Stdout, "\nrolling upgrade of 3 replicas under load (one run), profile %s at scale %g (%+v):\n%s", prof.Name, scale, prof, sb.String())
-	raw, err := json.MarshalIndent(map[string]any{"version": version, "profile": prof.Name, "scale": scale, "timing": profileJSON(prof), "bucket_ms": bucketMS, "arms": arms}, "", " ")
+	fmt.Fprintf(os.Stdout, "\nrolling upgrade of 3 replicas under load (one run), %s control plane %s → %s, profile %s at scale %g (%+v):\n%s", cp.Name, cmp.Or(cp.From, "default"), cp.To, prof.Name, scale, prof, sb.String())
+	fmt.Fprintln(os.Stdout, "etcd writes: one writer through each replica's own member (as its apiserver's --etcd-servers), counted while its replica is up: from its first write after the replica is back until the replica is drained or stopped")
+	for _, a := range arms {
+		fmt.Fprintf(os.Stdout, "  %s: longest stall %.0f ms by the writer on %s at %.1f s (%s);", a.Arm, a.WriteStallMS, a.StallWriter, a.StallAtMS/1000, duringStep(a.Events, a.start.Add(time.Duration(a.StallAtMS*float64(time.Millisecond)))))
+		for _, w := range a.Writers {
+			fmt.Fprintf(os.Stdout, " %s %.0f ms/%d failed of %d", shortName(w.Replica), w.StallMS, w.Failed, w.Writes)
+		}
+		fmt.Fprintln(os.Stdout)
+		for _, w := range a.Watches {
+			if w.Breaks+w.Refused > 0 {
+				fmt.Fprintf(os.Stdout, "    %s: %d breaks, %d re-watches refused (%d gone), %d missed: %s\n", w.Kind, w.Breaks, w.Refused, w.Gone, w.Missed, strings.Join(w.Errors, "; "))
+			}
+		}
+		printFailures(os.Stdout, a.Samples)
+	}
+	raw, err := json.MarshalIndent(map[string]any{"control_plane": cp.Name, "from": cp.From, "to": cp.To, "profile": prof.Name, "scale": scale, "timing": profileJSON(prof), "bucket_ms": bucketMS, "arms": arms}, "", " ")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -129,14 +129,15 @@ func BenchmarkBadFlagRollback(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+10*prof.StepTimeout())
 		_, d, _, ecli := threeReplicas(ctx, b, prof, "bench-badflag")
 		ecli.Close()
-		var markers []Marker
 		start := time.Now()
-		d.Sink = markerSink{start: start, markers: &markers}
+		sink := &armSink{ctx: ctx, start: start, inst: d.Provider.Instances()}
+		d.Sink = sink
 		timeout := prof.StepTimeout()
-		wf := workflows.RollingUpgrade(d, workflows.UpgradeParams{Version: version, ExtraArgs: []string{"--no-such-flag"}, ExtraArgsSet: true, Strategy: workflows.StrategyRecreate, DrainGrace: time.Second, HealthTimeout: timeout}, 3)
+		wf := workflows.RollingUpgrade(d, workflows.UpgradeParams{Version: "v1.31.0", ExtraArgs: []string{"--no-such-flag"}, ExtraArgsSet: true, Strategy: workflows.StrategyRecreate, DrainGrace: time.Second, HealthTimeout: timeout}, 3)
 		err := workflows.Execute(ctx, d, wf, workflows.Options{})
 		total := time.Since(start)
 		cancel()
+		_, markers := sink.snapshot()
 		if !errors.Is(err, workflows.ErrConcluded) {
 			b.Fatalf("bad flag upgrade: %v; want a concluded rollback", err)
 		}

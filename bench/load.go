@@ -198,3 +198,26 @@ func longestFailRun(samples []Sample) float64 {
 	}
 	return longest
 }
+
+// printFailures writes a summary of the failed samples: how many of each
+// error (the first 4 kinds), so a table's count can be read.
+func printFailures(w io.Writer, samples []Sample) {
+	count := map[string]int{}
+	for _, s := range samples {
+		if !s.OK {
+			e := s.Error
+			if len(e) > 120 {
+				e = e[:120]
+			}
+			count[s.Kind+": "+e]++
+		}
+	}
+	keys := make([]string, 0, len(count))
+	for k := range count {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return count[keys[i]] > count[keys[j]] })
+	for _, k := range keys[:min(4, len(keys))] {
+		fmt.Fprintf(w, "    %d × %s\n", count[k], k)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/providers/local"
 )
 
@@ -135,4 +136,47 @@ func profileFromEnv() (Profile, float64, error) {
 		return p, scale, nil // already as fast as the local machine is
 	}
 	return p.Scaled(scale), scale, nil
+}
+
+// controlPlane is what serves the API in the benchmark's replicas: the
+// stand-in (hamaster-node's own apiserver, /readyz and /kv on etcd: quick)
+// or the real kube-apiserver 'make kube-apiserver' built.
+type controlPlane struct {
+	// Name is nodeapi.ControlPlaneStandin or nodeapi.ControlPlaneReal.
+	Name string
+	// Dir holds the real binaries by version.
+	Dir string
+	// From and To are the versions the upgrade goes from and to ("" From:
+	// the stand-in's default).
+	From, To string
+}
+
+func (c controlPlane) real() bool { return c.Name == nodeapi.ControlPlaneReal }
+
+// controlPlaneFromEnv reads HAMASTER_BENCH_CONTROL_PLANE (standin, the
+// default, or real) and, for real, the binaries' directory
+// HAMASTER_REAL_APISERVER_DIR (default: where make kube-apiserver puts
+// them), checking both versions are built.
+func controlPlaneFromEnv() (controlPlane, error) {
+	switch v := os.Getenv("HAMASTER_BENCH_CONTROL_PLANE"); v {
+	case "", nodeapi.ControlPlaneStandin:
+		return controlPlane{Name: nodeapi.ControlPlaneStandin, To: "v1.31.0"}, nil
+	case nodeapi.ControlPlaneReal:
+	default:
+		return controlPlane{}, fmt.Errorf("HAMASTER_BENCH_CONTROL_PLANE=%q: want %s or %s", v, nodeapi.ControlPlaneStandin, nodeapi.ControlPlaneReal)
+	}
+	c := controlPlane{Name: nodeapi.ControlPlaneReal, Dir: os.Getenv("HAMASTER_REAL_APISERVER_DIR"), From: "v1.33.13", To: "v1.34.4"}
+	if c.Dir == "" {
+		d, err := nodeapi.DefaultKubeAPIServerDir()
+		if err != nil {
+			return controlPlane{}, fmt.Errorf("real control plane: %w", err)
+		}
+		c.Dir = d
+	}
+	for _, v := range []string{c.From, c.To} {
+		if _, err := os.Stat(nodeapi.KubeAPIServerPath(c.Dir, v)); err != nil {
+			return controlPlane{}, fmt.Errorf("real control plane: no kube-apiserver %s in %s (run make kube-apiserver): %w", v, c.Dir, err)
+		}
+	}
+	return c, nil
 }

@@ -27,14 +27,17 @@ type RemoveParams struct {
 const (
 	StepRemoveFromLB = "remove-from-lb"
 	StepMoveLeader   = "move-etcd-leader"
+	StepStopReplica  = "stop-replica"
 	StepRemoveMember = "remove-etcd-member"
 	StepDeleteVM     = "delete-vm"
 	StepDemote       = "demote-lb-to-static-ip"
 )
 
 // RemoveReplica builds the remove-replica workflow: preflight → snapshot →
-// out of the LB (drain + grace) → DNS → leadership moved away → member
-// removed (never through the victim) → VM and disk deleted → when one
+// out of the LB (drain + grace) → DNS → leadership moved away → the VM
+// stopped (deleted) while its member still serves it, when the others keep
+// a quorum without it → member removed (never through the victim) → VM and
+// disk deleted → when one
 // replica is left, LB demoted back to a static IP. A replica whose add was
 // interrupted (a learner, a VM without a member, a reserved address only)
 // is removable too.
@@ -218,6 +221,61 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 					if err != nil {
 						return err
 					}
+				}
+				return nil
+			},
+		},
+		{
+			// The victim's apiserver is drained, but it still serves its
+			// kept-alive clients (controllers, watches) until it stops;
+			// removing its etcd member first leaves it serving them without
+			// a store: their requests hang until their own timeouts, and a
+			// real kube-apiserver cannot shut down gracefully either (its
+			// shutdown waits on etcd). So the VM goes first (the apiserver
+			// stops before its member, as the node stops them), whenever
+			// the others' healthy voters keep a quorum of the voters
+			// counted with the victim: the member, down, is then removed
+			// through them. Otherwise (2 voters, or one already unhealthy)
+			// stopping it would lose quorum and MemberRemove could not
+			// commit: the member is removed first, as before, and the VM
+			// deleted after.
+			Name: StepStopReplica, Plan: []string{"when the other healthy voters keep a quorum without the victim's member (in each etcd cluster): instances.Delete(name) before its member is removed, so its drained apiserver stops while its member still serves it"},
+			Run: func(ctx context.Context, r *Run) error {
+				if _, err := inst.Get(ctx, victim); errors.Is(err, errkind.NotFound) {
+					return nil
+				} else if err != nil {
+					return err
+				}
+				for _, c := range ms.EtcdClusters() {
+					cli, err := ms.EtcdCluster(ctx, c, victim)
+					if err != nil {
+						return err
+					}
+					m, members, ok, err := memberOf(ctx, cli, c, r)
+					cli.Close()
+					if err != nil {
+						return err
+					}
+					if !ok || m.Learner {
+						continue // nothing for quorum to lose
+					}
+					voters, healthy := 0, 0
+					for _, x := range members {
+						if !x.Learner {
+							voters++
+							if x.Healthy && x.ID != m.ID {
+								healthy++
+							}
+						}
+					}
+					if healthy < etcdmember.Quorum(voters) {
+						r.Info("keeping %s running until its etcd %s member is removed: without it %d healthy of %d voters, quorum %d", victim, c, healthy, voters, etcdmember.Quorum(voters))
+						return nil
+					}
+				}
+				r.Waiting("stopping %s before removing its etcd member", victim)
+				if err := inst.Delete(ctx, victim); err != nil {
+					return fmt.Errorf("stop %s before removing its etcd member: %w", victim, err)
 				}
 				return nil
 			},

@@ -38,6 +38,10 @@ const (
 	// unless APISERVER_EXTRA_ARGS sets one: long enough for the local LB
 	// (checks every 200 ms, 2 failures) to see /readyz fail first.
 	DefaultShutdownDelay = 2 * time.Second
+	// WatchTerminationGrace is the real apiserver's
+	// --shutdown-watch-termination-grace-period: the time over which it
+	// ends its open watches once the shutdown delay is over.
+	WatchTerminationGrace = time.Second
 	// ServiceAccountIssuer is the real apiserver's --service-account-issuer.
 	ServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 	// kubeAPIServerStopTimeout bounds the wait for the real apiserver to
@@ -117,6 +121,15 @@ func kubeAPIServerArgs(c Config) []string {
 		// endpoints through a lease in etcd; a dead one's expires.
 		"--endpoint-reconciler-type=lease",
 		"--shutdown-delay-duration=" + DefaultShutdownDelay.String(),
+		// After the delay, its clients are shed rather than waited on:
+		// open watches are ended (spread over the period; each client
+		// re-watches through the LB from its last resource version), and a
+		// request on a kept-alive connection gets 429 + Retry-After and
+		// Connection: close, so its client retries elsewhere. Without
+		// them the graceful stop waits on every watch (its HTTP server's
+		// shutdown timeout, 60 s) and the VM's stop kills it first.
+		"--shutdown-watch-termination-grace-period=" + WatchTerminationGrace.String(),
+		"--shutdown-send-retry-after=true",
 		"--cert-dir=" + filepath.Join(c.DataDir, "kube-apiserver"),
 	}
 	return append(args, strings.Fields(c.APIServerExtraArgs)...)
