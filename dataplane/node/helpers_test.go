@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -82,25 +83,26 @@ func newTestPKI(t *testing.T, dir string) testPKI {
 }
 
 // freePort returns a TCP port that was free on ip (and on every address in
-// also) a moment ago.
+// also) a moment ago. It is drawn below Linux's ephemeral range
+// (net.ipv4.ip_local_port_range starts at 32768): a port the kernel handed
+// out with ":0" can be taken, between this check and the node's own bind,
+// by any outgoing connection of the tests running beside it (make test
+// runs dozens of packages at once), and the node's apiserver then never
+// listens.
 func freePort(t *testing.T, ip string, also ...string) int {
 	t.Helper()
-	for range 50 {
-		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
+	const lo, hi = 20000, 32767
+	for range 200 {
+		port := lo + rand.IntN(hi-lo+1)
 		free := true
-		for _, other := range also {
-			l2, err := net.Listen("tcp", net.JoinHostPort(other, strconv.Itoa(port)))
+		for _, addr := range append([]string{ip}, also...) {
+			l, err := net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
 			if err != nil {
 				free = false
 				break
 			}
-			l2.Close()
+			l.Close()
 		}
-		ln.Close()
 		if free {
 			return port
 		}
