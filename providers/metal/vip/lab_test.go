@@ -480,9 +480,10 @@ func TestVIPLab(t *testing.T) {
 	handoffStart, handoffEnd := start, time.Now()
 	handoff := handoffEnd.Sub(start)
 	t.Logf("(c) Handoff from %s: %v", next, handoff.Round(time.Millisecond))
-	w.mu.Lock()
-	newHolder := w.holders
-	w.mu.Unlock()
+	// Handoff returns once another host holds the VIP; the watcher's
+	// own polls (every 25 ms) may not have seen it yet.
+	handedTo, _ := w.await(ctx, t, "(c) the watcher sees the new holder", next, start, 5*time.Second)
+	newHolder := []string{handedTo}
 	load.await(ctx, t, load.count()+50)
 	for _, h := range hosts {
 		if err := vip.Drain(ctx, h.h, next); err != nil {
