@@ -329,8 +329,8 @@ trap 'rm -f -- "$t"' EXIT
 cat > "$t"
 chmod %04o "$t"
 mv -f -- "$t" "$p"
-trap - EXIT`, shellQuote(p), shellQuote(path.Dir(p)), shellQuote(tmp), uint32(mode.Perm()))
-	_, _, err := c.run(ctx, "sh -c "+shellQuote(script), bytes.NewReader(data), true)
+trap - EXIT`, ShellQuote(p), ShellQuote(path.Dir(p)), ShellQuote(tmp), uint32(mode.Perm()))
+	_, _, err := c.run(ctx, "sh -c "+ShellQuote(script), bytes.NewReader(data), true)
 	var exit *ExitError
 	switch {
 	case errors.As(err, &exit):
@@ -351,10 +351,10 @@ type wrapError struct {
 func (e *wrapError) Error() string { return e.msg }
 func (e *wrapError) Unwrap() error { return e.err }
 
-// shellQuote quotes s as one word for a POSIX shell: in single quotes, each
+// ShellQuote quotes s as one word for a POSIX shell: in single quotes, each
 // single quote inside written as quote, backslash, quote, quote (end the
 // quoting, an escaped quote, quote again).
-func shellQuote(s string) string {
+func ShellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 

@@ -107,8 +107,8 @@ func TestShellQuote(t *testing.T) {
 		"$(x) `y` \"z\"": "'$(x) `y` \"z\"'",
 		"":               "''",
 	} {
-		if got := shellQuote(in); got != want {
-			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		if got := ShellQuote(in); got != want {
+			t.Errorf("ShellQuote(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

@@ -10,14 +10,12 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/remote"
 )
 
 // adminKubectl runs kubectl on a master with kubeadm's admin.conf, as the
 // operator does there.
 const adminKubectl = "kubectl --kubeconfig /etc/kubernetes/admin.conf "
-
-// quote quotes s as one POSIX shell word.
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // ClusterConfigurationOf reads kube-system/kubeadm-config's
 // ClusterConfiguration through master's admin.conf.
@@ -92,7 +90,7 @@ func (f *Flavor) Join(ctx context.Context, replica providers.Replica, timeout ti
 	}
 	// The token lives as long as a join may take; the uploaded
 	// certificates expire with kubeadm's own 2 h bound.
-	if _, _, err := f.m.RunOnMachine(ctx, source, fmt.Sprintf("kubeadm token create %s --ttl %s --description %s", token, (timeout+5*time.Minute).Round(time.Minute), quote("hamaster add-replica "+replica.Name))); err != nil {
+	if _, _, err := f.m.RunOnMachine(ctx, source, fmt.Sprintf("kubeadm token create %s --ttl %s --description %s", token, (timeout+5*time.Minute).Round(time.Minute), remote.ShellQuote("hamaster add-replica "+replica.Name))); err != nil {
 		return fmt.Errorf("kubeadm token create on %s: %w", source, err)
 	}
 	if _, _, err := f.m.RunOnMachine(ctx, source, "kubeadm init phase upload-certs --upload-certs --certificate-key "+key); err != nil {
@@ -175,7 +173,7 @@ func (f *Flavor) Leave(ctx context.Context, replica providers.Replica) error {
 		errs = append(errs, err)
 	} else if len(others) > 0 {
 		node := f.m.MachineHostname(replica.Name, replica.Address)
-		if _, _, err := f.m.RunOnMachine(ctx, others[0].Name, adminKubectl+"delete node --ignore-not-found "+quote(node)); err != nil {
+		if _, _, err := f.m.RunOnMachine(ctx, others[0].Name, adminKubectl+"delete node --ignore-not-found "+remote.ShellQuote(node)); err != nil {
 			errs = append(errs, fmt.Errorf("delete Node %s: %w", node, err))
 		}
 	}
@@ -185,7 +183,7 @@ func (f *Flavor) Leave(ctx context.Context, replica providers.Replica) error {
 func quoteAll(a []string) []string {
 	out := make([]string, len(a))
 	for i, s := range a {
-		out[i] = quote(s)
+		out[i] = remote.ShellQuote(s)
 	}
 	return out
 }

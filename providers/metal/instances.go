@@ -14,6 +14,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/remote"
 )
 
 // Claim is the file on a host saying which cluster's master it is (or is
@@ -252,7 +253,7 @@ func (in *instances) Create(ctx context.Context, name, zone string, _ providers.
 		return providers.Replica{}, err
 	}
 	script := fmt.Sprintf("mkdir -p %s && printf '%%s\\n' %s > %s.tmp && mv -f %s.tmp %s",
-		dirOf(Claim), shellQuote(in.p.cluster), Claim, Claim, Claim)
+		dirOf(Claim), remote.ShellQuote(in.p.cluster), Claim, Claim, Claim)
 	if _, _, err := in.p.RunOnMachine(ctx, name, script); err != nil {
 		return providers.Replica{}, fmt.Errorf("claim host %s: %w", name, err)
 	}
@@ -291,8 +292,6 @@ func (in *instances) Delete(ctx context.Context, name string) error {
 }
 
 func dirOf(p string) string { return p[:strings.LastIndex(p, "/")] }
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // notYetLB is HAProxy on the masters behind the VIP, not built yet:
 // every change says so, and Get finds no load balancer.

@@ -17,6 +17,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/lb"
+	"github.com/hamaster/hamaster/remote"
 )
 
 // Executor runs shell commands on one host and writes files there
@@ -53,9 +54,6 @@ func (h Host) run(ctx context.Context, what, cmd string) ([]byte, error) {
 	return out, nil
 }
 
-// shellQuote quotes s for sh.
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
 // Applied says what Apply changed.
 type Applied struct {
 	// Interface is the one carrying the VIP (found on the host when the
@@ -74,7 +72,7 @@ func ResolveInterface(ctx context.Context, h Host, address string) (string, erro
 	if _, err := netip.ParseAddr(address); err != nil {
 		return "", errkind.Errorf(errkind.InvalidArgument, "find the interface of %s on %s: not an IP address", address, h.Name)
 	}
-	out, err := h.run(ctx, "find the interface of "+address, "ip -o -4 addr show to "+shellQuote(address+"/32"))
+	out, err := h.run(ctx, "find the interface of "+address, "ip -o -4 addr show to "+remote.ShellQuote(address+"/32"))
 	if err != nil {
 		return "", err
 	}
@@ -152,7 +150,7 @@ func Apply(ctx context.Context, h Host, cfg Config) (Applied, error) {
 
 // sameFile reports whether f is on h with its content and mode.
 func sameFile(ctx context.Context, h Host, f File) (bool, error) {
-	p := shellQuote(f.Path)
+	p := remote.ShellQuote(f.Path)
 	out, err := h.run(ctx, "read "+f.Path, "if [ -f "+p+" ]; then stat -c %a "+p+" && cat "+p+"; fi")
 	if err != nil || len(out) == 0 {
 		return false, err
@@ -167,7 +165,7 @@ func sameFile(ctx context.Context, h Host, f File) (bool, error) {
 func signal(ctx context.Context, h Host, comm, pidfile, sig string) (bool, error) {
 	out, err := h.run(ctx, "signal "+comm, fmt.Sprintf(`pid=$(cat %s 2>/dev/null) || exit 0
 [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = %s ] || exit 0
-kill -%s "$pid" && echo signalled`, shellQuote(pidfile), shellQuote(comm), sig))
+kill -%s "$pid" && echo signalled`, remote.ShellQuote(pidfile), remote.ShellQuote(comm), sig))
 	return strings.TrimSpace(string(out)) == "signalled", err
 }
 
@@ -201,7 +199,7 @@ func Remove(ctx context.Context, h Host, vip string) error {
 	}
 	if _, err := h.run(ctx, "delete the vip "+vip, fmt.Sprintf(`ip -o -4 addr show | while read -r _ dev _ addr _; do
   [ "${addr%%/*}" = %s ] && ip addr del "$addr" dev "$dev"
-done; true`, shellQuote(vip))); err != nil {
+done; true`, remote.ShellQuote(vip))); err != nil {
 		return err
 	}
 	if _, err := h.run(ctx, "remove the vip configuration", "rm -rf "+strings.Join([]string{ConfigDir, RunDir}, " ")); err != nil {
@@ -226,7 +224,7 @@ func Holder(ctx context.Context, h Host, vip string) (bool, error) {
 // returns the answer; HAProxy not running is errkind.Unavailable.
 func runtime(ctx context.Context, h Host, command string) ([]byte, error) {
 	out, err := h.run(ctx, "haproxy "+strings.Fields(command)[0], fmt.Sprintf("[ -S %[1]s ] || { echo 'no socket %[1]s' >&2; exit 3; }\nprintf '%%s\\n' %[2]s | curl --silent --show-error --max-time 5 --unix-socket %[1]s telnet://localhost",
-		HAProxySocketPath, shellQuote(command)))
+		HAProxySocketPath, remote.ShellQuote(command)))
 	if err != nil {
 		return nil, errkind.Mark(errkind.Unavailable, fmt.Errorf("haproxy's admin socket %s: %w", HAProxySocketPath, err))
 	}
