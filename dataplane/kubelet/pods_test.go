@@ -18,17 +18,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/hamaster/hamaster/internal/wait"
 )
 
 // waitFor polls cond every 20 ms until it holds or timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := wait.Until(ctx, 20*time.Millisecond, what, func() (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("after %s: %v", timeout, err)
 	}
 }
 

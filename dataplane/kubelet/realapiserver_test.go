@@ -39,6 +39,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/internal/wait"
 )
 
 // TestMain lets the test binary stand in for hamaster-kubelet's etcd
@@ -398,19 +399,19 @@ func (e *realEnv) bootstrapToken(ctx context.Context, t *testing.T) {
 func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) time.Duration {
 	t.Helper()
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	var last error
-	for {
+	err := wait.Until(ctx, 200*time.Millisecond, what, func() (bool, error) {
 		ok, err := cond()
-		if ok {
-			t.Logf("%s after %s", what, time.Since(start).Round(100*time.Millisecond))
-			return time.Since(start)
-		}
 		last = err
-		if time.Since(start) > timeout {
-			t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, last)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("after %s: %v (last error: %v)", timeout, err, last)
 	}
+	t.Logf("%s after %s", what, time.Since(start).Round(100*time.Millisecond))
+	return time.Since(start)
 }
 
 func containerPID(p *corev1.Pod) int {

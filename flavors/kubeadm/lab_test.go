@@ -16,6 +16,7 @@ import (
 	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/flavors/flavortest"
 	"github.com/hamaster/hamaster/flavors/kubeadm"
+	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/metal"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
@@ -130,18 +131,17 @@ func TestFlavorOnKubeadmMasters(t *testing.T) {
 	r3 := claim(h3)
 	joined := make(chan error, 1)
 	go func() { joined <- f.Join(ctx, r3, 2*time.Minute) }() // a healthy join takes 20-40 s here
-	for deadline := time.Now().Add(3 * time.Minute); ; {
-		found := false
+	wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer wcancel()
+	if err := wait.Until(wctx, 200*time.Millisecond, "host-3's etcd member", func() (bool, error) {
 		for _, m := range members() {
-			found = found || strings.Contains(strings.Join(m.PeerURLs, ","), h3.Addr.String())
+			if strings.Contains(strings.Join(m.PeerURLs, ","), h3.Addr.String()) {
+				return true, nil
+			}
 		}
-		if found {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("host-3's etcd member never appeared")
-		}
-		time.Sleep(200 * time.Millisecond)
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	lab.StopKubelet(h3)
 	if err := <-joined; err == nil {
