@@ -126,3 +126,96 @@ type Joiner interface {
 	// (kubeadm reset) and deletes its Node.
 	Leave(ctx context.Context, replica providers.Replica) error
 }
+
+// EndpointMover is implemented by flavors whose masters record the
+// cluster's endpoint themselves (kubeadm's controlPlaneEndpoint, kept in
+// kubeadm-config, kube-public/cluster-info and the masters'
+// kubeconfigs): making a single master HA, or moving the endpoint, is
+// then a change on every master, which the workflows make one master at
+// a time (hamaster endpoint set; the first add-replica of a cluster
+// that records none). Every method is idempotent.
+type EndpointMover interface {
+	// Endpoint is the endpoint the masters record (host:port), "" when
+	// they record none (a master built without controlPlaneEndpoint).
+	Endpoint(ctx context.Context) (string, error)
+	// AddServingSANs makes replica's apiserver serving certificate name
+	// hosts (IP addresses or DNS names) besides every name it names
+	// already, reissued on the master from the masters' own CA; the
+	// apiserver serves it without a restart. Nothing changes when it
+	// names them already.
+	AddServingSANs(ctx context.Context, replica providers.Replica, hosts ...string) error
+	// PointMaster moves the kubeconfigs on replica that name the
+	// cluster's endpoint to endpoint (https://host:port), restarting
+	// what reads them (the kubelet) without stopping the master's pods.
+	PointMaster(ctx context.Context, replica providers.Replica, endpoint string) error
+	// SetEndpoint records endpoint (host:port) cluster-wide, through a
+	// running master: kubeadm-config's controlPlaneEndpoint and
+	// cluster-info's server, which later joins read.
+	SetEndpoint(ctx context.Context, endpoint string) error
+}
+
+// Upgrader is implemented by flavors that upgrade a master in place
+// with their own tool (kubeadm upgrade apply on the first master,
+// kubeadm upgrade node on the others) rather than by replacing its
+// machine from a template at the new version.
+type Upgrader interface {
+	// UpgradeMaster upgrades replica to version in place, bounded by
+	// timeout (0: the flavor's default); first marks the first master
+	// of the upgrade (kubeadm upgrade apply: the cluster-wide
+	// configuration changes too). Before it changes anything it saves
+	// what RollbackMaster restores, and it fails fast (seconds, not the
+	// tool's own minutes) when the new components cannot start.
+	UpgradeMaster(ctx context.Context, replica providers.Replica, version string, first bool, timeout time.Duration) error
+	// RollbackMaster restores what UpgradeMaster saved on replica (its
+	// manifests, certificates, kubeadm and kubelet configuration, the
+	// packages; with first, the cluster-wide configuration) and waits
+	// until its apiserver answers again. A no-op when nothing was saved.
+	RollbackMaster(ctx context.Context, replica providers.Replica, first bool) error
+	// FinishUpgrade drops what UpgradeMaster saved on replica, once the
+	// whole upgrade has succeeded.
+	FinishUpgrade(ctx context.Context, replica providers.Replica) error
+}
+
+// Viewer is implemented by flavors whose tool keeps its own view of the
+// masters (kubeadm: Nodes with the control-plane role, static pod
+// hashes, certificate expiry): status shows it beside etcd's and the
+// load balancer's.
+type Viewer interface {
+	View(ctx context.Context) (View, error)
+}
+
+// View is a flavor's view of the cluster's masters.
+type View struct {
+	// Endpoint is the endpoint the masters record, "" for none.
+	Endpoint string `json:"endpoint"`
+	// Version is the cluster's version as the flavor's tool reads it.
+	Version string       `json:"version,omitempty"`
+	Masters []MasterView `json:"masters"`
+	// Problems are what the operator should act on, each with the
+	// command that does it.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// MasterView is one master as its flavor's tool sees it.
+type MasterView struct {
+	Replica        string `json:"replica"`
+	Node           string `json:"node,omitempty"`
+	NodeReady      bool   `json:"node_ready"`
+	ControlPlane   bool   `json:"control_plane"`
+	KubeletVersion string `json:"kubelet_version,omitempty"`
+	// StaticPods maps a component to its mirror pod's
+	// kubernetes.io/config.hash.
+	StaticPods map[string]string `json:"static_pods,omitempty"`
+	// Certificates as `kubeadm certs check-expiration` reports them.
+	Certificates []CertificateExpiry `json:"certificates,omitempty"`
+	// Error is why the master could not be read, "" when it was.
+	Error string `json:"error,omitempty"`
+}
+
+// CertificateExpiry is one certificate's (or kubeconfig's) expiry.
+type CertificateExpiry struct {
+	Name     string    `json:"name"`
+	Expires  time.Time `json:"expires"`
+	CA       string    `json:"ca,omitempty"`
+	External bool      `json:"externally_managed,omitempty"`
+}

@@ -253,3 +253,20 @@ func (r *Registry) Open(ctx context.Context, name string, s Settings) (Provider,
 	}
 	return f(ctx, s)
 }
+
+// EndpointPorter is implemented by providers whose load balancer or
+// VIP serves the apiserver on a port of its own (metal: HAProxy beside
+// each apiserver listens on the VIP's 8443, since the apiserver holds
+// 6443 on every address; kubeadm's docs/ha-considerations.md).
+type EndpointPorter interface {
+	EndpointPort() int
+}
+
+// EndpointPortOf is the port p's static IP or load balancer serves the
+// apiserver on: EndpointPorter's, else the apiservers' own.
+func EndpointPortOf(p Provider) int {
+	if ep, ok := p.(EndpointPorter); ok {
+		return ep.EndpointPort()
+	}
+	return APIServerPortOf(p)
+}
