@@ -98,7 +98,7 @@ func BenchmarkVIPFailover(b *testing.B) {
 		}
 		e.cleanup(ctx, b)
 		cancel()
-		reportVIP(b, rows)
+		reportVIP(b, rows, e.splits)
 	}
 }
 
@@ -455,6 +455,7 @@ func (e *vipEnv) cleanup(ctx context.Context, b *testing.B) {
 	<-e.wDone
 	e.w.mu.Lock()
 	defer e.w.mu.Unlock()
+	e.splits = len(e.w.splits)
 	if len(e.w.splits) > 0 {
 		b.Errorf("two VIP holders at once %d times: %v", len(e.w.splits), e.w.splits[:min(len(e.w.splits), 5)])
 	}
@@ -530,7 +531,7 @@ func (e *vipEnv) measure(ctx context.Context, b *testing.B, arm vipArm, sc vipSc
 }
 
 // reportVIP prints the table and writes bench-results/vip.json.
-func reportVIP(b *testing.B, rows []vipResult) {
+func reportVIP(b *testing.B, rows []vipResult, splits int) {
 	var sb strings.Builder
 	tw := tabwriter.NewWriter(&sb, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tarm\tfailover s\toutage s\tfailed requests\ttotal\t")
@@ -546,6 +547,7 @@ func reportVIP(b *testing.B, rows []vipResult) {
 	tw.Flush()
 	fmt.Fprintf(os.Stdout, "\nVIP failover on the metal lab (%d hosts, keepalived + HAProxy, apiserver stand-ins), clients on the VIP:%d through HAProxy (3 clients, a GET every %v each: 1 on a new connection a request, 2 kept-alive; 5 s timeout):\n%s", vipHosts, vipFrontend, vipPace, sb.String())
 	fmt.Fprintln(os.Stdout, "failover: from the fault to another host holding the VIP; outage: from the fault to the end of the last failed request")
+	fmt.Fprintf(os.Stdout, "two VIP holders at once (each host polled every 25 ms, the whole run): %d\n", splits)
 	dir := os.Getenv("HAMASTER_BENCH_RESULTS")
 	if dir == "" {
 		dir = filepath.Join("..", "bench-results")
@@ -553,7 +555,7 @@ func reportVIP(b *testing.B, rows []vipResult) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	raw, err := json.MarshalIndent(map[string]any{"hosts": vipHosts, "rows": rows}, "", "  ")
+	raw, err := json.MarshalIndent(map[string]any{"hosts": vipHosts, "pace_ms": vipPace.Milliseconds(), "split_brains": splits, "rows": rows}, "", "  ")
 	if err != nil {
 		b.Fatal(err)
 	}
