@@ -116,6 +116,10 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 		rep.Endpoint, rep.EndpointKind, rep.DNSName = ep.DNSName, "dns", ep.DNSName
 	}
 	rep.Replicas = make([]ReplicaStatus, len(rs))
+	// The probes' client first, bounded by ctx alone: the CA the masters
+	// carry is read over SSH (and the provider's hosts listed), which the
+	// probes' own 2 s bound would cut.
+	_, _ = d.HTTP(ctx)
 	var wg sync.WaitGroup
 	for i, r := range rs {
 		wg.Add(1)
