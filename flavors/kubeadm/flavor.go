@@ -58,6 +58,7 @@ type Flavor struct {
 	p   providers.Provider
 	m   Machine
 	log *slog.Logger
+	up  UpgradeOptions
 }
 
 var (
