@@ -13,6 +13,7 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -21,6 +22,9 @@ import (
 const (
 	StrategyRecreate = "recreate"
 	StrategySurge    = "surge"
+	// StrategyInPlace is no flag's: what a run of a flavor that upgrades
+	// its masters in place (flavors.Upgrader) records as its strategy.
+	StrategyInPlace = "in-place"
 )
 
 // UpgradeParams are rolling-upgrade's arguments.
@@ -83,6 +87,20 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 	if p.Version != "" {
 		wf.Check = func(ctx context.Context) error { return d.Flavor().CheckVersion(ctx, p.Version) }
 	}
+	// A flavor that upgrades its masters in place with its own tool
+	// (kubeadm) is upgraded so, one master at a time; the others are
+	// recreated from a template at the new version, or surged.
+	up, inPlace := inPlaceUpgrader(d, p)
+	if inPlace && p.ExtraArgsSet {
+		if _, ok := up.(flavors.FlagUpgrader); !ok {
+			wf.Check = func(context.Context) error {
+				return errkind.Errorf(errkind.InvalidArgument, "--extra-args: the %s flavor upgrades its masters in place and cannot set their flags", d.Flavor().Name())
+			}
+		}
+	}
+	if inPlace {
+		wf.Params["strategy"] = StrategyInPlace
+	}
 	wf.Steps = []Step{upgradePreflight(d, p), {
 		Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot → <state-dir>/<cluster>/snapshots/"},
 		Run: func(ctx context.Context, r *Run) error {
@@ -90,11 +108,17 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 		},
 	}}
 	for k := 1; k <= replicas; k++ {
-		if p.Strategy == StrategySurge {
+		switch {
+		case inPlace:
+			wf.Steps = append(wf.Steps, inPlaceSteps(d, p, up, k)...)
+		case p.Strategy == StrategySurge:
 			wf.Steps = append(wf.Steps, surgeSteps(d, p, k)...)
-		} else {
+		default:
 			wf.Steps = append(wf.Steps, recreateSteps(d, p, k)...)
 		}
+	}
+	if inPlace {
+		wf.Steps = append(wf.Steps, finishInPlaceStep(d, up))
 	}
 	wf.Steps = append(wf.Steps, Step{
 		Name: StepVerify, Always: true, Plan: []string{"every replica healthy and reporting " + p.Version},
@@ -104,7 +128,9 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 				return err
 			}
 			for _, rep := range rs {
-				if !p.atTarget(rep) {
+				// An in-place upgrade leaves the template as it was:
+				// the gate's /version says.
+				if !inPlace && !p.atTarget(rep) {
 					return fmt.Errorf("replica %s still runs %s", rep.Name, rep.Template.Version)
 				}
 				if err := healthGate(ctx, d, r, rep, p.Version, p.HealthTimeout); err != nil {

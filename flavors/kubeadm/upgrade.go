@@ -2,14 +2,10 @@ package kubeadm
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"path"
 	"strconv"
@@ -87,6 +83,9 @@ const (
 	// EnvInstallCommand names UpgradeOptions.InstallCommand in the
 	// environment (hamaster.env of the metal lab sets it).
 	EnvInstallCommand = "HAMASTER_KUBEADM_INSTALL_COMMAND"
+	// EnvIgnorePreflightErrors names UpgradeOptions.IgnorePreflightErrors
+	// (comma-separated) in the environment.
+	EnvIgnorePreflightErrors = "HAMASTER_KUBEADM_IGNORE_PREFLIGHT_ERRORS"
 )
 
 // UpgradeOptions are how UpgradeMaster and RollbackMaster do what the
@@ -113,12 +112,22 @@ type UpgradeOptions struct {
 	// change a flag (kubeadm's "Reconfiguring a kubeadm cluster"), which
 	// upgrade apply and upgrade node write into every master's manifest.
 	APIServerArgs []string
+	// IgnorePreflightErrors are kubeadm upgrade's checks not to fail on
+	// (--ignore-preflight-errors): CreateJob where the cluster runs no
+	// ordinary pods (a cluster without a pod network, the test bed).
+	IgnorePreflightErrors []string
 }
 
 // UpgradeOptionsFromEnv reads the options the environment sets
 // (EnvInstallCommand).
 func UpgradeOptionsFromEnv(getenv func(string) string) UpgradeOptions {
-	return UpgradeOptions{InstallCommand: getenv(EnvInstallCommand)}
+	o := UpgradeOptions{InstallCommand: getenv(EnvInstallCommand)}
+	for _, c := range strings.Split(getenv(EnvIgnorePreflightErrors), ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			o.IgnorePreflightErrors = append(o.IgnorePreflightErrors, c)
+		}
+	}
+	return o
 }
 
 // SetUpgradeOptions sets how f upgrades masters.
@@ -271,6 +280,9 @@ func (f *Flavor) UpgradeMaster(ctx context.Context, replica providers.Replica, v
 	cmd := "kubeadm upgrade node"
 	if first {
 		cmd = "kubeadm upgrade apply " + v + " -y"
+	}
+	if len(f.up.IgnorePreflightErrors) > 0 {
+		cmd += " --ignore-preflight-errors=" + remote.ShellQuote(strings.Join(f.up.IgnorePreflightErrors, ","))
 	}
 	if err := f.runWatched(ctx, replica, cmd); err != nil {
 		return err
@@ -435,14 +447,16 @@ type APIServerFailedError struct {
 	Machine string
 	// Cause says what was seen: its exits, or /livez not served.
 	Cause string
-	// After is how long after its manifest changed it was noticed.
-	After time.Duration
+	// After is how long after its manifest changed it was noticed; Down
+	// how long after the old apiserver stopped serving (the kubelet
+	// notices a changed manifest within its file check period).
+	After, Down time.Duration
 	// Log is the end of the failed container's log.
 	Log string
 }
 
 func (e *APIServerFailedError) Error() string {
-	s := fmt.Sprintf("master %s: the new kube-apiserver cannot start: %s, %v after its manifest changed (kubeadm stopped; it would have waited 5 minutes: kubeadm#2927)", e.Machine, e.Cause, e.After.Round(100*time.Millisecond))
+	s := fmt.Sprintf("master %s: the new kube-apiserver cannot start: %s, %v after the apiserver stopped serving (%v after its manifest changed; kubeadm stopped: it would have waited 5 minutes, kubeadm#2927)", e.Machine, e.Cause, e.Down.Round(100*time.Millisecond), e.After.Round(100*time.Millisecond))
 	if e.Log != "" {
 		s += "; its log: " + e.Log
 	}
@@ -509,17 +523,23 @@ func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd 
 			f.log.Info("kube-apiserver manifest changed; watching it start", "machine", m)
 		}
 		var fail *APIServerFailedError
+		up := f.livez(ctx, m)
+		switch {
+		case up:
+			downSince = time.Time{}
+		case downSince.IsZero():
+			downSince = time.Now()
+		}
 		if exits, last := exitsSince(logs0, logs); exits > 0 {
 			out, _, _ := f.m.RunOnMachine(ctx, m, "tail -n 3 "+remote.ShellQuote(last))
-			fail = &APIServerFailedError{Machine: m, Cause: fmt.Sprintf("it exited (%d restarts)", exits), After: time.Since(changedAt), Log: strings.TrimSpace(string(out))}
-		} else if f.livez(ctx, m) {
-			downSince = time.Time{}
-		} else {
-			if downSince.IsZero() {
-				downSince = time.Now()
-			}
-			if time.Since(downSince) >= grace {
-				fail = &APIServerFailedError{Machine: m, Cause: fmt.Sprintf("/livez not served for %v", grace), After: time.Since(changedAt)}
+			fail = &APIServerFailedError{Machine: m, Cause: fmt.Sprintf("it exited (%d restarts)", exits), Log: strings.TrimSpace(string(out))}
+		} else if !up && time.Since(downSince) >= grace {
+			fail = &APIServerFailedError{Machine: m, Cause: fmt.Sprintf("/livez not served for %v", grace)}
+		}
+		if fail != nil {
+			fail.After = time.Since(changedAt)
+			if !downSince.IsZero() {
+				fail.Down = time.Since(downSince)
 			}
 		}
 		if fail != nil {
@@ -570,52 +590,32 @@ func (f *Flavor) stopKubeadm(ctx context.Context, m string, done <-chan error) {
 	}
 }
 
-// apiserverClient is an HTTP client for m's own apiserver, on its
-// loopback through the provider's way in, verifying the serving
-// certificate against the master's CA for the name every kubeadm
-// apiserver certificate carries ("kubernetes": GetAPIServerAltNames).
-func (f *Flavor) apiserverClient(ctx context.Context, m string) (*http.Client, error) {
-	ca, err := f.read(ctx, m, CACert)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca[0]) {
-		return nil, fmt.Errorf("master %s: %s is not PEM", m, CACert)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(DefaultBindPort))
-	return &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return f.m.DialMachine(ctx, m, addr)
-		},
-		TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: "kubernetes", MinVersion: tls.VersionTLS12},
-		DisableKeepAlives: true,
-	}}, nil
-}
-
-// get is an anonymous GET of path on m's own apiserver (/livez,
-// /readyz and /version are readable without credentials:
-// system:public-info-viewer).
-func (f *Flavor) get(ctx context.Context, c *http.Client, path string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://kubernetes"+path, nil)
+// localGet is an anonymous GET of path on m's own apiserver, by curl on
+// the master (kubeadm's install page has the operator install it), to
+// its loopback, the serving certificate verified against the master's
+// CA for the name every kubeadm apiserver certificate carries
+// ("kubernetes": GetAPIServerAltNames). /livez, /readyz and /version are
+// readable without credentials (system:public-info-viewer). A refused
+// connection is code 0, no error: the provider's tunnels are not used,
+// since a failed dial drops the SSH connection kubeadm runs on.
+func (f *Flavor) localGet(ctx context.Context, m, path string) (int, []byte, error) {
+	port := strconv.Itoa(DefaultBindPort)
+	cmd := "curl -s --max-time 3 --cacert " + CACert + " --resolve kubernetes:" + port + ":127.0.0.1 -w '\\n%{http_code}' https://kubernetes:" + port + path + " || true"
+	out, _, err := f.m.RunOnMachine(ctx, m, cmd)
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, nil, err
+	body := strings.TrimRight(string(out), "\n")
+	i := strings.LastIndex(body, "\n")
+	code, _ := strconv.Atoi(body[i+1:])
+	if i < 0 {
+		return code, nil, nil
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	return resp.StatusCode, b, err
+	return code, []byte(body[:i]), nil
 }
 
 func (f *Flavor) livez(ctx context.Context, m string) bool {
-	c, err := f.apiserverClient(ctx, m)
-	if err != nil {
-		return false
-	}
-	code, _, err := f.get(ctx, c, "/livez")
+	code, _, err := f.localGet(ctx, m, "/livez")
 	return err == nil && code == http.StatusOK
 }
 
@@ -624,16 +624,11 @@ func (f *Flavor) livez(ctx context.Context, m string) bool {
 func (f *Flavor) waitAPIServer(ctx context.Context, m, v string) error {
 	var last error
 	err := wait.Until(ctx, 250*time.Millisecond, fmt.Sprintf("%s's apiserver ready at %s", m, v), func() (bool, error) {
-		c, err := f.apiserverClient(ctx, m)
-		if err != nil {
-			last = err
-			return false, nil
-		}
-		if code, body, err := f.get(ctx, c, "/readyz"); err != nil || code != http.StatusOK {
+		if code, body, err := f.localGet(ctx, m, "/readyz"); err != nil || code != http.StatusOK {
 			last = fmt.Errorf("/readyz: %d %v %s", code, err, strings.TrimSpace(string(body)))
 			return false, nil
 		}
-		code, body, err := f.get(ctx, c, "/version")
+		code, body, err := f.localGet(ctx, m, "/version")
 		if err != nil || code != http.StatusOK {
 			last = fmt.Errorf("/version: %d %v", code, err)
 			return false, nil

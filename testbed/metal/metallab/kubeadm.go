@@ -106,6 +106,12 @@ func (l *Lab) Install(ctx context.Context, h *Host, version string) error {
 // (HAMASTER_KUBEADM_INSTALL_COMMAND).
 const InstallCommand = PackageInstaller + " {version} {packages}"
 
+// IgnorePreflightErrors are the kubeadm upgrade checks the lab's hosts
+// cannot pass: CreateJob (kubeadm upgrade's health check runs a Job,
+// and the test bed's kubelet runs static pods only). hamaster.env names
+// them (HAMASTER_KUBEADM_IGNORE_PREFLIGHT_ERRORS).
+const IgnorePreflightErrors = "CreateJob"
+
 // PackageInstaller is the script Install writes into each host's
 // /usr/local/bin: `hamaster-lab-install VERSION PACKAGE...` switches the
 // host's kubeadm, kubectl or kubelet to VERSION's (a directory of

@@ -599,6 +599,7 @@ func (l *Lab) writeFiles() error {
 		"export HAMASTER_SSH_KNOWN_HOSTS=" + l.KnownHostsFile,
 		"# The kubeadm flavor's package install on the lab's hosts (its stand-in for apt-get).",
 		"export HAMASTER_KUBEADM_INSTALL_COMMAND='" + InstallCommand + "'",
+		"export HAMASTER_KUBEADM_IGNORE_PREFLIGHT_ERRORS=" + IgnorePreflightErrors,
 		"# Not hamaster's: the lab's hosts (name=address) and this machine's address on their bridge.",
 		"export METALLAB_HOSTS='" + strings.Join(hosts, " ") + "'",
 		"export METALLAB_OPERATOR=" + l.Operator.String(),
