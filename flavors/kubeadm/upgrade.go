@@ -417,28 +417,39 @@ func SetAPIServerExtraArgs(doc []byte, args []string) (out []byte, changed bool,
 	return out, true, nil
 }
 
-// apiserverLogs lists the log files of node's kube-apiserver containers
-// with their sizes: the kubelet's pod logs,
+// podLog is one log file of a container: its size, and how long before
+// it was listed it was last written (the master's own clock).
+type podLog struct {
+	size int64
+	age  time.Duration
+}
+
+// apiserverLogs lists the log files of node's kube-apiserver containers:
+// the kubelet's pod logs,
 // /var/log/pods/<namespace>_<pod>_<uid>/<container>/<restart count>.log
-// (the real kubelet's layout, the test bed's too).
-func (f *Flavor) apiserverLogs(ctx context.Context, m, node string) (sum string, logs map[string]int64, err error) {
-	cmd := "sha256sum " + APIServerManifest + " 2>/dev/null | cut -c1-64; echo ---; " +
-		"stat -c '%s %n' /var/log/pods/kube-system_kube-apiserver-" + remote.ShellQuote(node) + "_*/kube-apiserver/*.log 2>/dev/null || true"
+// (the real kubelet's layout, the test bed's too); and sum, the SHA-256
+// of the kube-apiserver manifest.
+func (f *Flavor) apiserverLogs(ctx context.Context, m, node string) (sum string, logs map[string]podLog, err error) {
+	cmd := "date +%s; sha256sum " + APIServerManifest + " 2>/dev/null | cut -c1-64; echo ---; " +
+		"stat -c '%s %Y %n' /var/log/pods/kube-system_kube-apiserver-" + remote.ShellQuote(node) + "_*/kube-apiserver/*.log 2>/dev/null || true"
 	out, _, err := f.m.RunOnMachine(ctx, m, cmd)
 	if err != nil {
 		return "", nil, err
 	}
 	head, rest, _ := strings.Cut(string(out), "---\n")
-	logs = map[string]int64{}
+	now, sum, _ := strings.Cut(strings.TrimSpace(head), "\n")
+	nowSec, _ := strconv.ParseInt(strings.TrimSpace(now), 10, 64)
+	logs = map[string]podLog{}
 	for _, line := range strings.Split(rest, "\n") {
-		size, name, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if !ok {
+		fs := strings.SplitN(strings.TrimSpace(line), " ", 3)
+		if len(fs) != 3 {
 			continue
 		}
-		n, _ := strconv.ParseInt(size, 10, 64)
-		logs[name] = n
+		size, _ := strconv.ParseInt(fs[0], 10, 64)
+		mtime, _ := strconv.ParseInt(fs[1], 10, 64)
+		logs[fs[2]] = podLog{size: size, age: time.Duration(nowSec-mtime) * time.Second}
 	}
-	return strings.TrimSpace(head), logs, nil
+	return strings.TrimSpace(sum), logs, nil
 }
 
 // APIServerFailedError is an upgrade stopped because the master's new
@@ -449,14 +460,17 @@ type APIServerFailedError struct {
 	Cause string
 	// After is how long after its manifest changed it was noticed; Down
 	// how long after the old apiserver stopped serving (the kubelet
-	// notices a changed manifest within its file check period).
-	After, Down time.Duration
+	// notices a changed manifest within its file check period, and the
+	// old apiserver stops gracefully); Exited how long after the new one
+	// last wrote its log before exiting (seconds of the master's clock),
+	// 0 when it did not exit.
+	After, Down, Exited time.Duration
 	// Log is the end of the failed container's log.
 	Log string
 }
 
 func (e *APIServerFailedError) Error() string {
-	s := fmt.Sprintf("master %s: the new kube-apiserver cannot start: %s, %v after the apiserver stopped serving (%v after its manifest changed; kubeadm stopped: it would have waited 5 minutes, kubeadm#2927)", e.Machine, e.Cause, e.Down.Round(100*time.Millisecond), e.After.Round(100*time.Millisecond))
+	s := fmt.Sprintf("master %s: the new kube-apiserver cannot start: %s (noticed %v after it exited), %v after the apiserver stopped serving (%v after its manifest changed; kubeadm stopped: it would have waited 5 minutes, kubeadm#2927)", e.Machine, e.Cause, e.Exited, e.Down.Round(100*time.Millisecond), e.After.Round(100*time.Millisecond))
 	if e.Log != "" {
 		s += "; its log: " + e.Log
 	}
@@ -532,7 +546,7 @@ func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd 
 		}
 		if exits, last := exitsSince(logs0, logs); exits > 0 {
 			out, _, _ := f.m.RunOnMachine(ctx, m, "tail -n 3 "+remote.ShellQuote(last))
-			fail = &APIServerFailedError{Machine: m, Cause: fmt.Sprintf("it exited (%d restarts)", exits), Log: strings.TrimSpace(string(out))}
+			fail = &APIServerFailedError{Machine: m, Cause: fmt.Sprintf("it exited (%d restarts)", exits), Log: strings.TrimSpace(string(out)), Exited: logs[last].age}
 		} else if !up && time.Since(downSince) >= grace {
 			fail = &APIServerFailedError{Machine: m, Cause: fmt.Sprintf("/livez not served for %v", grace)}
 		}
@@ -553,10 +567,10 @@ func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd 
 // exitsSince counts the kube-apiserver restarts a pod log shows that
 // were not before: files N.log (N ≥ 1: the Nth restart) new or grown
 // since before. last is the log of the run before the latest restart.
-func exitsSince(before, now map[string]int64) (exits int, last string) {
+func exitsSince(before, now map[string]podLog) (exits int, last string) {
 	best := -1
-	for name, size := range now {
-		if old, ok := before[name]; ok && size <= old {
+	for name, l := range now {
+		if old, ok := before[name]; ok && l.size <= old.size {
 			continue
 		}
 		n, err := strconv.Atoi(strings.TrimSuffix(path.Base(name), ".log"))
