@@ -233,3 +233,140 @@ func envOf(t *testing.T, env, key string) string {
 	}
 	return string(out)
 }
+
+// Two masters (kubeadm init with the VIP as controlPlaneEndpoint, the
+// second joined): the first upgraded by `kubeadm upgrade apply`, the
+// second by `kubeadm upgrade node`, which an unstartable release makes
+// fail first: it alone is rolled back (first=false: the cluster-wide
+// configuration stays the upgraded one), then upgraded.
+func TestUpgradeKubeadmTwoMasters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	kubeletProgram, cache := metallabtest.Kubeadm(t, labVersion, upgradeVersion)
+	binDir := linkBinaries(t, cache, labVersion, upgradeVersion)
+	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 2, Kubelet: kubeletProgram, BinDir: binDir})
+	h1, h2 := lab.Hosts[0], lab.Hosts[1]
+	for _, h := range lab.Hosts {
+		if err := lab.Install(ctx, h, labVersion); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pr, err := metal.New(ctx, providers.Settings{Cluster: "lab", StateDir: t.TempDir(), Options: map[string]string{
+		metal.OptInventory: lab.InventoryFile, metal.OptSSHKey: lab.ClientKeyFile, metal.OptSSHKnownHosts: lab.KnownHostsFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	p := pr.(*metal.Provider)
+	run := func(host, cmd string) string {
+		t.Helper()
+		out, stderr, err := p.RunOnMachine(ctx, host, cmd)
+		if err != nil {
+			t.Fatalf("%s: %s: %v\n%s", host, cmd, err, stderr)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run(h1.Name, "ip addr add "+lab.VIP.String()+"/24 dev eth0")
+	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion, ControlPlaneEndpoint: lab.VIPEndpoint()}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := kubeadm.New(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.SetUpgradeOptions(kubeadm.UpgradeOptions{
+		InstallCommand:        metallab.InstallCommand,
+		IgnorePreflightErrors: []string{metallab.IgnorePreflightErrors},
+		RestartKubelet:        func(_ context.Context, machine string) error { return lab.RestartKubelet(lab.Host(machine)) },
+	})
+	r2, err := p.Instances().Create(ctx, h2.Name, "", providers.Template{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Join(ctx, r2, 0); err != nil {
+		t.Fatalf("Join(host-2): %v", err)
+	}
+	r1 := providers.Replica{Name: h1.Name, Address: h1.Addr.String()}
+	kubeletVersion := func(h *metallab.Host, want string) {
+		t.Helper()
+		var kv string
+		if err := wait.Until(ctx, 250*time.Millisecond, h.Name+"'s Node kubelet at "+want, func() (bool, error) {
+			kv = run(h1.Name, "kubectl --kubeconfig /etc/kubernetes/admin.conf get node "+h.Name+" -o jsonpath={.status.nodeInfo.kubeletVersion}")
+			return kv == want, nil
+		}); err != nil {
+			t.Errorf("%v (kubeletVersion %q)", err, kv)
+		}
+	}
+
+	start := time.Now()
+	if err := f.UpgradeMaster(ctx, r1, upgradeVersion, true, 0); err != nil {
+		t.Fatalf("UpgradeMaster(host-1, first): %v", err)
+	}
+	t.Logf("kubeadm upgrade apply on host-1: %v", time.Since(start).Round(time.Millisecond))
+	kubeletVersion(h1, upgradeVersion)
+
+	// host-2's upgrade node meets an unstartable release.
+	bin := filepath.Join(binDir, upgradeVersion, "kube-apiserver")
+	realBin, err := os.Readlink(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, []byte(unstartableAPIServer), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err = f.UpgradeMaster(ctx, r2, upgradeVersion, false, 0)
+	var af *kubeadm.APIServerFailedError
+	if !errors.As(err, &af) {
+		t.Fatalf("UpgradeMaster(host-2) with an unstartable release = %v; want an *APIServerFailedError", err)
+	}
+	failed := time.Now()
+	if err := f.RollbackMaster(ctx, r2, false); err != nil {
+		t.Fatalf("RollbackMaster(host-2): %v", err)
+	}
+	took := time.Since(failed)
+	t.Logf("host-2 (upgrade node): %v; healthy at %s %v later: %v from the failure", err, labVersion, took.Round(100*time.Millisecond), (af.Exited + took).Round(100*time.Millisecond))
+	if af.Exited+took > 30*time.Second {
+		t.Errorf("host-2: from the failure to a healthy %s took %v; want < 30 s", labVersion, af.Exited+took)
+	}
+	if v, err := f.RunningVersion(ctx, h2.Name); err != nil || v != labVersion {
+		t.Errorf("host-2 after its rollback: %q, %v", v, err)
+	}
+	if _, cfg, err := f.ClusterConfigurationOf(ctx, h1.Name); err != nil || cfg.KubernetesVersion != upgradeVersion {
+		t.Errorf("kubeadm-config after host-2's rollback: %q, %v; want %s (a node's rollback leaves the cluster's)", cfg.KubernetesVersion, err, upgradeVersion)
+	}
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(realBin, bin); err != nil {
+		t.Fatal(err)
+	}
+
+	start = time.Now()
+	if err := f.UpgradeMaster(ctx, r2, upgradeVersion, false, 0); err != nil {
+		t.Fatalf("UpgradeMaster(host-2): %v", err)
+	}
+	t.Logf("kubeadm upgrade node on host-2: %v", time.Since(start).Round(time.Millisecond))
+	kubeletVersion(h2, upgradeVersion)
+	for _, h := range lab.Hosts {
+		if v, err := f.RunningVersion(ctx, h.Name); err != nil || v != upgradeVersion {
+			t.Errorf("%s: %q, %v", h.Name, v, err)
+		}
+	}
+	plan := run(h2.Name, "kubeadm upgrade plan "+upgradeVersion+" --ignore-preflight-errors="+metallab.IgnorePreflightErrors+" 2>&1 || true")
+	if !strings.Contains(plan, "Cluster version: "+strings.TrimPrefix(upgradeVersion, "v")) && !strings.Contains(plan, "Cluster version: "+upgradeVersion) {
+		t.Errorf("kubeadm upgrade plan on host-2:\n%s", plan)
+	}
+	for _, r := range []providers.Replica{r1, r2} {
+		if err := f.FinishUpgrade(ctx, r); err != nil {
+			t.Error(err)
+		}
+	}
+	// The operator's cleanup of host-2 before the lab goes.
+	lab.StopKubelet(h2)
+	if err := p.Instances().Delete(ctx, h2.Name); err != nil {
+		t.Errorf("release host-2: %v", err)
+	}
+}
