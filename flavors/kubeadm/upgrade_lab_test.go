@@ -364,9 +364,4 @@ func TestUpgradeKubeadmTwoMasters(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	// The operator's cleanup of host-2 before the lab goes.
-	lab.StopKubelet(h2)
-	if err := p.Instances().Delete(ctx, h2.Name); err != nil {
-		t.Errorf("release host-2: %v", err)
-	}
 }
