@@ -86,6 +86,9 @@ const (
 	// EnvIgnorePreflightErrors names UpgradeOptions.IgnorePreflightErrors
 	// (comma-separated) in the environment.
 	EnvIgnorePreflightErrors = "HAMASTER_KUBEADM_IGNORE_PREFLIGHT_ERRORS"
+	// EnvRestartKubeletCommand names UpgradeOptions.RestartKubeletCommand
+	// in the environment.
+	EnvRestartKubeletCommand = "HAMASTER_KUBEADM_RESTART_KUBELET_COMMAND"
 )
 
 // UpgradeOptions are how UpgradeMaster and RollbackMaster do what the
@@ -119,9 +122,9 @@ type UpgradeOptions struct {
 }
 
 // UpgradeOptionsFromEnv reads the options the environment sets
-// (EnvInstallCommand).
+// (EnvInstallCommand, EnvIgnorePreflightErrors, EnvRestartKubeletCommand).
 func UpgradeOptionsFromEnv(getenv func(string) string) UpgradeOptions {
-	o := UpgradeOptions{InstallCommand: getenv(EnvInstallCommand)}
+	o := UpgradeOptions{InstallCommand: getenv(EnvInstallCommand), RestartKubeletCommand: getenv(EnvRestartKubeletCommand)}
 	for _, c := range strings.Split(getenv(EnvIgnorePreflightErrors), ",") {
 		if c = strings.TrimSpace(c); c != "" {
 			o.IgnorePreflightErrors = append(o.IgnorePreflightErrors, c)

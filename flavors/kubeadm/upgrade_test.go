@@ -62,9 +62,12 @@ func TestInstallCommandFor(t *testing.T) {
 			t.Errorf("default install command lacks %q:\n%s", want, got)
 		}
 	}
-	lab := UpgradeOptionsFromEnv(envMap{EnvInstallCommand: "hamaster-lab-install {version} {packages}", EnvIgnorePreflightErrors: "CreateJob, Foo"}.get)
+	lab := UpgradeOptionsFromEnv(envMap{EnvInstallCommand: "hamaster-lab-install {version} {packages}", EnvIgnorePreflightErrors: "CreateJob, Foo", EnvRestartKubeletCommand: "lab-restart kubelet"}.get)
 	if got, _ := lab.InstallCommandFor("v1.33.13", "kubeadm"); got != "hamaster-lab-install v1.33.13 kubeadm" {
 		t.Errorf("lab install command = %q", got)
+	}
+	if lab.RestartKubeletCommand != "lab-restart kubelet" {
+		t.Errorf("RestartKubeletCommand = %q", lab.RestartKubeletCommand)
 	}
 	if strings.Join(lab.IgnorePreflightErrors, ",") != "CreateJob,Foo" {
 		t.Errorf("IgnorePreflightErrors = %q", lab.IgnorePreflightErrors)
