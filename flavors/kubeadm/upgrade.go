@@ -672,9 +672,11 @@ func (f *Flavor) waitAPIServer(ctx context.Context, m, v string) error {
 // restoreScript puts the backup back: the certificates and
 // kubeconfigs, the kubelet's configuration, then the manifests, each
 // file renamed into place whole (the kubelet never reads one half
-// written). $1 is the backup directory.
+// written). $1 is the backup directory; $2 "keep-etcd" keeps the
+// current etcd manifest.
 const restoreScript = `set -e
 B=$1
+[ "$2" = keep-etcd ] && rm -f "$B/manifests/etcd.yaml"
 K=/etc/kubernetes
 rm -rf "$K/.hamaster-pki"; cp -a "$B/pki" "$K/.hamaster-pki"
 rm -rf "$K/.hamaster-pki-old"; [ -d "$K/pki" ] && mv "$K/pki" "$K/.hamaster-pki-old"
@@ -682,13 +684,14 @@ mv "$K/.hamaster-pki" "$K/pki"; rm -rf "$K/.hamaster-pki-old"
 for f in "$B"/conf/*.conf; do [ -e "$f" ] || continue; n=$(basename "$f"); cp -a "$f" "$K/.$n.hamaster"; mv -f "$K/.$n.hamaster" "$K/$n"; done
 for f in "$B"/kubelet/*; do [ -e "$f" ] || continue; n=$(basename "$f"); cp -a "$f" "/var/lib/kubelet/.$n.hamaster"; mv -f "/var/lib/kubelet/.$n.hamaster" "/var/lib/kubelet/$n"; done
 mkdir -p "$K/manifests"
-for f in "$K"/manifests/*; do [ -e "$f" ] || continue; [ -e "$B/manifests/$(basename "$f")" ] || rm -f "$f"; done
+for f in "$K"/manifests/*; do [ -e "$f" ] || continue; n=$(basename "$f"); [ "$2" = keep-etcd ] && [ "$n" = etcd.yaml ] && continue; [ -e "$B/manifests/$n" ] || rm -f "$f"; done
 for f in "$B"/manifests/*; do n=$(basename "$f"); cp -a "$f" "$K/.$n.hamaster"; mv -f "$K/.$n.hamaster" "$K/manifests/$n"; done
 `
 
 // RollbackMaster implements flavors.Upgrader: with a backup on
 // replica, a kubeadm still running stopped, the packages of the backup's
-// versions installed, its files restored (restoreScript), the kubelet
+// versions installed, its files restored (restoreScript; an upgraded
+// etcd that is healthy is kept, as kubeadm keeps it), the kubelet
 // restarted, the apiserver waited for at the backup's version, then
 // (first, when the backup has them) kubeadm-config and kubelet-config
 // replaced by the backup's, and the backup dropped. Without a backup,
@@ -718,13 +721,29 @@ func (f *Flavor) RollbackMaster(ctx context.Context, replica providers.Replica, 
 	}
 	f.log.Info("rolling back", "machine", m, "from", target, "to", prev)
 	f.stopKubeadm(ctx, m, nil)
+	keepEtcd, err := f.keepEtcd(ctx, m)
+	if err != nil {
+		return err
+	}
 	if err := f.install(ctx, m, kubeadmV, "kubeadm"); err != nil {
 		return err
 	}
 	if err := f.install(ctx, m, kubeletV, "kubelet", "kubectl"); err != nil {
 		return err
 	}
-	if _, stderr, err := f.m.RunOnMachine(ctx, m, "sh -c "+remote.ShellQuote(restoreScript)+" restore "+UpgradeBackupDir); err != nil {
+	mode := "all"
+	if keepEtcd {
+		// As kubeadm's own rollback does (staticpods.go
+		// rollbackOldManifests restores etcd's manifest only with
+		// restoreEtcd: "if an Etcd upgrade is successful, but the
+		// apiserver upgrade fails, Etcd is not rolled back"): etcd does
+		// not run an older minor on data a newer one wrote (its
+		// downgrade is a procedure of its own), and serves older
+		// apiservers.
+		mode = "keep-etcd"
+		f.log.Info("keeping the upgraded etcd, which is healthy", "machine", m)
+	}
+	if _, stderr, err := f.m.RunOnMachine(ctx, m, "sh -c "+remote.ShellQuote(restoreScript)+" restore "+UpgradeBackupDir+" "+mode); err != nil {
 		return fmt.Errorf("restore the upgrade backup on %s: %w (stderr: %s)", m, err, tail(stderr))
 	}
 	if err := f.restartKubelet(ctx, m); err != nil {
@@ -750,6 +769,22 @@ func (f *Flavor) RollbackMaster(ctx context.Context, replica providers.Replica, 
 		}
 	}
 	return f.FinishUpgrade(ctx, replica)
+}
+
+// EtcdHealthURL is a kubeadm etcd's own health, on the master's
+// loopback (GetEtcdPodSpec: --listen-metrics-urls=http://127.0.0.1:2381,
+// the URL of its liveness probe).
+const EtcdHealthURL = "http://127.0.0.1:2381/health"
+
+// keepEtcd reports whether m's etcd manifest was changed by the upgrade
+// and its etcd is healthy: RollbackMaster then keeps it.
+func (f *Flavor) keepEtcd(ctx context.Context, m string) (bool, error) {
+	out, _, err := f.m.RunOnMachine(ctx, m, "cmp -s "+UpgradeBackupDir+"/manifests/etcd.yaml /etc/kubernetes/manifests/etcd.yaml && echo same; curl -s --max-time 3 "+EtcdHealthURL+" || true")
+	if err != nil {
+		return false, fmt.Errorf("etcd on %s: %w", m, err)
+	}
+	s := string(out)
+	return !strings.HasPrefix(s, "same") && strings.Contains(s, `"health":"true"`), nil
 }
 
 // FinishUpgrade implements flavors.Upgrader: the backup removed.
