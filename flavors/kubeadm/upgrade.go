@@ -461,19 +461,19 @@ type APIServerFailedError struct {
 	Machine string
 	// Cause says what was seen: its exits, or /livez not served.
 	Cause string
-	// After is how long after its manifest changed it was noticed; Down
-	// how long after the old apiserver stopped serving (the kubelet
-	// notices a changed manifest within its file check period, and the
-	// old apiserver stops gracefully); Exited how long after the new one
-	// last wrote its log before exiting (seconds of the master's clock),
-	// 0 when it did not exit.
-	After, Down, Exited time.Duration
+	// After is how long after its manifest changed it was noticed
+	// (the kubelet notices a changed manifest within its file check
+	// period, and stops the old apiserver gracefully first); Started
+	// how long after the new container's first log line; Exited how
+	// long after the new one last wrote its log before exiting (seconds
+	// of the master's clock), 0 when it did not exit.
+	After, Started, Exited time.Duration
 	// Log is the end of the failed container's log.
 	Log string
 }
 
 func (e *APIServerFailedError) Error() string {
-	s := fmt.Sprintf("master %s: the new kube-apiserver cannot start: %s (noticed %v after it exited), %v after the apiserver stopped serving (%v after its manifest changed; kubeadm stopped: it would have waited 5 minutes, kubeadm#2927)", e.Machine, e.Cause, e.Exited, e.Down.Round(100*time.Millisecond), e.After.Round(100*time.Millisecond))
+	s := fmt.Sprintf("master %s: the new kube-apiserver cannot start: %s; noticed %v after it started, %v after its manifest changed (kubeadm stopped: it would have waited 5 minutes, kubeadm#2927)", e.Machine, e.Cause, e.Started.Round(100*time.Millisecond), e.After.Round(100*time.Millisecond))
 	if e.Log != "" {
 		s += "; its log: " + e.Log
 	}
@@ -511,7 +511,10 @@ func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd 
 	}()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
-	var changedAt, downSince time.Time
+	// The old pod's log directory: its files grow as the old apiserver
+	// logs while it stops, which is neither a start nor an exit.
+	oldDir := currentDir(logs0)
+	var changedAt, startedAt, downSince time.Time
 	for {
 		select {
 		case err := <-done:
@@ -539,27 +542,33 @@ func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd 
 			changedAt = time.Now()
 			f.log.Info("kube-apiserver manifest changed; watching it start", "machine", m)
 		}
+		// The kubelet stops the old apiserver (its graceful shutdown
+		// takes seconds) before it starts the new one: /livez is
+		// judged from the new container's first log line on.
+		if startedAt.IsZero() && startedSince(logs0, logs, oldDir) {
+			startedAt = time.Now()
+		}
 		var fail *APIServerFailedError
 		up := f.livez(ctx, m)
 		switch {
-		case up:
+		case up || startedAt.IsZero():
 			downSince = time.Time{}
 		case downSince.IsZero():
 			downSince = time.Now()
 		}
-		if exits, last := exitsSince(logs0, logs); exits > 0 {
+		if exits, last := exitsSince(logs0, logs, oldDir); exits > 0 {
 			out, _, _ := f.m.RunOnMachine(ctx, m, "tail -n 3 "+remote.ShellQuote(last))
 			fail = &APIServerFailedError{Machine: m, Cause: fmt.Sprintf("it exited (%d restarts)", exits), Log: strings.TrimSpace(string(out)), Exited: logs[last].age}
-		} else if !up && time.Since(downSince) >= grace {
-			fail = &APIServerFailedError{Machine: m, Cause: fmt.Sprintf("/livez not served for %v", grace)}
+		} else if !downSince.IsZero() && time.Since(downSince) >= grace {
+			fail = &APIServerFailedError{Machine: m, Cause: fmt.Sprintf("it started but did not serve /livez for %v", grace)}
+		} else if startedAt.IsZero() && time.Since(changedAt) >= APIServerStartBound {
+			fail = &APIServerFailedError{Machine: m, Cause: fmt.Sprintf("the kubelet did not start it within %v", APIServerStartBound)}
 		}
 		if fail != nil {
 			fail.After = time.Since(changedAt)
-			if !downSince.IsZero() {
-				fail.Down = time.Since(downSince)
+			if !startedAt.IsZero() {
+				fail.Started = time.Since(startedAt)
 			}
-		}
-		if fail != nil {
 			f.log.Warn("stopping kubeadm", "machine", m, "err", fail)
 			f.stopKubeadm(context.WithoutCancel(ctx), m, done)
 			return fail
@@ -567,12 +576,48 @@ func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd 
 	}
 }
 
+// APIServerStartBound bounds the wait for the kubelet to start the new
+// kube-apiserver once its manifest changed (its file check period, the
+// old one's graceful stop).
+const APIServerStartBound = 2 * time.Minute
+
+// currentDir is the directory of the youngest log file: the running
+// container's.
+func currentDir(logs map[string]podLog) string {
+	dir, best := "", time.Duration(-1)
+	for name, l := range logs {
+		if best < 0 || l.age < best || (l.age == best && name > dir) {
+			dir, best = path.Dir(name), l.age
+		}
+	}
+	return dir
+}
+
+// startedSince reports whether a kube-apiserver container other than
+// the one logging in skipDir started: a log file new or grown since
+// before.
+func startedSince(before, now map[string]podLog, skipDir string) bool {
+	for name, l := range now {
+		if path.Dir(name) == skipDir {
+			continue
+		}
+		if old, ok := before[name]; !ok || l.size > old.size {
+			return true
+		}
+	}
+	return false
+}
+
 // exitsSince counts the kube-apiserver restarts a pod log shows that
-// were not before: files N.log (N ≥ 1: the Nth restart) new or grown
-// since before. last is the log of the run before the latest restart.
-func exitsSince(before, now map[string]podLog) (exits int, last string) {
+// were not before, outside skipDir (the old container's): files N.log
+// (N ≥ 1: the Nth restart) new or grown since before. last is the log
+// of the run before the latest restart.
+func exitsSince(before, now map[string]podLog, skipDir string) (exits int, last string) {
 	best := -1
 	for name, l := range now {
+		if path.Dir(name) == skipDir {
+			continue
+		}
 		if old, ok := before[name]; ok && l.size <= old.size {
 			continue
 		}

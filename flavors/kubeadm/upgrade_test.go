@@ -84,19 +84,28 @@ func (m envMap) get(k string) string { return m[k] }
 func TestExitsSince(t *testing.T) {
 	t.Parallel()
 	dir := "/var/log/pods/kube-system_kube-apiserver-m1_"
-	before := map[string]podLog{dir + "old/kube-apiserver/0.log": {size: 100}, dir + "new/kube-apiserver/1.log": {size: 10}}
+	before := map[string]podLog{dir + "old/kube-apiserver/0.log": {size: 100, age: 5 * time.Second}, dir + "old/kube-apiserver/1.log": {size: 100}, dir + "new/kube-apiserver/1.log": {size: 10, age: time.Hour}}
+	oldDir := currentDir(before)
+	if oldDir != dir+"old/kube-apiserver" {
+		t.Fatalf("currentDir = %q", oldDir)
+	}
 	for _, tc := range []struct {
-		name  string
-		now   map[string]podLog
-		exits int
-		last  string
+		name    string
+		now     map[string]podLog
+		started bool
+		exits   int
+		last    string
 	}{
-		{"nothing new", before, 0, ""},
-		{"the new pod running", map[string]podLog{dir + "new2/kube-apiserver/0.log": {size: 5}}, 0, ""},
-		{"the new pod exited twice", map[string]podLog{dir + "new2/kube-apiserver/0.log": {size: 5}, dir + "new2/kube-apiserver/1.log": {size: 5}, dir + "new2/kube-apiserver/2.log": {size: 1, age: time.Second}}, 2, dir + "new2/kube-apiserver/1.log"},
-		{"an old restart log grown (the same manifest again)", map[string]podLog{dir + "new/kube-apiserver/1.log": {size: 20}}, 1, dir + "new/kube-apiserver/0.log"},
+		{"nothing new", before, false, 0, ""},
+		{"the old one logging as it stops", map[string]podLog{dir + "old/kube-apiserver/1.log": {size: 200}}, false, 0, ""},
+		{"the new pod running", map[string]podLog{dir + "new2/kube-apiserver/0.log": {size: 5}}, true, 0, ""},
+		{"the new pod exited twice", map[string]podLog{dir + "new2/kube-apiserver/0.log": {size: 5}, dir + "new2/kube-apiserver/1.log": {size: 5}, dir + "new2/kube-apiserver/2.log": {size: 1, age: time.Second}}, true, 2, dir + "new2/kube-apiserver/1.log"},
+		{"an old restart log grown (the same manifest again)", map[string]podLog{dir + "new/kube-apiserver/1.log": {size: 20}}, true, 1, dir + "new/kube-apiserver/0.log"},
 	} {
-		exits, last := exitsSince(before, tc.now)
+		if got := startedSince(before, tc.now, oldDir); got != tc.started {
+			t.Errorf("%s: startedSince = %v", tc.name, got)
+		}
+		exits, last := exitsSince(before, tc.now, oldDir)
 		if exits != tc.exits || last != tc.last {
 			t.Errorf("%s: exitsSince = %d, %q; want %d, %q", tc.name, exits, last, tc.exits, tc.last)
 		}
