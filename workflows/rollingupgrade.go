@@ -92,10 +92,22 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 	// recreated from a template at the new version, or surged.
 	up, inPlace := inPlaceUpgrader(d, p)
 	if inPlace && p.ExtraArgsSet {
-		if _, ok := up.(flavors.FlagUpgrader); !ok {
-			wf.Check = func(context.Context) error {
+		check := wf.Check
+		wf.Check = func(ctx context.Context) error {
+			if _, ok := up.(flavors.FlagUpgrader); !ok {
 				return errkind.Errorf(errkind.InvalidArgument, "--extra-args: the %s flavor upgrades its masters in place and cannot set their flags", d.Flavor().Name())
 			}
+			// In place, the flags are set by name (kubeadm-config's
+			// apiServer.extraArgs), not replaced as a whole.
+			for _, a := range p.ExtraArgs {
+				if name, _, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); !ok || name == "" || !strings.HasPrefix(a, "--") {
+					return errkind.Errorf(errkind.InvalidArgument, "--extra-args: %q: the %s flavor sets each flag by name: want --name=value", a, d.Flavor().Name())
+				}
+			}
+			if check != nil {
+				return check(ctx)
+			}
+			return nil
 		}
 	}
 	if inPlace {
