@@ -122,7 +122,7 @@ func TestRollingUpgradeInPlace(t *testing.T) {
 	// A refused flag: the first master fails its health gate and is
 	// rolled back by the flavor, first=true; nobody else is touched.
 	start := time.Now()
-	err = e.upgradeInPlace(ctx, f, workflows.UpgradeParams{Version: "v1.31.0", ExtraArgs: []string{"--no-such-flag"}, ExtraArgsSet: true, DrainGrace: 200 * time.Millisecond}, nil)
+	err = e.upgradeInPlace(ctx, f, workflows.UpgradeParams{Version: "v1.31.0", ExtraArgs: []string{"--no-such-flag=1"}, ExtraArgsSet: true, DrainGrace: 200 * time.Millisecond}, nil)
 	if !errors.Is(err, workflows.ErrConcluded) || errkind.ExitCode(err) != 1 || !strings.Contains(err.Error(), "rolled back in place to v1.30.2") {
 		t.Fatalf("refused flag: err = %v; want a concluded in-place rollback", err)
 	}
@@ -131,6 +131,14 @@ func TestRollingUpgradeInPlace(t *testing.T) {
 		t.Errorf("calls = %s; want one upgrade and its rollback, first=true", got)
 	}
 	e.assertVersions(ctx, "v1.30.2", 3)
+
+	// --extra-args a flavor sets by name must be --name=value: refused
+	// before anything changes.
+	f.st.calls = nil
+	err = e.upgradeInPlace(ctx, f, workflows.UpgradeParams{Version: "v1.31.0", ExtraArgs: []string{"--no-such-flag"}, ExtraArgsSet: true}, nil)
+	if !errors.Is(err, errkind.InvalidArgument) || len(f.st.calls) != 0 {
+		t.Errorf("--extra-args --no-such-flag: err = %v, calls %v; want InvalidArgument and no call", err, f.st.calls)
+	}
 
 	// The upgrade, crashed after every step once.
 	f.st.calls = nil
