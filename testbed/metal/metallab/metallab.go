@@ -25,7 +25,8 @@
 //     private), so that it and every session it spawns see the host's
 //     hostname (its inventory name), /etc/hosts (every host's name), and
 //     its own /etc/kubernetes, /var/lib/etcd, /var/lib/kubelet,
-//     /var/lib/hamaster (the metal provider's claim) and /run,
+//     /var/lib/hamaster (the metal provider's claim), /usr/local/bin,
+//     /var/log/pods and /run,
 //     bind mounts of DIR/hosts/<name>/... Per-host pid files
 //     (keepalived's, haproxy's) under /run never clash. The machine's own
 //     mount table does not change; a mount point missing on the machine
@@ -92,9 +93,11 @@ const (
 // kubelet write, what hamaster's metal provider writes (its claim on the
 // host, providers/metal.Claim), /run for pid files, and /usr/local/bin,
 // where Install puts the host's kubeadm, kubectl and kubelet ("the
-// packages").
+// packages"), and /var/log/pods, where the kubelet writes its pods' logs
+// (the kubeadm flavor's upgrade reads its kube-apiserver's there: one
+// host's must not be another's, nor the machine's).
 func hostMounts() []string {
-	return []string{"/etc/kubernetes", "/var/lib/etcd", "/var/lib/kubelet", "/var/lib/hamaster", "/run", "/usr/local/bin"}
+	return []string{"/etc/kubernetes", "/var/lib/etcd", "/var/lib/kubelet", "/var/lib/hamaster", "/run", "/usr/local/bin", "/var/log/pods"}
 }
 
 // Options describe a lab.
