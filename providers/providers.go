@@ -270,3 +270,11 @@ func EndpointPortOf(p Provider) int {
 	}
 	return APIServerPortOf(p)
 }
+
+// NameChooser is implemented by providers whose machines exist before
+// hamaster takes them (metal: the inventory's hosts): add-replica without
+// a name takes the one NextReplicaName names, or refuses with its reason
+// (no free host, in zone when given).
+type NameChooser interface {
+	NextReplicaName(ctx context.Context, zone string) (string, error)
+}

@@ -290,7 +290,33 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 		dnsStep(d, p.DNSKind, p.DNSName),
 		verifyStep(d, func(r *Run) string { return name(r) }, true),
 	}
+	if j := joinerOf(d); j != nil {
+		steps := wf.Steps
+		// The new master joins with the flavor's own tool, which adds and
+		// promotes its member: no learner of hamaster's, no certificates
+		// (the masters carry their own). The load balancer comes first,
+		// then the conversion to it (a control-plane join needs the
+		// cluster's endpoint), then the machine and its join.
+		wf.Steps = pickSteps(wf.Steps, StepPreflight, StepSnapshot, StepReserveAddress, StepPromoteLB)
+		wf.Steps = append(wf.Steps, convertStep(d))
+		wf.Steps = append(wf.Steps, pickSteps(steps, StepCreateVM)...)
+		wf.Steps = append(wf.Steps, joinStep(d, j, p))
+		wf.Steps = append(wf.Steps, pickSteps(steps, StepAddToLB, StepDNS, StepVerify)...)
+	}
 	return wf
+}
+
+// pickSteps returns the steps of steps named names, in names' order.
+func pickSteps(steps []Step, names ...string) []Step {
+	out := make([]Step, 0, len(names))
+	for _, n := range names {
+		for _, s := range steps {
+			if s.Name == n {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 // addLearner adds the replica's member to cluster as a learner (again:
@@ -457,7 +483,7 @@ func verifyStep(d *Deps, name func(*Run) string, wantMember bool) Step {
 			if err != nil {
 				return err
 			}
-			base := fmt.Sprintf("https://%s:%d", ip, providers.APIServerPortOf(d.Provider))
+			base := fmt.Sprintf("https://%s:%d", ip, providers.EndpointPortOf(d.Provider))
 			if err := waitFor(ctx, r, "the endpoint "+base+"/readyz", 100*time.Millisecond, func(ctx context.Context) error {
 				_, err := d.Probe(ctx, base, "/readyz")
 				return err

@@ -368,8 +368,9 @@ type Options struct {
 	// rollback, if the replacement does not come back).
 	SoleReplicaOutage bool
 	// Defaults fills parameters still empty after a resume was considered
-	// (a fresh run's generated replica name).
-	Defaults func(params map[string]string)
+	// (a fresh run's generated replica name); an error refuses the run
+	// before anything changes.
+	Defaults func(params map[string]string) error
 	// ShowPlan, when set, receives the plan document of a dry run instead
 	// of the text plan on Deps.Out (--output json).
 	ShowPlan func(PlanDoc) error
@@ -394,7 +395,9 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 		return err
 	}
 	if o.Defaults != nil {
-		o.Defaults(wf.Params)
+		if err := o.Defaults(wf.Params); err != nil {
+			return err
+		}
 	}
 	plan := wf.Plan()
 	if resumed {

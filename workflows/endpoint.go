@@ -39,7 +39,7 @@ func probeEndpoint(ctx context.Context, d *Deps, rep Report) error {
 			DisableKeepAlives: true,
 		},
 	}
-	base := "https://" + net.JoinHostPort(rep.StaticIP, strconv.Itoa(providers.APIServerPortOf(d.Provider)))
+	base := "https://" + net.JoinHostPort(rep.StaticIP, strconv.Itoa(providers.EndpointPortOf(d.Provider)))
 	n := max(3, 2*len(rep.Replicas))
 	for i := 0; i < n; i++ {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)

@@ -51,7 +51,7 @@ func Kubeconfig(ctx context.Context, d *Deps, p KubeconfigParams) ([]byte, error
 		if host == "" {
 			return nil, errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no static IP yet; pass --server", d.Cluster)
 		}
-		server = "https://" + net.JoinHostPort(host, strconv.Itoa(providers.APIServerPortOf(d.Provider)))
+		server = "https://" + net.JoinHostPort(host, strconv.Itoa(providers.EndpointPortOf(d.Provider)))
 	}
 	pair, err := ca.IssueClient(p.User, p.Groups, certs.ECDSA)
 	if err != nil {

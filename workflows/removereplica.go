@@ -325,6 +325,12 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 				if len(rs) != 1 {
 					return nil
 				}
+				if ep, keep, err := keepsEndpoint(ctx, d); err != nil {
+					return err
+				} else if keep {
+					r.Info("the load balancer stays, on %s alone: the masters record %s as the cluster's endpoint ('hamaster endpoint set' moves it)", rs[0].Name, ep)
+					return nil
+				}
 				// Demote even when no LB is visible: Delete also removes
 				// pieces of one whose creation was interrupted.
 				r.Waiting("demoting the load balancer: static IP back to %s", rs[0].Name)
@@ -332,6 +338,17 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 			},
 		},
 		verifyStep(d, func(*Run) string { return victim }, false),
+	}
+	if j := joinerOf(d); j != nil {
+		// The victim's machine is released only once the flavor's tool
+		// has left it (kubeadm reset, after its member is gone), so it is
+		// not stopped early: a metal host is never powered off, and a
+		// reset before the member's removal would retry against, or
+		// wipe, the live cluster.
+		steps := wf.Steps
+		wf.Steps = pickSteps(steps, StepPreflight, StepSnapshot, StepRemoveFromLB, StepDNS, StepMoveLeader, StepRemoveMember)
+		wf.Steps = append(wf.Steps, leaveStep(d, j, victim))
+		wf.Steps = append(wf.Steps, pickSteps(steps, StepDeleteVM, StepDemote, StepVerify)...)
 	}
 	return wf
 }

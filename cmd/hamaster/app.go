@@ -110,6 +110,7 @@ environment, which beats the file.`,
 		},
 	}
 	app.Commands = append(app.Commands, clusterCommands(e, g)...)
+	app.Commands = append(app.Commands, endpointCommand(e, g))
 	app.Commands = append(app.Commands, versionCommand(e, g), historyCommand(e, g), completionCommand(e, g), manCommand(e))
 	// "hamaster ... --generate-bash-completion" lists candidates for the
 	// scripts of "hamaster completion".

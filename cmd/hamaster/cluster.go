@@ -407,12 +407,22 @@ wait until caught up → promote to voter → first add only: move the
 static IP to a new L4 load balancer (health-checked on /readyz) → add the
 replica to the LB and wait until healthy → DNS (--dns-name) → verify.
 
+Masters that join with their own tool (--flavor kubeadm, the metal
+provider's) take another path: the first add brings the VIP up on the
+master (keepalived + HAProxy) and converts the cluster to HA (every
+master's apiserver certificate gains the VIP, kubeadm-config's
+controlPlaneEndpoint and cluster-info move to it, then every master's
+kubeconfigs); the host is claimed and runs 'kubeadm join --control-plane'
+with a fresh token and certificate key; a failed join is undone (no
+learner, member or Node left); the host is added to HAProxy and keepalived
+(--host picks it; the first free inventory host by default).
+
 Re-running after a crash resumes at the first unfinished step.
 
 Example:
   hamaster --cluster demo add-replica --yes`,
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "name", Usage: "replica `NAME` (default <cluster>-master-<3 hex>; gce: --gce-master-name-<3 hex>, as kube-up names replicas)"},
+			&cli.StringFlag{Name: "name", Aliases: []string{"host"}, Usage: "replica `NAME` (default <cluster>-master-<3 hex>; gce: --gce-master-name-<3 hex>, as kube-up names replicas; metal: the inventory host to take, default the first free one)"},
 			&cli.StringFlag{Name: "zone", Usage: "zone/failure domain for the new replica (cloud providers)"},
 			&cli.StringFlag{Name: "dns", Value: "static", Usage: "DNS `DRIVER`: static (print the records an operator must set), clouddns (gce, with --dns-zone) or route53 (aws, with --hosted-zone-id)"},
 			&cli.StringFlag{Name: "dns-name", Usage: "DNS `NAME` of the endpoint; its A record is kept on the static IP"},
@@ -450,10 +460,13 @@ Example:
 			wf := workflows.AddReplica(d, workflows.AddParams{Name: c.String("name"), Zone: c.String("zone"), DNSKind: c.String("dns"), DNSName: c.String("dns-name"), Timeout: c.Duration("timeout")})
 			err = workflows.Execute(c.Context, d, wf, workflows.Options{
 				DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e),
-				Defaults: func(params map[string]string) {
-					if params["name"] == "" {
-						params["name"] = nextReplicaName(c.Context, d)
+				Defaults: func(params map[string]string) error {
+					if params["name"] != "" {
+						return nil
 					}
+					n, err := nextReplicaName(c.Context, d, params["zone"])
+					params["name"] = n
+					return err
 				},
 			})
 			if n := c.String("dns-name"); err == nil && n != "" && !g.dryRun {
@@ -611,6 +624,7 @@ func statusJSON(rep workflows.Report) map[string]any {
 		out["members_error"] = rep.MembersError
 	}
 	addStatusJSON(out, rep)
+	addViewJSON(out, rep)
 	if rep.Journal != nil {
 		out["last_workflow"] = map[string]any{"workflow": rep.Journal.Workflow, "params": rep.Journal.Params, "finished": rep.Journal.Finished}
 	}
@@ -652,6 +666,7 @@ func printStatus(e *env, rep workflows.Report) {
 		}
 		tw.Flush()
 	}
+	printView(w, rep)
 	fmt.Fprintln(w, "\nAPISERVER CERTIFICATES")
 	for _, c := range rep.Certificates {
 		fmt.Fprintf(w, "%s: expires %s (in %dd); SANs: %s %s\n", c.Replica, c.NotAfter.Format(time.RFC3339), int(time.Until(c.NotAfter).Hours()/24), strings.Join(c.DNSNames, ","), strings.Join(c.IPs, ","))
@@ -660,6 +675,7 @@ func printStatus(e *env, rep workflows.Report) {
 		fmt.Fprintf(w, "\nUNFINISHED: %s %v — re-run it to finish\n", j.Workflow, j.Params)
 	}
 	printStatusProblems(w, rep)
+	printViewProblems(w, rep)
 }
 
 func rollingUpgradeCommand(e *env, g *globals) *cli.Command {

@@ -232,7 +232,7 @@ func TestREADMEAndHelpExamplesRunVerbatim(t *testing.T) {
 		// The order that makes each example meaningful; add-replica's runs
 		// twice so that rolling-upgrade has the three replicas it needs.
 		order := []string{"local up", "add-replica", "add-replica", "status", "kubeconfig", "snapshots", "rotate-certs", "rolling-upgrade", "remove-replica",
-			"recover", "etcd", "etcd members", "etcd health", "etcd snapshot", "version", "history", "completion", "local down"}
+			"recover", "endpoint set", "etcd", "etcd members", "etcd health", "etcd snapshot", "version", "history", "completion", "local down"}
 		for path := range ex {
 			if !slices.Contains(order, path) {
 				t.Errorf("the example of %q is not run by this test: add it to the order", path)

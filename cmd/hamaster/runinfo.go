@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/tfexternal"
 	"github.com/hamaster/hamaster/workflows"
 )
@@ -38,8 +39,13 @@ func (g *globals) showPlan(e *env) func(workflows.PlanDoc) error {
 // "hamaster terraform" reports as next_replica_name (the first name of
 // tfexternal.NextReplicaName's sequence no replica or etcd member uses), so
 // a dry run shows the name the run will use. What cannot be read is left
-// out (preflight then refuses the run anyway).
-func nextReplicaName(ctx context.Context, d *workflows.Deps) string {
+// out (preflight then refuses the run anyway). A provider whose machines
+// exist already (metal: the inventory's hosts) names the free one to
+// take, in zone when given, or says why none is.
+func nextReplicaName(ctx context.Context, d *workflows.Deps, zone string) (string, error) {
+	if nc, ok := d.Provider.(providers.NameChooser); ok {
+		return nc.NextReplicaName(ctx, zone)
+	}
 	taken := map[string]bool{}
 	if rs, err := d.Provider.Instances().List(ctx); err == nil {
 		for _, r := range rs {
@@ -68,9 +74,9 @@ func nextReplicaName(ctx context.Context, d *workflows.Deps) string {
 		d.Logger.Warn("next replica name: etcd members", "error", err)
 	}
 	if n, ok := d.Provider.(interface{ MasterName() string }); ok {
-		return tfexternal.NextReplicaNameFor(d.Cluster, n.MasterName(), taken)
+		return tfexternal.NextReplicaNameFor(d.Cluster, n.MasterName(), taken), nil
 	}
-	return tfexternal.NextReplicaName(d.Cluster, taken)
+	return tfexternal.NextReplicaName(d.Cluster, taken), nil
 }
 
 // voterWarning says what fault tolerance an even number of etcd voters

@@ -257,7 +257,7 @@ func Status(ctx context.Context, h Host) ([]lb.TargetHealth, error) {
 	}
 	var ts []lb.TargetHealth
 	for _, row := range rows[1:] {
-		if len(row) < len(rows[0])-1 || row[col["pxname"]] != BackendName || row[col["svname"]] == "BACKEND" {
+		if len(row) < len(rows[0])-1 || row[col["pxname"]] != BackendName || row[col["svname"]] == "BACKEND" || row[col["svname"]] == "FRONTEND" {
 			continue
 		}
 		st := row[col["status"]]

@@ -1,0 +1,189 @@
+//go:build metallab
+
+// The metal lab's tier ('make test-metal', as root): the real CLI on the
+// metal provider's hosts, against masters built by the real kubeadm.
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/internal/probeload"
+	"github.com/hamaster/hamaster/testbed/local/localtest"
+	"github.com/hamaster/hamaster/testbed/metal/metallab"
+	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
+)
+
+const metalVersion = "v1.33.13"
+
+// labEnv reads the HAMASTER_* variables metallab writes to hamaster.env
+// ("export K=V" lines), as an operator sources it.
+func labEnv(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var env []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if kv, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "export "); ok {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// TestMetalKubeadmEndToEnd is issue 23's and 24's walk with the real CLI:
+// a single kubeadm master (kubeadm init, no controlPlaneEndpoint) →
+// add-replica --host (the VIP brought up, the cluster converted to HA on
+// it, the host joined) → add-replica (the first free host) with load on
+// the old address and the VIP throughout: 0 failed → remove-replica of
+// the VIP's holder (a planned handoff) and of another → one master left,
+// the freed hosts clean.
+func TestMetalKubeadmEndToEnd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	kubeletProgram, binDir := metallabtest.Kubeadm(t, metalVersion)
+	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir})
+	for _, h := range lab.Hosts {
+		if err := lab.Install(ctx, h, metalVersion); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h1, h2, h3 := lab.Hosts[0], lab.Hosts[1], lab.Hosts[2]
+	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: metalVersion}); err != nil {
+		t.Fatal(err)
+	}
+	sh := func(h *metallab.Host, cmd string) (string, error) {
+		c, err := lab.Dial(ctx, h)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		out, stderr, err := c.Run(ctx, cmd)
+		if err != nil {
+			return string(out), fmt.Errorf("%s on %s: %w: %s", cmd, h.Name, err, stderr)
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	must := func(h *metallab.Host, cmd string) string {
+		t.Helper()
+		out, err := sh(h, cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	caPEM := must(h1, "cat /etc/kubernetes/pki/ca.crt")
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(caPEM)) {
+		t.Fatal("master 0's ca.crt holds no certificate")
+	}
+	// The old address is verified for its IP, the VIP for the VIP: each
+	// name must be in the apiserver's certificate.
+	tlsFor := func() *tls.Config { return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12} }
+
+	env := append(os.Environ(), labEnv(t, lab.EnvFile)...)
+	env = append(env, "HAMASTER_STATE_DIR="+t.TempDir(), "HAMASTER_CLUSTER=lab", "HAMASTER_FLAVOR=kubeadm")
+	bin := localtest.HamasterBinary(t)
+	hm := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = env
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		start := time.Now()
+		err := cmd.Run()
+		t.Logf("hamaster %s: %v (%s)", strings.Join(args, " "), err, time.Since(start).Round(100*time.Millisecond))
+		if err != nil {
+			t.Fatalf("hamaster %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errb.String())
+		}
+		return out.String()
+	}
+
+	oldAddr := fmt.Sprintf("https://%s:6443/readyz", h1.Addr)
+	vipAddr := fmt.Sprintf("https://%s:8443/readyz", lab.VIP)
+	oldLoad := probeload.Start(ctx, oldAddr, tlsFor(), 20*time.Millisecond)
+
+	hm("add-replica", "--host", h2.Name, "--yes")
+	vipLoad := probeload.Start(ctx, vipAddr, tlsFor(), 20*time.Millisecond)
+	if ep := must(h1, "kubectl --kubeconfig /etc/kubernetes/admin.conf -n kube-system get cm kubeadm-config -o jsonpath='{.data.ClusterConfiguration}' | grep controlPlaneEndpoint"); !strings.Contains(ep, lab.VIP.String()+":8443") {
+		t.Fatalf("kubeadm-config after the conversion: %s", ep)
+	}
+	hm("add-replica", "--yes") // the first free host: host-3
+
+	var st struct {
+		Replicas []struct {
+			Name string `json:"name"`
+		} `json:"replicas"`
+	}
+	if err := json.Unmarshal([]byte(hm("--output", "json", "status")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Replicas) != 3 {
+		t.Fatalf("status after two adds: %+v", st)
+	}
+	nodes := must(h1, "kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -l node-role.kubernetes.io/control-plane -o name | wc -l")
+	if nodes != "3" {
+		t.Fatalf("control-plane Nodes after two adds: %s", nodes)
+	}
+	old := oldLoad.Stop()
+	t.Logf("load on the old address %s through the conversion and both adds: %+v", oldAddr, old)
+	if probeload.Failed(old) != 0 {
+		t.Errorf("requests to the old address failed: %+v", old)
+	}
+
+	// The VIP's holder leaves first: a planned handoff.
+	holder := ""
+	for _, h := range lab.Hosts {
+		if out, _ := sh(h, "ip -o addr show | grep -c ' "+lab.VIP.String()+"/' || true"); out == "1" {
+			holder = h.Name
+		}
+	}
+	if holder == "" {
+		t.Fatal("no host holds the VIP")
+	}
+	hm("remove-replica", "--name", holder, "--yes")
+	var second string
+	for _, h := range []*metallab.Host{h1, h2, h3} {
+		if h.Name != holder {
+			second = h.Name
+			break
+		}
+	}
+	hm("remove-replica", "--name", second, "--yes")
+	vip := vipLoad.Stop()
+	t.Logf("load on the VIP %s through the second add and both removals: %+v", vipAddr, vip)
+	if probeload.Failed(vip) != 0 {
+		t.Errorf("requests to the VIP failed: %+v", vip)
+	}
+
+	var last *metallab.Host
+	for _, h := range lab.Hosts {
+		if h.Name != holder && h.Name != second {
+			last = h
+		}
+	}
+	if n := must(last, "kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o name | wc -l"); n != "1" {
+		t.Errorf("Nodes left: %s", n)
+	}
+	for _, name := range []string{holder, second} {
+		h := lab.Host(name)
+		left := must(h, "find /etc/kubernetes/manifests -name '*.yaml' 2>/dev/null; ls -A /var/lib/etcd 2>/dev/null; cat /var/lib/hamaster/claim 2>/dev/null; ip -o addr show | grep -F ' "+lab.VIP.String()+"/' || true")
+		if left != "" {
+			t.Errorf("freed host %s keeps: %s", name, left)
+		}
+	}
+}
