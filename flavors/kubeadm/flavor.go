@@ -52,8 +52,8 @@ type Machine interface {
 // the provider's way in, the masters' CA, the apiserver port, the version
 // check), join and leave (flavors.Joiner), and the in-place upgrade
 // (flavors.Upgrader: upgrade.go), which rolling-upgrade runs for this
-// flavor in place of recreating a master from a template. Not yet: the
-// conversion to HA (issue 23).
+// flavor in place of recreating a master from a template, and the
+// conversion to HA (flavors.EndpointMover: convert.go).
 type Flavor struct {
 	p   providers.Provider
 	m   Machine
