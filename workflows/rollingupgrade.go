@@ -113,7 +113,7 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 	if inPlace {
 		wf.Params["strategy"] = StrategyInPlace
 	}
-	wf.Steps = []Step{upgradePreflight(d, p), {
+	wf.Steps = []Step{upgradePreflight(d, p, inPlace), {
 		Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot → <state-dir>/<cluster>/snapshots/"},
 		Run: func(ctx context.Context, r *Run) error {
 			return takeSnapshot(ctx, d, r, "upgrade-"+p.Version)
@@ -155,7 +155,7 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 	return wf
 }
 
-func upgradePreflight(d *Deps, p UpgradeParams) Step {
+func upgradePreflight(d *Deps, p UpgradeParams, inPlace bool) Step {
 	return Step{
 		Name: StepPreflight, Always: true,
 		Plan: []string{"every replica healthy (/readyz), every voter healthy, no pending learner", "quorum survives one replica down (recreate)"},
@@ -198,6 +198,9 @@ func upgradePreflight(d *Deps, p UpgradeParams) Step {
 			}
 			if p.Strategy == StrategyRecreate {
 				if len(rs) == 1 && !p.AllowDowntime {
+					if inPlace {
+						return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has one master: upgrading it in place means control-plane downtime while its apiserver restarts; add a master first (add-replica) or pass --allow-downtime", d.Cluster)
+					}
 					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has one replica: recreating it means control-plane downtime; use --strategy surge (adds a new replica first) or pass --allow-downtime", d.Cluster)
 				}
 				if len(rs) > 1 && voters-1 < etcdmember.Quorum(voters) {
