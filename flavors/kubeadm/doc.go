@@ -17,6 +17,12 @@
 //     keeps an existing certificate as it is), and the kubeconfigs that
 //     point at the endpoint moved (EndpointKubeconfigs,
 //     SetKubeconfigServer).
+//   - upgrading a master in place (UpgradeMaster: kubeadm upgrade apply
+//     on the first master, kubeadm upgrade node on the others) with a
+//     backup saved first and restored whole by RollbackMaster, and kubeadm
+//     stopped within seconds when the new kube-apiserver cannot start,
+//     where kubeadm itself waits 5 minutes and reverts one component
+//     (kubeadm#2927, #2061).
 //
 // What is here so far is the format's pure part, each piece checked
 // against the real kubeadm of every pinned version (testdata/README.md,
