@@ -278,8 +278,8 @@ func (f *Flavor) PointMaster(ctx context.Context, replica providers.Replica, end
 		}
 		f.log.Info("kubeconfig moved to the endpoint", "master", replica.Name, "file", path, "server", endpoint)
 		if name == "kubelet.conf" {
-			if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "systemctl restart kubelet"); err != nil {
-				return fmt.Errorf("master %s: restart the kubelet for its new kubelet.conf: %w (stderr: %s)", replica.Name, err, tail(stderr))
+			if err := f.restartKubelet(ctx, replica.Name); err != nil {
+				return fmt.Errorf("master %s: restart the kubelet for its new kubelet.conf: %w", replica.Name, err)
 			}
 		}
 	}

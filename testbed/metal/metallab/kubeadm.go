@@ -106,6 +106,14 @@ func (l *Lab) Install(ctx context.Context, h *Host, version string) error {
 // (HAMASTER_KUBEADM_INSTALL_COMMAND).
 const InstallCommand = PackageInstaller + " {version} {packages}"
 
+// RestartKubeletCommand is the lab's stand-in for `systemctl restart
+// kubelet` on a host, in the form of the kubeadm flavor's option
+// (HAMASTER_KUBEADM_RESTART_KUBELET_COMMAND, which hamaster.env sets):
+// the host's kubelet (the process in the host's own mount namespace)
+// gets SIGTERM, and the lab's service supervisor starts it again
+// (Restart=always). The hosts run no systemd.
+const RestartKubeletCommand = `pkill -TERM --ns $$ --nslist mnt -f "^[^ ]*hamaster-kubelet --hamaster-version"`
+
 // IgnorePreflightErrors are the kubeadm upgrade checks the lab's hosts
 // cannot pass: CreateJob (kubeadm upgrade's health check runs a Job,
 // and the test bed's kubelet runs static pods only). hamaster.env names

@@ -603,6 +603,8 @@ func (l *Lab) writeFiles() error {
 		"# The kubeadm flavor's package install on the lab's hosts (its stand-in for apt-get).",
 		"export HAMASTER_KUBEADM_INSTALL_COMMAND='" + InstallCommand + "'",
 		"export HAMASTER_KUBEADM_IGNORE_PREFLIGHT_ERRORS=" + IgnorePreflightErrors,
+		"# Its stand-in for systemctl restart kubelet (the hosts run no systemd).",
+		"export HAMASTER_KUBEADM_RESTART_KUBELET_COMMAND='" + RestartKubeletCommand + "'",
 		"# Not hamaster's: the lab's hosts (name=address) and this machine's address on their bridge.",
 		"export METALLAB_HOSTS='" + strings.Join(hosts, " ") + "'",
 		"export METALLAB_OPERATOR=" + l.Operator.String(),
