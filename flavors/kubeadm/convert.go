@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -239,32 +240,41 @@ func (f *Flavor) waitServing(ctx context.Context, replica providers.Replica, hos
 
 // PointMaster implements flavors.EndpointMover: admin.conf and
 // super-admin.conf (the operator's and kubeadm's own clients) on replica
-// move to endpoint. kubelet.conf moves only when it names the cluster's
-// old endpoint: one that names the master's own apiserver stays, as
-// kubeadm itself writes it on control-plane nodes since v1.33
-// (ControlPlaneKubeletLocalMode, beta and on by default: KEP-4471, so
-// that a kubelet never talks to a newer apiserver), and so does
-// controller-manager.conf and scheduler.conf (the local apiserver since
-// v1.29). A moved kubelet.conf restarts the kubelet.
+// move to endpoint, each written atomically. kubelet.conf moves only
+// when it names something else than the master's own apiserver (the
+// cluster's old endpoint): a control-plane kubelet talks to its local
+// apiserver with ControlPlaneKubeletLocalMode (KEP-4471; beta and on by
+// default since v1.33), and kubeadm upgrade itself moves kubelet.conf
+// from the controlPlaneEndpoint back to the local apiserver
+// (cmd/kubeadm/app/phases/upgrade/postupgrade.go UpdateKubeletLocalMode),
+// so pointing it at the VIP would be undone by the next upgrade. A
+// master built without controlPlaneEndpoint has kubelet.conf on its own
+// address: it stays, and the kubelet is not restarted.
+// controller-manager.conf and scheduler.conf name the local apiserver
+// (cmd/kubeadm/app/phases/kubeconfig getKubeConfigSpecsBase:
+// LocalAPIEndpoint since v1.29) and stay too. A moved kubelet.conf
+// restarts the kubelet (systemctl restart kubelet), which must keep the
+// master's pods running.
 func (f *Flavor) PointMaster(ctx context.Context, replica providers.Replica, endpoint string) error {
-	local := "https://" + net.JoinHostPort(replica.Address, strconv.Itoa(DefaultBindPort))
+	if _, _, err := SetKubeconfigServer(minimalKubeconfig, endpoint); err != nil {
+		return errkind.Errorf(errkind.InvalidArgument, "master %s: %v", replica.Name, err)
+	}
+	local := localServer(replica)
 	for _, name := range EndpointKubeconfigs {
-		path := "/etc/kubernetes/" + name
-		out, _, err := f.m.RunOnMachine(ctx, replica.Name, "cat "+path+" 2>/dev/null || true")
+		path := KubernetesDir + "/" + name
+		out, err := f.readIfExists(ctx, replica.Name, path)
 		if err != nil {
-			return fmt.Errorf("master %s: read %s: %w", replica.Name, path, err)
+			return err
 		}
-		if len(strings.TrimSpace(string(out))) == 0 {
+		if len(out) == 0 {
 			continue // super-admin.conf is only on the master kubeadm init built
 		}
-		if name == "kubelet.conf" {
-			srv, err := KubeconfigServer(out)
-			if err != nil {
-				return fmt.Errorf("master %s: %s: %w", replica.Name, path, err)
-			}
-			if srv == local || strings.HasPrefix(srv, "https://127.0.0.1:") || strings.HasPrefix(srv, "https://localhost:") {
-				continue
-			}
+		srv, err := KubeconfigServer(out)
+		if err != nil {
+			return fmt.Errorf("master %s: %s: %w", replica.Name, path, err)
+		}
+		if !KubeconfigMoves(name, srv, local, endpoint) {
+			continue
 		}
 		doc, changed, err := SetKubeconfigServer(out, endpoint)
 		if err != nil {
@@ -284,6 +294,121 @@ func (f *Flavor) PointMaster(ctx context.Context, replica providers.Replica, end
 		}
 	}
 	return nil
+}
+
+// KubernetesDir is kubeadm's directory on a master
+// (cmd/kubeadm/app/constants KubernetesDir).
+const KubernetesDir = "/etc/kubernetes"
+
+// minimalKubeconfig only validates a server URL with SetKubeconfigServer.
+var minimalKubeconfig = []byte("clusters:\n- cluster:\n    server: https://x:1\n")
+
+// localServer is replica's own apiserver as a kubeconfig names it.
+func localServer(replica providers.Replica) string {
+	return "https://" + net.JoinHostPort(replica.Address, strconv.Itoa(DefaultBindPort))
+}
+
+// KubeconfigMoves reports whether the kubeconfig name (under
+// /etc/kubernetes) whose server is server moves to endpoint
+// (https://host:port) on a master whose own apiserver is local: one of
+// EndpointKubeconfigs not there yet, except a kubelet.conf on the local
+// apiserver (PointMaster says why).
+func KubeconfigMoves(name, server, local, endpoint string) bool {
+	if !slices.Contains(EndpointKubeconfigs, name) || server == endpoint {
+		return false
+	}
+	if name == "kubelet.conf" {
+		u, err := url.Parse(server)
+		if err != nil {
+			return false
+		}
+		if server == local || u.Hostname() == "127.0.0.1" || u.Hostname() == "localhost" || u.Hostname() == "::1" {
+			return false
+		}
+	}
+	return true
+}
+
+// MasterState is what the conversion reads on one master.
+type MasterState struct {
+	// SANs are the names and addresses its apiserver certificate names.
+	SANs []string
+	// Servers maps each kubeconfig of EndpointKubeconfigs present on it
+	// to its server.
+	Servers map[string]string
+	// Local is its own apiserver: https://<advertise address>:6443.
+	Local string
+}
+
+// Left is what remains of moving one master to an endpoint.
+type Left struct {
+	// SANs are the hosts its apiserver certificate lacks
+	// (AddServingSANs).
+	SANs []string
+	// Kubeconfigs are the files PointMaster would move.
+	Kubeconfigs []string
+}
+
+// Done reports whether nothing is left.
+func (l Left) Done() bool { return len(l.SANs) == 0 && len(l.Kubeconfigs) == 0 }
+
+// ConversionLeft is what remains to move a master in state s to
+// endpoint (host:port): what AddServingSANs and PointMaster would still
+// change, so that a resumed conversion names what it skips.
+func ConversionLeft(s MasterState, endpoint string) (Left, error) {
+	ep, err := SplitEndpoint(endpoint)
+	if err != nil {
+		return Left{}, err
+	}
+	if ep.Port == 0 {
+		ep.Port = DefaultBindPort
+	}
+	l := Left{SANs: MissingSANs(s.SANs, ep.Host)}
+	for _, name := range EndpointKubeconfigs {
+		if srv, ok := s.Servers[name]; ok && KubeconfigMoves(name, srv, s.Local, "https://"+ep.String()) {
+			l.Kubeconfigs = append(l.Kubeconfigs, name)
+		}
+	}
+	return l, nil
+}
+
+// State reads replica's MasterState: its apiserver certificate's names
+// and its kubeconfigs' servers. Read-only.
+func (f *Flavor) State(ctx context.Context, replica providers.Replica) (MasterState, error) {
+	s := MasterState{Servers: map[string]string{}, Local: localServer(replica)}
+	b, err := f.read(ctx, replica.Name, APIServerCert)
+	if err != nil {
+		return s, err
+	}
+	c, err := parseCert(b[0])
+	if err != nil {
+		return s, fmt.Errorf("master %s: %s: %w", replica.Name, APIServerCert, err)
+	}
+	s.SANs = certSANs(c)
+	for _, name := range EndpointKubeconfigs {
+		path := KubernetesDir + "/" + name
+		out, err := f.readIfExists(ctx, replica.Name, path)
+		if err != nil {
+			return s, err
+		}
+		if len(out) == 0 {
+			continue
+		}
+		if s.Servers[name], err = KubeconfigServer(out); err != nil {
+			return s, fmt.Errorf("master %s: %s: %w", replica.Name, path, err)
+		}
+	}
+	return s, nil
+}
+
+// readIfExists is the file at path on machine, nil when there is none.
+func (f *Flavor) readIfExists(ctx context.Context, machine, path string) ([]byte, error) {
+	q := remote.ShellQuote(path)
+	out, stderr, err := f.m.RunOnMachine(ctx, machine, "if [ -e "+q+" ]; then cat "+q+"; fi")
+	if err != nil {
+		return nil, fmt.Errorf("master %s: read %s: %w (stderr: %s)", machine, path, err, tail(stderr))
+	}
+	return out, nil
 }
 
 // SetEndpoint implements flavors.EndpointMover: kube-system/kubeadm-config's
