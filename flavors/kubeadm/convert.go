@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/internal/wait"
@@ -34,6 +36,12 @@ const (
 	// next reissue: what an operator restores by hand if the new one is
 	// wrong.
 	certBackupDir = "/var/lib/hamaster/apiserver-cert-backup"
+	// certStagingDir is where kubeadm writes the reissued pair (with a
+	// copy of the CA, removed once it is done), before it is installed.
+	certStagingDir = "/var/lib/hamaster/apiserver-cert-staging"
+	// CAKey is the masters' CA key (cmd/kubeadm/app/constants
+	// CACertAndKeyBaseName).
+	CAKey = "/etc/kubernetes/pki/ca.key"
 	// reissueConfig is the kubeadm configuration the reissue runs with.
 	reissueConfig = "/var/lib/hamaster/apiserver-cert-kubeadm.yaml"
 )
@@ -105,17 +113,29 @@ func parseCert(pemBytes []byte) (*x509.Certificate, error) {
 // apiserver` reissues a master's apiserver certificate from: the
 // cluster's own ClusterConfiguration (kubeadm-config: serviceSubnet,
 // dnsDomain, controlPlaneEndpoint, certSANs) with certSANs gaining every
-// name of extra, and an InitConfiguration with the master's own
-// advertise address and node name — what kubeadm's GetAPIServerAltNames
-// (cmd/kubeadm/app/util/pkiutil/pki_helpers.go) puts in the certificate
-// besides certSANs.
-func ReissueConfig(clusterConfig []byte, nodeName, advertiseAddress string, extra []string) ([]byte, error) {
+// name of extra and certificatesDir set to certDir (where the phase
+// finds the CA and writes the pair), and an InitConfiguration with the
+// master's own advertise address and node name — what kubeadm's
+// GetAPIServerAltNames (cmd/kubeadm/app/util/pkiutil/pki_helpers.go)
+// puts in the certificate besides certSANs.
+func ReissueConfig(clusterConfig []byte, nodeName, advertiseAddress, certDir string, extra []string) ([]byte, error) {
 	cc, err := ParseClusterConfiguration(clusterConfig)
 	if err != nil {
 		return nil, err
 	}
+	if net.ParseIP(advertiseAddress) == nil || nodeName == "" || !strings.HasPrefix(certDir, "/") {
+		return nil, fmt.Errorf("reissue config: advertise address %q, node name %q, certificates dir %q: want an IP, a name and an absolute path", advertiseAddress, nodeName, certDir)
+	}
 	doc, _, err := AddCertSANs(clusterConfig, extra)
 	if err != nil {
+		return nil, err
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(doc, &root); err != nil {
+		return nil, fmt.Errorf("kubeadm-config ClusterConfiguration: %w", err)
+	}
+	setMapValue(root.Content[0], "certificatesDir", scalar(certDir))
+	if doc, err = encodeYAML(&root); err != nil {
 		return nil, err
 	}
 	init := fmt.Sprintf("apiVersion: %s\nkind: InitConfiguration\nlocalAPIEndpoint:\n  advertiseAddress: %s\n  bindPort: %d\nnodeRegistration:\n  name: %s\n",
@@ -124,12 +144,25 @@ func ReissueConfig(clusterConfig []byte, nodeName, advertiseAddress string, extr
 }
 
 // AddServingSANs implements flavors.EndpointMover: replica's apiserver
-// certificate reissued by the real kubeadm (`kubeadm init phase certs
-// apiserver`, which keeps an existing pair as it is: the old one is
-// moved aside into certBackupDir first) from the masters' own CA, with
-// every name it had plus hosts; a reissue that fails, or whose
-// certificate drops a name, is undone. Then it waits until the apiserver
-// serves the new certificate (reloaded from disk, no restart).
+// certificate reissued by the real kubeadm from the masters' own CA,
+// with every name it had plus hosts, then waits until the apiserver
+// serves it.
+//
+// kubeadm never replaces an existing pair: `kubeadm init phase certs
+// apiserver` (cmd/kubeadm/app/cmd/phases/init/certs.go runCertPhase →
+// cmd/kubeadm/app/phases/certs/certs.go CreateCertAndKeyFilesWithCA →
+// pkiutil writeCertificateFilesIfNotExist) uses a pair found on disk
+// and fails when it lacks a name of the configuration
+// (validateCertificateWithConfig). So the phase runs with certificatesDir
+// a staging directory holding only a copy of the CA; its certificate is
+// checked (every old name and every new one, the same CA) before it is
+// installed; the installed pair is first copied to certBackupDir. The
+// pki files are replaced by rename, never removed: the running
+// apiserver always finds a pair, and reloads the new one without a
+// restart (k8s.io/apiserver/pkg/server/dynamiccertificates
+// DynamicCertKeyPairContent: an fsnotify watch of --tls-cert-file and
+// --tls-private-key-file, a Rename re-adds the watch; a cert and key
+// that do not match yet are retried, not served).
 func (f *Flavor) AddServingSANs(ctx context.Context, replica providers.Replica, hosts ...string) error {
 	cur, err := f.read(ctx, replica.Name, APIServerCert)
 	if err != nil {
@@ -141,66 +174,115 @@ func (f *Flavor) AddServingSANs(ctx context.Context, replica providers.Replica, 
 	}
 	old := certSANs(cert)
 	if len(MissingSANs(old, hosts...)) > 0 {
-		if err := f.reissue(ctx, replica, old, hosts); err != nil {
+		if err := f.reissue(ctx, replica, cert, hosts); err != nil {
 			return err
 		}
 	}
 	return f.waitServing(ctx, replica, hosts)
 }
 
-func (f *Flavor) reissue(ctx context.Context, replica providers.Replica, old, hosts []string) error {
+// ManifestFlag is the value of --name in a static pod manifest's
+// command ("" when absent).
+func ManifestFlag(manifest []byte, name string) string {
+	for _, line := range strings.Split(string(manifest), "\n") {
+		l := strings.Trim(strings.TrimPrefix(strings.TrimSpace(line), "- "), `"'`)
+		if v, ok := strings.CutPrefix(l, "--"+name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func (f *Flavor) reissue(ctx context.Context, replica providers.Replica, old *x509.Certificate, hosts []string) error {
 	src, _, err := f.ClusterConfigurationOf(ctx, replica.Name)
 	if err != nil {
 		return err
 	}
+	files, err := f.read(ctx, replica.Name, APIServerManifest, CACert)
+	if err != nil {
+		return err
+	}
+	// The master's advertise address as its apiserver runs with it.
+	advertise := ManifestFlag(files[0], "advertise-address")
+	if advertise == "" {
+		advertise = replica.Address
+	}
 	node := f.m.MachineHostname(replica.Name, replica.Address)
+	oldSANs := certSANs(old)
 	// Every old name stays: certSANs gains those kubeadm would not derive
 	// itself (a hand-added SAN, the old endpoint's host).
 	var extra []string
-	for _, s := range append(slices.Clone(old), hosts...) {
-		if strings.HasPrefix(s, "kubernetes") || sameSAN(s, node) || sameSAN(s, replica.Address) {
+	for _, s := range append(slices.Clone(oldSANs), hosts...) {
+		if strings.HasPrefix(s, "kubernetes") || sameSAN(s, node) || sameSAN(s, advertise) {
 			continue
 		}
 		extra = append(extra, s)
 	}
-	cfg, err := ReissueConfig(src, node, replica.Address, extra)
+	cfg, err := ReissueConfig(src, node, advertise, certStagingDir, extra)
 	if err != nil {
 		return fmt.Errorf("master %s: %w", replica.Name, err)
 	}
 	if err := f.write(ctx, replica.Name, reissueConfig, cfg, 0o600); err != nil {
 		return fmt.Errorf("master %s: write %s: %w", replica.Name, reissueConfig, err)
 	}
-	// One script, safe to run again after a crash at any line: a pair
-	// missing from pki is first restored from the backup.
-	script := strings.Join([]string{
-		"set -e",
-		"b=" + certBackupDir,
-		"mkdir -p $b",
-		fmt.Sprintf("if [ ! -f %s ] && [ -f $b/apiserver.crt ]; then cp -p $b/apiserver.crt %s; cp -p $b/apiserver.key %s; fi", APIServerCert, APIServerCert, APIServerKey),
-		fmt.Sprintf("cp -p %s %s $b/", APIServerCert, APIServerKey),
-		fmt.Sprintf("rm -f %s %s", APIServerCert, APIServerKey),
-		fmt.Sprintf("if ! kubeadm init phase certs apiserver --config %s; then cp -p $b/apiserver.crt %s; cp -p $b/apiserver.key %s; exit 1; fi", reissueConfig, APIServerCert, APIServerKey),
+	stage := strings.Join([]string{
+		"set -e", "umask 077",
+		"rm -rf " + certStagingDir, "mkdir -p " + certStagingDir,
+		fmt.Sprintf("cp %s %s %s/", CACert, CAKey, certStagingDir),
+		"kubeadm init phase certs apiserver --config " + reissueConfig,
+		fmt.Sprintf("rm -f %s/ca.key", certStagingDir),
 	}, "\n")
-	f.log.Info("kubeadm init phase certs apiserver", "master", replica.Name, "adds", hosts)
-	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "sh -c "+remote.ShellQuote(script)); err != nil {
-		return fmt.Errorf("master %s: reissue the apiserver certificate: %w (stderr: %s)", replica.Name, err, tail(stderr))
+	f.log.Info("kubeadm init phase certs apiserver", "master", replica.Name, "adds", hosts, "dir", certStagingDir)
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "sh -c "+remote.ShellQuote(stage)); err != nil {
+		f.m.RunOnMachine(ctx, replica.Name, "rm -rf "+certStagingDir) //nolint:errcheck // best effort: the CA key copy
+		return fmt.Errorf("master %s: kubeadm init phase certs apiserver: %w (stderr: %s)", replica.Name, err, tail(stderr))
 	}
-	got, err := f.read(ctx, replica.Name, APIServerCert)
+	staged, err := f.read(ctx, replica.Name, certStagingDir+"/apiserver.crt")
 	if err != nil {
 		return err
 	}
-	nc, err := parseCert(got[0])
-	if err == nil {
-		if lost := MissingSANs(certSANs(nc), append(old, hosts...)...); len(lost) > 0 {
-			err = fmt.Errorf("the reissued certificate lacks %v", lost)
-		}
+	if err := CheckReissued(staged[0], files[1], oldSANs, hosts); err != nil {
+		f.m.RunOnMachine(ctx, replica.Name, "rm -rf "+certStagingDir) //nolint:errcheck // the installed pair is untouched
+		return fmt.Errorf("master %s: the reissued apiserver certificate: %w (the installed one is kept)", replica.Name, err)
 	}
+	// Install: the old pair backed up, then key and certificate renamed
+	// over the old ones (between the two renames the pair does not
+	// match: the apiserver keeps serving the old one until both are in).
+	install := strings.Join([]string{
+		"set -e", "umask 077",
+		"mkdir -p " + certBackupDir,
+		fmt.Sprintf("cp -p %s %s %s/", APIServerCert, APIServerKey, certBackupDir),
+		fmt.Sprintf("cp %s/apiserver.key %s.hamaster-tmp", certStagingDir, APIServerKey),
+		fmt.Sprintf("cp %s/apiserver.crt %s.hamaster-tmp", certStagingDir, APIServerCert),
+		fmt.Sprintf("chmod 600 %s.hamaster-tmp; chmod 644 %s.hamaster-tmp", APIServerKey, APIServerCert),
+		fmt.Sprintf("mv -f %s.hamaster-tmp %s", APIServerKey, APIServerKey),
+		fmt.Sprintf("mv -f %s.hamaster-tmp %s", APIServerCert, APIServerCert),
+		"rm -rf " + certStagingDir,
+	}, "\n")
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "sh -c "+remote.ShellQuote(install)); err != nil {
+		return fmt.Errorf("master %s: install the reissued apiserver certificate: %w (stderr: %s; the old pair is in %s)", replica.Name, err, tail(stderr), certBackupDir)
+	}
+	f.log.Info("apiserver certificate reissued", "master", replica.Name, "backup", certBackupDir)
+	return nil
+}
+
+// CheckReissued verifies a reissued apiserver certificate (PEM) before
+// it is installed: signed by the masters' CA (caPEM), and naming every
+// name of old and of hosts.
+func CheckReissued(certPEM, caPEM []byte, old, hosts []string) error {
+	c, err := parseCert(certPEM)
 	if err != nil {
-		restore := fmt.Sprintf("cp -p %s/apiserver.crt %s && cp -p %s/apiserver.key %s", certBackupDir, APIServerCert, certBackupDir, APIServerKey)
-		if _, _, rerr := f.m.RunOnMachine(ctx, replica.Name, restore); rerr != nil {
-			return fmt.Errorf("master %s: %w; restoring the old pair failed too: %v", replica.Name, err, rerr)
-		}
-		return fmt.Errorf("master %s: %w (the old pair is back)", replica.Name, err)
+		return err
+	}
+	ca, err := parseCert(caPEM)
+	if err != nil {
+		return fmt.Errorf("the CA: %w", err)
+	}
+	if err := c.CheckSignatureFrom(ca); err != nil {
+		return fmt.Errorf("not signed by the masters' CA: %w", err)
+	}
+	if lost := MissingSANs(certSANs(c), append(slices.Clone(old), hosts...)...); len(lost) > 0 {
+		return fmt.Errorf("it lacks %v", lost)
 	}
 	return nil
 }

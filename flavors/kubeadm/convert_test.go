@@ -1,9 +1,18 @@
 package kubeadm
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMissingSANs(t *testing.T) {
@@ -42,13 +51,13 @@ func TestReissueConfig(t *testing.T) {
 		want     []string
 		notWant  []string
 	}{
-		{"single master", cc, []string{"198.18.1.100"}, []string{"kind: InitConfiguration", "advertiseAddress: 198.18.1.1", "name: cp1", "- 198.18.1.100", "serviceSubnet: 10.96.0.0/12", "kind: ClusterConfiguration"}, []string{"controlPlaneEndpoint"}},
+		{"single master", cc, []string{"198.18.1.100"}, []string{"kind: InitConfiguration", "advertiseAddress: 198.18.1.1", "name: cp1", "- 198.18.1.100", "serviceSubnet: 10.96.0.0/12", "kind: ClusterConfiguration", "certificatesDir: /stage"}, []string{"controlPlaneEndpoint"}},
 		{"names kept once", strings.Replace(cc, "apiServer: {}", "apiServer:\n  certSANs:\n  - old.example.com", 1), []string{"old.example.com", "198.18.1.100"}, []string{"- old.example.com", "- 198.18.1.100"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			out, err := ReissueConfig([]byte(tt.cc), "cp1", "198.18.1.1", tt.extra)
+			out, err := ReissueConfig([]byte(tt.cc), "cp1", "198.18.1.1", "/stage", tt.extra)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,8 +74,17 @@ func TestReissueConfig(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ReissueConfig([]byte("kind: InitConfiguration\n"), "cp1", "198.18.1.1", nil); err == nil {
+	if _, err := ReissueConfig([]byte("kind: InitConfiguration\n"), "cp1", "198.18.1.1", "/stage", nil); err == nil {
 		t.Error("a document that is no ClusterConfiguration was accepted")
+	}
+	if _, err := ReissueConfig([]byte(cc), "cp1", "cp1", "/stage", nil); err == nil {
+		t.Error("an advertise address that is no IP was accepted")
+	}
+	// The installed pki is never where the phase writes: certificatesDir
+	// is replaced.
+	out, err := ReissueConfig([]byte(strings.Replace(cc, "apiServer: {}", "apiServer: {}\ncertificatesDir: /etc/kubernetes/pki", 1)), "cp1", "198.18.1.1", "/stage", nil)
+	if err != nil || strings.Contains(string(out), "/etc/kubernetes/pki") || !strings.Contains(string(out), "certificatesDir: /stage") {
+		t.Errorf("certificatesDir not replaced (%v):\n%s", err, out)
 	}
 }
 
@@ -141,4 +159,79 @@ func TestKubeconfigMoves(t *testing.T) {
 			t.Errorf("%s: KubeconfigMoves(%s, %s) = %v, want %v", tt.name, tt.file, tt.server, got, tt.want)
 		}
 	}
+}
+
+func TestManifestFlag(t *testing.T) {
+	t.Parallel()
+	const m = "spec:\n  containers:\n  - command:\n    - kube-apiserver\n    - --advertise-address=198.18.1.1\n    - \"--secure-port=6443\"\n    image: registry.k8s.io/kube-apiserver:v1.33.13\n"
+	for flag, want := range map[string]string{"advertise-address": "198.18.1.1", "secure-port": "6443", "bind-address": "", "advertise": ""} {
+		if got := ManifestFlag([]byte(m), flag); got != want {
+			t.Errorf("ManifestFlag(%s) = %q, want %q", flag, got, want)
+		}
+	}
+}
+
+// TestCheckReissued: a reissued certificate is installed only when the
+// masters' CA signed it and it names every old name and every new one.
+func TestCheckReissued(t *testing.T) {
+	t.Parallel()
+	ca, caKey := newCert(t, nil, nil, nil)
+	other, otherKey := newCert(t, nil, nil, nil)
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
+	old := []string{"cp1", "kubernetes", "10.96.0.1", "198.18.1.1"}
+	tests := []struct {
+		name    string
+		sans    []string
+		signer  *x509.Certificate
+		key     *ecdsa.PrivateKey
+		wantErr string
+	}{
+		{"old and new names", append(slices.Clone(old), "198.18.1.100"), ca, caKey, ""},
+		{"a name dropped", []string{"cp1", "kubernetes", "198.18.1.1", "198.18.1.100"}, ca, caKey, "lacks [10.96.0.1]"},
+		{"the new name missing", old, ca, caKey, "lacks [198.18.1.100]"},
+		{"another CA", append(slices.Clone(old), "198.18.1.100"), other, otherKey, "not signed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, _ := newCert(t, tt.sans, tt.signer, tt.key)
+			err := CheckReissued(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}), caPEM, old, []string{"198.18.1.100"})
+			if (err == nil) != (tt.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("CheckReissued = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// newCert makes a certificate naming sans signed by parent (a CA of its
+// own when parent is nil).
+func newCert(t *testing.T, sans []string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	for _, s := range sans {
+		if ip := net.ParseIP(s); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, s)
+		}
+	}
+	if parent == nil {
+		tmpl.IsCA, tmpl.BasicConstraintsValid, tmpl.KeyUsage = true, true, x509.KeyUsageCertSign
+		tmpl.Subject.CommonName = "kubernetes"
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, key
 }
