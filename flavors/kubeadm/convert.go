@@ -531,42 +531,73 @@ func (f *Flavor) SetEndpoint(ctx context.Context, endpoint string) error {
 }
 
 // editConfigMap rewrites one key of a ConfigMap through master's
-// admin.conf with kubectl replace, guarded by the resourceVersion read.
+// admin.conf with kubectl replace, guarded by the resourceVersion read
+// (the object replaced carries it: a concurrent change makes the
+// replace fail with a Conflict). A conflict reads the object again and
+// redoes the edit, at most configMapAttempts times: the edit is a pure
+// function of what it reads, so it is safe to repeat.
 func (f *Flavor) editConfigMap(ctx context.Context, master, ns, name, key string, edit func([]byte) ([]byte, bool, error)) error {
+	for attempt := 1; ; attempt++ {
+		body, err := f.editedConfigMap(ctx, master, ns, name, key, edit)
+		if err != nil || body == nil {
+			return err
+		}
+		tmp := fmt.Sprintf("/var/lib/hamaster/%s-%s.json", ns, name)
+		if err := f.write(ctx, master, tmp, body, 0o600); err != nil {
+			return err
+		}
+		_, stderr, err := f.m.RunOnMachine(ctx, master, adminKubectl+"replace -f "+tmp+"; rc=$?; rm -f "+tmp+"; exit $rc")
+		if err == nil {
+			f.log.Info("configmap updated", "configmap", ns+"/"+name, "key", key)
+			return nil
+		}
+		if IsConflict(stderr) && attempt < configMapAttempts {
+			f.log.Info("configmap changed meanwhile: read again", "configmap", ns+"/"+name, "attempt", attempt)
+			continue
+		}
+		return fmt.Errorf("replace %s/%s on %s: %w (stderr: %s)", ns, name, master, err, tail(stderr))
+	}
+}
+
+// configMapAttempts bounds editConfigMap's reads after a Conflict.
+const configMapAttempts = 3
+
+// IsConflict reports whether kubectl's stderr is the apiserver's 409
+// Conflict of an update whose resourceVersion is not the object's.
+func IsConflict(stderr []byte) bool {
+	s := string(stderr)
+	return strings.Contains(s, "the object has been modified") || strings.Contains(s, "(Conflict)")
+}
+
+// editedConfigMap reads the ConfigMap and applies edit to its key: the
+// object to replace (with the resourceVersion read), nil when the edit
+// changes nothing.
+func (f *Flavor) editedConfigMap(ctx context.Context, master, ns, name, key string, edit func([]byte) ([]byte, bool, error)) ([]byte, error) {
 	out, stderr, err := f.m.RunOnMachine(ctx, master, adminKubectl+"-n "+ns+" get configmap "+name+" -o json")
 	if err != nil {
-		return fmt.Errorf("read %s/%s on %s: %w (stderr: %s)", ns, name, master, err, tail(stderr))
+		return nil, fmt.Errorf("read %s/%s on %s: %w (stderr: %s)", ns, name, master, err, tail(stderr))
 	}
 	var cm map[string]any
 	if err := json.Unmarshal(out, &cm); err != nil {
-		return fmt.Errorf("%s/%s: %w", ns, name, err)
+		return nil, fmt.Errorf("%s/%s: %w", ns, name, err)
+	}
+	if md, _ := cm["metadata"].(map[string]any); md == nil || md["resourceVersion"] == nil {
+		return nil, fmt.Errorf("%s/%s has no resourceVersion", ns, name)
 	}
 	data, _ := cm["data"].(map[string]any)
 	doc, _ := data[key].(string)
 	if doc == "" {
-		return fmt.Errorf("%s/%s has no %s", ns, name, key)
+		return nil, fmt.Errorf("%s/%s has no %s", ns, name, key)
 	}
 	nd, changed, err := edit([]byte(doc))
 	if err != nil {
-		return fmt.Errorf("%s/%s %s: %w", ns, name, key, err)
+		return nil, fmt.Errorf("%s/%s %s: %w", ns, name, key, err)
 	}
 	if !changed {
-		return nil
+		return nil, nil
 	}
 	data[key] = string(nd)
-	body, err := json.Marshal(cm)
-	if err != nil {
-		return err
-	}
-	tmp := fmt.Sprintf("/var/lib/hamaster/%s-%s.json", ns, name)
-	if err := f.write(ctx, master, tmp, body, 0o600); err != nil {
-		return err
-	}
-	if _, stderr, err := f.m.RunOnMachine(ctx, master, adminKubectl+"replace -f "+tmp+" && rm -f "+tmp); err != nil {
-		return fmt.Errorf("replace %s/%s on %s: %w (stderr: %s)", ns, name, master, err, tail(stderr))
-	}
-	f.log.Info("configmap updated", "configmap", ns+"/"+name, "key", key)
-	return nil
+	return json.Marshal(cm)
 }
 
 // write puts data at path on machine atomically (a temporary file

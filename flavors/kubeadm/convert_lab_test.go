@@ -174,6 +174,16 @@ func TestConvertToHA(t *testing.T) {
 	if pid := apiserverPID(t, h1); pid != pid0 {
 		t.Errorf("the apiserver restarted for its new certificate: pid %d, was %d", pid, pid0)
 	}
+	// The staging directory (with its CA key copy) is gone; the backup
+	// is the pair replaced.
+	if left := run(h1.Name, "ls -A /var/lib/hamaster/apiserver-cert-staging 2>/dev/null; ls /etc/kubernetes/pki/*.hamaster-tmp 2>/dev/null || true"); left != "" {
+		t.Errorf("left after the reissue: %s", left)
+	}
+	if bk, _ := pem.Decode([]byte(run(h1.Name, "cat /var/lib/hamaster/apiserver-cert-backup/apiserver.crt"))); bk == nil {
+		t.Error("no backup of the replaced certificate")
+	} else if bc, err := x509.ParseCertificate(bk.Bytes); err != nil || !slices.Equal(sans(bc), oldSANs) {
+		t.Errorf("the backup names %v (%v), the replaced certificate %v", sans(bc), err, oldSANs)
+	}
 	vipLoad := probeload.Start(ctx, vipURL, tlsCfg(), 20*time.Millisecond)
 
 	for i := range 2 {

@@ -235,3 +235,16 @@ func newCert(t *testing.T, sans []string, parent *x509.Certificate, parentKey *e
 	}
 	return c, key
 }
+
+func TestIsConflict(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]bool{
+		`Error from server (Conflict): error when replacing "/var/lib/hamaster/kube-system-kubeadm-config.json": Operation cannot be fulfilled on configmaps "kubeadm-config": the object has been modified; please apply your changes to the latest version and try again`: true,
+		`Error from server (Forbidden): configmaps "kubeadm-config" is forbidden`:                            false,
+		`The connection to the server 198.18.1.1:6443 was refused - did you specify the right host or port?`: false,
+	} {
+		if got := IsConflict([]byte(s)); got != want {
+			t.Errorf("IsConflict(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
