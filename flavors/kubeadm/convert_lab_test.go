@@ -256,8 +256,13 @@ func TestConvertToHA(t *testing.T) {
 		t.Fatalf("kubeadm join by hand on host-3: %v\n%s\n%s", err, out, stderr)
 	}
 	t.Logf("kubeadm join by hand on host-3 took %v", time.Since(start).Round(time.Millisecond))
-	if !strings.Contains(string(out)+string(stderr), endpoint) {
-		t.Errorf("kubeadm join's output never names %s:\n%s\n%s", endpoint, out, stderr)
+	// kubeadm-config's endpoint is what the joined masters' admin.conf
+	// names (kubeadm join --control-plane writes it from the
+	// controlPlaneEndpoint).
+	for _, h := range []*metallab.Host{h2, h3} {
+		if srv := run(h.Name, "grep server: /etc/kubernetes/admin.conf"); !strings.Contains(srv, "https://"+endpoint) {
+			t.Errorf("%s's admin.conf: %s; want https://%s", h.Name, srv, endpoint)
+		}
 	}
 
 	old, vipRes := oldLoad.Stop(), vipLoad.Stop()
