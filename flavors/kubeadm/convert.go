@@ -294,6 +294,7 @@ func (f *Flavor) waitServing(ctx context.Context, replica providers.Replica, hos
 	wctx, cancel := context.WithTimeout(ctx, ServingCertReload)
 	defer cancel()
 	var last error
+	start := time.Now()
 	err := wait.Until(wctx, 250*time.Millisecond, "the apiserver of "+replica.Name+" to serve the reissued certificate", func() (bool, error) {
 		conn, err := f.m.DialMachine(wctx, replica.Name, addr)
 		if err != nil {
@@ -317,6 +318,7 @@ func (f *Flavor) waitServing(ctx context.Context, replica providers.Replica, hos
 	if err != nil {
 		return fmt.Errorf("master %s: %w (last: %v)", replica.Name, err, last)
 	}
+	f.log.Info("the apiserver serves the certificate", "master", replica.Name, "names", hosts, "waited", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -30,13 +30,6 @@ import (
 	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
 )
 
-// EnvKubeletKeepsPods, when "1", makes TestConvertToHA require 0 failed
-// requests through the kubelet's restart too (the test bed's kubelet
-// keeps the master's pods across a restart: branch kubelet-keep).
-// Without it a restart the PointMaster makes may stop and start the
-// master's static pods, and the failures are only reported.
-const envKubeletKeepsPods = "HAMASTER_LAB_KUBELET_KEEPS_PODS"
-
 // TestConvertToHA converts a single kubeadm master (kubeadm init, no
 // controlPlaneEndpoint) to HA on the VIP with the flavor's
 // EndpointMover, each method run twice, while load runs on the master's
@@ -48,7 +41,11 @@ const envKubeletKeepsPods = "HAMASTER_LAB_KUBELET_KEEPS_PODS"
 // joins through the flavor's Join and a third by hand with the command
 // `kubeadm token create --print-join-command` prints (plus
 // --control-plane and the key upload-certs prints): both read the VIP
-// from cluster-info and join.
+// from cluster-info and join. When the lab hosts have the systemctl
+// stand-in (the test bed's kubelet that keeps its pods across a
+// restart), PointMaster also moves a kubelet.conf on an old endpoint and
+// restarts the kubelet, within the load. 0 failed requests on either
+// address, and the apiserver's pid the same from start to end.
 func TestConvertToHA(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -224,6 +221,29 @@ func TestConvertToHA(t *testing.T) {
 		t.Errorf("kubectl through the VIP: %q", ep)
 	}
 
+	// PointMaster's kubelet path: a kubelet.conf that names an old
+	// endpoint (here the master's DNS name, as on a master that joined
+	// through one) moves too, and the kubelet restarts — keeping the
+	// master's pods (same apiserver pid). It needs the lab hosts'
+	// systemctl stand-in (branch kubelet-keep).
+	kubeletRestarted := false
+	if _, _, err := p.RunOnMachine(ctx, h1.Name, "command -v systemctl"); err != nil {
+		t.Logf("no systemctl on the lab hosts: PointMaster's kubelet restart not exercised")
+	} else {
+		run(h1.Name, "sed -i 's#server: https://"+h1.Addr.String()+":6443#server: https://"+h1.Name+":6443#' /etc/kubernetes/kubelet.conf")
+		for i := range 2 {
+			start := time.Now()
+			if err := f.PointMaster(ctx, r1, "https://"+endpoint); err != nil {
+				t.Fatalf("PointMaster of a kubelet.conf on the old endpoint #%d: %v", i+1, err)
+			}
+			t.Logf("PointMaster of a kubelet.conf on the old endpoint #%d took %v", i+1, time.Since(start).Round(time.Millisecond))
+		}
+		if srv := run(h1.Name, "grep server: /etc/kubernetes/kubelet.conf"); !strings.Contains(srv, "https://"+endpoint) {
+			t.Errorf("kubelet.conf on the old endpoint: %s after PointMaster", srv)
+		}
+		kubeletRestarted = true
+	}
+
 	// host-2 joins through the flavor: kubeadm join reads the VIP from
 	// kubeadm-config and cluster-info.
 	claim := func(h *metallab.Host) providers.Replica {
@@ -273,14 +293,14 @@ func TestConvertToHA(t *testing.T) {
 		t.Errorf("a load sent no request: %+v %+v", old, vipRes)
 	}
 	if failed > 0 {
-		if os.Getenv(envKubeletKeepsPods) == "1" {
-			t.Errorf("%d requests failed", failed)
-		} else {
-			t.Logf("%d requests failed (the test bed's kubelet may stop the master's pods when it restarts; %s=1 requires 0)", failed, envKubeletKeepsPods)
-		}
+		t.Errorf("%d requests failed", failed)
 	}
 	if pid := apiserverPID(t, h1); pid != pid0 {
-		t.Logf("host-1's apiserver pid %d, was %d (its kubelet restarted)", pid, pid0)
+		if kubeletRestarted {
+			t.Errorf("host-1's apiserver pid %d, was %d: the kubelet's restart stopped it", pid, pid0)
+		} else {
+			t.Errorf("host-1's apiserver pid %d, was %d", pid, pid0)
+		}
 	}
 
 	// Three voters, and the joined masters' certificates name the VIP.
