@@ -149,11 +149,11 @@ func ReissueConfig(clusterConfig []byte, nodeName, advertiseAddress, certDir str
 // serves it.
 //
 // kubeadm never replaces an existing pair: `kubeadm init phase certs
-// apiserver` (cmd/kubeadm/app/cmd/phases/init/certs.go runCertPhase →
-// cmd/kubeadm/app/phases/certs/certs.go CreateCertAndKeyFilesWithCA →
-// pkiutil writeCertificateFilesIfNotExist) uses a pair found on disk
-// and fails when it lacks a name of the configuration
-// (validateCertificateWithConfig). So the phase runs with certificatesDir
+// apiserver` (cmd/kubeadm/app/cmd/phases/init/certs.go runCertPhase)
+// keeps a pair it finds on disk as it is ("Using existing apiserver
+// certificate and key on disk"), whatever names it lacks (checked with
+// the real kubeadm of every pinned version: realkubeadm_test.go). So
+// the phase runs with certificatesDir
 // a staging directory holding only a copy of the CA; its certificate is
 // checked (every old name and every new one, the same CA) before it is
 // installed; the installed pair is first copied to certBackupDir. The
@@ -209,16 +209,7 @@ func (f *Flavor) reissue(ctx context.Context, replica providers.Replica, old *x5
 	}
 	node := f.m.MachineHostname(replica.Name, replica.Address)
 	oldSANs := certSANs(old)
-	// Every old name stays: certSANs gains those kubeadm would not derive
-	// itself (a hand-added SAN, the old endpoint's host).
-	var extra []string
-	for _, s := range append(slices.Clone(oldSANs), hosts...) {
-		if strings.HasPrefix(s, "kubernetes") || sameSAN(s, node) || sameSAN(s, advertise) {
-			continue
-		}
-		extra = append(extra, s)
-	}
-	cfg, err := ReissueConfig(src, node, advertise, certStagingDir, extra)
+	cfg, err := ReissueConfig(src, node, advertise, certStagingDir, ReissueSANs(oldSANs, hosts, node, advertise))
 	if err != nil {
 		return fmt.Errorf("master %s: %w", replica.Name, err)
 	}
@@ -264,6 +255,21 @@ func (f *Flavor) reissue(ctx context.Context, replica providers.Replica, old *x5
 	}
 	f.log.Info("apiserver certificate reissued", "master", replica.Name, "backup", certBackupDir)
 	return nil
+}
+
+// ReissueSANs are the certSANs a reissue adds to the cluster's: every
+// old name of the certificate kubeadm would not derive itself (a
+// hand-added SAN, the old endpoint's host; not the kubernetes service
+// names, the node name or the advertise address), and hosts.
+func ReissueSANs(old, hosts []string, node, advertise string) []string {
+	var extra []string
+	for _, s := range append(slices.Clone(old), hosts...) {
+		if strings.HasPrefix(s, "kubernetes") || sameSAN(s, node) || sameSAN(s, advertise) || slices.Contains(extra, s) {
+			continue
+		}
+		extra = append(extra, s)
+	}
+	return extra
 }
 
 // CheckReissued verifies a reissued apiserver certificate (PEM) before

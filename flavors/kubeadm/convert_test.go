@@ -248,3 +248,12 @@ func TestIsConflict(t *testing.T) {
 		}
 	}
 }
+
+func TestReissueSANs(t *testing.T) {
+	t.Parallel()
+	old := []string{"cp1", "kubernetes", "kubernetes.default", "10.96.0.1", "198.18.1.1", "old-lb.example.com"}
+	got := ReissueSANs(old, []string{"198.18.1.100", "old-lb.example.com", "::ffff:198.18.1.1"}, "cp1", "198.18.1.1")
+	if want := []string{"10.96.0.1", "old-lb.example.com", "198.18.1.100"}; !slices.Equal(got, want) {
+		t.Errorf("ReissueSANs = %v, want %v", got, want)
+	}
+}
