@@ -373,15 +373,35 @@ func (f *Flavor) PointMaster(ctx context.Context, replica providers.Replica, end
 		if !changed {
 			continue
 		}
+		if name == "kubelet.conf" {
+			// Marked before the file changes: a PointMaster that stops
+			// before the restart finds the mark and restarts then.
+			if err := f.write(ctx, replica.Name, kubeletRestartMark, []byte(endpoint+"\n"), 0o600); err != nil {
+				return fmt.Errorf("master %s: write %s: %w", replica.Name, kubeletRestartMark, err)
+			}
+		}
 		if err := f.write(ctx, replica.Name, path, doc, 0o600); err != nil {
 			return fmt.Errorf("master %s: write %s: %w", replica.Name, path, err)
 		}
 		f.log.Info("kubeconfig moved to the endpoint", "master", replica.Name, "file", path, "server", endpoint)
-		if name == "kubelet.conf" {
-			if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "systemctl restart kubelet"); err != nil {
-				return fmt.Errorf("master %s: restart the kubelet for its new kubelet.conf: %w (stderr: %s)", replica.Name, err, tail(stderr))
-			}
-		}
+	}
+	return f.restartKubeletIfMarked(ctx, replica)
+}
+
+// kubeletRestartMark on a master says its kubelet.conf moved and the
+// kubelet has not been restarted since.
+const kubeletRestartMark = "/var/lib/hamaster/kubelet-restart-pending"
+
+// restartKubeletIfMarked restarts replica's kubelet when
+// kubeletRestartMark is there, then removes the mark.
+func (f *Flavor) restartKubeletIfMarked(ctx context.Context, replica providers.Replica) error {
+	mark, err := f.readIfExists(ctx, replica.Name, kubeletRestartMark)
+	if err != nil || len(mark) == 0 {
+		return err
+	}
+	f.log.Info("systemctl restart kubelet", "master", replica.Name, "for", "kubelet.conf on "+strings.TrimSpace(string(mark)))
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "systemctl restart kubelet && rm -f "+kubeletRestartMark); err != nil {
+		return fmt.Errorf("master %s: restart the kubelet for its new kubelet.conf: %w (stderr: %s)", replica.Name, err, tail(stderr))
 	}
 	return nil
 }

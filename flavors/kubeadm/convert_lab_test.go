@@ -227,8 +227,8 @@ func TestConvertToHA(t *testing.T) {
 	// master's pods (same apiserver pid). It needs the lab hosts'
 	// systemctl stand-in (branch kubelet-keep).
 	kubeletRestarted := false
-	if _, _, err := p.RunOnMachine(ctx, h1.Name, "command -v systemctl"); err != nil {
-		t.Logf("no systemctl on the lab hosts: PointMaster's kubelet restart not exercised")
+	if _, _, err := p.RunOnMachine(ctx, h1.Name, "systemctl is-active kubelet"); err != nil {
+		t.Logf("no working systemctl on the lab hosts (%v): PointMaster's kubelet restart not exercised", err)
 	} else {
 		run(h1.Name, "sed -i 's#server: https://"+h1.Addr.String()+":6443#server: https://"+h1.Name+":6443#' /etc/kubernetes/kubelet.conf")
 		for i := range 2 {
@@ -240,6 +240,9 @@ func TestConvertToHA(t *testing.T) {
 		}
 		if srv := run(h1.Name, "grep server: /etc/kubernetes/kubelet.conf"); !strings.Contains(srv, "https://"+endpoint) {
 			t.Errorf("kubelet.conf on the old endpoint: %s after PointMaster", srv)
+		}
+		if left := run(h1.Name, "ls /var/lib/hamaster/kubelet-restart-pending 2>/dev/null || true"); left != "" {
+			t.Errorf("the kubelet restart mark is left: %s", left)
 		}
 		kubeletRestarted = true
 	}
