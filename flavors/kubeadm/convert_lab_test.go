@@ -244,6 +244,15 @@ func TestConvertToHA(t *testing.T) {
 		if left := run(h1.Name, "ls /var/lib/hamaster/kubelet-restart-pending 2>/dev/null || true"); left != "" {
 			t.Errorf("the kubelet restart mark is left: %s", left)
 		}
+		// A PointMaster that stopped after moving kubelet.conf, before
+		// the restart: the next one restarts the kubelet.
+		run(h1.Name, "echo https://"+endpoint+" > /var/lib/hamaster/kubelet-restart-pending")
+		if err := f.PointMaster(ctx, r1, "https://"+endpoint); err != nil {
+			t.Fatalf("PointMaster after a crash before the kubelet's restart: %v", err)
+		}
+		if left := run(h1.Name, "ls /var/lib/hamaster/kubelet-restart-pending 2>/dev/null || true"); left != "" {
+			t.Errorf("PointMaster after a crash before the kubelet's restart left the mark: %s", left)
+		}
 		kubeletRestarted = true
 	}
 
