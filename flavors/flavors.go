@@ -176,6 +176,17 @@ type Upgrader interface {
 	FinishUpgrade(ctx context.Context, replica providers.Replica) error
 }
 
+// FlagUpgrader is an Upgrader that can change the masters' apiserver
+// flags as part of the upgrade (rolling-upgrade --extra-args): kubeadm
+// keeps them cluster-wide (kubeadm-config's apiServer.extraArgs), and
+// every master's upgrade writes them into its manifest.
+type FlagUpgrader interface {
+	Upgrader
+	// WithAPIServerArgs is the same flavor upgrading with args
+	// (--name=value) among the apiserver's flags.
+	WithAPIServerArgs(args []string) Upgrader
+}
+
 // Viewer is implemented by flavors whose tool keeps its own view of the
 // masters (kubeadm: Nodes with the control-plane role, static pod
 // hashes, certificate expiry): status shows it beside etcd's and the

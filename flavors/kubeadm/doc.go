@@ -19,7 +19,13 @@
 //     (SetControlPlaneEndpoint) and cluster-info rewritten
 //     (SetEndpoint); the kubeconfigs that point at the endpoint moved
 //     (PointMaster: EndpointKubeconfigs, KubeconfigMoves,
-//     SetKubeconfigServer); ConversionLeft says what is left on a master.
+//     SetKubeconfigServer); ConversionLeft says what is left on a master;
+//   - upgrading a master in place (UpgradeMaster: kubeadm upgrade apply
+//     on the first master, kubeadm upgrade node on the others) with a
+//     backup saved first and restored whole by RollbackMaster, and kubeadm
+//     stopped within seconds when the new kube-apiserver cannot start,
+//     where kubeadm itself waits 5 minutes and reverts one component
+//     (kubeadm#2927, #2061).
 //
 // The pure parts are checked against the real kubeadm of every pinned
 // version (testdata/README.md, realkubeadm_test.go), the flavor on the
