@@ -230,3 +230,13 @@ type CertificateExpiry struct {
 	CA       string    `json:"ca,omitempty"`
 	External bool      `json:"externally_managed,omitempty"`
 }
+
+// APIServerStopper is implemented by joining flavors that can stop a
+// master's apiserver alone, its etcd member still serving: remove-replica
+// stops the drained apiserver before the member's removal, so its last
+// clients (connections kept alive through the load balancer) are closed
+// by its graceful shutdown instead of answered by an apiserver without a
+// store. The machine's other components stay until Leave.
+type APIServerStopper interface {
+	StopAPIServer(ctx context.Context, replica providers.Replica) error
+}
