@@ -32,6 +32,13 @@ type Status struct {
 	// IP is the address clients use: the cluster's static IP.
 	IP      string         `json:"ip"`
 	Targets []TargetHealth `json:"targets"`
+	// Holder is the machine holding IP when the LB is a VIP that moves
+	// between the masters (metal: keepalived), "" otherwise or when none
+	// holds it (several, comma-separated, in a split brain).
+	Holder string `json:"holder,omitempty"`
+	// Viewer is the machine whose view Targets are when each master runs
+	// its own balancer (metal: the holder's HAProxy), "" for a cloud's.
+	Viewer string `json:"viewer,omitempty"`
 }
 
 // LoadBalancer is an L4 (TCP) load balancer on the cluster's static IP that
