@@ -623,7 +623,7 @@ func statusJSON(rep workflows.Report) map[string]any {
 		}
 	}
 	lbJSON := map[string]any{"present": rep.LB != nil, "targets": targets}
-	if rep.LB != nil && rep.LB.Viewer != "" { // a VIP on the masters (metal)
+	if rep.LB != nil && rep.Provider == metal.Name { // a VIP on the masters
 		lbJSON["holder"], lbJSON["viewer"] = rep.LB.Holder, rep.LB.Viewer
 	}
 	replicas := rep.Replicas
@@ -683,13 +683,16 @@ func printStatus(e *env, rep workflows.Report) {
 	if rep.LB == nil {
 		fmt.Fprintln(w, "none (the static IP is attached to a replica)")
 	} else {
-		viewed := rep.LB.Viewer != "" // a VIP on the masters (metal): whose view, and who holds it
+		viewed := rep.Provider == metal.Name // a VIP on the masters: who holds it, whose view
 		if viewed {
-			holder := rep.LB.Holder
+			holder, view := rep.LB.Holder, "backends as "+rep.LB.Viewer+"'s HAProxy sees them"
 			if holder == "" {
 				holder = "NOBODY"
 			}
-			fmt.Fprintf(w, "VIP %s held by %s; backends as %s's HAProxy sees them\n", rep.LB.IP, holder, rep.LB.Viewer)
+			if rep.LB.Viewer == "" {
+				view = "no master's HAProxy answers"
+			}
+			fmt.Fprintf(w, "VIP %s held by %s; %s\n", rep.LB.IP, holder, view)
 		}
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		if viewed {
