@@ -520,9 +520,10 @@ func (l loadBalancer) Delete(ctx context.Context) error {
 	return p.saveLB(nil)
 }
 
-// PromotionNote implements lb.PromotionNoter.
+// PromotionNote implements lb.PromotionNoter: promotion costs no outage
+// on metal (the workflow prints it after "outage: ").
 func (l loadBalancer) PromotionNote() string {
-	return fmt.Sprintf("the VIP %s is new (keepalived and HAProxy as static pods on the masters, kubeadm's docs/ha-considerations.md): clients of the master's own address are not interrupted; the endpoint becomes %s:%d", l.p.inv.VIP, l.p.inv.VIP, l.p.vipPort)
+	return fmt.Sprintf("none: the VIP %s is a new address (keepalived and HAProxy as static pods on the masters, kubeadm's docs/ha-considerations.md) and the master keeps its own; the endpoint to move to is %s:%d", l.p.inv.VIP, l.p.inv.VIP, l.p.vipPort)
 }
 
 // staticIP is the inventory's VIP as the cluster's static IP. On bare

@@ -96,7 +96,7 @@ func TestLoadBalancerOnTheLab(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, h := range lab.Hosts {
-				out, _, _ := p.RunOnMachine(context.Background(), h.Name, "ls -l /etc/kubernetes/manifests /var/log/pods 2>&1; tail -n 30 /var/log/pods/*hamaster*/*/*.log 2>&1")
+				out, _, _ := p.RunOnMachine(context.Background(), h.Name, "ls -l /etc/kubernetes/manifests; for d in $(ls -dt /var/log/pods/kube-system_hamaster-*-'"+h.Name+"'_* | head -2); do tail -n 30 $d/*/*.log; done 2>&1")
 				t.Logf("%s:\n%s", h.Name, out)
 			}
 		}
@@ -152,10 +152,12 @@ func TestLoadBalancerOnTheLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("AddTarget host-2: healthy in host-1's HAProxy after %v", time.Since(start).Round(time.Millisecond))
+	var last string
 	waitFor(ctx, t, "host-2's HAProxy up with both backends", func() bool {
 		ts, err := vip.Status(ctx, vip.Host{Name: h2.Name, Exec: executor{p, h2.Name}})
+		last = fmt.Sprintf("%+v %v", ts, err)
 		return err == nil && len(ts) == 2 && ts[0].Healthy && ts[1].Healthy
-	})
+	}, &last)
 	getLB(ctx, t, l, h1.Name, h1.Name)
 
 	// DrainTarget host-1, the holder: a planned handoff to host-2.
@@ -265,11 +267,16 @@ func checkClean(ctx context.Context, t *testing.T, p *metal.Provider, h *metalla
 	}
 }
 
-func waitFor(ctx context.Context, t *testing.T, what string, ok func() bool) {
+// waitFor waits up to a minute for ok; the test fails with *last (when
+// given) as what was last seen.
+func waitFor(ctx context.Context, t *testing.T, what string, ok func() bool, last ...*string) {
 	t.Helper()
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := wait.Until(wctx, 200*time.Millisecond, what, func() (bool, error) { return ok(), nil }); err != nil {
+		if len(last) > 0 {
+			t.Fatalf("%v (last: %s)", err, *last[0])
+		}
 		t.Fatal(err)
 	}
 }
