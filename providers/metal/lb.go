@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -136,21 +137,44 @@ func (p *Provider) vipHost(name string) vip.Host {
 	return vip.Host{Name: name, Exec: x, Log: p.log}
 }
 
-// vipConfig is host's configuration for the record s: every target a
-// VRRP peer and an HAProxy server, in the inventory's order; each host's
-// priority vip.DefaultPriority of its place in the inventory, so that it
-// stays the same whichever masters come and go (a changed priority is
-// only a reload, but a stable one keeps re-rendering a no-op).
+// vipConfig is host's configuration for the record s: every target an
+// HAProxy server, in the inventory's order, and every control-plane host
+// of the inventory a VRRP peer (vip.Config.Peers), so that keepalived's
+// configuration stays the same as masters come and go — a reload that
+// changes its peers from none to some (the first AddTarget) or back (the
+// last RemoveTarget but one) restarts the VRRP instance and drops the VIP
+// for ~2 s, measured on the lab. Each host's priority is
+// vip.DefaultPriority of its place in the inventory, stable too. The VRRP
+// router id is the VIP's last byte, so that two clusters of one
+// inventory (or one segment) with VIPs in one /24 never share one: each
+// master accepts adverts from every control-plane host of the
+// inventory.
 func (p *Provider) vipConfig(s *lbState, host string) vip.Config {
 	masters := make([]vip.Master, 0, len(s.Targets))
 	for _, t := range s.Targets {
 		masters = append(masters, vip.Master{Name: t.Name, Address: t.Address})
 	}
 	slices.SortStableFunc(masters, func(a, b vip.Master) int { return p.inventoryIndex(a.Name) - p.inventoryIndex(b.Name) })
-	return vip.Config{
-		VIP: s.VIP, Host: host, Masters: masters, Priority: vip.DefaultPriority(p.inventoryIndex(host)),
-		APIServerPort: p.apiPort, FrontendPort: p.vipPort, Drained: slices.Clone(s.Drained),
+	var peers []string
+	for _, h := range p.inv.ControlPlaneHosts() {
+		if a, err := netip.ParseAddr(h.Address); err == nil && a.Is4() && h.Address != s.VIP {
+			peers = append(peers, a.String())
+		}
 	}
+	return vip.Config{
+		VIP: s.VIP, Host: host, Masters: masters, Peers: peers, Priority: vip.DefaultPriority(p.inventoryIndex(host)),
+		RouterID: routerID(s.VIP), APIServerPort: p.apiPort, FrontendPort: p.vipPort, Drained: slices.Clone(s.Drained),
+	}
+}
+
+// routerID is VRRP's virtual_router_id for vip: its last byte, or
+// vip.DefaultRouterID when that is 0.
+func routerID(vipAddr string) int {
+	a, err := netip.ParseAddr(vipAddr)
+	if err != nil || !a.Is4() || a.As4()[3] == 0 {
+		return vip.DefaultRouterID
+	}
+	return int(a.As4()[3])
 }
 
 // inventoryIndex is name's place in the inventory (the hosts not in it

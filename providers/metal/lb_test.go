@@ -83,6 +83,9 @@ func TestVIPConfig(t *testing.T) {
 	if c.FrontendPort != vip.DefaultFrontendPort || c.APIServerPort != providers.APIServerPort || !slices.Equal(c.Drained, []string{"cp-2"}) {
 		t.Errorf("config %+v", c)
 	}
+	if !slices.Equal(c.Peers, []string{"192.0.2.11", "192.0.2.12"}) || c.RouterID != 100 {
+		t.Errorf("peers %v (want every control-plane host with an IPv4 address), router id %d (want the VIP's last byte)", c.Peers, c.RouterID)
+	}
 	if _, err := c.Validate(); err != nil {
 		t.Error(err)
 	}
