@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hamaster/hamaster/lb"
+	"github.com/hamaster/hamaster/workflows"
 )
 
 // --provider metal with a bad inventory, VIP or VIP port is refused
@@ -55,5 +59,34 @@ func TestMetalBadInputNamesTheFlag(t *testing.T) {
 	// may exist: mutating commands check it is writable first).
 	if fp := stateFingerprint(t, state); len(fp) != 0 {
 		t.Errorf("refused runs left state: %v", fp)
+	}
+}
+
+// On metal, status names the VIP's holder and shows each backend as the
+// holder's HAProxy sees it (text and JSON).
+func TestStatusShowsTheVIPHolder(t *testing.T) {
+	t.Parallel()
+	rep := workflows.Report{Cluster: "lab", Provider: "metal", Flavor: "kubeadm", Endpoint: "192.0.2.100", EndpointKind: "lb",
+		LB: &lb.Status{IP: "192.0.2.100", Holder: "cp-2", Viewer: "cp-2", Targets: []lb.TargetHealth{
+			{Name: "cp-1", Healthy: true, Draining: true, Reason: "DRAIN L7OK"},
+			{Name: "cp-2", Healthy: true, Reason: "UP L7OK"},
+			{Name: "cp-3", Reason: "DOWN L4CON"},
+		}}}
+	var out bytes.Buffer
+	printStatus(&env{stdout: &out}, rep)
+	for _, want := range []string{"VIP 192.0.2.100 held by cp-2; backends as cp-2's HAProxy sees them", "HAPROXY", "DRAIN L7OK", "DOWN L4CON"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+	js := statusJSON(rep)["lb"].(map[string]any)
+	if js["holder"] != "cp-2" || js["viewer"] != "cp-2" {
+		t.Errorf("status JSON lb: %v", js)
+	}
+	rep.LB.Holder, rep.LB.Viewer = "", ""
+	out.Reset()
+	printStatus(&env{stdout: &out}, rep)
+	if !strings.Contains(out.String(), "VIP 192.0.2.100 held by NOBODY; no master's HAProxy answers") {
+		t.Errorf("status with no holder:\n%s", out.String())
 	}
 }

@@ -178,6 +178,9 @@ func TestLoadBalancerOnTheLab(t *testing.T) {
 	if err := l.DrainTarget(ctx, h1.Name); err != nil {
 		t.Fatalf("DrainTarget again: %v", err)
 	}
+	if out := sh(h1, "nft list table inet "+vip.SynDropTable+" 2>/dev/null || true"); out != "" {
+		t.Errorf("host-1 keeps dropping new connections after the handoff: %s", out)
+	}
 	if body := readyz(ctx, t, vipAddr, "through the VIP with host-1 drained"); body != h2.Name {
 		t.Errorf("with host-1 drained the VIP answered %q, want the stand-in on host-2", body)
 	}
@@ -269,7 +272,7 @@ func getLB(ctx context.Context, t *testing.T, l lb.LoadBalancer, holder, viewer 
 // checkClean fails the test when anything of the VIP is left on h.
 func checkClean(ctx context.Context, t *testing.T, p *metal.Provider, h *metallab.Host, vipAddr string) {
 	t.Helper()
-	out, _, _ := p.RunOnMachine(ctx, h.Name, "ls -d "+vip.ConfigDir+" "+vip.RunDir+" "+vip.KeepalivedManifestPath+" "+vip.HAProxyManifestPath+" 2>/dev/null; ip -o addr show | grep -F ' "+vipAddr+"/'")
+	out, _, _ := p.RunOnMachine(ctx, h.Name, "ls -d "+vip.ConfigDir+" "+vip.RunDir+" "+vip.KeepalivedManifestPath+" "+vip.HAProxyManifestPath+" 2>/dev/null; ip -o addr show | grep -F ' "+vipAddr+"/'; nft list table inet "+vip.SynDropTable+" 2>/dev/null")
 	left := strings.TrimSpace(string(out))
 	for _, comm := range []string{"keepalived", "haproxy"} {
 		if ps := nsProcs(ctx, t, h, comm); len(ps) > 0 {
