@@ -240,6 +240,8 @@ func (p *Provider) others(s *lbState, name string) []vip.Host {
 // can take it: a planned move (vip.Handoff: keepalived's maintenance
 // file puts name into FAULT, the best backup takes the VIP within its
 // skew time). name keeps refusing the VIP until AddTarget takes it back.
+// When no other master takes the VIP in time, name may hold it again
+// (vip.Resume) and the error says so.
 func (p *Provider) handoff(ctx context.Context, s *lbState, name string) error {
 	h := p.vipHost(name)
 	held, err := vip.Holder(ctx, h, s.VIP)
@@ -255,6 +257,11 @@ func (p *Provider) handoff(ctx context.Context, s *lbState, name string) error {
 	defer cancel()
 	start := time.Now()
 	if err := vip.Handoff(hctx, h, peers, s.VIP); err != nil {
+		// Nobody took it (every other master failing its check): let name
+		// hold it again rather than leave the VIP to nobody.
+		if rerr := vip.Resume(ctx, h); rerr != nil {
+			p.log.Warn("metal: resume after a failed handoff", "host", name, "err", rerr)
+		}
 		return fmt.Errorf("planned move of the VIP %s off %s: %w", s.VIP, name, err)
 	}
 	p.log.Info("metal: VIP handed off", "from", name, "took", time.Since(start).Round(time.Millisecond))
