@@ -75,6 +75,20 @@ type StaticIP interface {
 	Detach(ctx context.Context) error
 }
 
+// HeldByLB is an optional capability of a StaticIP whose address nothing
+// but the load balancer ever holds (metal: keepalived on the masters is
+// the load balancer): with no LB nothing answers on it, and a single
+// master's clients reach it at its own address.
+type HeldByLB interface {
+	HeldByLB() bool
+}
+
+// HeldOnlyByLB reports whether s's address is served only by the LB.
+func HeldOnlyByLB(s StaticIP) bool {
+	h, ok := s.(HeldByLB)
+	return ok && h.HeldByLB()
+}
+
 // Preparer is an optional capability of a LoadBalancer: build everything
 // the LB needs except taking the static IP (health check, groups, backend
 // service, registered targets), so that during promotion the window in

@@ -680,7 +680,9 @@ func printStatus(e *env, rep workflows.Report) {
 		printMembers(w, rep.Members)
 	}
 	fmt.Fprintln(w, "\nLOAD BALANCER")
-	if rep.LB == nil {
+	if rep.LB == nil && rep.EndpointKind == "replica" {
+		fmt.Fprintf(w, "none: the VIP %s is not up yet (the first add-replica brings it up); clients use the master's own address\n", rep.StaticIP)
+	} else if rep.LB == nil {
 		fmt.Fprintln(w, "none (the static IP is attached to a replica)")
 	} else {
 		viewed := rep.Provider == metal.Name // a VIP on the masters: who holds it, whose view

@@ -563,6 +563,12 @@ func (l loadBalancer) PromotionNote() string {
 // balancer's (Get's holder is always "", as for an LB-owned address).
 type staticIP struct{ p *Provider }
 
+var _ lb.HeldByLB = staticIP{}
+
+// HeldByLB implements lb.HeldByLB: only keepalived (the load balancer)
+// ever holds the VIP.
+func (staticIP) HeldByLB() bool { return true }
+
 // Get implements lb.StaticIP.
 func (v staticIP) Get(context.Context) (string, string, error) { return v.p.inv.VIP, "", nil }
 
