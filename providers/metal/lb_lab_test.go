@@ -258,14 +258,16 @@ func (e executor) Upload(ctx context.Context, path string, data []byte, mode os.
 // HAProxy's view it reports.
 func getLB(ctx context.Context, t *testing.T, l lb.LoadBalancer, holder, viewer string) lb.Status {
 	t.Helper()
+	start := time.Now()
 	st, err := l.Get(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	took := time.Since(start)
 	if st.Holder != holder || st.Viewer != viewer {
 		t.Fatalf("Get: holder %q viewer %q, want %s, %s (%+v)", st.Holder, st.Viewer, holder, viewer, st)
 	}
-	t.Logf("Get: holder %s, %s's HAProxy: %+v", st.Holder, st.Viewer, st.Targets)
+	t.Logf("Get (%v): holder %s, %s's HAProxy: %+v", took.Round(time.Millisecond), st.Holder, st.Viewer, st.Targets)
 	return st
 }
 
