@@ -219,7 +219,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 				Version string `json:"version"`
 			} `json:"replicas"`
 		}
-		if err := json.Unmarshal([]byte(hm("--output", "json", "status")), &st); err != nil {
+		if err := json.Unmarshal([]byte(hm("--output", "json", "status", "--timeout", "90s")), &st); err != nil {
 			t.Fatal(err)
 		}
 		n := 0
@@ -275,7 +275,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 		t.Errorf("Nodes left: %s", n)
 	}
 	var end map[string]any
-	if err := json.Unmarshal([]byte(hm("--output", "json", "status")), &end); err != nil {
+	if err := json.Unmarshal([]byte(hm("--output", "json", "status", "--timeout", "90s")), &end); err != nil {
 		t.Fatal(err)
 	}
 	if ms, _ := end["members"].([]any); len(ms) != 1 || end["orphans"] != nil || len(end["replicas"].([]any)) != 1 {
