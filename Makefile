@@ -124,7 +124,9 @@ test-real: kube-apiserver build
 # About 12 minutes. The inventory's and the VIP's unit tests run in make
 # test too.
 test-metal: test-prereqs kube-apiserver build
-	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 30m -v ./testbed/metal/... ./cmd/metallab/ ./providers/metal/... ./flavors/kubeadm/
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 40m -v ./testbed/metal/... ./cmd/metallab/ ./providers/metal/... ./flavors/kubeadm/
+	# The real CLI's walk on the lab (TestMetalKubeadmEndToEnd).
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 30m -v -run 'TestMetal' ./cmd/hamaster/
 
 # The main job on the embedded local provider with a real kube-apiserver
 # (built on first use): up → add ×2 → status → kubectl through the LB →
