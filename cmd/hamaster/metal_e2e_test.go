@@ -210,31 +210,42 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	if !strings.Contains(out.String(), "rolled back") && !strings.Contains(out.String(), "rollback") {
 		t.Errorf("the failed upgrade's output says nothing of its rollback:\n%s", out)
 	}
-	healthy := func(want string) {
+	// healthy waits until status sees 3 masters healthy at want (bounded)
+	// and says how long after since that took.
+	healthy := func(want string, since time.Time) {
 		t.Helper()
-		var st struct {
-			Replicas []struct {
-				Name    string `json:"name"`
-				Healthy bool   `json:"healthy"`
-				Version string `json:"version"`
-			} `json:"replicas"`
-		}
-		if err := json.Unmarshal([]byte(hm("--output", "json", "status", "--timeout", "90s")), &st); err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, r := range st.Replicas {
-			if r.Healthy && r.Version == want {
-				n++
+		var last string
+		err := wait.Until(ctx, time.Second, "3 masters healthy at "+want, func() (bool, error) {
+			cmd, out := command(nil, "--output", "json", "status", "--timeout", "90s")
+			_ = cmd.Run() // exit 3 while a master is unhealthy
+			var st struct {
+				Replicas []struct {
+					Name    string `json:"name"`
+					Healthy bool   `json:"healthy"`
+					Version string `json:"version"`
+				} `json:"replicas"`
 			}
+			if err := json.Unmarshal([]byte(out.String()), &st); err != nil {
+				return false, fmt.Errorf("status: %w\n%s", err, out)
+			}
+			last = fmt.Sprintf("%+v", st.Replicas)
+			n := 0
+			for _, r := range st.Replicas {
+				if r.Healthy && r.Version == want {
+					n++
+				}
+			}
+			return n == 3, nil
+		})
+		if err != nil {
+			t.Fatalf("%v (last: %s)", err, last)
 		}
-		if n != 3 {
-			t.Fatalf("want 3 healthy masters at %s: %+v", want, st.Replicas)
-		}
+		t.Logf("3 masters healthy at %s %s after", want, time.Since(since).Round(100*time.Millisecond))
 	}
-	healthy(metalVersion)
+	healthy(metalVersion, start)
+	upgraded := time.Now()
 	hm("rolling-upgrade", "--version", metalUpgradeTo, "--yes")
-	healthy(metalUpgradeTo)
+	healthy(metalUpgradeTo, upgraded)
 	if v := must(h1, "kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o jsonpath='{.items[*].status.nodeInfo.kubeletVersion}'"); v != strings.TrimSpace(strings.Repeat(metalUpgradeTo+" ", 3)) {
 		t.Errorf("kubelet versions after the upgrade: %s", v)
 	}
