@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -217,7 +218,8 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 		var last string
 		err := wait.Until(ctx, time.Second, "3 masters healthy at "+want, func() (bool, error) {
 			cmd, out := command(nil, "--output", "json", "status", "--timeout", "90s")
-			_ = cmd.Run() // exit 3 while a master is unhealthy
+			cmd.Stderr = io.Discard // "not healthy" while a master is not
+			_ = cmd.Run()           // exit 3 meanwhile
 			var st struct {
 				Replicas []struct {
 					Name    string `json:"name"`
