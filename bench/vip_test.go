@@ -7,25 +7,18 @@ package bench
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	stdlog "log"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -392,7 +385,7 @@ type vipHost struct {
 
 func newVIPEnv(ctx context.Context, b *testing.B) *vipEnv {
 	lab := metallabtest.Start(ctx, b, vipHosts, vipKeepalived, vipHAProxy, "curl")
-	e := &vipEnv{lab: lab, cert: selfSignedCert(b)}
+	e := &vipEnv{lab: lab, cert: metallabtest.SelfSigned(b)}
 	logger := slog.New(slog.DiscardHandler)
 	for _, h := range lab.Hosts {
 		c, err := lab.Dial(ctx, h)
@@ -579,7 +572,7 @@ type standin struct {
 func (s *standin) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l, err := listenIn(s.ns, ":6443")
+	l, err := metallabtest.ListenIn(s.ns, ":6443")
 	if err != nil {
 		return fmt.Errorf("apiserver stand-in on %s: %w", s.name, err)
 	}
@@ -618,62 +611,6 @@ func (s *standin) kill() {
 	_ = s.srv.Close()
 	<-s.done
 	s.srv = nil
-}
-
-// listenIn opens a TCP listener in network namespace ns (setns(2) on a
-// locked thread, which returns to its own namespace before it is
-// unlocked; a thread that cannot return stays locked and ends with its
-// goroutine).
-func listenIn(ns, addr string) (net.Listener, error) {
-	type result struct {
-		l   net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		own, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer own.Close()
-		f, err := os.Open("/run/netns/" + ns)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: fmt.Errorf("setns %s: %w", ns, err)}
-			return
-		}
-		l, err := net.Listen("tcp", addr)
-		if rerr := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); rerr == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- result{l, err}
-	}()
-	r := <-ch
-	return r.l, r.err
-}
-
-func selfSignedCert(b *testing.B) tls.Certificate {
-	b.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), DNSNames: []string{"localhost"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
 func run(ctx context.Context, b *testing.B, c *remote.Client, cmd string) string {

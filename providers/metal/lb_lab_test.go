@@ -17,14 +17,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/hamaster/hamaster/internal/probeload"
 	"github.com/hamaster/hamaster/internal/wait"
@@ -341,7 +338,7 @@ func nsProcs(ctx context.Context, t *testing.T, h *metallab.Host, comm string) [
 // stand-in apiserver whose /readyz is 200 with the host's name.
 func startStandIn(t *testing.T, h *metallab.Host) {
 	t.Helper()
-	l, err := listenIn(h.NS, ":6443")
+	l, err := metallabtest.ListenIn(h.NS, ":6443")
 	if err != nil {
 		t.Fatalf("stand-in apiserver on %s: %v", h.Name, err)
 	}
@@ -365,45 +362,6 @@ func startStandIn(t *testing.T, h *metallab.Host) {
 		_ = srv.Close()
 		<-done
 	})
-}
-
-// listenIn opens a TCP listener in network namespace ns from a locked
-// thread that enters it and returns (as providers/metal/vip's lab test).
-func listenIn(ns, addr string) (net.Listener, error) {
-	type result struct {
-		l   net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		own, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer own.Close()
-		f, err := os.Open("/run/netns/" + ns)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: fmt.Errorf("setns %s: %w", ns, err)}
-			return
-		}
-		l, err := net.Listen("tcp", addr)
-		if rerr := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); rerr == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- result{l, err}
-	}()
-	r := <-ch
-	return r.l, r.err
 }
 
 // watcher polls every host's addresses every 25 ms (ip -n, not SSH) and

@@ -4,22 +4,15 @@ package vip_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,67 +48,9 @@ type apiserver struct {
 	done  chan struct{}
 }
 
-// listenIn opens a TCP listener in network namespace ns: a goroutine
-// locks its thread, enters ns (setns(2)), listens (the socket stays in
-// ns) and returns the thread to its own namespace before unlocking it. If
-// it cannot return, the thread stays locked and ends with the goroutine
-// (or, Go's main thread, is parked) — and "ip netns pids" would then list
-// this process in ns.
-func listenIn(ns, addr string) (net.Listener, error) {
-	type result struct {
-		l   net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		own, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer own.Close()
-		f, err := os.Open("/run/netns/" + ns)
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: err}
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{err: fmt.Errorf("setns %s: %w", ns, err)}
-			return
-		}
-		l, err := net.Listen("tcp", addr)
-		if rerr := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); rerr == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- result{l, err}
-	}()
-	r := <-ch
-	return r.l, r.err
-}
-
-func selfSigned(t *testing.T) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
 func startAPIServer(t *testing.T, h *metallab.Host, cert tls.Certificate) *apiserver {
 	t.Helper()
-	l, err := listenIn(h.NS, ":6443")
+	l, err := metallabtest.ListenIn(h.NS, ":6443")
 	if err != nil {
 		t.Fatalf("apiserver on %s: %v", h.Name, err)
 	}
@@ -310,7 +245,7 @@ func TestVIPLab(t *testing.T) {
 	defer cancel()
 	lab := metallabtest.Start(ctx, t, 3, keepalivedBin, haproxyBin, "curl")
 	log := slog.New(slog.NewTextHandler(tlog{t}, nil))
-	cert := selfSigned(t)
+	cert := metallabtest.SelfSigned(t)
 	var hosts []*labHost
 	var masters []vip.Master
 	for _, h := range lab.Hosts {
@@ -732,7 +667,7 @@ func TestVIPKubeadmDocArm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	lab := metallabtest.Start(ctx, t, 2, keepalivedBin, "curl")
-	cert := selfSigned(t)
+	cert := metallabtest.SelfSigned(t)
 	var apis []*apiserver
 	for i, h := range lab.Hosts {
 		apis = append(apis, startAPIServer(t, h, cert))
