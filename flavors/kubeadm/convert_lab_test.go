@@ -24,7 +24,6 @@ import (
 	"github.com/hamaster/hamaster/internal/probeload"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers"
-	"github.com/hamaster/hamaster/providers/metal"
 	"github.com/hamaster/hamaster/providers/metal/vip"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
 	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
@@ -50,28 +49,8 @@ func TestConvertToHA(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	kubeletProgram, binDir := metallabtest.Kubeadm(t, labVersion)
-	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir}, "/usr/sbin/keepalived", "/usr/sbin/haproxy", "curl")
+	lab, p, run := kubeadmHosts(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir}, "/usr/sbin/keepalived", "/usr/sbin/haproxy", "curl")
 	h1, h2, h3 := lab.Hosts[0], lab.Hosts[1], lab.Hosts[2]
-	for _, h := range lab.Hosts {
-		if err := lab.Install(ctx, h, labVersion); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pr, err := metal.New(ctx, providers.Settings{Cluster: "lab", StateDir: t.TempDir(), Options: map[string]string{
-		metal.OptInventory: lab.InventoryFile, metal.OptSSHKey: lab.ClientKeyFile, metal.OptSSHKnownHosts: lab.KnownHostsFile}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
-	p := pr.(*metal.Provider)
-	run := func(host, cmd string) string {
-		t.Helper()
-		out, stderr, err := p.RunOnMachine(ctx, host, cmd)
-		if err != nil {
-			t.Fatalf("%s: %s: %v\n%s", host, cmd, err, stderr)
-		}
-		return strings.TrimSpace(string(out))
-	}
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {
 		t.Fatal(err)
 	}

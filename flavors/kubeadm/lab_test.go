@@ -39,28 +39,8 @@ func TestFlavorOnKubeadmMasters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	kubeletProgram, binDir := metallabtest.Kubeadm(t, labVersion)
-	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir})
+	lab, p, run := kubeadmHosts(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir})
 	h1, h2, h3 := lab.Hosts[0], lab.Hosts[1], lab.Hosts[2]
-	for _, h := range lab.Hosts {
-		if err := lab.Install(ctx, h, labVersion); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pr, err := metal.New(ctx, providers.Settings{Cluster: "lab", StateDir: t.TempDir(), Options: map[string]string{
-		metal.OptInventory: lab.InventoryFile, metal.OptSSHKey: lab.ClientKeyFile, metal.OptSSHKnownHosts: lab.KnownHostsFile}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
-	p := pr.(*metal.Provider)
-	run := func(host, cmd string) string {
-		t.Helper()
-		out, stderr, err := p.RunOnMachine(ctx, host, cmd)
-		if err != nil {
-			t.Fatalf("%s: %s: %v\n%s", host, cmd, err, stderr)
-		}
-		return strings.TrimSpace(string(out))
-	}
 	run(h1.Name, fmt.Sprintf("ip addr add %s/24 dev eth0", lab.VIP))
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion, ControlPlaneEndpoint: lab.VIPEndpoint()}); err != nil {
 		t.Fatal(err)
@@ -289,4 +269,34 @@ func checkView(ctx context.Context, t *testing.T, f *kubeadm.Flavor, p *metal.Pr
 			t.Errorf("View of %s: certificates %+v; missing %v", name, m.Certificates, want)
 		}
 	}
+}
+
+// kubeadmHosts starts a lab as o says (needing bins on the machine),
+// installs labVersion on every host and opens the metal provider on it:
+// the lab, the provider (closed at cleanup) and a way to run a command
+// on a host that fails the test when it fails.
+func kubeadmHosts(ctx context.Context, t *testing.T, o metallab.Options, bins ...string) (*metallab.Lab, *metal.Provider, func(host, cmd string) string) {
+	t.Helper()
+	lab := metallabtest.StartWith(ctx, t, o, bins...)
+	for _, h := range lab.Hosts {
+		if err := lab.Install(ctx, h, labVersion); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pr, err := metal.New(ctx, providers.Settings{Cluster: "lab", StateDir: t.TempDir(), Options: map[string]string{
+		metal.OptInventory: lab.InventoryFile, metal.OptSSHKey: lab.ClientKeyFile, metal.OptSSHKnownHosts: lab.KnownHostsFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pr.Close() })
+	p := pr.(*metal.Provider)
+	run := func(host, cmd string) string {
+		t.Helper()
+		out, stderr, err := p.RunOnMachine(ctx, host, cmd)
+		if err != nil {
+			t.Fatalf("%s: %s: %v\n%s", host, cmd, err, stderr)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	return lab, p, run
 }

@@ -239,28 +239,8 @@ func TestUpgradeKubeadmTwoMasters(t *testing.T) {
 	defer cancel()
 	kubeletProgram, cache := metallabtest.Kubeadm(t, labVersion, upgradeVersion)
 	binDir := linkBinaries(t, cache, labVersion, upgradeVersion)
-	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 2, Kubelet: kubeletProgram, BinDir: binDir})
+	lab, p, run := kubeadmHosts(ctx, t, metallab.Options{Hosts: 2, Kubelet: kubeletProgram, BinDir: binDir})
 	h1, h2 := lab.Hosts[0], lab.Hosts[1]
-	for _, h := range lab.Hosts {
-		if err := lab.Install(ctx, h, labVersion); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pr, err := metal.New(ctx, providers.Settings{Cluster: "lab", StateDir: t.TempDir(), Options: map[string]string{
-		metal.OptInventory: lab.InventoryFile, metal.OptSSHKey: lab.ClientKeyFile, metal.OptSSHKnownHosts: lab.KnownHostsFile}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
-	p := pr.(*metal.Provider)
-	run := func(host, cmd string) string {
-		t.Helper()
-		out, stderr, err := p.RunOnMachine(ctx, host, cmd)
-		if err != nil {
-			t.Fatalf("%s: %s: %v\n%s", host, cmd, err, stderr)
-		}
-		return strings.TrimSpace(string(out))
-	}
 	run(h1.Name, "ip addr add "+lab.VIP.String()+"/24 dev eth0")
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion, ControlPlaneEndpoint: lab.VIPEndpoint()}); err != nil {
 		t.Fatal(err)
