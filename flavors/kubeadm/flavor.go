@@ -75,6 +75,13 @@ func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	f := &Flavor{p: p, m: m, log: log}
+	if fp, ok := p.(providers.Formatted); ok {
+		// GCE: the machine's metadata is all the machine's (MachineFormat).
+		if c := fp.Carrier(); c != providers.CarrierMetadata {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider carries templates as %q; kubeadm masters are proven on metadata-carrying machines (GCE) and the metal provider's hosts only", Name, p.Name(), c)
+		}
+		fp.SetFormat(MachineFormat{})
+	}
 	flavors.BindAPIServerPort(p, f)
 	return f, nil
 }

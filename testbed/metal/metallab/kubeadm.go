@@ -48,57 +48,19 @@ func (l *Lab) Install(ctx context.Context, h *Host, version string) error {
 	return nil
 }
 
-// KubeadmInit describes `kubeadm init` of a host.
-type KubeadmInit struct {
-	// Version is the ClusterConfiguration's kubernetesVersion; the host
-	// must have that version installed (Install).
-	Version string
-	// ControlPlaneEndpoint, when set (VIP:6443), is the
-	// ClusterConfiguration's controlPlaneEndpoint, for control-plane
-	// joins; empty is the common single master.
-	ControlPlaneEndpoint string
-	// UploadCerts passes --upload-certs (the certificates for joining
-	// control planes, in the kubeadm-certs Secret); CertificateKey is
-	// its key (kubeadm's certs.CreateCertificateKey format, 64 hex).
-	UploadCerts    bool
-	CertificateKey string
-}
+// KubeadmInit describes `kubeadm init` of a host (kubeadmhost.Init).
+type KubeadmInit = kubeadmhost.Init
 
 // InitConfig is the kubeadm configuration KubeadmInit passes to
-// `kubeadm init --config`: kubeadm's v1beta4 API
-// (cmd/kubeadm/app/apis/kubeadm/v1beta4): InitConfiguration with the
-// host's address as localAPIEndpoint.advertiseAddress and its name as
-// nodeRegistration.name (the CRI socket: containerd's, which the
-// kubelet serves), ClusterConfiguration with kubernetesVersion and, if
-// given, controlPlaneEndpoint.
+// `kubeadm init --config` (kubeadmhost.InitConfig for the host's name and
+// address).
 func InitConfig(h *Host, k KubeadmInit) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: kubeadm.k8s.io/v1beta4
-kind: InitConfiguration
-localAPIEndpoint:
-  advertiseAddress: %s
-  bindPort: 6443
-nodeRegistration:
-  name: %s
-  criSocket: unix:///var/run/containerd/containerd.sock
-`, h.Addr, h.Name)
-	if k.CertificateKey != "" {
-		fmt.Fprintf(&b, "certificateKey: %s\n", k.CertificateKey)
-	}
-	fmt.Fprintf(&b, `---
-apiVersion: kubeadm.k8s.io/v1beta4
-kind: ClusterConfiguration
-kubernetesVersion: %s
-`, k.Version)
-	if k.ControlPlaneEndpoint != "" {
-		fmt.Fprintf(&b, "controlPlaneEndpoint: %s\n", k.ControlPlaneEndpoint)
-	}
-	return b.String()
+	return kubeadmhost.InitConfig(h.Name, h.Addr, k)
 }
 
 // InitConfigPath is where KubeadmInit puts the configuration on the
 // host (its own /run).
-const InitConfigPath = "/run/kubeadm-init.yaml"
+const InitConfigPath = kubeadmhost.InitConfigPath
 
 // KubeadmInitLog is the host's file (under Host.Dir) that gets kubeadm
 // init's output.
@@ -120,10 +82,7 @@ func (l *Lab) KubeadmInit(ctx context.Context, h *Host, k KubeadmInit) (time.Dur
 		return 0, fmt.Errorf("metallab: kubeadm config on %s: %w", h.Name, err)
 	}
 	logPath := filepath.Join(h.Dir, KubeadmInitLog)
-	cmd := "kubeadm init --config " + InitConfigPath
-	if k.UploadCerts {
-		cmd += " --upload-certs"
-	}
+	cmd := kubeadmhost.InitCommand(k)
 	l.log.Info("kubeadm init", "host", h.Name, "version", k.Version, "control_plane_endpoint", k.ControlPlaneEndpoint, "log", logPath)
 	start := time.Now()
 	// The log is the lab's file, which the host sees at the same path.
