@@ -19,6 +19,8 @@ import (
 	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/flavors/flavortest"
 	"github.com/hamaster/hamaster/flavors/kubeadm"
+	"github.com/hamaster/hamaster/internal/wait"
+	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 	"github.com/hamaster/hamaster/testbed/kubeadmhost"
@@ -152,8 +154,49 @@ func TestFlavorOnGCEKubeadmMasters(t *testing.T) {
 		t.Errorf("RunningVersion(%s): %v", replica, err)
 	}
 
-	// It leaves: its member removed through master 0 first, then
-	// kubeadm reset, its Node deleted; its VM deleted.
+	// The static IP moves to the provider's load balancer (lb.Promote, as
+	// add-replica does: master 0 gets an ephemeral address), the replica
+	// its second target: the controlPlaneEndpoint both masters' kubeconfigs
+	// name is then served by the LB on 6443, health-checked on /readyz.
+	start = time.Now()
+	l := p.LoadBalancer()
+	if err := lb.Promote(ctx, p.StaticIP(), l, lb.Target{Name: master.Name, Address: master.Address}); err != nil {
+		t.Fatalf("promote the static IP to the load balancer: %v", err)
+	}
+	if err := l.AddTarget(ctx, lb.Target{Name: replica, Address: r.Address}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer wcancel()
+	if err := wait.Until(wctx, 200*time.Millisecond, "both masters healthy behind the load balancer", func() (bool, error) {
+		st, err := l.Get(wctx)
+		if err != nil {
+			return false, nil
+		}
+		healthy := 0
+		for _, th := range st.Targets {
+			if th.Healthy {
+				healthy++
+			}
+		}
+		return healthy == 2, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the static IP moved to the load balancer, both masters healthy, in %v", time.Since(start).Round(time.Millisecond))
+	for _, m := range []string{c.Master, replica} {
+		// admin.conf's server is the controlPlaneEndpoint: the LB now.
+		if got := run(m, "kubectl --kubeconfig /etc/kubernetes/admin.conf get node "+m+" -o name"); got != "node/"+m {
+			t.Errorf("kubectl on %s through the load balancer: %q", m, got)
+		}
+	}
+
+	// It leaves: out of the load balancer first, its member removed
+	// through master 0, then kubeadm reset, its Node deleted; its VM
+	// deleted.
+	if err := l.RemoveTarget(ctx, replica); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.RemoveMember(ctx, r); err != nil {
 		t.Fatal(err)
 	}

@@ -62,6 +62,18 @@ func (s *Server) kubeadmVersion(in map[string]any) string {
 // its boot disk, removed with the instance.
 func (x *vpcVM) hostDir() string { return filepath.Join(x.dir, "host") }
 
+// kubeadmCA is the VM's kubeadm cluster CA file (its
+// /etc/kubernetes/pki/ca.crt, which every apiserver certificate kubeadm
+// issues chains to, its "kubernetes" name among the SANs), "" until
+// kubeadm init or join wrote it.
+func (x *vpcVM) kubeadmCA() string {
+	p := filepath.Join(kubeadmhost.MountSource(x.hostDir(), "/etc/kubernetes"), "pki", "ca.crt")
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
+}
+
 // KubeletLog is the kubelet service's log of a kubeadm VM (its journal).
 func (s *Server) KubeletLog(zone, instance string) string {
 	b, _ := os.ReadFile(filepath.Join(s.instDir("zones/"+zone+"/instances/"+instance), "kubelet.log"))
