@@ -39,6 +39,12 @@
 // `hamaster-node lb` runs in the router namespace on the rule's address.
 // The fake keeps a known_hosts file for the VMs' external addresses, and
 // instances.getSerialPortOutput shows a master's boot log.
+//
+// kubeadm images (VPCOptions.Kubeadm, see KubeadmOptions): a VM whose boot
+// disk comes from one is a kubeadm host instead, kubeadm, kubectl and the
+// test bed's kubelet installed and its kubelet service running in the
+// VM's own mount namespace (testbed/kubeadmhost); the operator runs
+// kubeadm init or join on it over SSH.
 package gcefake
 
 import (
