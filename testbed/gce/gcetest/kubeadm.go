@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +97,21 @@ func UpKubeadm(t testing.TB, name string, o KubeadmOptions) *KubeadmCluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	v := vpctest.New(ctx, t, "k") // its cleanup runs after the fake's
+	var v *vpctest.VPC
+	// Last of all (after the fake's and the VPC's cleanups): nothing of
+	// the VMs is left running or written outside the test's directories.
+	t.Cleanup(func() {
+		if pids := processesRunning(o.Kubelet); len(pids) > 0 {
+			t.Errorf("kubelet processes left: %v", pids)
+		}
+		if v == nil {
+			return
+		}
+		if left, _ := filepath.Glob("/etc/netns/hm-" + v.ID + "-*"); len(left) > 0 {
+			t.Errorf("left: %v", left)
+		}
+	})
+	v = vpctest.New(ctx, t, "k") // its cleanup runs after the fake's
 	dir := t.TempDir()
 	image := KubeadmImage(o.Version)
 	fake, err := gcefake.New(gcefake.Options{NodeBinary: localtest.NodeBinary(t), Dir: dir,
@@ -264,4 +280,20 @@ func (c *KubeadmCluster) KubeadmInit(ctx context.Context, k kubeadmhost.Init) (s
 		return string(out), took, fmt.Errorf("gcetest: kubeadm init on %s (%s): %w: %s\n%s", c.Master, took.Round(time.Second), err, stderr, out)
 	}
 	return string(out), took, nil
+}
+
+// processesRunning lists the processes whose command line names path.
+func processesRunning(path string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), path) {
+			out = append(out, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
 }
