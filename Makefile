@@ -133,8 +133,10 @@ test-metal: test-prereqs kube-apiserver build
 # metal lab), master 0 initialised by the real kubeadm v1.33.13 over SSH
 # with the static IP as its controlPlaneEndpoint, the kubeadm flavor's
 # conformance suite on it, a replica the GCE provider clones from it
-# joined with kubeadm join --control-plane and removed again. Needs the
-# real binaries (kube-apiserver). About a minute.
+# joined with kubeadm join --control-plane, the static IP moved to the
+# provider's load balancer, a join whose kubelet stops half-way undone
+# (no member, no Node) and retried, the replicas removed again. Needs the
+# real binaries (kube-apiserver). About 2.5 minutes.
 test-gce-kubeadm: test-prereqs kube-apiserver
 	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags gcekubeadm -count=1 -p 1 -timeout 15m -v -run 'GCE' ./flavors/kubeadm/
 

@@ -191,6 +191,66 @@ func TestFlavorOnGCEKubeadmMasters(t *testing.T) {
 		}
 	}
 
+	// A second clone's join loses its kubelet half-way (systemctl stop
+	// kubelet once its etcd member exists): Join fails within its bound
+	// and leaves no member and no Node; the kubelet started again, the
+	// next join of that VM succeeds.
+	third := c.Master + "-def"
+	r3, err := p.Instances().Create(ctx, third, "", tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := make(chan error, 1)
+	go func() { joined <- f.Join(ctx, r3, time.Minute) }() // a healthy join takes ~20 s here
+	if err := wait.Until(wctx, 200*time.Millisecond, third+"'s etcd member", func() (bool, error) {
+		for _, m := range members() {
+			if strings.Contains(strings.Join(m.PeerURLs, ","), r3.Address) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Fake.StopKubelet(r3.Zone, third) {
+		t.Fatalf("%s has no kubelet service", third)
+	}
+	if err := <-joined; err == nil {
+		t.Fatalf("Join(%s) with its kubelet stopped half-way succeeded", third)
+	} else {
+		t.Logf("Join(%s) failed as it should: %v", third, err)
+	}
+	for _, m := range members() {
+		if strings.Contains(strings.Join(m.PeerURLs, ","), r3.Address) {
+			t.Errorf("%s's member %s (learner %v) survived the failed join", third, m.Name, m.Learner)
+		}
+	}
+	if n := nodes(); strings.Contains(n, "node/"+third) {
+		t.Errorf("Node %s survived the failed join: %s", third, n)
+	}
+	if left := run(third, "ls -A /etc/kubernetes/manifests /var/lib/etcd 2>/dev/null | grep -v ':$' | grep -v '^$' || true"); left != "" {
+		t.Errorf("%s after the failed join keeps %q", third, left)
+	}
+	if err := c.Fake.StartKubelet(r3.Zone, third); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Join(ctx, r3, 0); err != nil {
+		t.Fatalf("Join(%s) again: %v", third, err)
+	}
+	if ms := members(); len(ms) != 3 {
+		t.Fatalf("members after %s's second join: %+v", third, ms)
+	}
+	if err := f.RemoveMember(ctx, r3); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Leave(ctx, r3); err != nil {
+		t.Fatal(err)
+	}
+	c.Fake.StopKubelet(r3.Zone, third)
+	if err := p.Instances().Delete(ctx, third); err != nil {
+		t.Fatalf("delete %s: %v", third, err)
+	}
+
 	// It leaves: out of the load balancer first, its member removed
 	// through master 0, then kubeadm reset, its Node deleted; its VM
 	// deleted.
