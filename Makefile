@@ -138,7 +138,7 @@ test-metal: test-prereqs kube-apiserver build
 # (no member, no Node) and retried, the replicas removed again. Needs the
 # real binaries (kube-apiserver). About 2.5 minutes.
 test-gce-kubeadm: test-prereqs kube-apiserver
-	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags gcekubeadm -count=1 -p 1 -timeout 15m -v -run 'GCE' ./flavors/kubeadm/
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags gcekubeadm -count=1 -p 1 -timeout 15m -v -run 'GCE' ./flavors/kubeadm/ ./cmd/gcefake/
 
 # The main job on the embedded local provider with a real kube-apiserver
 # (built on first use): up → add ×2 → status → kubectl through the LB →

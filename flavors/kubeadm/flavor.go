@@ -177,14 +177,26 @@ func (f *Flavor) EtcdCluster(ctx context.Context, cluster string, exclude ...str
 	if tlsCfg == nil {
 		return nil, errkind.Errorf(errkind.Unavailable, "no master's etcd client certificate readable: %w", errors.Join(errs...))
 	}
+	// Every running master's member is reachable for its status (an
+	// excluded one too: remove-replica's quorum check counts a healthy
+	// victim, as the kube-up flavor does); only the client's endpoints
+	// leave the excluded out, so no request goes through a victim.
+	all, err := f.running(ctx)
+	if err != nil {
+		return nil, err
+	}
 	byHost := map[string]string{}
+	for _, r := range all {
+		if host := f.m.MachineHostname(r.Name, r.Address); host != "" {
+			byHost[host] = r.Name
+		}
+	}
 	var eps []string
 	for _, r := range cands {
 		host := f.m.MachineHostname(r.Name, r.Address)
 		if host == "" {
 			continue
 		}
-		byHost[host] = r.Name
 		// The member's serving certificate names its Node and its
 		// addresses (GetEtcdAltNames): the Node name is verified.
 		eps = append(eps, "https://"+net.JoinHostPort(host, strconv.Itoa(EtcdClientPort)))
