@@ -68,4 +68,3 @@ func readEnv(path string) (map[string]string, error) {
 	}
 	return env, sc.Err()
 }
-
