@@ -211,7 +211,10 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 					m, _, ok, err := memberOf(ctx, cli, c, r)
 					if err == nil && ok && m.Leader {
 						var to uint64
-						if to, err = cli.MoveLeader(ctx, m.ID); err != nil {
+						mctx, cancel := context.WithTimeout(ctx, p.Timeout)
+						to, err = cli.MoveLeader(mctx, m.ID)
+						cancel()
+						if err != nil {
 							err = fmt.Errorf("move etcd %s leadership away from %s: %w", c, victim, err)
 						} else {
 							r.Info("etcd %s leadership moved from %s to %x", c, victim, to)

@@ -11,6 +11,7 @@ import (
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -62,6 +63,12 @@ type Report struct {
 	// Orphans are etcd members no replica owns, each with the command that
 	// removes it.
 	Orphans []Orphan `json:"orphans,omitempty"`
+	// View is the flavor's own view of the masters when it keeps one
+	// (flavors.Viewer: kubeadm's Nodes, static pods and certificates),
+	// shown beside etcd's and the load balancer's; nil otherwise, or
+	// when it could not be read (ViewError says why).
+	View      *flavors.View `json:"-"`
+	ViewError string        `json:"-"`
 }
 
 // Healthy reports whether every replica is ready and every voter healthy.
@@ -109,6 +116,10 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 		rep.Endpoint, rep.EndpointKind, rep.DNSName = ep.DNSName, "dns", ep.DNSName
 	}
 	rep.Replicas = make([]ReplicaStatus, len(rs))
+	// The probes' client first, bounded by ctx alone: the CA the masters
+	// carry is read over SSH (and the provider's hosts listed), which the
+	// probes' own 2 s bound would cut.
+	_, _ = d.HTTP(ctx)
 	var wg sync.WaitGroup
 	for i, r := range rs {
 		wg.Add(1)
@@ -153,6 +164,13 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 		addrs[r.Name] = r.Address
 	}
 	rep.Orphans = findOrphans(d.Cluster, d.Flavor(), rep.Members, addrs, rep.Journal)
+	if v, ok := d.Flavor().(flavors.Viewer); ok {
+		if view, err := v.View(ctx); err != nil {
+			rep.ViewError = err.Error()
+		} else {
+			rep.View = &view
+		}
+	}
 	if err := probeEndpoint(ctx, d, rep); err != nil {
 		rep.EndpointError = err.Error()
 	}

@@ -626,6 +626,7 @@ func statusJSON(rep workflows.Report) map[string]any {
 		out["members_error"] = rep.MembersError
 	}
 	addStatusJSON(out, rep)
+	addViewJSON(out, rep)
 	if rep.Journal != nil {
 		out["last_workflow"] = map[string]any{"workflow": rep.Journal.Workflow, "params": rep.Journal.Params, "finished": rep.Journal.Finished}
 	}
@@ -667,6 +668,7 @@ func printStatus(e *env, rep workflows.Report) {
 		}
 		tw.Flush()
 	}
+	printView(w, rep)
 	fmt.Fprintln(w, "\nAPISERVER CERTIFICATES")
 	for _, c := range rep.Certificates {
 		fmt.Fprintf(w, "%s: expires %s (in %dd); SANs: %s %s\n", c.Replica, c.NotAfter.Format(time.RFC3339), int(time.Until(c.NotAfter).Hours()/24), strings.Join(c.DNSNames, ","), strings.Join(c.IPs, ","))
@@ -675,6 +677,7 @@ func printStatus(e *env, rep workflows.Report) {
 		fmt.Fprintf(w, "\nUNFINISHED: %s %v — re-run it to finish\n", j.Workflow, j.Params)
 	}
 	printStatusProblems(w, rep)
+	printViewProblems(w, rep)
 }
 
 func rollingUpgradeCommand(e *env, g *globals) *cli.Command {

@@ -14,14 +14,17 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hamaster/hamaster/internal/probeload"
+	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/testbed/local/localtest"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
 	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
+	"github.com/hamaster/hamaster/workflows"
 )
 
 const metalVersion = "v1.33.13"
@@ -48,10 +51,12 @@ func labEnv(t *testing.T, path string) []string {
 // TestMetalKubeadmEndToEnd is issue 23's and 24's walk with the real CLI:
 // a single kubeadm master (kubeadm init, no controlPlaneEndpoint) →
 // add-replica --host (the VIP brought up, the cluster converted to HA on
-// it, the host joined) → add-replica (the first free host) with load on
-// the old address and the VIP throughout: 0 failed → remove-replica of
-// the VIP's holder (a planned handoff) and of another → one master left,
-// the freed hosts clean.
+// it, the host joined; killed after the conversion and resumed) →
+// add-replica (the first free host; killed during kubeadm join and
+// resumed) with load on the old address and the VIP throughout: 0
+// failed → remove-replica of the VIP's holder (a planned handoff; killed
+// after the member's removal and resumed) and of another → one master
+// left, no member or Node of the others, the freed hosts clean.
 func TestMetalKubeadmEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
@@ -98,31 +103,66 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	env := append(os.Environ(), labEnv(t, lab.EnvFile)...)
 	env = append(env, "HAMASTER_STATE_DIR="+t.TempDir(), "HAMASTER_CLUSTER=lab", "HAMASTER_FLAVOR=kubeadm")
 	bin := localtest.HamasterBinary(t)
+	// command is hamaster with args, extra environment last.
+	command := func(extra []string, args ...string) (*exec.Cmd, *strings.Builder) {
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(slices.Clone(env), extra...)
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		return cmd, &out
+	}
 	hm := func(args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = env
-		var out, errb strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd, out := command(nil, args...)
 		start := time.Now()
 		err := cmd.Run()
 		t.Logf("hamaster %s: %v (%s)", strings.Join(args, " "), err, time.Since(start).Round(100*time.Millisecond))
 		if err != nil {
-			t.Fatalf("hamaster %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errb.String())
+			t.Fatalf("hamaster %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 		return out.String()
+	}
+	// crashAfter runs hamaster with args until it kills itself right
+	// after step is journaled (the fault hook of the test build).
+	crashAfter := func(step string, args ...string) {
+		t.Helper()
+		cmd, out := command([]string{"HAMASTER_FAULT_CRASH_AFTER_STEP=" + step}, args...)
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
+			t.Fatalf("hamaster %s with a crash after %s: %v, want killed\n%s", strings.Join(args, " "), step, err, out)
+		}
+		t.Logf("hamaster %s: killed after %s", strings.Join(args, " "), step)
 	}
 
 	oldAddr := fmt.Sprintf("https://%s:6443/readyz", h1.Addr)
 	vipAddr := fmt.Sprintf("https://%s:8443/readyz", lab.VIP)
 	oldLoad := probeload.Start(ctx, oldAddr, tlsFor(), 20*time.Millisecond)
 
-	hm("add-replica", "--host", h2.Name, "--yes")
+	// Crash-resume: killed once the cluster is converted, resumed
+	// without --host (the journal has it).
+	crashAfter(workflows.StepConvertEndpoint, "add-replica", "--host", h2.Name, "--yes")
+	hm("add-replica", "--yes")
 	vipLoad := probeload.Start(ctx, vipAddr, tlsFor(), 20*time.Millisecond)
 	if ep := must(h1, "kubectl --kubeconfig /etc/kubernetes/admin.conf -n kube-system get cm kubeadm-config -o jsonpath='{.data.ClusterConfiguration}' | grep controlPlaneEndpoint"); !strings.Contains(ep, lab.VIP.String()+":8443") {
 		t.Fatalf("kubeadm-config after the conversion: %s", ep)
 	}
-	hm("add-replica", "--yes") // the first free host: host-3
+	// The first free host (host-3), its hamaster killed while kubeadm
+	// join runs there: the resumed run undoes the half join (no learner
+	// survives) and joins again.
+	cmd, out := command(nil, "add-replica", "--yes")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.Until(ctx, 100*time.Millisecond, "kubeadm join on "+h3.Name, func() (bool, error) {
+		out, _ := sh(h3, "pgrep -f '^kubeadm join' || true")
+		return out != "", nil
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	t.Logf("hamaster add-replica: killed during kubeadm join on %s", h3.Name)
+	hm("add-replica", "--yes")
 
 	var st struct {
 		Replicas []struct {
@@ -155,6 +195,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	if holder == "" {
 		t.Fatal("no host holds the VIP")
 	}
+	crashAfter(workflows.StepRemoveMember, "remove-replica", "--name", holder, "--yes")
 	hm("remove-replica", "--name", holder, "--yes")
 	var second string
 	for _, h := range []*metallab.Host{h1, h2, h3} {
@@ -178,6 +219,13 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	}
 	if n := must(last, "kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o name | wc -l"); n != "1" {
 		t.Errorf("Nodes left: %s", n)
+	}
+	var end map[string]any
+	if err := json.Unmarshal([]byte(hm("--output", "json", "status")), &end); err != nil {
+		t.Fatal(err)
+	}
+	if ms, _ := end["members"].([]any); len(ms) != 1 || end["orphans"] != nil || len(end["replicas"].([]any)) != 1 {
+		t.Errorf("status after the removals: members %v, orphans %v, replicas %v", end["members"], end["orphans"], end["replicas"])
 	}
 	for _, name := range []string{holder, second} {
 		h := lab.Host(name)

@@ -132,33 +132,8 @@ func SetControlPlaneEndpoint(doc []byte, endpoint string, keep []string) (out []
 		v.Value, v.Tag, v.Style = endpoint, "!!str", 0
 		changed = true
 	}
-	api := mapValue(top, "apiServer")
-	if api == nil || api.Kind != yaml.MappingNode {
-		api = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		setMapValue(top, "apiServer", api)
-	}
-	sans := mapValue(api, "certSANs")
-	if sans == nil || sans.Kind != yaml.SequenceNode {
-		sans = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-		setMapValue(api, "certSANs", sans)
-	}
-	// kubeadm writes an empty apiServer as {}: what hamaster adds is
-	// written in block style, as kubeadm writes a filled one.
-	api.Style &^= yaml.FlowStyle
-	sans.Style &^= yaml.FlowStyle
-	have := map[string]bool{}
-	for _, n := range sans.Content {
-		have[n.Value] = true
-	}
-	for _, k := range keep {
-		if k != "" && !have[k] {
-			sans.Content = append(sans.Content, scalar(k))
-			have[k] = true
-			changed = true
-		}
-	}
-	if len(sans.Content) == 0 {
-		removeMapKey(api, "certSANs")
+	if addCertSANs(top, keep) {
+		changed = true
 	}
 	if !changed {
 		return doc, false, nil
@@ -217,4 +192,59 @@ func encodeYAML(root *yaml.Node) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// AddCertSANs adds each of sans missing from the ClusterConfiguration
+// doc's apiServer.certSANs, keeping every other field as it was. changed
+// is false when it names them all already.
+func AddCertSANs(doc []byte, sans []string) (out []byte, changed bool, err error) {
+	if _, err := ParseClusterConfiguration(doc); err != nil {
+		return nil, false, err
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(doc, &root); err != nil {
+		return nil, false, fmt.Errorf("kubeadm-config ClusterConfiguration: %w", err)
+	}
+	if !addCertSANs(root.Content[0], sans) {
+		return doc, false, nil
+	}
+	out, err = encodeYAML(&root)
+	if err != nil {
+		return nil, false, fmt.Errorf("write ClusterConfiguration: %w", err)
+	}
+	return out, true, nil
+}
+
+// addCertSANs adds each of keep missing from top's apiServer.certSANs,
+// reporting whether it added any.
+func addCertSANs(top *yaml.Node, keep []string) (changed bool) {
+	api := mapValue(top, "apiServer")
+	if api == nil || api.Kind != yaml.MappingNode {
+		api = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		setMapValue(top, "apiServer", api)
+	}
+	sans := mapValue(api, "certSANs")
+	if sans == nil || sans.Kind != yaml.SequenceNode {
+		sans = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		setMapValue(api, "certSANs", sans)
+	}
+	// kubeadm writes an empty apiServer as {}: what hamaster adds is
+	// written in block style, as kubeadm writes a filled one.
+	api.Style &^= yaml.FlowStyle
+	sans.Style &^= yaml.FlowStyle
+	have := map[string]bool{}
+	for _, n := range sans.Content {
+		have[n.Value] = true
+	}
+	for _, k := range keep {
+		if k != "" && !have[k] {
+			sans.Content = append(sans.Content, scalar(k))
+			have[k] = true
+			changed = true
+		}
+	}
+	if len(sans.Content) == 0 {
+		removeMapKey(api, "certSANs")
+	}
+	return changed
 }

@@ -146,9 +146,19 @@ func (f *Flavor) EtcdCluster(ctx context.Context, cluster string, exclude ...str
 	if cluster != flavors.EtcdMain {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "kubeadm's masters run one etcd cluster (%s), not %q", flavors.EtcdMain, cluster)
 	}
-	cands, err := f.running(ctx, exclude...)
+	all, err := f.running(ctx)
 	if err != nil {
 		return nil, err
+	}
+	skip := map[string]bool{}
+	for _, e := range exclude {
+		skip[e] = true
+	}
+	var cands []providers.Replica
+	for _, r := range all {
+		if !skip[r.Name] {
+			cands = append(cands, r)
+		}
 	}
 	if len(cands) == 0 {
 		return nil, errkind.Errorf(errkind.FailedPrecondition, "no running master to reach etcd through (excluding %v)", exclude)
@@ -177,24 +187,20 @@ func (f *Flavor) EtcdCluster(ctx context.Context, cluster string, exclude ...str
 	if tlsCfg == nil {
 		return nil, errkind.Errorf(errkind.Unavailable, "no master's etcd client certificate readable: %w", errors.Join(errs...))
 	}
-	// Every running master's member is reachable for its status (an
-	// excluded one too: remove-replica's quorum check counts a healthy
-	// victim, as the kube-up flavor does); only the client's endpoints
-	// leave the excluded out, so no request goes through a victim.
-	all, err := f.running(ctx)
-	if err != nil {
-		return nil, err
-	}
+	// Every running master's member is reachable by its Node name (an
+	// excluded one too: a leadership transfer is asked of the leader,
+	// and a member's health of the member), but the client's endpoints,
+	// through which every other request goes, are the masters not
+	// excluded.
 	byHost := map[string]string{}
-	for _, r := range all {
-		if host := f.m.MachineHostname(r.Name, r.Address); host != "" {
-			byHost[host] = r.Name
-		}
-	}
 	var eps []string
-	for _, r := range cands {
+	for _, r := range all {
 		host := f.m.MachineHostname(r.Name, r.Address)
 		if host == "" {
+			continue
+		}
+		byHost[host] = r.Name
+		if skip[r.Name] {
 			continue
 		}
 		// The member's serving certificate names its Node and its

@@ -7,11 +7,15 @@ package kubeadm_test
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hamaster/hamaster/dataplane/kubelet"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/flavors/flavortest"
@@ -125,6 +129,8 @@ func TestFlavorOnKubeadmMasters(t *testing.T) {
 	if r, err := p.Instances().Get(ctx, h2.Name); err != nil || !r.Running() {
 		t.Errorf("host-2 after its join: %+v, %v; want running", r, err)
 	}
+	// status's kubeadm view of the two masters, against their files.
+	checkView(ctx, t, f, p, lab.VIPEndpoint(), h1.Name, h2.Name)
 
 	// host-3's join loses its kubelet half-way (once its etcd member
 	// exists): no member, no Node, a clean host afterwards.
@@ -181,6 +187,15 @@ func TestFlavorOnKubeadmMasters(t *testing.T) {
 	if err := f.RemoveMember(ctx, r2); err != nil {
 		t.Fatal(err)
 	}
+	// Between the two: kubeadm's view names host-2's Node without a
+	// member, and the command.
+	if v, err := f.View(ctx); err != nil {
+		t.Errorf("View with host-2's member removed: %v", err)
+	} else if !slices.ContainsFunc(v.Problems, func(p string) bool {
+		return strings.Contains(p, "control-plane Node host-2 has no etcd member: `hamaster remove-replica --name host-2`")
+	}) {
+		t.Errorf("View with host-2's member removed: problems %q", v.Problems)
+	}
 	if err := f.Leave(ctx, r2); err != nil {
 		t.Fatal(err)
 	}
@@ -193,5 +208,85 @@ func TestFlavorOnKubeadmMasters(t *testing.T) {
 	lab.StopKubelet(h2) // the operator's systemctl stop kubelet, before the host is handed back
 	if err := p.Instances().Delete(ctx, h2.Name); err != nil {
 		t.Fatalf("release host-2: %v", err)
+	}
+}
+
+// checkView checks the flavor's View of masters (healthy, joined)
+// against what is on them: the endpoint and version kubeadm init was
+// given, every master's Node Ready with the control-plane role, each
+// static pod's config.hash the one the kubelet computes from the
+// manifest on that master, the apiserver certificate's and the CA's
+// expiry (as check-expiration reports them) those of the files under
+// /etc/kubernetes/pki there, and no problem.
+func checkView(ctx context.Context, t *testing.T, f *kubeadm.Flavor, p *metal.Provider, endpoint string, masters ...string) {
+	t.Helper()
+	start := time.Now()
+	v, err := f.View(ctx)
+	if err != nil {
+		t.Fatalf("View: %v", err)
+	}
+	t.Logf("View took %v: %+v", time.Since(start).Round(time.Millisecond), v)
+	if v.Endpoint != endpoint || v.Version != labVersion {
+		t.Errorf("View: endpoint %q version %q; want %q %q", v.Endpoint, v.Version, endpoint, labVersion)
+	}
+	if len(v.Problems) > 0 {
+		t.Errorf("View of healthy masters: problems %q", v.Problems)
+	}
+	notAfter := func(host, path string) time.Time {
+		t.Helper()
+		out, _, err := p.RunOnMachine(ctx, host, "cat "+path)
+		if err != nil {
+			t.Fatalf("%s: cat %s: %v", host, path, err)
+		}
+		b, _ := pem.Decode(out)
+		if b == nil {
+			t.Fatalf("%s: %s is not PEM", host, path)
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.NotAfter
+	}
+	for _, name := range masters {
+		i := slices.IndexFunc(v.Masters, func(m flavors.MasterView) bool { return m.Replica == name })
+		if i < 0 {
+			t.Errorf("View has no master %s: %+v", name, v.Masters)
+			continue
+		}
+		m := v.Masters[i]
+		if m.Node != name || !m.NodeReady || !m.ControlPlane || m.KubeletVersion != labVersion || m.Error != "" {
+			t.Errorf("View of %s: %+v", name, m)
+		}
+		for _, c := range kubeadm.StaticPodComponents {
+			file := kubeadm.ManifestsDir + "/" + c + ".yaml"
+			out, _, err := p.RunOnMachine(ctx, name, "cat "+file)
+			if err != nil {
+				t.Fatalf("%s: cat %s: %v", name, file, err)
+			}
+			sp, err := kubelet.ParseStaticPod(out, file, m.Node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.StaticPods[c] != sp.Hash {
+				t.Errorf("View of %s: %s's config.hash %q; the manifest there hashes to %q", name, c, m.StaticPods[c], sp.Hash)
+			}
+		}
+		want := map[string]time.Time{
+			"apiserver": notAfter(name, "/etc/kubernetes/pki/apiserver.crt"),
+			"ca":        notAfter(name, kubeadm.CACert),
+		}
+		for _, c := range m.Certificates {
+			if w, ok := want[c.Name]; ok {
+				// check-expiration prints RFC 3339 seconds.
+				if !c.Expires.Equal(w.Truncate(time.Second)) {
+					t.Errorf("View of %s: %s expires %v; the file says %v", name, c.Name, c.Expires, w)
+				}
+				delete(want, c.Name)
+			}
+		}
+		if len(want) > 0 || len(m.Certificates) < 10 {
+			t.Errorf("View of %s: certificates %+v; missing %v", name, m.Certificates, want)
+		}
 	}
 }

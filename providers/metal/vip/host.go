@@ -165,7 +165,11 @@ func sameFile(ctx context.Context, h Host, f File) (bool, error) {
 func signal(ctx context.Context, h Host, comm, pidfile, sig string) (bool, error) {
 	out, err := h.run(ctx, "signal "+comm, fmt.Sprintf(`pid=$(cat %s 2>/dev/null) || exit 0
 [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = %s ] || exit 0
-kill -%s "$pid" && echo signalled`, remote.ShellQuote(pidfile), remote.ShellQuote(comm), sig))
+kill -%s "$pid" 2>/dev/null && echo signalled && exit 0
+# Gone between the check and the signal (the kubelet stopped its pod):
+# nothing left to signal.
+[ -d /proc/"$pid" ] && exit 1
+exit 0`, remote.ShellQuote(pidfile), remote.ShellQuote(comm), sig))
 	return strings.TrimSpace(string(out)) == "signalled", err
 }
 
@@ -257,7 +261,7 @@ func Status(ctx context.Context, h Host) ([]lb.TargetHealth, error) {
 	}
 	var ts []lb.TargetHealth
 	for _, row := range rows[1:] {
-		if len(row) < len(rows[0])-1 || row[col["pxname"]] != BackendName || row[col["svname"]] == "BACKEND" {
+		if len(row) < len(rows[0])-1 || row[col["pxname"]] != BackendName || row[col["svname"]] == "BACKEND" || row[col["svname"]] == "FRONTEND" {
 			continue
 		}
 		st := row[col["status"]]

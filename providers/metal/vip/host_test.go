@@ -42,7 +42,11 @@ func (f *fakeExec) Upload(_ context.Context, path string, data []byte, _ os.File
 }
 
 // show stat as HAProxy 2.6 answers it (columns cut after check_status).
+// The frontend is called apiserver too (the cluster endpoint): its
+// FRONTEND row is no target.
 const showStat = `# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status,weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,sid,throttle,lbtot,tracked,type,rate,rate_lim,rate_max,check_status,addr
+hamaster_health,FRONTEND,,,0,0,9984,0,0,0,0,0,0,,,,,OPEN,,,,,,,,,1,2,0,,,,0,0,0,0,,
+apiserver,FRONTEND,,,0,0,9984,0,0,0,0,0,0,,,,,OPEN,,,,,,,,,1,3,0,,,,0,0,0,0,,
 apiserver,cp-1,0,0,0,0,,0,0,0,,0,,0,0,0,0,UP,1,1,0,0,0,5,0,,1,3,1,,0,,2,0,,0,L7OK,192.0.2.11:6443
 apiserver,cp-2,0,0,0,0,,0,0,0,,0,,0,0,0,0,DRAIN,0,1,0,0,0,5,0,,1,3,2,,0,,2,0,,0,L7OK,192.0.2.12:6443
 apiserver,cp-3,0,0,0,0,,0,0,0,,0,,0,0,0,0,DOWN,1,1,0,2,1,5,3,,1,3,3,,0,,2,0,,0,L4CON,192.0.2.13:6443

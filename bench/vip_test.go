@@ -1,0 +1,948 @@
+//go:build metallab
+
+// The VIP arm of make bench (make bench VIP=1, as root, on a machine with
+// the metal lab's prerequisites: scripts/test-prereqs.sh).
+
+package bench
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	stdlog "log"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hamaster/hamaster/internal/wait"
+	"github.com/hamaster/hamaster/providers/metal/vip"
+	"github.com/hamaster/hamaster/remote"
+	"github.com/hamaster/hamaster/testbed/metal/metallab"
+	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
+)
+
+const (
+	vipKeepalived = "/usr/sbin/keepalived"
+	vipHAProxy    = "/usr/sbin/haproxy"
+	// vipHosts is the masters of both arms: three, as an HA control plane.
+	vipHosts = 3
+	// vipFrontend is HAProxy's port in both arms: hamaster's default and
+	// the doc's ${APISERVER_DEST_PORT} of its "Bootstrap the cluster"
+	// example (8443).
+	vipFrontend = vip.DefaultFrontendPort
+	// vipNoMove bounds the wait for a VIP that may never move: the doc's
+	// check fails after fall 10 × interval 3 s = 30 s, then the backups'
+	// Master_Down_Interval (~3.6 s).
+	vipNoMove = 40 * time.Second
+	// vipAfter is how many requests the clients make after the VIP moved
+	// (or vipNoMove passed) before a scenario ends: about 2 s of traffic
+	// through the new holder.
+	vipAfter = 600
+	// vipPace is each client's request period: 3 clients, ~300 requests
+	// a second, so that the 2 cores the lab's daemons share are not
+	// saturated by the clients.
+	vipPace = 10 * time.Millisecond
+)
+
+// BenchmarkVIPFailover is the VIP arm of make bench (VIP=1): on the metal
+// lab's three hosts (network namespaces on one bridge, Debian's real
+// keepalived and HAProxy run as the static pods' commands), with a
+// minimal TLS apiserver stand-in on each host's 6443, clients send GETs
+// to the VIP through HAProxy (one on a new connection each time, two
+// on kept-alive connections) while, in turn, (a) the VIP holder's host
+// dies (its link to the bridge cut: nothing it sends arrives anymore),
+// (b) the holder's apiserver is killed (listener and connections closed
+// at once, as the kernel does for a SIGKILLed process), (c) the VIP is
+// moved on purpose (hamaster: vip.Handoff; the doc's arm: keepalived
+// stopped on the holder, the operator's systemctl stop). Each scenario
+// starts from fresh daemons with host-1 holding. Two arms, one run:
+// hamaster's configuration (vip.Render) and kubeadm's
+// docs/ha-considerations.md as written.
+func BenchmarkVIPFailover(b *testing.B) {
+	for range b.N {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		e := newVIPEnv(ctx, b)
+		var rows []vipResult
+		for _, arm := range []vipArm{hamasterArm(), docArm()} {
+			arm.setup(ctx, b, e)
+			for _, sc := range vipScenarios {
+				e.reset(ctx, b, arm)
+				arm.start(ctx, b, e)
+				rows = append(rows, e.measure(ctx, b, arm, sc))
+			}
+			e.reset(ctx, b, arm)
+		}
+		e.cleanup(ctx, b)
+		cancel()
+		reportVIP(b, rows, e.splits)
+	}
+}
+
+// vipResult is one scenario of one arm.
+type vipResult struct {
+	Scenario string `json:"scenario"`
+	Arm      string `json:"arm"`
+	Holder   string `json:"holder"`
+	// NewHolder is "" when the VIP did not move within vipNoMove.
+	NewHolder string `json:"new_holder,omitempty"`
+	// FailoverS is from the fault to one other host holding the VIP
+	// (the watcher polls each host every 25 ms); -1 when it did not move.
+	FailoverS float64 `json:"failover_s"`
+	// OutageS is from the fault to the end of the last failed request, 0
+	// when none failed.
+	OutageS float64        `json:"outage_s"`
+	Failed  int            `json:"failed"`
+	Total   int            `json:"total"`
+	ByKind  map[string]int `json:"failed_by_client"`
+	Errors  []string       `json:"errors,omitempty"`
+}
+
+type vipScenario struct {
+	name string
+	// fault injects the fault on host i (the holder).
+	fault func(ctx context.Context, b *testing.B, e *vipEnv, arm vipArm, i int)
+}
+
+var vipScenarios = []vipScenario{
+	{"(a) holder's host killed", func(ctx context.Context, b *testing.B, e *vipEnv, _ vipArm, i int) {
+		e.setLink(ctx, b, i, "down")
+		e.w.setCut(e.hosts[i].Name, true)
+	}},
+	{"(b) holder's apiserver killed", func(_ context.Context, _ *testing.B, e *vipEnv, _ vipArm, i int) {
+		e.hosts[i].api.kill()
+	}},
+	{"(c) planned handoff", func(ctx context.Context, b *testing.B, e *vipEnv, arm vipArm, i int) {
+		arm.planned(ctx, b, e, i)
+	}},
+}
+
+// vipArm is one VIP configuration.
+type vipArm struct {
+	name string
+	// dir holds the arm's files and logs on each host.
+	logDir string
+	setup  func(ctx context.Context, b *testing.B, e *vipEnv)
+	// start starts both daemons on every host and returns once host-1
+	// holds the VIP and the checks have settled.
+	start func(ctx context.Context, b *testing.B, e *vipEnv)
+	// planned moves the VIP off host i on purpose.
+	planned func(ctx context.Context, b *testing.B, e *vipEnv, i int)
+	// reset undoes what the arm's planned move left on the hosts.
+	reset func(ctx context.Context, b *testing.B, e *vipEnv)
+}
+
+// hamasterArm is hamaster's configuration: vip.Apply's files on each
+// host (priorities 200, 190, 180), its daemons' commands as the lab's
+// kubelet runs the static pods, and vip.Handoff for the planned move.
+func hamasterArm() vipArm {
+	var files vip.Files
+	cfgOf := func(e *vipEnv, i int) vip.Config {
+		var ms []vip.Master
+		for _, h := range e.hosts {
+			ms = append(ms, vip.Master{Name: h.Name, Address: h.Addr.String()})
+		}
+		return vip.Config{VIP: e.lab.VIP.String(), Priority: vip.DefaultPriority(i * 10), Host: e.hosts[i].Name, Masters: ms}
+	}
+	return vipArm{
+		name:   "hamaster",
+		logDir: vip.RunDir,
+		setup: func(ctx context.Context, b *testing.B, e *vipEnv) {
+			for i, h := range e.hosts {
+				if _, err := vip.Apply(ctx, h.vh, cfgOf(e, i)); err != nil {
+					b.Fatal(err)
+				}
+				c := cfgOf(e, i)
+				c.Interface = "eth0"
+				f, err := vip.Render(c)
+				if err != nil {
+					b.Fatal(err)
+				}
+				files = f
+			}
+		},
+		start: func(ctx context.Context, b *testing.B, e *vipEnv) {
+			for _, h := range e.hosts {
+				startDaemon(ctx, b, h.c, vip.RunDir+"/haproxy.log", files.HAProxyCommand)
+			}
+			// host-1 first: elected alone (every host BACKUP, nopreempt),
+			// the others join as backups.
+			startDaemon(ctx, b, e.hosts[0].c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
+			e.w.await(ctx, b, "hamaster: host-1 elected", "", 15*time.Second)
+			for _, h := range e.hosts[1:] {
+				startDaemon(ctx, b, h.c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
+			}
+			for _, h := range e.hosts {
+				waitBackends(ctx, b, h.vh)
+			}
+			e.w.stays(ctx, b, "hamaster: backups joined", "host-1", 2*time.Second)
+		},
+		planned: func(ctx context.Context, b *testing.B, e *vipEnv, i int) {
+			var peers []vip.Host
+			for j, h := range e.hosts {
+				if j != i {
+					peers = append(peers, h.vh)
+				}
+			}
+			hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := vip.Handoff(hctx, e.hosts[i].vh, peers, e.lab.VIP.String()); err != nil {
+				b.Fatal(err)
+			}
+		},
+		reset: func(ctx context.Context, b *testing.B, e *vipEnv) {
+			for _, h := range e.hosts {
+				if err := vip.Resume(ctx, h.vh); err != nil {
+					b.Fatal(err)
+				}
+			}
+		},
+	}
+}
+
+// The doc arm's files: kubeadm's docs/ha-considerations.md, "keepalived
+// and haproxy" (kubernetes/kubeadm, docs/ha-considerations.md at
+// 0afcc432), its placeholders filled as it says: STATE MASTER on one
+// host and BACKUP on the others, PRIORITY 101 and 100, ROUTER_ID 51,
+// AUTH_PASS 42, INTERFACE eth0, APISERVER_DEST_PORT 8443,
+// APISERVER_SRC_PORT 6443. Kept as written: the check every 3 s, weight
+// -2, fall 10, rise 2; VRRP v2 multicast with the default advert_int 1;
+// preemption; the check script asking "/" of the local HAProxy (and of
+// the VIP when holding it) without --fail; HAProxy's backend checked
+// with "option httpchk GET /healthz" and "option ssl-hello-chk" at the
+// default timers (inter 2 s, fall 3, rise 2), round robin, retries 1.
+// Left out: the global "log /dev/log" lines and "daemon" (the lab's
+// hosts have no syslog; the daemons run in the foreground, as in the
+// doc's static pods).
+const (
+	docDir        = "/etc/kubernetes/doc-arm"
+	docRunDir     = "/run/doc-arm"
+	docKeepalived = `! /etc/keepalived/keepalived.conf
+! Configuration File for keepalived
+global_defs {
+    router_id LVS_DEVEL
+}
+vrrp_script check_apiserver {
+  script "` + docDir + `/check_apiserver.sh"
+  interval 3
+  weight -2
+  fall 10
+  rise 2
+}
+
+vrrp_instance VI_1 {
+    state %s
+    interface eth0
+    virtual_router_id 51
+    priority %d
+    authentication {
+        auth_type PASS
+        auth_pass 42
+    }
+    virtual_ipaddress {
+        %s
+    }
+    track_script {
+        check_apiserver
+    }
+}
+`
+	docCheckScript = `#!/bin/sh
+
+errorExit() {
+    echo "*** $*" 1>&2
+    exit 1
+}
+
+curl --silent --max-time 2 --insecure https://localhost:8443/ -o /dev/null || errorExit "Error GET https://localhost:8443/"
+if ip addr | grep -q %[1]s; then
+    curl --silent --max-time 2 --insecure https://%[1]s:8443/ -o /dev/null || errorExit "Error GET https://%[1]s:8443/"
+fi
+`
+	docHAProxy = `# /etc/haproxy/haproxy.cfg
+global
+
+defaults
+    mode                    http
+    log                     global
+    option                  httplog
+    option                  dontlognull
+    option http-server-close
+    option forwardfor       except 127.0.0.0/8
+    option                  redispatch
+    retries                 1
+    timeout http-request    10s
+    timeout queue           20s
+    timeout connect         5s
+    timeout client          20s
+    timeout server          20s
+    timeout http-keep-alive 10s
+    timeout check           10s
+
+frontend apiserver
+    bind *:8443
+    mode tcp
+    option tcplog
+    default_backend apiserverbackend
+
+backend apiserverbackend
+    option httpchk GET /healthz
+    http-check expect status 200
+    mode tcp
+    option ssl-hello-chk
+    balance     roundrobin
+%s`
+)
+
+// docArm is kubeadm's docs/ha-considerations.md as written; its planned
+// move is keepalived stopped on the holder (SIGTERM: it sends a
+// priority-0 advert and drops the VIP), what an operator does before
+// maintenance without a tool.
+func docArm() vipArm {
+	keepalived := []string{"keepalived", "--dont-fork", "--log-console", "--vrrp",
+		"--use-file=" + docDir + "/keepalived.conf", "--pid=" + docRunDir + "/keepalived.pid", "--vrrp_pid=" + docRunDir + "/vrrp.pid"}
+	haproxy := []string{"haproxy", "-W", "-db", "-f", docDir + "/haproxy.cfg", "-p", docRunDir + "/haproxy.pid"}
+	return vipArm{
+		name:   "kubeadm doc",
+		logDir: docRunDir,
+		setup: func(ctx context.Context, b *testing.B, e *vipEnv) {
+			var servers strings.Builder
+			for _, h := range e.hosts {
+				fmt.Fprintf(&servers, "        server %s %s:6443 check\n", h.Name, h.Addr)
+			}
+			for i, h := range e.hosts {
+				state, prio := "MASTER", 101
+				if i > 0 {
+					state, prio = "BACKUP", 100
+				}
+				run(ctx, b, h.c, "mkdir -p "+docDir+" "+docRunDir)
+				for _, f := range []struct {
+					path string
+					data string
+					mode os.FileMode
+				}{
+					{docDir + "/keepalived.conf", fmt.Sprintf(docKeepalived, state, prio, e.lab.VIP), 0o644},
+					{docDir + "/check_apiserver.sh", fmt.Sprintf(docCheckScript, e.lab.VIP), 0o755},
+					{docDir + "/haproxy.cfg", fmt.Sprintf(docHAProxy, servers.String()), 0o644},
+				} {
+					if err := h.c.Upload(ctx, f.path, []byte(f.data), f.mode); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		},
+		start: func(ctx context.Context, b *testing.B, e *vipEnv) {
+			for _, h := range e.hosts {
+				run(ctx, b, h.c, "mkdir -p "+docRunDir)
+				startDaemon(ctx, b, h.c, docRunDir+"/haproxy.log", haproxy)
+				startDaemon(ctx, b, h.c, docRunDir+"/keepalived.log", keepalived)
+			}
+			e.w.await(ctx, b, "doc: host-1 (MASTER) elected", "", 15*time.Second)
+			// The check counts once it has risen (rise 2 × interval 3 s):
+			// host-1 holding for 7 s is that, bounded by ctx.
+			e.w.stays(ctx, b, "doc: checks risen", "host-1", 7*time.Second)
+		},
+		planned: func(ctx context.Context, b *testing.B, e *vipEnv, i int) {
+			e.stop(ctx, b, i, "keepalived")
+		},
+		reset: func(context.Context, *testing.B, *vipEnv) {},
+	}
+}
+
+// vipEnv is the lab and what runs on it.
+type vipEnv struct {
+	lab    *metallab.Lab
+	hosts  []*vipHost
+	w      *holderWatcher
+	stopW  context.CancelFunc
+	wDone  chan struct{}
+	cert   tls.Certificate
+	splits int
+}
+
+type vipHost struct {
+	*metallab.Host
+	c   *remote.Client
+	vh  vip.Host
+	api *standin
+}
+
+func newVIPEnv(ctx context.Context, b *testing.B) *vipEnv {
+	lab := metallabtest.Start(ctx, b, vipHosts, vipKeepalived, vipHAProxy, "curl")
+	e := &vipEnv{lab: lab, cert: selfSignedCert(b)}
+	logger := slog.New(slog.DiscardHandler)
+	for _, h := range lab.Hosts {
+		c, err := lab.Dial(ctx, h)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		api := &standin{name: h.Name, ns: h.NS, cert: e.cert}
+		if err := api.start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(api.kill)
+		e.hosts = append(e.hosts, &vipHost{Host: h, c: c, vh: vip.Host{Name: h.Name, Exec: c, Log: logger}, api: api})
+	}
+	e.w = &holderWatcher{lab: lab, cut: map[string]bool{}, held: map[string]bool{}}
+	wctx, cancel := context.WithCancel(ctx)
+	e.stopW, e.wDone = cancel, make(chan struct{})
+	go func() { defer close(e.wDone); e.w.run(wctx) }()
+	b.Cleanup(func() { e.stopW(); <-e.wDone })
+	return e
+}
+
+// reset brings every host back to the start of a scenario: both
+// daemons stopped, links up, no VIP on any host, every apiserver
+// serving, the arm's planned-move state undone.
+func (e *vipEnv) reset(ctx context.Context, b *testing.B, arm vipArm) {
+	b.Helper()
+	for i := range e.hosts {
+		e.stop(ctx, b, i, "keepalived")
+		e.stop(ctx, b, i, "haproxy")
+	}
+	for i, h := range e.hosts {
+		e.setLink(ctx, b, i, "up")
+		e.w.setCut(h.Name, false)
+		_ = exec.CommandContext(ctx, "ip", "-n", h.NS, "addr", "del", e.lab.VIP.String()+"/32", "dev", "eth0").Run()
+		if !h.api.running() {
+			if err := h.api.start(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	arm.reset(ctx, b, e)
+	if err := wait.Until(ctx, 25*time.Millisecond, "no host holding the VIP", func() (bool, error) {
+		return len(e.w.current()) == 0, nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// cleanup takes hamaster's files off the hosts (vip.Remove) and the
+// doc arm's; the lab's own teardown removes the rest and checks it.
+func (e *vipEnv) cleanup(ctx context.Context, b *testing.B) {
+	for _, h := range e.hosts {
+		if err := vip.Remove(ctx, h.vh, e.lab.VIP.String()); err != nil {
+			b.Error(err)
+		}
+		run(ctx, b, h.c, "rm -rf "+docDir+" "+docRunDir)
+	}
+	e.stopW()
+	<-e.wDone
+	e.w.mu.Lock()
+	defer e.w.mu.Unlock()
+	e.splits = len(e.w.splits)
+	if len(e.w.splits) > 0 {
+		b.Errorf("two VIP holders at once %d times: %v", len(e.w.splits), e.w.splits[:min(len(e.w.splits), 5)])
+	}
+}
+
+// stop stops every process called comm in host i's network namespace
+// (SIGTERM, SIGKILL after 5 s) and waits until none is left.
+func (e *vipEnv) stop(ctx context.Context, b *testing.B, i int, comm string) {
+	b.Helper()
+	h := e.hosts[i]
+	start := time.Now()
+	if err := wait.Until(ctx, 25*time.Millisecond, comm+" stopped on "+h.Name, func() (bool, error) {
+		ps := nsProcs(ctx, h.Host, comm)
+		sig := unix.SIGTERM
+		if time.Since(start) > 5*time.Second {
+			sig = unix.SIGKILL
+		}
+		for _, p := range ps {
+			_ = unix.Kill(p, sig)
+		}
+		return len(ps) == 0, nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func (e *vipEnv) setLink(ctx context.Context, b *testing.B, i int, state string) {
+	b.Helper()
+	if out, err := exec.CommandContext(ctx, "ip", "-n", e.lab.Switch(), "link", "set", fmt.Sprintf("h%d", i+1), state).CombinedOutput(); err != nil {
+		b.Fatalf("link h%d %s: %v: %s", i+1, state, err, out)
+	}
+}
+
+// measure runs one scenario: clients through the VIP, the fault on the
+// holder, the wait for another holder (up to vipNoMove), vipAfter more
+// requests, the clients stopped.
+func (e *vipEnv) measure(ctx context.Context, b *testing.B, arm vipArm, sc vipScenario) vipResult {
+	b.Helper()
+	hs := e.w.current()
+	if len(hs) != 1 {
+		b.Fatalf("%s %s: holders %v before the fault", arm.name, sc.name, hs)
+	}
+	holder := hs[0]
+	hi := slices.IndexFunc(e.hosts, func(h *vipHost) bool { return h.Name == holder })
+	l := startClients(ctx, net.JoinHostPort(e.lab.VIP.String(), strconv.Itoa(vipFrontend)))
+	l.await(ctx, b, 100)
+	start := time.Now()
+	sc.fault(ctx, b, e, arm, hi)
+	res := vipResult{Scenario: sc.name, Arm: arm.name, Holder: holder, FailoverS: -1, ByKind: map[string]int{}}
+	if to, d, ok := e.w.moved(ctx, holder, start, vipNoMove); ok {
+		res.NewHolder, res.FailoverS = to, d.Seconds()
+	}
+	l.await(ctx, b, l.count()+vipAfter)
+	n, fails := l.stop()
+	res.Total, res.Failed = n, len(fails)
+	for _, f := range fails {
+		res.ByKind[f.kind]++
+		if d := f.at.Sub(start); d > time.Duration(res.OutageS*float64(time.Second)) {
+			res.OutageS = d.Seconds()
+		}
+		if len(res.Errors) < 5 {
+			res.Errors = append(res.Errors, f.String())
+		}
+	}
+	b.Logf("%s, %s: holder %s → %q after %.2f s; %d of %d requests failed %v %v", arm.name, sc.name, holder, res.NewHolder, res.FailoverS, res.Failed, res.Total, res.ByKind, res.Errors)
+	if b.Failed() {
+		for _, h := range e.hosts {
+			out, _, _ := h.c.Run(ctx, "tail -n 30 "+arm.logDir+"/keepalived.log "+arm.logDir+"/haproxy.log")
+			b.Logf("%s:\n%s", h.Name, out)
+		}
+	}
+	return res
+}
+
+// reportVIP prints the table and writes bench-results/vip.json.
+func reportVIP(b *testing.B, rows []vipResult, splits int) {
+	var sb strings.Builder
+	tw := tabwriter.NewWriter(&sb, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tarm\tfailover s\toutage s\tfailed requests\ttotal\t")
+	byScenario := slices.Clone(rows)
+	sort.SliceStable(byScenario, func(i, j int) bool { return byScenario[i].Scenario < byScenario[j].Scenario })
+	for _, r := range byScenario {
+		fo := fmt.Sprintf("%.2f", r.FailoverS)
+		if r.FailoverS < 0 {
+			fo = fmt.Sprintf("none in %.0f", vipNoMove.Seconds())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%d\t%d\t\n", r.Scenario, r.Arm, fo, r.OutageS, r.Failed, r.Total)
+	}
+	tw.Flush()
+	fmt.Fprintf(os.Stdout, "\nVIP failover on the metal lab (%d hosts, keepalived + HAProxy, apiserver stand-ins), clients on the VIP:%d through HAProxy (3 clients, a GET every %v each: 1 on a new connection a request, 2 kept-alive; 5 s timeout):\n%s", vipHosts, vipFrontend, vipPace, sb.String())
+	fmt.Fprintln(os.Stdout, "failover: from the fault to another host holding the VIP; outage: from the fault to the end of the last failed request")
+	fmt.Fprintf(os.Stdout, "two VIP holders at once (each host polled every 25 ms, the whole run): %d\n", splits)
+	dir := os.Getenv("HAMASTER_BENCH_RESULTS")
+	if dir == "" {
+		dir = filepath.Join("..", "bench-results")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	raw, err := json.MarshalIndent(map[string]any{"hosts": vipHosts, "pace_ms": vipPace.Milliseconds(), "split_brains": splits, "rows": rows}, "", "  ")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "vip.json"), raw, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	fmt.Fprintf(os.Stdout, "raw: %s\n", filepath.Join(dir, "vip.json"))
+}
+
+// standin is a minimal kube-apiserver stand-in on one lab host: TLS on
+// 0.0.0.0:6443 in the host's network namespace, /readyz, /livez,
+// /healthz and every other path 200 with the host's name.
+type standin struct {
+	name, ns string
+	cert     tls.Certificate
+	mu       sync.Mutex
+	srv      *http.Server
+	done     chan struct{}
+}
+
+func (s *standin) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, err := listenIn(s.ns, ":6443")
+	if err != nil {
+		return fmt.Errorf("apiserver stand-in on %s: %w", s.name, err)
+	}
+	s.srv = &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			io.WriteString(w, s.name)
+		}),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{s.cert}},
+		ErrorLog:  log0,
+	}
+	s.done = make(chan struct{})
+	srv, done := s.srv, s.done
+	go func() {
+		defer close(done)
+		_ = srv.ServeTLS(l, "", "")
+	}()
+	return nil
+}
+
+// log0 drops the stand-in's own logs (TLS handshakes cut by checks).
+var log0 = stdlog.New(io.Discard, "", 0)
+
+func (s *standin) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.srv != nil
+}
+
+// kill closes the listener and every connection at once.
+func (s *standin) kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv == nil {
+		return
+	}
+	_ = s.srv.Close()
+	<-s.done
+	s.srv = nil
+}
+
+// listenIn opens a TCP listener in network namespace ns (setns(2) on a
+// locked thread, which returns to its own namespace before it is
+// unlocked; a thread that cannot return stays locked and ends with its
+// goroutine).
+func listenIn(ns, addr string) (net.Listener, error) {
+	type result struct {
+		l   net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		own, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: err}
+			return
+		}
+		defer own.Close()
+		f, err := os.Open("/run/netns/" + ns)
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: err}
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: fmt.Errorf("setns %s: %w", ns, err)}
+			return
+		}
+		l, err := net.Listen("tcp", addr)
+		if rerr := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); rerr == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- result{l, err}
+	}()
+	r := <-ch
+	return r.l, r.err
+}
+
+func selfSignedCert(b *testing.B) tls.Certificate {
+	b.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), DNSNames: []string{"localhost"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+func run(ctx context.Context, b *testing.B, c *remote.Client, cmd string) string {
+	b.Helper()
+	out, stderr, err := c.Run(ctx, cmd)
+	if err != nil {
+		b.Fatalf("%s: %s: %v (%s)", c.Addr(), cmd, err, stderr)
+	}
+	return string(out)
+}
+
+// startDaemon runs a static pod's command as a host process, as the
+// lab's kubelet does: detached, its output in log.
+func startDaemon(ctx context.Context, b *testing.B, c *remote.Client, log string, cmd []string) {
+	b.Helper()
+	run(ctx, b, c, "setsid -f "+strings.Join(cmd, " ")+" </dev/null >"+log+" 2>&1")
+}
+
+// nsProcs lists the processes called comm in h's network namespace.
+func nsProcs(ctx context.Context, h *metallab.Host, comm string) []int {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "pids", h.NS).Output()
+	if err != nil {
+		return nil
+	}
+	var ps []int
+	for _, f := range strings.Fields(string(out)) {
+		c, _ := os.ReadFile("/proc/" + f + "/comm")
+		if p, err := strconv.Atoi(f); err == nil && strings.TrimSpace(string(c)) == comm {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// waitBackends waits until HAProxy on h sees every apiserver up.
+func waitBackends(ctx context.Context, b *testing.B, h vip.Host) {
+	b.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var last any
+	if err := wait.Until(wctx, 100*time.Millisecond, "every backend up on "+h.Name, func() (bool, error) {
+		ts, err := vip.Status(wctx, h)
+		if err != nil || len(ts) != vipHosts {
+			if last == nil {
+				last = err
+			}
+			return false, nil // haproxy still starting
+		}
+		last = ts
+		for _, x := range ts {
+			if !x.Healthy {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		out, _, _ := h.Exec.Run(ctx, "tail -n 20 "+vip.RunDir+"/haproxy.log")
+		b.Fatalf("%v (last: %v)\n%s", err, last, out)
+	}
+}
+
+// holderWatcher polls which uncut hosts hold the VIP, each host every
+// 25 ms in a goroutine of its own, and records every moment two held it.
+type holderWatcher struct {
+	lab     *metallab.Lab
+	mu      sync.Mutex
+	cut     map[string]bool
+	held    map[string]bool
+	holders []string
+	splits  []string
+	err     error
+}
+
+func (w *holderWatcher) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, h := range w.lab.Hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(25 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				out, err := exec.CommandContext(ctx, "ip", "-n", h.NS, "-4", "-o", "addr", "show", "dev", "eth0").Output()
+				if err != nil {
+					if ctx.Err() == nil {
+						w.mu.Lock()
+						w.err = fmt.Errorf("ip addr in %s: %w", h.NS, err)
+						w.mu.Unlock()
+					}
+					return
+				}
+				w.mu.Lock()
+				w.held[h.Name] = strings.Contains(string(out), " "+w.lab.VIP.String()+"/")
+				var hs []string
+				for _, x := range w.lab.Hosts {
+					if w.held[x.Name] && !w.cut[x.Name] {
+						hs = append(hs, x.Name)
+					}
+				}
+				w.holders = hs
+				if len(hs) > 1 {
+					w.splits = append(w.splits, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), hs))
+				}
+				w.mu.Unlock()
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (w *holderWatcher) current() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.holders)
+}
+
+func (w *holderWatcher) setCut(name string, cut bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cut[name] = cut
+	w.holders = slices.DeleteFunc(w.holders, func(h string) bool { return h == name })
+}
+
+// moved waits up to bound for one host other than old to hold the VIP
+// alone; ok is false when none did.
+func (w *holderWatcher) moved(ctx context.Context, old string, start time.Time, bound time.Duration) (string, time.Duration, bool) {
+	wctx, cancel := context.WithDeadline(ctx, start.Add(bound))
+	defer cancel()
+	var got string
+	err := wait.Until(wctx, 5*time.Millisecond, "the VIP off "+old, func() (bool, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.err != nil {
+			return false, w.err
+		}
+		if len(w.holders) == 1 && w.holders[0] != old {
+			got = w.holders[0]
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return "", 0, false
+	}
+	return got, time.Since(start), true
+}
+
+// await waits up to bound for one host other than not to hold the VIP.
+func (w *holderWatcher) await(ctx context.Context, b *testing.B, what, not string, bound time.Duration) {
+	b.Helper()
+	if _, _, ok := w.moved(ctx, not, time.Now(), bound); !ok {
+		b.Fatalf("%s: not within %v (holders %v)", what, bound, w.current())
+	}
+}
+
+// stays checks that holder keeps the VIP alone for d.
+func (w *holderWatcher) stays(ctx context.Context, b *testing.B, what, holder string, d time.Duration) {
+	b.Helper()
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	err := wait.Until(wctx, 10*time.Millisecond, what, func() (bool, error) {
+		if hs := w.current(); len(hs) != 1 || hs[0] != holder {
+			return false, fmt.Errorf("%s: the VIP left %s: holders %v", what, holder, hs)
+		}
+		return false, nil
+	})
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		b.Fatal(err)
+	}
+}
+
+// clients send GETs to the VIP, each client one every vipPace (a
+// request that takes longer delays the next): one opening a new
+// connection for each, two keeping theirs alive (Go's transport, as
+// client-go: a request on a reused connection the server closed before
+// answering is retried on a new one).
+type clients struct {
+	mu     sync.Mutex
+	n      int
+	fails  []vipFailure
+	dials  atomic.Int64
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type vipFailure struct {
+	from, at time.Time
+	kind     string
+	err      error
+}
+
+func (f vipFailure) String() string {
+	return fmt.Sprintf("%s–%s %s: %v", f.from.Format("15:04:05.000"), f.at.Format("15:04:05.000"), f.kind, f.err)
+}
+
+func startClients(ctx context.Context, addr string) *clients {
+	lctx, cancel := context.WithCancel(ctx)
+	l := &clients{cancel: cancel}
+	tlsc := &tls.Config{InsecureSkipVerify: true}
+	fresh := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsc, DisableKeepAlives: true}}
+	kept := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsc, MaxIdleConnsPerHost: 2,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			l.dials.Add(1)
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}}}
+	for i, c := range []*http.Client{fresh, kept, kept} {
+		kind := map[bool]string{true: "new", false: "kept-alive"}[i == 0]
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			tick := time.NewTicker(vipPace)
+			defer tick.Stop()
+			for lctx.Err() == nil {
+				select {
+				case <-lctx.Done():
+					return
+				case <-tick.C:
+				}
+				from := time.Now()
+				req, _ := http.NewRequestWithContext(lctx, http.MethodGet, "https://"+addr+"/version", nil)
+				resp, err := c.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %s", resp.Status)
+					}
+				}
+				if lctx.Err() != nil {
+					return
+				}
+				l.mu.Lock()
+				l.n++
+				if err != nil {
+					l.fails = append(l.fails, vipFailure{from, time.Now(), kind, err})
+				}
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+func (l *clients) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
+}
+
+// await waits until n requests have been made (progress, not time).
+func (l *clients) await(ctx context.Context, b *testing.B, n int) {
+	b.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := wait.Until(wctx, 10*time.Millisecond, fmt.Sprintf("%d requests", n), func() (bool, error) { return l.count() >= n, nil }); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func (l *clients) stop() (int, []vipFailure) {
+	l.cancel()
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n, l.fails
+}
