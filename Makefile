@@ -124,7 +124,9 @@ test-real: kube-apiserver build
 # About 12 minutes. The inventory's and the VIP's unit tests run in make
 # test too.
 test-metal: test-prereqs kube-apiserver build
-	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 30m -v ./testbed/metal/... ./cmd/metallab/ ./providers/metal/... ./flavors/kubeadm/
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 40m -v ./testbed/metal/... ./cmd/metallab/ ./providers/metal/... ./flavors/kubeadm/
+	# The real CLI's walk on the lab (TestMetalKubeadmEndToEnd).
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 30m -v -run 'TestMetal' ./cmd/hamaster/
 
 # The GCE fake's kubeadm tier (as root; not part of make test): VMs made
 # from the fake's kubeadm image (kubeadm, kubectl and the test bed's

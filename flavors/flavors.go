@@ -176,6 +176,17 @@ type Upgrader interface {
 	FinishUpgrade(ctx context.Context, replica providers.Replica) error
 }
 
+// FlagUpgrader is an Upgrader that can change the masters' apiserver
+// flags as part of the upgrade (rolling-upgrade --extra-args): kubeadm
+// keeps them cluster-wide (kubeadm-config's apiServer.extraArgs), and
+// every master's upgrade writes them into its manifest.
+type FlagUpgrader interface {
+	Upgrader
+	// WithAPIServerArgs is the same flavor upgrading with args
+	// (--name=value) among the apiserver's flags.
+	WithAPIServerArgs(args []string) Upgrader
+}
+
 // Viewer is implemented by flavors whose tool keeps its own view of the
 // masters (kubeadm: Nodes with the control-plane role, static pod
 // hashes, certificate expiry): status shows it beside etcd's and the
@@ -218,4 +229,14 @@ type CertificateExpiry struct {
 	Expires  time.Time `json:"expires"`
 	CA       string    `json:"ca,omitempty"`
 	External bool      `json:"externally_managed,omitempty"`
+}
+
+// APIServerStopper is implemented by joining flavors that can stop a
+// master's apiserver alone, its etcd member still serving: remove-replica
+// stops the drained apiserver before the member's removal, so its last
+// clients (connections kept alive through the load balancer) are closed
+// by its graceful shutdown instead of answered by an apiserver without a
+// store. The machine's other components stay until Leave.
+type APIServerStopper interface {
+	StopAPIServer(ctx context.Context, replica providers.Replica) error
 }

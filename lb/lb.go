@@ -32,6 +32,13 @@ type Status struct {
 	// IP is the address clients use: the cluster's static IP.
 	IP      string         `json:"ip"`
 	Targets []TargetHealth `json:"targets"`
+	// Holder is the machine holding IP when the LB is a VIP that moves
+	// between the masters (metal: keepalived), "" otherwise or when none
+	// holds it (several, comma-separated, in a split brain).
+	Holder string `json:"holder,omitempty"`
+	// Viewer is the machine whose view Targets are when each master runs
+	// its own balancer (metal: the holder's HAProxy), "" for a cloud's.
+	Viewer string `json:"viewer,omitempty"`
 }
 
 // LoadBalancer is an L4 (TCP) load balancer on the cluster's static IP that
@@ -66,6 +73,20 @@ type StaticIP interface {
 	// Detach frees the address from whatever replica holds it and waits
 	// until that replica no longer answers on it.
 	Detach(ctx context.Context) error
+}
+
+// HeldByLB is an optional capability of a StaticIP whose address nothing
+// but the load balancer ever holds (metal: keepalived on the masters is
+// the load balancer): with no LB nothing answers on it, and a single
+// master's clients reach it at its own address.
+type HeldByLB interface {
+	HeldByLB() bool
+}
+
+// HeldOnlyByLB reports whether s's address is served only by the LB.
+func HeldOnlyByLB(s StaticIP) bool {
+	h, ok := s.(HeldByLB)
+	return ok && h.HeldByLB()
 }
 
 // Preparer is an optional capability of a LoadBalancer: build everything

@@ -12,6 +12,10 @@
 #                   real VRRP between hosts (make test-metal; never a service)
 #   haproxy         /usr/sbin/haproxy: the metal lab's TCP forwarding
 #                   self-test (make test-metal; never a service)
+#   nftables        /usr/sbin/nft: the VIP's planned handoff drops new
+#                   connections to the VIP on the old holder while it
+#                   moves (make test-metal; the ruleset is never loaded as
+#                   a service)
 #   moto            moto_server: the AWS provider tests (a Python package,
 #                   not a Debian one: checked, and how to get it said)
 #
@@ -51,6 +55,7 @@ have gcc || missing+=(gcc)
 have ip || missing+=(iproute2)
 [ -x /usr/sbin/keepalived ] || missing+=(keepalived)
 [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+[ -x /usr/sbin/nft ] || missing+=(nftables)
 have make || missing+=(make)
 
 if [ ${#missing[@]} -gt 0 ]; then
@@ -73,6 +78,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 			make) echo "  make: the README's commands" >&2 ;;
 			keepalived) echo "  keepalived: /usr/sbin/keepalived, the metal lab's VRRP self-test (started by the test, never as a service)" >&2 ;;
 			haproxy) echo "  haproxy: /usr/sbin/haproxy, the metal lab's TCP forwarding self-test (started by the test, never as a service)" >&2 ;;
+			nftables) echo "  nftables: /usr/sbin/nft, the VIP's handoff drops new connections on the old holder (make test-metal)" >&2 ;;
 			esac
 		done
 		if ! have apt-get; then

@@ -218,6 +218,26 @@ func removeMembers(ctx context.Context, d *Deps, replica, address string) error 
 	return nil
 }
 
+// stopAPIServerStep stops the drained victim's apiserver while its etcd
+// member still serves it (flavors.APIServerStopper), as stop-replica
+// stops a replica's machine for the other flavors.
+func stopAPIServerStep(d *Deps, st flavors.APIServerStopper, victim string) Step {
+	return Step{
+		Name: StepStopReplica,
+		Plan: []string{"the victim's apiserver stopped alone (its manifest out of the static pod path), its etcd member still serving it, so its last clients are closed by its graceful shutdown"},
+		Run: func(ctx context.Context, r *Run) error {
+			rep, err := d.Provider.Instances().Get(ctx, victim)
+			if errors.Is(err, errkind.NotFound) {
+				return nil // no control plane left there
+			} else if err != nil {
+				return err
+			}
+			r.Waiting("the apiserver of %s to stop", victim)
+			return st.StopAPIServer(ctx, rep)
+		},
+	}
+}
+
 // leaveStep undoes the flavor's tool on the victim once its member is
 // gone (kubeadm reset -f, which then never retries against or wipes the
 // live cluster: kubeadm#3225, #2144) and deletes its Node, before the

@@ -25,7 +25,10 @@ func (f *joinFlavor) Join(context.Context, providers.Replica, time.Duration) err
 	return nil
 }
 func (f *joinFlavor) Leave(context.Context, providers.Replica) error { return nil }
-func (f *joinFlavor) Endpoint(context.Context) (string, error)       { return f.endpoint, nil }
+func (f *joinFlavor) StopAPIServer(context.Context, providers.Replica) error {
+	return nil
+}
+func (f *joinFlavor) Endpoint(context.Context) (string, error) { return f.endpoint, nil }
 func (f *joinFlavor) AddServingSANs(_ context.Context, r providers.Replica, hosts ...string) error {
 	f.calls = append(f.calls, "sans "+r.Name+" "+strings.Join(hosts, ","))
 	return nil
@@ -100,7 +103,7 @@ func TestJoinerSteps(t *testing.T) {
 		want []string
 	}{
 		{"add-replica", AddReplica(d, AddParams{Name: "m1"}), []string{StepPreflight, StepSnapshot, StepReserveAddress, StepPromoteLB, StepConvertEndpoint, StepCreateVM, StepJoin, StepAddToLB, StepDNS, StepVerify}},
-		{"remove-replica", RemoveReplica(d, RemoveParams{Name: "m1"}), []string{StepPreflight, StepSnapshot, StepRemoveFromLB, StepDNS, StepMoveLeader, StepRemoveMember, StepLeave, StepDeleteVM, StepDemote, StepVerify}},
+		{"remove-replica", RemoveReplica(d, RemoveParams{Name: "m1"}), []string{StepPreflight, StepSnapshot, StepRemoveFromLB, StepDNS, StepMoveLeader, StepStopReplica, StepRemoveMember, StepLeave, StepDeleteVM, StepDemote, StepVerify}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -349,7 +350,11 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 		// reset before the member's removal would retry against, or
 		// wipe, the live cluster.
 		steps := wf.Steps
-		wf.Steps = pickSteps(steps, StepPreflight, StepSnapshot, StepRemoveFromLB, StepDNS, StepMoveLeader, StepRemoveMember)
+		wf.Steps = pickSteps(steps, StepPreflight, StepSnapshot, StepRemoveFromLB, StepDNS, StepMoveLeader)
+		if st, ok := j.(flavors.APIServerStopper); ok {
+			wf.Steps = append(wf.Steps, stopAPIServerStep(d, st, victim))
+		}
+		wf.Steps = append(wf.Steps, pickSteps(steps, StepRemoveMember)...)
 		wf.Steps = append(wf.Steps, leaveStep(d, j, victim))
 		wf.Steps = append(wf.Steps, pickSteps(steps, StepDeleteVM, StepDemote, StepVerify)...)
 	}

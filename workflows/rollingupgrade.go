@@ -13,6 +13,7 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -21,6 +22,9 @@ import (
 const (
 	StrategyRecreate = "recreate"
 	StrategySurge    = "surge"
+	// StrategyInPlace is no flag's: what a run of a flavor that upgrades
+	// its masters in place (flavors.Upgrader) records as its strategy.
+	StrategyInPlace = "in-place"
 )
 
 // UpgradeParams are rolling-upgrade's arguments.
@@ -83,18 +87,50 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 	if p.Version != "" {
 		wf.Check = func(ctx context.Context) error { return d.Flavor().CheckVersion(ctx, p.Version) }
 	}
-	wf.Steps = []Step{upgradePreflight(d, p), {
+	// A flavor that upgrades its masters in place with its own tool
+	// (kubeadm) is upgraded so, one master at a time; the others are
+	// recreated from a template at the new version, or surged.
+	up, inPlace := inPlaceUpgrader(d, p)
+	if inPlace && p.ExtraArgsSet {
+		check := wf.Check
+		wf.Check = func(ctx context.Context) error {
+			if _, ok := up.(flavors.FlagUpgrader); !ok {
+				return errkind.Errorf(errkind.InvalidArgument, "--extra-args: the %s flavor upgrades its masters in place and cannot set their flags", d.Flavor().Name())
+			}
+			// In place, the flags are set by name (kubeadm-config's
+			// apiServer.extraArgs), not replaced as a whole.
+			for _, a := range p.ExtraArgs {
+				if name, _, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); !ok || name == "" || !strings.HasPrefix(a, "--") {
+					return errkind.Errorf(errkind.InvalidArgument, "--extra-args: %q: the %s flavor sets each flag by name: want --name=value", a, d.Flavor().Name())
+				}
+			}
+			if check != nil {
+				return check(ctx)
+			}
+			return nil
+		}
+	}
+	if inPlace {
+		wf.Params["strategy"] = StrategyInPlace
+	}
+	wf.Steps = []Step{upgradePreflight(d, p, inPlace), {
 		Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot → <state-dir>/<cluster>/snapshots/"},
 		Run: func(ctx context.Context, r *Run) error {
 			return takeSnapshot(ctx, d, r, "upgrade-"+p.Version)
 		},
 	}}
 	for k := 1; k <= replicas; k++ {
-		if p.Strategy == StrategySurge {
+		switch {
+		case inPlace:
+			wf.Steps = append(wf.Steps, inPlaceSteps(d, p, up, k)...)
+		case p.Strategy == StrategySurge:
 			wf.Steps = append(wf.Steps, surgeSteps(d, p, k)...)
-		} else {
+		default:
 			wf.Steps = append(wf.Steps, recreateSteps(d, p, k)...)
 		}
+	}
+	if inPlace {
+		wf.Steps = append(wf.Steps, finishInPlaceStep(d, up))
 	}
 	wf.Steps = append(wf.Steps, Step{
 		Name: StepVerify, Always: true, Plan: []string{"every replica healthy and reporting " + p.Version},
@@ -104,7 +140,9 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 				return err
 			}
 			for _, rep := range rs {
-				if !p.atTarget(rep) {
+				// An in-place upgrade leaves the template as it was:
+				// the gate's /version says.
+				if !inPlace && !p.atTarget(rep) {
 					return fmt.Errorf("replica %s still runs %s", rep.Name, rep.Template.Version)
 				}
 				if err := healthGate(ctx, d, r, rep, p.Version, p.HealthTimeout); err != nil {
@@ -117,7 +155,7 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 	return wf
 }
 
-func upgradePreflight(d *Deps, p UpgradeParams) Step {
+func upgradePreflight(d *Deps, p UpgradeParams, inPlace bool) Step {
 	return Step{
 		Name: StepPreflight, Always: true,
 		Plan: []string{"every replica healthy (/readyz), every voter healthy, no pending learner", "quorum survives one replica down (recreate)"},
@@ -160,6 +198,9 @@ func upgradePreflight(d *Deps, p UpgradeParams) Step {
 			}
 			if p.Strategy == StrategyRecreate {
 				if len(rs) == 1 && !p.AllowDowntime {
+					if inPlace {
+						return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has one master: upgrading it in place means control-plane downtime while its apiserver restarts; add a master first (add-replica) or pass --allow-downtime", d.Cluster)
+					}
 					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has one replica: recreating it means control-plane downtime; use --strategy surge (adds a new replica first) or pass --allow-downtime", d.Cluster)
 				}
 				if len(rs) > 1 && voters-1 < etcdmember.Quorum(voters) {

@@ -44,8 +44,11 @@ type Report struct {
 	Cluster  string `json:"cluster"`
 	Provider string `json:"provider"`
 	// Flavor is what the masters are (flavors: hamaster, kubeadm, kubeup).
-	Flavor         string              `json:"flavor"`
-	Endpoint       string              `json:"endpoint"`
+	Flavor   string `json:"flavor"`
+	Endpoint string `json:"endpoint"`
+	// EndpointKind is ip (the static IP on a replica), lb, dns, or
+	// replica (a single master reached at its own address: its provider's
+	// static IP is served only by a load balancer, none yet; metal).
 	EndpointKind   string              `json:"endpoint_kind"`
 	StaticIP       string              `json:"static_ip"`
 	StaticIPHolder string              `json:"static_ip_attached_to,omitempty"`
@@ -112,6 +115,12 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 	} else if !errors.Is(err, errkind.NotFound) {
 		return rep, err
 	}
+	if rep.LB == nil && len(rs) == 1 && lb.HeldOnlyByLB(p.StaticIP()) {
+		// A VIP only the load balancer holds (metal), none yet: the single
+		// master is reached at its own address (its health is its own,
+		// below).
+		rep.Endpoint, rep.EndpointKind = rs[0].Address, "replica"
+	}
 	if ep, err := LoadEndpoint(d.StateDir, d.Cluster); err == nil && ep.DNSName != "" {
 		rep.Endpoint, rep.EndpointKind, rep.DNSName = ep.DNSName, "dns", ep.DNSName
 	}
@@ -171,8 +180,10 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 			rep.View = &view
 		}
 	}
-	if err := probeEndpoint(ctx, d, rep); err != nil {
-		rep.EndpointError = err.Error()
+	if rep.EndpointKind != "replica" {
+		if err := probeEndpoint(ctx, d, rep); err != nil {
+			rep.EndpointError = err.Error()
+		}
 	}
 	return rep, nil
 }

@@ -21,6 +21,7 @@ import (
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/providers/local"
+	"github.com/hamaster/hamaster/providers/metal"
 	"github.com/hamaster/hamaster/workflows"
 )
 
@@ -30,6 +31,7 @@ func registry() *providers.Registry {
 	r.Register(local.Name, local.New)
 	r.Register(gce.Name, gce.New)
 	r.Register(awsp.Name, awsp.New)
+	r.Register(metal.Name, metal.New)
 	return r
 }
 
@@ -72,6 +74,11 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 		awsp.OptSSHBastion:          c.String("aws-ssh-bastion"),
 		awsp.OptMasterFormat:        c.String("aws-master-format"),
 		awsp.OptEndpointMode:        c.String("aws-endpoint-mode"),
+
+		// metal provider (the SSH settings above are its too)
+		metal.OptInventory: c.String("metal-inventory"),
+		metal.OptVIP:       c.String("metal-vip"),
+		metal.OptVIPPort:   c.String("metal-vip-port"),
 	}}
 }
 
@@ -185,11 +192,12 @@ func nodeBinaryFlag() cli.Flag {
 }
 
 // providerFlags are the flags of every command that opens a provider:
-// the local, gce and aws settings, and --yes/--dry-run for the commands
-// that change the cluster.
+// the local, gce, aws and metal settings, and --yes/--dry-run for the
+// commands that change the cluster.
 func providerFlags(mutating bool) []cli.Flag {
 	flags := append([]cli.Flag{nodeBinaryFlag()}, gceFlags()...)
 	flags = append(flags, awsFlags()...)
+	flags = append(flags, metalFlags()...)
 	if mutating {
 		flags = append(flags, mutatingFlags()...)
 		flags = append(flags, keepSnapshotsFlag())
@@ -214,6 +222,18 @@ func awsFlags() []cli.Flag {
 	}
 }
 
+// metalFlags are the metal provider's settings (HAMASTER_<NAME> too, as
+// bin/metallab's hamaster.env sets them); its SSH settings are the
+// shared --ssh-key, --ssh-known-hosts and
+// --ssh-insecure-skip-host-key-check (gceFlags).
+func metalFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "metal-inventory", EnvVars: []string{"HAMASTER_METAL_INVENTORY"}, Usage: "metal provider (required): the YAML `FILE` listing your hosts — vip: the endpoint's address; hosts: name, address, role control-plane|worker, optional ssh {user, port}, zone, rack (docs/metal.md). Masters run only on control-plane hosts; add-replica --host takes one, remove-replica frees it, clean"},
+		&cli.StringFlag{Name: "metal-vip", EnvVars: []string{"HAMASTER_METAL_VIP"}, Usage: "metal provider: the cluster endpoint's `IP` (overrides the inventory's vip): an unused IPv4 address on the masters' subnet that keepalived moves between them; clients use VIP:--metal-vip-port"},
+		&cli.StringFlag{Name: "metal-vip-port", EnvVars: []string{"HAMASTER_METAL_VIP_PORT"}, Usage: "metal provider: the `PORT` HAProxy serves the endpoint on, on every master (default 8443, as kubeadm's docs/ha-considerations.md; not 6443: the apiservers hold it on every address)"},
+	}
+}
+
 // gceFlags are the gce provider's settings (HAMASTER_<NAME> too).
 func gceFlags() []cli.Flag {
 	return []cli.Flag{
@@ -229,10 +249,10 @@ func gceFlags() []cli.Flag {
 		&cli.StringFlag{Name: "gce-release-url", EnvVars: []string{"HAMASTER_GCE_RELEASE_URL"}, Usage: "gce provider: where kube-up masters get a new --version from, `URL` of release directories (default https://dl.k8s.io/release, as kube-up's upgrade.sh): rolling-upgrade writes <URL>/<version>/kubernetes-server-linux-amd64.tar.gz (and kubernetes-manifests.tar.gz) into kube-env with the hashes published beside them (.sha512), fetched before anything changes; point it at your mirror"},
 		&cli.StringFlag{Name: "dns-zone", EnvVars: []string{"HAMASTER_DNS_ZONE"}, Usage: "gce provider, --dns clouddns: the Cloud DNS managed `ZONE`"},
 		&cli.StringFlag{Name: "ssh-user", EnvVars: []string{"HAMASTER_SSH_USER"}, Usage: "gce and aws providers: reach etcd (on the masters' localhost) through SSH to a master as `USER`"},
-		&cli.StringFlag{Name: "ssh-key", EnvVars: []string{"HAMASTER_SSH_KEY"}, Usage: "gce and aws providers: SSH private key `FILE` (default: the agent at $SSH_AUTH_SOCK)"},
+		&cli.StringFlag{Name: "ssh-key", EnvVars: []string{"HAMASTER_SSH_KEY"}, Usage: "gce, aws and metal providers: SSH private key `FILE` (default: the agent at $SSH_AUTH_SOCK; metal: hamaster reaches every host as its inventory ssh.user)"},
 		&cli.StringFlag{Name: "ssh-port", EnvVars: []string{"HAMASTER_SSH_PORT"}, Usage: "gce and aws providers: the masters' SSH `PORT` (default 22)"},
-		&cli.StringFlag{Name: "ssh-known-hosts", EnvVars: []string{"HAMASTER_SSH_KNOWN_HOSTS"}, Usage: "gce and aws providers: known_hosts `FILE` (default ~/.ssh/known_hosts)"},
-		&cli.BoolFlag{Name: "ssh-insecure-skip-host-key-check", Usage: "gce and aws providers: accept any SSH host key (anyone on the path can then read etcd traffic)"},
+		&cli.StringFlag{Name: "ssh-known-hosts", EnvVars: []string{"HAMASTER_SSH_KNOWN_HOSTS"}, Usage: "gce, aws and metal providers: known_hosts `FILE` with the hosts' keys, each checked (default ~/.ssh/known_hosts)"},
+		&cli.BoolFlag{Name: "ssh-insecure-skip-host-key-check", Usage: "gce, aws and metal providers: accept any SSH host key (anyone on the path can then read etcd traffic)"},
 	}
 }
 
@@ -604,6 +624,10 @@ func statusJSON(rep workflows.Report) map[string]any {
 			targets = append(targets, map[string]any{"name": t.Name, "healthy": t.Healthy, "draining": t.Draining, "reason": t.Reason})
 		}
 	}
+	lbJSON := map[string]any{"present": rep.LB != nil, "targets": targets}
+	if rep.LB != nil && rep.Provider == metal.Name { // a VIP on the masters
+		lbJSON["holder"], lbJSON["viewer"] = rep.LB.Holder, rep.LB.Viewer
+	}
 	replicas := rep.Replicas
 	if replicas == nil {
 		replicas = []workflows.ReplicaStatus{}
@@ -619,7 +643,7 @@ func statusJSON(rep workflows.Report) map[string]any {
 		"healthy":       rep.Healthy(),
 		"replicas":      replicas,
 		"members":       toMemberJSON(rep.Members),
-		"lb":            map[string]any{"present": rep.LB != nil, "targets": targets},
+		"lb":            lbJSON,
 		"certificates":  rep.Certificates,
 	}
 	if rep.MembersError != "" {
@@ -658,13 +682,34 @@ func printStatus(e *env, rep workflows.Report) {
 		printMembers(w, rep.Members)
 	}
 	fmt.Fprintln(w, "\nLOAD BALANCER")
-	if rep.LB == nil {
+	if rep.LB == nil && rep.EndpointKind == "replica" {
+		fmt.Fprintf(w, "none: the VIP %s is not up yet (the first add-replica brings it up); clients use the master's own address\n", rep.StaticIP)
+	} else if rep.LB == nil {
 		fmt.Fprintln(w, "none (the static IP is attached to a replica)")
 	} else {
+		viewed := rep.Provider == metal.Name // a VIP on the masters: who holds it, whose view
+		if viewed {
+			holder, view := rep.LB.Holder, "backends as "+rep.LB.Viewer+"'s HAProxy sees them"
+			if holder == "" {
+				holder = "NOBODY"
+			}
+			if rep.LB.Viewer == "" {
+				view = "no master's HAProxy answers"
+			}
+			fmt.Fprintf(w, "VIP %s held by %s; %s\n", rep.LB.IP, holder, view)
+		}
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "TARGET\tHEALTHY\tDRAINING\n")
+		if viewed {
+			fmt.Fprintf(tw, "TARGET\tHEALTHY\tDRAINING\tHAPROXY\n")
+		} else {
+			fmt.Fprintf(tw, "TARGET\tHEALTHY\tDRAINING\n")
+		}
 		for _, t := range rep.LB.Targets {
-			fmt.Fprintf(tw, "%s\t%v\t%v\n", t.Name, t.Healthy, t.Draining)
+			if viewed {
+				fmt.Fprintf(tw, "%s\t%v\t%v\t%s\n", t.Name, t.Healthy, t.Draining, t.Reason)
+			} else {
+				fmt.Fprintf(tw, "%s\t%v\t%v\n", t.Name, t.Healthy, t.Draining)
+			}
 		}
 		tw.Flush()
 	}

@@ -27,7 +27,10 @@ import (
 	"github.com/hamaster/hamaster/workflows"
 )
 
-const metalVersion = "v1.33.13"
+const (
+	metalVersion   = "v1.33.13"
+	metalUpgradeTo = "v1.34.4"
+)
 
 // labEnv reads the HAMASTER_* variables metallab writes to hamaster.env
 // ("export K=V" lines), as an operator sources it.
@@ -42,7 +45,11 @@ func labEnv(t *testing.T, path string) []string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if kv, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "export "); ok {
-			env = append(env, kv)
+			k, v, _ := strings.Cut(kv, "=")
+			if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
+				v = v[1 : len(v)-1] // the file quotes values with spaces
+			}
+			env = append(env, k+"="+v)
 		}
 	}
 	return env
@@ -54,13 +61,15 @@ func labEnv(t *testing.T, path string) []string {
 // it, the host joined; killed after the conversion and resumed) →
 // add-replica (the first free host; killed during kubeadm join and
 // resumed) with load on the old address and the VIP throughout: 0
-// failed → remove-replica of the VIP's holder (a planned handoff; killed
+// failed → rolling-upgrade with a refused flag (rolled back, 3/3
+// healthy) → rolling-upgrade to v1.34.4 (0 failed on the VIP) →
+// remove-replica of the VIP's holder (a planned handoff; killed
 // after the member's removal and resumed) and of another → one master
 // left, no member or Node of the others, the freed hosts clean.
 func TestMetalKubeadmEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	kubeletProgram, binDir := metallabtest.Kubeadm(t, metalVersion)
+	kubeletProgram, binDir := metallabtest.Kubeadm(t, metalVersion, metalUpgradeTo)
 	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir})
 	for _, h := range lab.Hosts {
 		if err := lab.Install(ctx, h, metalVersion); err != nil {
@@ -169,7 +178,11 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 			Name string `json:"name"`
 		} `json:"replicas"`
 	}
-	if err := json.Unmarshal([]byte(hm("--output", "json", "status")), &st); err != nil {
+	// status reads every master over SSH (kubeadm's view, its CA, the
+	// VIP's holder and HAProxy's view): its default 20 s is short on a
+	// machine shared with other labs (seen: exceeded with 3 masters on 2
+	// shared cores).
+	if err := json.Unmarshal([]byte(hm("--output", "json", "status", "--timeout", "90s")), &st); err != nil {
 		t.Fatal(err)
 	}
 	if len(st.Replicas) != 3 {
@@ -183,6 +196,58 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	t.Logf("load on the old address %s through the conversion and both adds: %+v", oldAddr, old)
 	if probeload.Failed(old) != 0 {
 		t.Errorf("requests to the old address failed: %+v", old)
+	}
+
+	// An upgrade whose apiserver refuses a flag is rolled back (the
+	// first master's manifests, kubeadm-config) and leaves 3/3 healthy;
+	// then the upgrade, one master at a time, under load on the VIP.
+	failed, out := command(nil, "rolling-upgrade", "--version", metalUpgradeTo, "--extra-args", "--hamaster-refused-flag=1", "--yes")
+	start := time.Now()
+	if err := failed.Run(); err == nil {
+		t.Fatalf("rolling-upgrade with a refused flag succeeded:\n%s", out)
+	}
+	t.Logf("rolling-upgrade with a refused flag: failed and rolled back in %s", time.Since(start).Round(100*time.Millisecond))
+	if !strings.Contains(out.String(), "rolled back") && !strings.Contains(out.String(), "rollback") {
+		t.Errorf("the failed upgrade's output says nothing of its rollback:\n%s", out)
+	}
+	// healthy waits until status sees 3 masters healthy at want (bounded)
+	// and says how long after since that took.
+	healthy := func(want string, since time.Time) {
+		t.Helper()
+		var last string
+		err := wait.Until(ctx, time.Second, "3 masters healthy at "+want, func() (bool, error) {
+			cmd, out := command(nil, "--output", "json", "status", "--timeout", "90s")
+			_ = cmd.Run() // exit 3 while a master is unhealthy
+			var st struct {
+				Replicas []struct {
+					Name    string `json:"name"`
+					Healthy bool   `json:"healthy"`
+					Version string `json:"version"`
+				} `json:"replicas"`
+			}
+			if err := json.Unmarshal([]byte(out.String()), &st); err != nil {
+				return false, fmt.Errorf("status: %w\n%s", err, out)
+			}
+			last = fmt.Sprintf("%+v", st.Replicas)
+			n := 0
+			for _, r := range st.Replicas {
+				if r.Healthy && r.Version == want {
+					n++
+				}
+			}
+			return n == 3, nil
+		})
+		if err != nil {
+			t.Fatalf("%v (last: %s)", err, last)
+		}
+		t.Logf("3 masters healthy at %s %s after", want, time.Since(since).Round(100*time.Millisecond))
+	}
+	healthy(metalVersion, start)
+	upgraded := time.Now()
+	hm("rolling-upgrade", "--version", metalUpgradeTo, "--yes")
+	healthy(metalUpgradeTo, upgraded)
+	if v := must(h1, "kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o jsonpath='{.items[*].status.nodeInfo.kubeletVersion}'"); v != strings.TrimSpace(strings.Repeat(metalUpgradeTo+" ", 3)) {
+		t.Errorf("kubelet versions after the upgrade: %s", v)
 	}
 
 	// The VIP's holder leaves first: a planned handoff.
@@ -206,7 +271,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	}
 	hm("remove-replica", "--name", second, "--yes")
 	vip := vipLoad.Stop()
-	t.Logf("load on the VIP %s through the second add and both removals: %+v", vipAddr, vip)
+	t.Logf("load on the VIP %s through the second add, the upgrades and both removals: %+v", vipAddr, vip)
 	if probeload.Failed(vip) != 0 {
 		t.Errorf("requests to the VIP failed: %+v", vip)
 	}
@@ -221,7 +286,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 		t.Errorf("Nodes left: %s", n)
 	}
 	var end map[string]any
-	if err := json.Unmarshal([]byte(hm("--output", "json", "status")), &end); err != nil {
+	if err := json.Unmarshal([]byte(hm("--output", "json", "status", "--timeout", "90s")), &end); err != nil {
 		t.Fatal(err)
 	}
 	if ms, _ := end["members"].([]any); len(ms) != 1 || end["orphans"] != nil || len(end["replicas"].([]any)) != 1 {

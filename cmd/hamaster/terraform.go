@@ -22,7 +22,7 @@ import (
 
 // knownProviders are the names --provider accepts; registry() holds the
 // ones built so far.
-var knownProviders = []string{"local", "gce", "aws"}
+var knownProviders = []string{"local", "gce", "aws", "metal"}
 
 func terraformCommand(e *env, g *globals) *cli.Command {
 	return &cli.Command{

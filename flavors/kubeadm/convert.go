@@ -9,11 +9,14 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/flavors"
@@ -33,6 +36,12 @@ const (
 	// next reissue: what an operator restores by hand if the new one is
 	// wrong.
 	certBackupDir = "/var/lib/hamaster/apiserver-cert-backup"
+	// certStagingDir is where kubeadm writes the reissued pair (with a
+	// copy of the CA, removed once it is done), before it is installed.
+	certStagingDir = "/var/lib/hamaster/apiserver-cert-staging"
+	// CAKey is the masters' CA key (cmd/kubeadm/app/constants
+	// CACertAndKeyBaseName).
+	CAKey = "/etc/kubernetes/pki/ca.key"
 	// reissueConfig is the kubeadm configuration the reissue runs with.
 	reissueConfig = "/var/lib/hamaster/apiserver-cert-kubeadm.yaml"
 )
@@ -104,17 +113,29 @@ func parseCert(pemBytes []byte) (*x509.Certificate, error) {
 // apiserver` reissues a master's apiserver certificate from: the
 // cluster's own ClusterConfiguration (kubeadm-config: serviceSubnet,
 // dnsDomain, controlPlaneEndpoint, certSANs) with certSANs gaining every
-// name of extra, and an InitConfiguration with the master's own
-// advertise address and node name — what kubeadm's GetAPIServerAltNames
-// (cmd/kubeadm/app/util/pkiutil/pki_helpers.go) puts in the certificate
-// besides certSANs.
-func ReissueConfig(clusterConfig []byte, nodeName, advertiseAddress string, extra []string) ([]byte, error) {
+// name of extra and certificatesDir set to certDir (where the phase
+// finds the CA and writes the pair), and an InitConfiguration with the
+// master's own advertise address and node name — what kubeadm's
+// GetAPIServerAltNames (cmd/kubeadm/app/util/pkiutil/pki_helpers.go)
+// puts in the certificate besides certSANs.
+func ReissueConfig(clusterConfig []byte, nodeName, advertiseAddress, certDir string, extra []string) ([]byte, error) {
 	cc, err := ParseClusterConfiguration(clusterConfig)
 	if err != nil {
 		return nil, err
 	}
+	if net.ParseIP(advertiseAddress) == nil || nodeName == "" || !strings.HasPrefix(certDir, "/") {
+		return nil, fmt.Errorf("reissue config: advertise address %q, node name %q, certificates dir %q: want an IP, a name and an absolute path", advertiseAddress, nodeName, certDir)
+	}
 	doc, _, err := AddCertSANs(clusterConfig, extra)
 	if err != nil {
+		return nil, err
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(doc, &root); err != nil {
+		return nil, fmt.Errorf("kubeadm-config ClusterConfiguration: %w", err)
+	}
+	setMapValue(root.Content[0], "certificatesDir", scalar(certDir))
+	if doc, err = encodeYAML(&root); err != nil {
 		return nil, err
 	}
 	init := fmt.Sprintf("apiVersion: %s\nkind: InitConfiguration\nlocalAPIEndpoint:\n  advertiseAddress: %s\n  bindPort: %d\nnodeRegistration:\n  name: %s\n",
@@ -123,12 +144,25 @@ func ReissueConfig(clusterConfig []byte, nodeName, advertiseAddress string, extr
 }
 
 // AddServingSANs implements flavors.EndpointMover: replica's apiserver
-// certificate reissued by the real kubeadm (`kubeadm init phase certs
-// apiserver`, which keeps an existing pair as it is: the old one is
-// moved aside into certBackupDir first) from the masters' own CA, with
-// every name it had plus hosts; a reissue that fails, or whose
-// certificate drops a name, is undone. Then it waits until the apiserver
-// serves the new certificate (reloaded from disk, no restart).
+// certificate reissued by the real kubeadm from the masters' own CA,
+// with every name it had plus hosts, then waits until the apiserver
+// serves it.
+//
+// kubeadm never replaces an existing pair: `kubeadm init phase certs
+// apiserver` (cmd/kubeadm/app/cmd/phases/init/certs.go runCertPhase)
+// keeps a pair it finds on disk as it is ("Using existing apiserver
+// certificate and key on disk"), whatever names it lacks (checked with
+// the real kubeadm of every pinned version: realkubeadm_test.go). So
+// the phase runs with certificatesDir
+// a staging directory holding only a copy of the CA; its certificate is
+// checked (every old name and every new one, the same CA) before it is
+// installed; the installed pair is first copied to certBackupDir. The
+// pki files are replaced by rename, never removed: the running
+// apiserver always finds a pair, and reloads the new one without a
+// restart (k8s.io/apiserver/pkg/server/dynamiccertificates
+// DynamicCertKeyPairContent: an fsnotify watch of --tls-cert-file and
+// --tls-private-key-file, a Rename re-adds the watch; a cert and key
+// that do not match yet are retried, not served).
 func (f *Flavor) AddServingSANs(ctx context.Context, replica providers.Replica, hosts ...string) error {
 	cur, err := f.read(ctx, replica.Name, APIServerCert)
 	if err != nil {
@@ -140,66 +174,121 @@ func (f *Flavor) AddServingSANs(ctx context.Context, replica providers.Replica, 
 	}
 	old := certSANs(cert)
 	if len(MissingSANs(old, hosts...)) > 0 {
-		if err := f.reissue(ctx, replica, old, hosts); err != nil {
+		if err := f.reissue(ctx, replica, cert, hosts); err != nil {
 			return err
 		}
 	}
 	return f.waitServing(ctx, replica, hosts)
 }
 
-func (f *Flavor) reissue(ctx context.Context, replica providers.Replica, old, hosts []string) error {
+// ManifestFlag is the value of --name in a static pod manifest's
+// command ("" when absent).
+func ManifestFlag(manifest []byte, name string) string {
+	for _, line := range strings.Split(string(manifest), "\n") {
+		l := strings.Trim(strings.TrimPrefix(strings.TrimSpace(line), "- "), `"'`)
+		if v, ok := strings.CutPrefix(l, "--"+name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func (f *Flavor) reissue(ctx context.Context, replica providers.Replica, old *x509.Certificate, hosts []string) error {
 	src, _, err := f.ClusterConfigurationOf(ctx, replica.Name)
 	if err != nil {
 		return err
 	}
-	node := f.m.MachineHostname(replica.Name, replica.Address)
-	// Every old name stays: certSANs gains those kubeadm would not derive
-	// itself (a hand-added SAN, the old endpoint's host).
-	var extra []string
-	for _, s := range append(slices.Clone(old), hosts...) {
-		if strings.HasPrefix(s, "kubernetes") || sameSAN(s, node) || sameSAN(s, replica.Address) {
-			continue
-		}
-		extra = append(extra, s)
+	files, err := f.read(ctx, replica.Name, APIServerManifest, CACert)
+	if err != nil {
+		return err
 	}
-	cfg, err := ReissueConfig(src, node, replica.Address, extra)
+	// The master's advertise address as its apiserver runs with it.
+	advertise := ManifestFlag(files[0], "advertise-address")
+	if advertise == "" {
+		advertise = replica.Address
+	}
+	node := f.m.MachineHostname(replica.Name, replica.Address)
+	oldSANs := certSANs(old)
+	cfg, err := ReissueConfig(src, node, advertise, certStagingDir, ReissueSANs(oldSANs, hosts, node, advertise))
 	if err != nil {
 		return fmt.Errorf("master %s: %w", replica.Name, err)
 	}
 	if err := f.write(ctx, replica.Name, reissueConfig, cfg, 0o600); err != nil {
 		return fmt.Errorf("master %s: write %s: %w", replica.Name, reissueConfig, err)
 	}
-	// One script, safe to run again after a crash at any line: a pair
-	// missing from pki is first restored from the backup.
-	script := strings.Join([]string{
-		"set -e",
-		"b=" + certBackupDir,
-		"mkdir -p $b",
-		fmt.Sprintf("if [ ! -f %s ] && [ -f $b/apiserver.crt ]; then cp -p $b/apiserver.crt %s; cp -p $b/apiserver.key %s; fi", APIServerCert, APIServerCert, APIServerKey),
-		fmt.Sprintf("cp -p %s %s $b/", APIServerCert, APIServerKey),
-		fmt.Sprintf("rm -f %s %s", APIServerCert, APIServerKey),
-		fmt.Sprintf("if ! kubeadm init phase certs apiserver --config %s; then cp -p $b/apiserver.crt %s; cp -p $b/apiserver.key %s; exit 1; fi", reissueConfig, APIServerCert, APIServerKey),
+	stage := strings.Join([]string{
+		"set -e", "umask 077",
+		"rm -rf " + certStagingDir, "mkdir -p " + certStagingDir,
+		fmt.Sprintf("cp %s %s %s/", CACert, CAKey, certStagingDir),
+		"kubeadm init phase certs apiserver --config " + reissueConfig,
+		fmt.Sprintf("rm -f %s/ca.key", certStagingDir),
 	}, "\n")
-	f.log.Info("kubeadm init phase certs apiserver", "master", replica.Name, "adds", hosts)
-	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "sh -c "+remote.ShellQuote(script)); err != nil {
-		return fmt.Errorf("master %s: reissue the apiserver certificate: %w (stderr: %s)", replica.Name, err, tail(stderr))
+	f.log.Info("kubeadm init phase certs apiserver", "master", replica.Name, "adds", hosts, "dir", certStagingDir)
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "sh -c "+remote.ShellQuote(stage)); err != nil {
+		f.m.RunOnMachine(ctx, replica.Name, "rm -rf "+certStagingDir) //nolint:errcheck // best effort: the CA key copy
+		return fmt.Errorf("master %s: kubeadm init phase certs apiserver: %w (stderr: %s)", replica.Name, err, tail(stderr))
 	}
-	got, err := f.read(ctx, replica.Name, APIServerCert)
+	staged, err := f.read(ctx, replica.Name, certStagingDir+"/apiserver.crt")
 	if err != nil {
 		return err
 	}
-	nc, err := parseCert(got[0])
-	if err == nil {
-		if lost := MissingSANs(certSANs(nc), append(old, hosts...)...); len(lost) > 0 {
-			err = fmt.Errorf("the reissued certificate lacks %v", lost)
-		}
+	if err := CheckReissued(staged[0], files[1], oldSANs, hosts); err != nil {
+		f.m.RunOnMachine(ctx, replica.Name, "rm -rf "+certStagingDir) //nolint:errcheck // the installed pair is untouched
+		return fmt.Errorf("master %s: the reissued apiserver certificate: %w (the installed one is kept)", replica.Name, err)
 	}
-	if err != nil {
-		restore := fmt.Sprintf("cp -p %s/apiserver.crt %s && cp -p %s/apiserver.key %s", certBackupDir, APIServerCert, certBackupDir, APIServerKey)
-		if _, _, rerr := f.m.RunOnMachine(ctx, replica.Name, restore); rerr != nil {
-			return fmt.Errorf("master %s: %w; restoring the old pair failed too: %v", replica.Name, err, rerr)
+	// Install: the old pair backed up, then key and certificate renamed
+	// over the old ones (between the two renames the pair does not
+	// match: the apiserver keeps serving the old one until both are in).
+	install := strings.Join([]string{
+		"set -e", "umask 077",
+		"mkdir -p " + certBackupDir,
+		fmt.Sprintf("cp -p %s %s %s/", APIServerCert, APIServerKey, certBackupDir),
+		fmt.Sprintf("cp %s/apiserver.key %s.hamaster-tmp", certStagingDir, APIServerKey),
+		fmt.Sprintf("cp %s/apiserver.crt %s.hamaster-tmp", certStagingDir, APIServerCert),
+		fmt.Sprintf("chmod 600 %s.hamaster-tmp; chmod 644 %s.hamaster-tmp", APIServerKey, APIServerCert),
+		fmt.Sprintf("mv -f %s.hamaster-tmp %s", APIServerKey, APIServerKey),
+		fmt.Sprintf("mv -f %s.hamaster-tmp %s", APIServerCert, APIServerCert),
+		"rm -rf " + certStagingDir,
+	}, "\n")
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "sh -c "+remote.ShellQuote(install)); err != nil {
+		return fmt.Errorf("master %s: install the reissued apiserver certificate: %w (stderr: %s; the old pair is in %s)", replica.Name, err, tail(stderr), certBackupDir)
+	}
+	f.log.Info("apiserver certificate reissued", "master", replica.Name, "backup", certBackupDir)
+	return nil
+}
+
+// ReissueSANs are the certSANs a reissue adds to the cluster's: every
+// old name of the certificate kubeadm would not derive itself (a
+// hand-added SAN, the old endpoint's host; not the kubernetes service
+// names, the node name or the advertise address), and hosts.
+func ReissueSANs(old, hosts []string, node, advertise string) []string {
+	var extra []string
+	for _, s := range append(slices.Clone(old), hosts...) {
+		if strings.HasPrefix(s, "kubernetes") || sameSAN(s, node) || sameSAN(s, advertise) || slices.Contains(extra, s) {
+			continue
 		}
-		return fmt.Errorf("master %s: %w (the old pair is back)", replica.Name, err)
+		extra = append(extra, s)
+	}
+	return extra
+}
+
+// CheckReissued verifies a reissued apiserver certificate (PEM) before
+// it is installed: signed by the masters' CA (caPEM), and naming every
+// name of old and of hosts.
+func CheckReissued(certPEM, caPEM []byte, old, hosts []string) error {
+	c, err := parseCert(certPEM)
+	if err != nil {
+		return err
+	}
+	ca, err := parseCert(caPEM)
+	if err != nil {
+		return fmt.Errorf("the CA: %w", err)
+	}
+	if err := c.CheckSignatureFrom(ca); err != nil {
+		return fmt.Errorf("not signed by the masters' CA: %w", err)
+	}
+	if lost := MissingSANs(certSANs(c), append(slices.Clone(old), hosts...)...); len(lost) > 0 {
+		return fmt.Errorf("it lacks %v", lost)
 	}
 	return nil
 }
@@ -211,6 +300,7 @@ func (f *Flavor) waitServing(ctx context.Context, replica providers.Replica, hos
 	wctx, cancel := context.WithTimeout(ctx, ServingCertReload)
 	defer cancel()
 	var last error
+	start := time.Now()
 	err := wait.Until(wctx, 250*time.Millisecond, "the apiserver of "+replica.Name+" to serve the reissued certificate", func() (bool, error) {
 		conn, err := f.m.DialMachine(wctx, replica.Name, addr)
 		if err != nil {
@@ -234,37 +324,47 @@ func (f *Flavor) waitServing(ctx context.Context, replica providers.Replica, hos
 	if err != nil {
 		return fmt.Errorf("master %s: %w (last: %v)", replica.Name, err, last)
 	}
+	f.log.Info("the apiserver serves the certificate", "master", replica.Name, "names", hosts, "waited", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
 // PointMaster implements flavors.EndpointMover: admin.conf and
 // super-admin.conf (the operator's and kubeadm's own clients) on replica
-// move to endpoint. kubelet.conf moves only when it names the cluster's
-// old endpoint: one that names the master's own apiserver stays, as
-// kubeadm itself writes it on control-plane nodes since v1.33
-// (ControlPlaneKubeletLocalMode, beta and on by default: KEP-4471, so
-// that a kubelet never talks to a newer apiserver), and so does
-// controller-manager.conf and scheduler.conf (the local apiserver since
-// v1.29). A moved kubelet.conf restarts the kubelet.
+// move to endpoint, each written atomically. kubelet.conf moves only
+// when it names something else than the master's own apiserver (the
+// cluster's old endpoint): a control-plane kubelet talks to its local
+// apiserver with ControlPlaneKubeletLocalMode (KEP-4471; beta and on by
+// default since v1.33), and kubeadm upgrade itself moves kubelet.conf
+// from the controlPlaneEndpoint back to the local apiserver
+// (cmd/kubeadm/app/phases/upgrade/postupgrade.go UpdateKubeletLocalMode),
+// so pointing it at the VIP would be undone by the next upgrade. A
+// master built without controlPlaneEndpoint has kubelet.conf on its own
+// address: it stays, and the kubelet is not restarted.
+// controller-manager.conf and scheduler.conf name the local apiserver
+// (cmd/kubeadm/app/phases/kubeconfig getKubeConfigSpecsBase:
+// LocalAPIEndpoint since v1.29) and stay too. A moved kubelet.conf
+// restarts the kubelet (systemctl restart kubelet), which must keep the
+// master's pods running.
 func (f *Flavor) PointMaster(ctx context.Context, replica providers.Replica, endpoint string) error {
-	local := "https://" + net.JoinHostPort(replica.Address, strconv.Itoa(DefaultBindPort))
+	if _, _, err := SetKubeconfigServer(minimalKubeconfig, endpoint); err != nil {
+		return errkind.Errorf(errkind.InvalidArgument, "master %s: %v", replica.Name, err)
+	}
+	local := localServer(replica)
 	for _, name := range EndpointKubeconfigs {
-		path := "/etc/kubernetes/" + name
-		out, _, err := f.m.RunOnMachine(ctx, replica.Name, "cat "+path+" 2>/dev/null || true")
+		path := KubernetesDir + "/" + name
+		out, err := f.readIfExists(ctx, replica.Name, path)
 		if err != nil {
-			return fmt.Errorf("master %s: read %s: %w", replica.Name, path, err)
+			return err
 		}
-		if len(strings.TrimSpace(string(out))) == 0 {
+		if len(out) == 0 {
 			continue // super-admin.conf is only on the master kubeadm init built
 		}
-		if name == "kubelet.conf" {
-			srv, err := KubeconfigServer(out)
-			if err != nil {
-				return fmt.Errorf("master %s: %s: %w", replica.Name, path, err)
-			}
-			if srv == local || strings.HasPrefix(srv, "https://127.0.0.1:") || strings.HasPrefix(srv, "https://localhost:") {
-				continue
-			}
+		srv, err := KubeconfigServer(out)
+		if err != nil {
+			return fmt.Errorf("master %s: %s: %w", replica.Name, path, err)
+		}
+		if !KubeconfigMoves(name, srv, local, endpoint) {
+			continue
 		}
 		doc, changed, err := SetKubeconfigServer(out, endpoint)
 		if err != nil {
@@ -273,17 +373,155 @@ func (f *Flavor) PointMaster(ctx context.Context, replica providers.Replica, end
 		if !changed {
 			continue
 		}
+		if name == "kubelet.conf" {
+			// Marked before the file changes: a PointMaster that stops
+			// before the restart finds the mark and restarts then.
+			if err := f.write(ctx, replica.Name, kubeletRestartMark, []byte(endpoint+"\n"), 0o600); err != nil {
+				return fmt.Errorf("master %s: write %s: %w", replica.Name, kubeletRestartMark, err)
+			}
+		}
 		if err := f.write(ctx, replica.Name, path, doc, 0o600); err != nil {
 			return fmt.Errorf("master %s: write %s: %w", replica.Name, path, err)
 		}
 		f.log.Info("kubeconfig moved to the endpoint", "master", replica.Name, "file", path, "server", endpoint)
-		if name == "kubelet.conf" {
-			if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "systemctl restart kubelet"); err != nil {
-				return fmt.Errorf("master %s: restart the kubelet for its new kubelet.conf: %w (stderr: %s)", replica.Name, err, tail(stderr))
-			}
-		}
+	}
+	return f.restartKubeletIfMarked(ctx, replica)
+}
+
+// kubeletRestartMark on a master says its kubelet.conf moved and the
+// kubelet has not been restarted since.
+const kubeletRestartMark = "/var/lib/hamaster/kubelet-restart-pending"
+
+// restartKubeletIfMarked restarts replica's kubelet when
+// kubeletRestartMark is there, then removes the mark.
+func (f *Flavor) restartKubeletIfMarked(ctx context.Context, replica providers.Replica) error {
+	mark, err := f.readIfExists(ctx, replica.Name, kubeletRestartMark)
+	if err != nil || len(mark) == 0 {
+		return err
+	}
+	f.log.Info("systemctl restart kubelet", "master", replica.Name, "for", "kubelet.conf on "+strings.TrimSpace(string(mark)))
+	if err := f.restartKubelet(ctx, replica.Name); err != nil {
+		return fmt.Errorf("master %s: restart the kubelet for its new kubelet.conf: %w", replica.Name, err)
+	}
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "rm -f "+kubeletRestartMark); err != nil {
+		return fmt.Errorf("master %s: %w (stderr: %s)", replica.Name, err, tail(stderr))
 	}
 	return nil
+}
+
+// KubernetesDir is kubeadm's directory on a master
+// (cmd/kubeadm/app/constants KubernetesDir).
+const KubernetesDir = "/etc/kubernetes"
+
+// minimalKubeconfig only validates a server URL with SetKubeconfigServer.
+var minimalKubeconfig = []byte("clusters:\n- cluster:\n    server: https://x:1\n")
+
+// localServer is replica's own apiserver as a kubeconfig names it.
+func localServer(replica providers.Replica) string {
+	return "https://" + net.JoinHostPort(replica.Address, strconv.Itoa(DefaultBindPort))
+}
+
+// KubeconfigMoves reports whether the kubeconfig name (under
+// /etc/kubernetes) whose server is server moves to endpoint
+// (https://host:port) on a master whose own apiserver is local: one of
+// EndpointKubeconfigs not there yet, except a kubelet.conf on the local
+// apiserver (PointMaster says why).
+func KubeconfigMoves(name, server, local, endpoint string) bool {
+	if !slices.Contains(EndpointKubeconfigs, name) || server == endpoint {
+		return false
+	}
+	if name == "kubelet.conf" {
+		u, err := url.Parse(server)
+		if err != nil {
+			return false
+		}
+		if server == local || u.Hostname() == "127.0.0.1" || u.Hostname() == "localhost" || u.Hostname() == "::1" {
+			return false
+		}
+	}
+	return true
+}
+
+// MasterState is what the conversion reads on one master.
+type MasterState struct {
+	// SANs are the names and addresses its apiserver certificate names.
+	SANs []string
+	// Servers maps each kubeconfig of EndpointKubeconfigs present on it
+	// to its server.
+	Servers map[string]string
+	// Local is its own apiserver: https://<advertise address>:6443.
+	Local string
+}
+
+// Left is what remains of moving one master to an endpoint.
+type Left struct {
+	// SANs are the hosts its apiserver certificate lacks
+	// (AddServingSANs).
+	SANs []string
+	// Kubeconfigs are the files PointMaster would move.
+	Kubeconfigs []string
+}
+
+// Done reports whether nothing is left.
+func (l Left) Done() bool { return len(l.SANs) == 0 && len(l.Kubeconfigs) == 0 }
+
+// ConversionLeft is what remains to move a master in state s to
+// endpoint (host:port): what AddServingSANs and PointMaster would still
+// change, so that a resumed conversion names what it skips.
+func ConversionLeft(s MasterState, endpoint string) (Left, error) {
+	ep, err := SplitEndpoint(endpoint)
+	if err != nil {
+		return Left{}, err
+	}
+	if ep.Port == 0 {
+		ep.Port = DefaultBindPort
+	}
+	l := Left{SANs: MissingSANs(s.SANs, ep.Host)}
+	for _, name := range EndpointKubeconfigs {
+		if srv, ok := s.Servers[name]; ok && KubeconfigMoves(name, srv, s.Local, "https://"+ep.String()) {
+			l.Kubeconfigs = append(l.Kubeconfigs, name)
+		}
+	}
+	return l, nil
+}
+
+// State reads replica's MasterState: its apiserver certificate's names
+// and its kubeconfigs' servers. Read-only.
+func (f *Flavor) State(ctx context.Context, replica providers.Replica) (MasterState, error) {
+	s := MasterState{Servers: map[string]string{}, Local: localServer(replica)}
+	b, err := f.read(ctx, replica.Name, APIServerCert)
+	if err != nil {
+		return s, err
+	}
+	c, err := parseCert(b[0])
+	if err != nil {
+		return s, fmt.Errorf("master %s: %s: %w", replica.Name, APIServerCert, err)
+	}
+	s.SANs = certSANs(c)
+	for _, name := range EndpointKubeconfigs {
+		path := KubernetesDir + "/" + name
+		out, err := f.readIfExists(ctx, replica.Name, path)
+		if err != nil {
+			return s, err
+		}
+		if len(out) == 0 {
+			continue
+		}
+		if s.Servers[name], err = KubeconfigServer(out); err != nil {
+			return s, fmt.Errorf("master %s: %s: %w", replica.Name, path, err)
+		}
+	}
+	return s, nil
+}
+
+// readIfExists is the file at path on machine, nil when there is none.
+func (f *Flavor) readIfExists(ctx context.Context, machine, path string) ([]byte, error) {
+	q := remote.ShellQuote(path)
+	out, stderr, err := f.m.RunOnMachine(ctx, machine, "if [ -e "+q+" ]; then cat "+q+"; fi")
+	if err != nil {
+		return nil, fmt.Errorf("master %s: read %s: %w (stderr: %s)", machine, path, err, tail(stderr))
+	}
+	return out, nil
 }
 
 // SetEndpoint implements flavors.EndpointMover: kube-system/kubeadm-config's
@@ -324,42 +562,73 @@ func (f *Flavor) SetEndpoint(ctx context.Context, endpoint string) error {
 }
 
 // editConfigMap rewrites one key of a ConfigMap through master's
-// admin.conf with kubectl replace, guarded by the resourceVersion read.
+// admin.conf with kubectl replace, guarded by the resourceVersion read
+// (the object replaced carries it: a concurrent change makes the
+// replace fail with a Conflict). A conflict reads the object again and
+// redoes the edit, at most configMapAttempts times: the edit is a pure
+// function of what it reads, so it is safe to repeat.
 func (f *Flavor) editConfigMap(ctx context.Context, master, ns, name, key string, edit func([]byte) ([]byte, bool, error)) error {
+	for attempt := 1; ; attempt++ {
+		body, err := f.editedConfigMap(ctx, master, ns, name, key, edit)
+		if err != nil || body == nil {
+			return err
+		}
+		tmp := fmt.Sprintf("/var/lib/hamaster/%s-%s.json", ns, name)
+		if err := f.write(ctx, master, tmp, body, 0o600); err != nil {
+			return err
+		}
+		_, stderr, err := f.m.RunOnMachine(ctx, master, adminKubectl+"replace -f "+tmp+"; rc=$?; rm -f "+tmp+"; exit $rc")
+		if err == nil {
+			f.log.Info("configmap updated", "configmap", ns+"/"+name, "key", key)
+			return nil
+		}
+		if IsConflict(stderr) && attempt < configMapAttempts {
+			f.log.Info("configmap changed meanwhile: read again", "configmap", ns+"/"+name, "attempt", attempt)
+			continue
+		}
+		return fmt.Errorf("replace %s/%s on %s: %w (stderr: %s)", ns, name, master, err, tail(stderr))
+	}
+}
+
+// configMapAttempts bounds editConfigMap's reads after a Conflict.
+const configMapAttempts = 3
+
+// IsConflict reports whether kubectl's stderr is the apiserver's 409
+// Conflict of an update whose resourceVersion is not the object's.
+func IsConflict(stderr []byte) bool {
+	s := string(stderr)
+	return strings.Contains(s, "the object has been modified") || strings.Contains(s, "(Conflict)")
+}
+
+// editedConfigMap reads the ConfigMap and applies edit to its key: the
+// object to replace (with the resourceVersion read), nil when the edit
+// changes nothing.
+func (f *Flavor) editedConfigMap(ctx context.Context, master, ns, name, key string, edit func([]byte) ([]byte, bool, error)) ([]byte, error) {
 	out, stderr, err := f.m.RunOnMachine(ctx, master, adminKubectl+"-n "+ns+" get configmap "+name+" -o json")
 	if err != nil {
-		return fmt.Errorf("read %s/%s on %s: %w (stderr: %s)", ns, name, master, err, tail(stderr))
+		return nil, fmt.Errorf("read %s/%s on %s: %w (stderr: %s)", ns, name, master, err, tail(stderr))
 	}
 	var cm map[string]any
 	if err := json.Unmarshal(out, &cm); err != nil {
-		return fmt.Errorf("%s/%s: %w", ns, name, err)
+		return nil, fmt.Errorf("%s/%s: %w", ns, name, err)
+	}
+	if md, _ := cm["metadata"].(map[string]any); md == nil || md["resourceVersion"] == nil {
+		return nil, fmt.Errorf("%s/%s has no resourceVersion", ns, name)
 	}
 	data, _ := cm["data"].(map[string]any)
 	doc, _ := data[key].(string)
 	if doc == "" {
-		return fmt.Errorf("%s/%s has no %s", ns, name, key)
+		return nil, fmt.Errorf("%s/%s has no %s", ns, name, key)
 	}
 	nd, changed, err := edit([]byte(doc))
 	if err != nil {
-		return fmt.Errorf("%s/%s %s: %w", ns, name, key, err)
+		return nil, fmt.Errorf("%s/%s %s: %w", ns, name, key, err)
 	}
 	if !changed {
-		return nil
+		return nil, nil
 	}
 	data[key] = string(nd)
-	body, err := json.Marshal(cm)
-	if err != nil {
-		return err
-	}
-	tmp := fmt.Sprintf("/var/lib/hamaster/%s-%s.json", ns, name)
-	if err := f.write(ctx, master, tmp, body, 0o600); err != nil {
-		return err
-	}
-	if _, stderr, err := f.m.RunOnMachine(ctx, master, adminKubectl+"replace -f "+tmp+" && rm -f "+tmp); err != nil {
-		return fmt.Errorf("replace %s/%s on %s: %w (stderr: %s)", ns, name, master, err, tail(stderr))
-	}
-	f.log.Info("configmap updated", "configmap", ns+"/"+name, "key", key)
-	return nil
+	return json.Marshal(cm)
 }
 
 // write puts data at path on machine atomically (a temporary file

@@ -10,16 +10,25 @@
 //     init phase upload-certs --certificate-key` on a healthy master, and
 //     the CA pinned by its hash (CACertHash);
 //   - converting a single master to HA (kubeadm#1955: kubeadm has no
-//     command to change controlPlaneEndpoint): kubeadm-config's
-//     ClusterConfiguration rewritten (SetControlPlaneEndpoint), each
-//     master's apiserver certificate reissued by `kubeadm init phase
-//     certs apiserver` from it after the old pair is moved aside (kubeadm
-//     keeps an existing certificate as it is), and the kubeconfigs that
-//     point at the endpoint moved (EndpointKubeconfigs,
-//     SetKubeconfigServer).
+//     command to change controlPlaneEndpoint; flavors.EndpointMover):
+//     each master's apiserver certificate reissued by `kubeadm init
+//     phase certs apiserver` into a staging directory (kubeadm keeps an
+//     existing pair), checked to keep every old name, then renamed over
+//     the old pair, which the running apiserver reloads
+//     (AddServingSANs); kubeadm-config's ClusterConfiguration
+//     (SetControlPlaneEndpoint) and cluster-info rewritten
+//     (SetEndpoint); the kubeconfigs that point at the endpoint moved
+//     (PointMaster: EndpointKubeconfigs, KubeconfigMoves,
+//     SetKubeconfigServer); ConversionLeft says what is left on a master;
+//   - upgrading a master in place (UpgradeMaster: kubeadm upgrade apply
+//     on the first master, kubeadm upgrade node on the others) with a
+//     backup saved first and restored whole by RollbackMaster, and kubeadm
+//     stopped within seconds when the new kube-apiserver cannot start,
+//     where kubeadm itself waits 5 minutes and reverts one component
+//     (kubeadm#2927, #2061).
 //
-// What is here so far is the format's pure part, each piece checked
-// against the real kubeadm of every pinned version (testdata/README.md,
-// realkubeadm_test.go); the flavor itself (flavors.Flavor, registered in
-// flavors/registry) is built on it with the test bed's kubeadm masters.
+// The pure parts are checked against the real kubeadm of every pinned
+// version (testdata/README.md, realkubeadm_test.go), the flavor on the
+// test bed's kubeadm masters (lab_test.go, convert_lab_test.go: build
+// tag metallab).
 package kubeadm

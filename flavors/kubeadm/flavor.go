@@ -50,14 +50,15 @@ type Machine interface {
 //
 // Built so far: what every flavor answers (etcd naming and access over
 // the provider's way in, the masters' CA, the apiserver port, the version
-// check). Not yet: the workflow steps only kubeadm can take (join,
-// leave, upgrade node, the conversion to HA), which add-replica,
-// remove-replica and rolling-upgrade call for this flavor in place of
-// cloning a template (issue 23).
+// check), join and leave (flavors.Joiner), and the in-place upgrade
+// (flavors.Upgrader: upgrade.go), which rolling-upgrade runs for this
+// flavor in place of recreating a master from a template, and the
+// conversion to HA (flavors.EndpointMover: convert.go).
 type Flavor struct {
 	p   providers.Provider
 	m   Machine
 	log *slog.Logger
+	up  UpgradeOptions
 }
 
 var (

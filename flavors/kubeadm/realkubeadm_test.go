@@ -25,7 +25,7 @@ import (
 // must put the new endpoint and the kept SANs in it, besides what it put
 // there at init (the advertise address, the node name, the service IP),
 // while it keeps an existing certificate that lacks them as it is (which
-// is why the flavor moves the old pair aside first).
+// is why the flavor has it write into a staging directory).
 func TestRealAPIServerKubeadmReissuesForEndpoint(t *testing.T) {
 	dir := os.Getenv("HAMASTER_REAL_APISERVER_DIR")
 	if dir == "" {
@@ -98,6 +98,48 @@ func TestRealAPIServerKubeadmReissuesForEndpoint(t *testing.T) {
 				if !slices.Contains(c.DNSNames, name) {
 					t.Errorf("reissued certificate's names %v lack %s", c.DNSNames, name)
 				}
+			}
+
+			// The flavor's way (AddServingSANs): ReissueConfig with a
+			// staging certificatesDir holding only the CA, every old name
+			// kept through ReissueSANs, CheckReissued on what kubeadm
+			// wrote there.
+			stage := filepath.Join(work, "stage")
+			if err := os.MkdirAll(stage, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			var caPEM []byte
+			for _, f := range []string{"ca.crt", "ca.key"} {
+				b, err := os.ReadFile(filepath.Join(pki, f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f == "ca.crt" {
+					caPEM = b
+				}
+				if err := os.WriteFile(filepath.Join(stage, f), b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old := certSANs(c)
+			hosts := []string{"api.example.com", "10.0.0.200"}
+			doc, err := ReissueConfig(converted, "master-0", "10.0.0.1", stage, ReissueSANs(old, hosts, "master-0", "10.0.0.1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(work, "reissue.yaml")
+			if err := os.WriteFile(p, doc, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := kubeadm("init", "phase", "certs", "apiserver", "--config", p); err != nil {
+				t.Fatalf("kubeadm init phase certs apiserver (ReissueConfig):\n%s\n%v\n%s", doc, err, out)
+			}
+			staged, err := os.ReadFile(filepath.Join(stage, "apiserver.crt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := CheckReissued(staged, caPEM, old, hosts); err != nil {
+				t.Errorf("CheckReissued of kubeadm's certificate from ReissueConfig: %v", err)
 			}
 		})
 	}

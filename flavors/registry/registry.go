@@ -7,6 +7,7 @@ package registry
 
 import (
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/hamaster/hamaster/errkind"
@@ -42,7 +43,14 @@ func Open(name string, p providers.Provider, log *slog.Logger) (flavors.Flavor, 
 	case flavors.KubeUp:
 		return kubeup.New(p, log)
 	case flavors.Kubeadm:
-		return kubeadm.New(p, log)
+		f, err := kubeadm.New(p, log)
+		if err != nil {
+			return nil, err
+		}
+		// The operator's package install on the masters (the metal
+		// lab's hamaster.env names its stand-in).
+		f.SetUpgradeOptions(kubeadm.UpgradeOptionsFromEnv(os.Getenv))
+		return f, nil
 	}
 	return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %q: want one of %s, or none for what the %s provider finds on its masters", name, strings.Join(Names(), ", "), p.Name())
 }

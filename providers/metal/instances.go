@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
-	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/remote"
 )
@@ -292,28 +291,3 @@ func (in *instances) Delete(ctx context.Context, name string) error {
 }
 
 func dirOf(p string) string { return p[:strings.LastIndex(p, "/")] }
-
-// notYetLB is HAProxy on the masters behind the VIP, not built yet:
-// every change says so, and Get finds no load balancer.
-type notYetLB struct{}
-
-func notYet() error {
-	return errkind.Errorf(errkind.FailedPrecondition, "the metal provider's VIP (keepalived + HAProxy on the masters) is not built yet (issue 24)")
-}
-
-func (notYetLB) Get(context.Context) (lb.Status, error) {
-	return lb.Status{}, errkind.Errorf(errkind.NotFound, "no load balancer: %w", notYet())
-}
-func (notYetLB) Create(context.Context, string, []lb.Target) error { return notYet() }
-func (notYetLB) AddTarget(context.Context, lb.Target) error        { return notYet() }
-func (notYetLB) DrainTarget(context.Context, string) error         { return notYet() }
-func (notYetLB) RemoveTarget(context.Context, string) error        { return notYet() }
-func (notYetLB) Delete(context.Context) error                      { return nil }
-
-// notYetVIP is the inventory's VIP as the cluster's static IP: held by no
-// master until keepalived is built.
-type notYetVIP struct{ vip string }
-
-func (v notYetVIP) Get(context.Context) (string, string, error) { return v.vip, "", nil }
-func (notYetVIP) Attach(context.Context, string) error          { return notYet() }
-func (notYetVIP) Detach(context.Context) error                  { return nil }

@@ -16,6 +16,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/metal/vip"
 	"github.com/hamaster/hamaster/remote"
 )
 
@@ -33,6 +34,9 @@ const (
 	OptSSHKnownHosts = "ssh-known-hosts"
 	OptSSHInsecure   = "ssh-insecure-skip-host-key-check"
 	OptSSHAgent      = "ssh-agent-socket"
+	// OptVIPPort is the port HAProxy serves the cluster endpoint on,
+	// VIP:port (default vip.DefaultFrontendPort, 8443).
+	OptVIPPort = "metal-vip-port"
 )
 
 // Provider is the bare-metal provider bound to one cluster: the
@@ -50,6 +54,9 @@ type Provider struct {
 	log      *slog.Logger
 	dnsOut   io.Writer
 	apiPort  int
+	vipPort  int
+	// execFor, when set (tests), reaches the hosts instead of SSH.
+	execFor func(host string) vip.Executor
 
 	mu  sync.Mutex
 	ssh map[string]*remote.Client // host name → connection
@@ -60,6 +67,7 @@ var (
 	_ providers.MachineDialer   = (*Provider)(nil)
 	_ providers.APIServerPorter = (*Provider)(nil)
 	_ providers.MasterFormatter = (*Provider)(nil)
+	_ providers.EndpointPorter  = (*Provider)(nil)
 )
 
 // MasterFormat implements providers.MasterFormatter: the masters on
@@ -92,12 +100,20 @@ func New(_ context.Context, s providers.Settings) (providers.Provider, error) {
 	if o[OptSSHKey] == "" && o[OptSSHAgent] == "" {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: required with the metal provider (or an SSH agent): hamaster reaches every host over SSH", OptSSHKey)
 	}
+	vipPort := vip.DefaultFrontendPort
+	if v := o[OptVIPPort]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 65535 || n == providers.APIServerPort {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--%s %q: want a TCP port 1..65535 other than the apiservers' %d (HAProxy listens on it on every master's addresses; default %d)", OptVIPPort, v, providers.APIServerPort, vip.DefaultFrontendPort)
+		}
+		vipPort = n
+	}
 	if s.Cluster == "" {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--cluster: required")
 	}
 	log := s.Log()
 	return &Provider{cluster: s.Cluster, stateDir: filepath.Join(s.StateDir, s.Cluster), inv: inv, opts: o, log: log, dnsOut: s.Out,
-		apiPort: providers.APIServerPort, ssh: map[string]*remote.Client{}}, nil
+		apiPort: providers.APIServerPort, vipPort: vipPort, ssh: map[string]*remote.Client{}}, nil
 }
 
 // Name implements providers.Provider.
@@ -109,13 +125,19 @@ func (p *Provider) Inventory() *Inventory { return p.inv }
 // Instances implements providers.Provider.
 func (p *Provider) Instances() providers.Instances { return &instances{p: p} }
 
-// StaticIP implements providers.Provider: the inventory's VIP. Not built
-// yet (issue 24: keepalived on the masters holds it).
-func (p *Provider) StaticIP() lb.StaticIP { return notYetVIP{vip: p.inv.VIP} }
+// StaticIP implements providers.Provider: the inventory's VIP (lb.go),
+// unattached until the load balancer (keepalived) holds it.
+func (p *Provider) StaticIP() lb.StaticIP { return staticIP{p} }
 
-// LoadBalancer implements providers.Provider: HAProxy on every master
-// behind the VIP. Not built yet (issue 24).
-func (p *Provider) LoadBalancer() lb.LoadBalancer { return notYetLB{} }
+// LoadBalancer implements providers.Provider: keepalived and HAProxy on
+// every master behind the VIP (lb.go, package vip).
+func (p *Provider) LoadBalancer() lb.LoadBalancer { return loadBalancer{p} }
+
+// EndpointPort implements providers.EndpointPorter: HAProxy's port on
+// the VIP (--metal-vip-port, default 8443): the apiservers hold 6443 on
+// every address, so HAProxy beside them needs another (kubeadm's
+// docs/ha-considerations.md uses 8443).
+func (p *Provider) EndpointPort() int { return p.vipPort }
 
 // DNS implements providers.Provider: static records only (the operator's
 // own DNS points at the VIP).

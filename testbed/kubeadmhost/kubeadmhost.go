@@ -49,10 +49,13 @@ const KubeletStopWait = 5 * time.Second
 // Mounts are the directories each host has its own copy of: what kubeadm
 // and the kubelet write, what hamaster's metal provider writes (its claim
 // on a host, providers/metal.Claim), /run for pid files and the CRI
-// socket, and /usr/local/bin, where Install puts the host's kubeadm,
-// kubectl and kubelet ("the packages").
+// socket, /usr/local/bin, where Install puts the host's kubeadm,
+// kubectl and kubelet ("the packages"), and /var/log/pods, where the
+// kubelet writes its pods' logs (the kubeadm flavor's upgrade reads its
+// kube-apiserver's there: one host's must not be another's, nor the
+// machine's).
 func Mounts() []string {
-	return []string{"/etc/kubernetes", "/var/lib/etcd", "/var/lib/kubelet", "/var/lib/hamaster", "/run", "/usr/local/bin"}
+	return []string{"/etc/kubernetes", "/var/lib/etcd", "/var/lib/kubelet", "/var/lib/hamaster", "/run", "/usr/local/bin", "/var/log/pods"}
 }
 
 // MountSource is the directory under hostDir that a host mounts over

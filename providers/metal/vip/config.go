@@ -80,6 +80,16 @@ type Config struct {
 	// HealthPort is HAProxy's monitor on 127.0.0.1 that keepalived's check
 	// asks (default 8404).
 	HealthPort int
+	// Peers are more VRRP peers' IPv4 addresses besides Masters': hosts
+	// that may become masters (the metal provider passes every
+	// control-plane host of its inventory). keepalived's unicast_peer
+	// list is every other master and every peer, in address order, so it
+	// stays the same as masters come and go: a reload that changes it
+	// from empty (keepalived then falls back to multicast) to some peers,
+	// or back, restarts the VRRP instance, which drops the VIP for ~2 s
+	// (keepalived 2.2.7 on the lab: "sent 0 priority", BACKUP (init)).
+	// A peer that runs no keepalived only receives adverts it ignores.
+	Peers []string
 	// Drained names masters whose HAProxy server takes no new connection
 	// (weight 0), so that a reload keeps a drain made through Drain.
 	Drained []string
@@ -181,6 +191,14 @@ func (c Config) Validate() (Config, error) {
 	}
 	if !names[c.Host] {
 		bad("host: %q is not one of masters", c.Host)
+	}
+	for i, p := range c.Peers {
+		switch a, err := netip.ParseAddr(p); {
+		case err != nil || !a.Is4():
+			bad("peers[%d]: %q is not an IPv4 address", i, p)
+		case a == vip:
+			bad("peers[%d]: %s is the VIP", i, p)
+		}
 	}
 	for i, d := range c.Drained {
 		if !names[d] {

@@ -206,6 +206,9 @@ func Remove(ctx context.Context, h Host, vip string) error {
 done; true`, remote.ShellQuote(vip))); err != nil {
 		return err
 	}
+	if err := undropSYN(ctx, h); err != nil {
+		return err
+	}
 	if _, err := h.run(ctx, "remove the vip configuration", "rm -rf "+strings.Join([]string{ConfigDir, RunDir}, " ")); err != nil {
 		return err
 	}
@@ -318,7 +321,32 @@ var ErrNoOtherHolder = errors.New("no other master took the VIP")
 // VIP and one of peers does (ctx bounds the wait; ErrNoOtherHolder,
 // errkind.Unavailable, when it ends first). h not holding the VIP: the
 // file is written and Handoff returns at once. Undo with Resume.
-func Handoff(ctx context.Context, h Host, peers []Host, vip string) error {
+//
+// When h has nftables (nft on its PATH), new TCP connections to the VIP
+// are dropped on h (SynDropTable) from just before the maintenance file
+// is written until the VIP has moved: a client's SYN that reached h in
+// that moment is not answered, so the client retransmits it (after its
+// initial RTO, 1 s on Linux) to the new holder, instead of opening a
+// connection on h that the move then resets. Without nft Handoff works
+// the same, with that small window left (docs/metal.md).
+func Handoff(ctx context.Context, h Host, peers []Host, vip string) (err error) {
+	held, err := Holder(ctx, h, vip)
+	if err != nil {
+		return err
+	}
+	if held {
+		dropping, err := dropSYN(ctx, h, vip)
+		if err != nil {
+			return err
+		}
+		if dropping {
+			defer func() {
+				if uerr := undropSYN(ctx, h); err == nil {
+					err = uerr
+				}
+			}()
+		}
+	}
 	if err := h.Exec.Upload(ctx, MaintenancePath, []byte("1\n"), 0o644); err != nil {
 		return fmt.Errorf("hand the vip off from %s: write %s: %w", h.Name, MaintenancePath, err)
 	}
@@ -327,7 +355,7 @@ func Handoff(ctx context.Context, h Host, peers []Host, vip string) error {
 	}
 	h.log().Info("vip: maintenance on, handing the vip off")
 	var holders []string
-	err := wait.Until(ctx, 50*time.Millisecond, "the vip to leave "+h.Name, func() (bool, error) {
+	err = wait.Until(ctx, 50*time.Millisecond, "the vip to leave "+h.Name, func() (bool, error) {
 		holders = holders[:0]
 		for _, x := range append([]Host{h}, peers...) {
 			ok, err := Holder(ctx, x, vip)
@@ -350,9 +378,54 @@ func Handoff(ctx context.Context, h Host, peers []Host, vip string) error {
 	return nil
 }
 
+// SynDropTable is the nftables table (family inet) in which Handoff drops
+// new TCP connections to the VIP on the old holder while the VIP moves.
+const SynDropTable = "hamaster_vip"
+
+// dropSYN makes h drop new TCP connections (a SYN without ACK) to vip
+// addressed to it, in the input hook before any other filter; it reports
+// false, changing nothing, when h has no nft. Idempotent: the table is
+// replaced whole.
+func dropSYN(ctx context.Context, h Host, vip string) (bool, error) {
+	if _, err := netip.ParseAddr(vip); err != nil {
+		return false, errkind.Errorf(errkind.InvalidArgument, "drop new connections to the vip on %s: %q is not an IP address", h.Name, vip)
+	}
+	out, err := h.run(ctx, "drop new connections to the vip "+vip, fmt.Sprintf(`command -v nft >/dev/null 2>&1 || exit 0
+nft -f - <<'RULES'
+add table inet %[1]s
+delete table inet %[1]s
+table inet %[1]s {
+	chain input {
+		type filter hook input priority filter - 10; policy accept;
+		ip daddr %[2]s tcp flags & (syn | ack) == syn drop
+	}
+}
+RULES
+echo dropping`, SynDropTable, vip))
+	if err != nil {
+		return false, err
+	}
+	dropping := strings.TrimSpace(string(out)) == "dropping"
+	if dropping {
+		h.log().Info("vip: dropping new connections to the vip while it moves", "table", SynDropTable)
+	}
+	return dropping, nil
+}
+
+// undropSYN deletes Handoff's table from h; absent (or no nft) is
+// success.
+func undropSYN(ctx context.Context, h Host) error {
+	_, err := h.run(ctx, "stop dropping new connections to the vip",
+		"command -v nft >/dev/null 2>&1 || exit 0\nnft list table inet "+SynDropTable+" >/dev/null 2>&1 || exit 0\nnft delete table inet "+SynDropTable)
+	return err
+}
+
 // Resume undoes Handoff: h may hold the VIP again, but takes it only when
 // no other master does (nopreempt).
 func Resume(ctx context.Context, h Host) error {
+	if err := undropSYN(ctx, h); err != nil {
+		return fmt.Errorf("resume vip on %s: %w", h.Name, err)
+	}
 	if err := h.Exec.Upload(ctx, MaintenancePath, []byte("0\n"), 0o644); err != nil {
 		return fmt.Errorf("resume vip on %s: write %s: %w", h.Name, MaintenancePath, err)
 	}

@@ -139,3 +139,63 @@ func TestApplyFake(t *testing.T) {
 		t.Errorf("Apply without the interface = %v", err)
 	}
 }
+
+// moving is a host whose "ip addr" shows the VIP until its maintenance
+// file says 1 (the peer: after the old holder's does).
+type moving struct {
+	log      *[]string
+	name     string
+	vip      string
+	holds    func() bool
+	maintain bool
+}
+
+func (m *moving) Run(_ context.Context, cmd string) ([]byte, []byte, error) {
+	first, _, _ := strings.Cut(cmd, "\n")
+	*m.log = append(*m.log, m.name+": "+first)
+	if strings.HasPrefix(cmd, "ip -o addr show") && m.holds() {
+		return []byte("2: eth0    inet " + m.vip + "/32 scope global eth0\n"), nil, nil
+	}
+	if strings.Contains(cmd, "nft -f -") {
+		return []byte("dropping\n"), nil, nil
+	}
+	return nil, nil, nil
+}
+
+func (m *moving) Upload(_ context.Context, path string, data []byte, _ os.FileMode) error {
+	*m.log = append(*m.log, m.name+": write "+path+" "+strings.TrimSpace(string(data)))
+	m.maintain = path == MaintenancePath && string(data) == "1\n"
+	return nil
+}
+
+// Handoff drops new connections to the VIP on the holder (nftables)
+// before it writes the maintenance file, and stops once another master
+// holds the VIP.
+func TestHandoffDropsSYNWhileTheVIPMoves(t *testing.T) {
+	t.Parallel()
+	var log []string
+	old := &moving{log: &log, name: "cp-1", vip: "192.0.2.100"}
+	old.holds = func() bool { return !old.maintain }
+	peer := &moving{log: &log, name: "cp-2", vip: "192.0.2.100", holds: func() bool { return old.maintain }}
+	if err := Handoff(t.Context(), Host{Name: "cp-1", Exec: old}, []Host{{Name: "cp-2", Exec: peer}}, "192.0.2.100"); err != nil {
+		t.Fatal(err)
+	}
+	idx := func(prefix string) int {
+		for i, l := range log {
+			if strings.HasPrefix(l, prefix) {
+				return i
+			}
+		}
+		t.Fatalf("%q not in %q", prefix, log)
+		return -1
+	}
+	drop, maint, undrop := idx("cp-1: command -v nft"), idx("cp-1: write "+MaintenancePath+" 1"), -1
+	for i, l := range log {
+		if strings.HasPrefix(l, "cp-1: command -v nft") && i > drop {
+			undrop = i
+		}
+	}
+	if !(drop < maint && maint < undrop) {
+		t.Errorf("want drop < maintenance < undrop, got %d %d %d: %q", drop, maint, undrop, log)
+	}
+}

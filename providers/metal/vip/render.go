@@ -3,6 +3,7 @@ package vip
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"text/template"
@@ -229,6 +230,14 @@ func Render(cfg Config) (Files, error) {
 		}
 		servers = append(servers, server{m.Name, m.Address, slices.Contains(cfg.Drained, m.Name)})
 	}
+	// Config.Peers too, in address order: the same list whichever of them
+	// are masters (see Config.Peers).
+	for _, a := range cfg.Peers {
+		if a != self.Address && !slices.Contains(peers, a) {
+			peers = append(peers, a)
+		}
+	}
+	slices.SortFunc(peers, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
 	data := map[string]any{
 		"Host": cfg.Host, "CheckScript": CheckScriptPath, "Maintenance": MaintenancePath,
 		"Interface": cfg.Interface, "RouterID": cfg.RouterID, "Priority": cfg.Priority,

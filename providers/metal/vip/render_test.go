@@ -180,3 +180,34 @@ func TestRenderRefuses(t *testing.T) {
 		t.Errorf("Render without interface = %v", err)
 	}
 }
+
+// With Peers, keepalived's unicast peers are the same whichever of them
+// are masters (no reload restarts the VRRP instance as masters come and
+// go), and a single master is still unicast.
+func TestRenderPeersStable(t *testing.T) {
+	t.Parallel()
+	all := []string{"192.0.2.13", "192.0.2.11", "192.0.2.12"}
+	one := Config{VIP: "192.0.2.100", Interface: "eth0", Priority: 200, Host: "cp-1", Masters: []Master{{"cp-1", "192.0.2.11"}}, Peers: all}
+	three := one
+	three.Masters = []Master{{"cp-3", "192.0.2.13"}, {"cp-1", "192.0.2.11"}, {"cp-2", "192.0.2.12"}}
+	a, err := Render(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Render(three)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(a.KeepalivedConf.Data) != string(b.KeepalivedConf.Data) {
+		t.Errorf("keepalived.conf differs between one master and three:\n%s\n---\n%s", a.KeepalivedConf.Data, b.KeepalivedConf.Data)
+	}
+	mustContain(t, "keepalived.conf", a.KeepalivedConf.Data, "unicast_peer {\n        192.0.2.12\n        192.0.2.13\n    }")
+	if string(a.HAProxyCfg.Data) == string(b.HAProxyCfg.Data) {
+		t.Error("haproxy.cfg the same with one server and three")
+	}
+	bad := one
+	bad.Peers = []string{"192.0.2.100", "cp-9"}
+	if _, err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "peers[0]") || !strings.Contains(err.Error(), "peers[1]") {
+		t.Errorf("Validate = %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hamaster/hamaster/dataplane/kubelet"
 	"github.com/hamaster/hamaster/testbed/kubeadmhost"
 )
 
@@ -38,11 +39,103 @@ func (l *Lab) Install(ctx context.Context, h *Host, version string) error {
 	if err := kubeadmhost.Install(kubeadmhost.MountSource(h.Dir, "/usr/local/bin"), l.opts.Kubelet, l.opts.BinDir, version); err != nil {
 		return fmt.Errorf("metallab: install on %s: %w", h.Name, err)
 	}
+	if err := l.writePackageInstaller(kubeadmhost.MountSource(h.Dir, "/usr/local/bin")); err != nil {
+		return fmt.Errorf("metallab: install on %s: %w", h.Name, err)
+	}
 	l.log.Info("installed kubeadm, kubectl and the kubelet", "host", h.Name, "version", version)
 	if h.kubelet == nil {
 		h.kubelet = kubeadmhost.StartService(h.Name+"/kubelet", kubeadmhost.KubeletArgv(h.sshd.Process.Pid),
 			filepath.Join(h.Dir, "kubelet.log"), l.opts.KubeletRestartDelay, l.log)
 		return nil
+	}
+	h.kubelet.Restart()
+	return nil
+}
+
+// InstallCommand is the command, in the form of the kubeadm flavor's
+// install option (flavors/kubeadm UpgradeOptions.InstallCommand:
+// {version} and {packages} are replaced), that "installs the packages"
+// on a lab host: the lab's stand-in for the apt-get commands of
+// kubeadm's upgrade page. hamaster.env names it
+// (HAMASTER_KUBEADM_INSTALL_COMMAND).
+const InstallCommand = PackageInstaller + " {version} {packages}"
+
+// RestartKubeletCommand is the lab's stand-in for `systemctl restart
+// kubelet` on a host, in the form of the kubeadm flavor's option
+// (HAMASTER_KUBEADM_RESTART_KUBELET_COMMAND, which hamaster.env sets):
+// the host's kubelet (the process in the host's own mount namespace)
+// gets SIGTERM, and the lab's service supervisor starts it again
+// (Restart=always). The hosts run no systemd.
+const RestartKubeletCommand = `pkill -TERM --ns $$ --nslist mnt -f "^[^ ]*hamaster-kubelet --hamaster-version"`
+
+// IgnorePreflightErrors are the kubeadm upgrade checks the lab's hosts
+// cannot pass: CreateJob (kubeadm upgrade's health check runs a Job,
+// and the test bed's kubelet runs static pods only). hamaster.env names
+// them (HAMASTER_KUBEADM_IGNORE_PREFLIGHT_ERRORS).
+const IgnorePreflightErrors = "CreateJob"
+
+// PackageInstaller is the script Install writes into each host's
+// /usr/local/bin: `hamaster-lab-install VERSION PACKAGE...` switches the
+// host's kubeadm, kubectl or kubelet to VERSION's (a directory of
+// Options.BinDir), as Install does, without restarting the kubelet (the
+// operator's `systemctl restart kubelet` does that).
+const PackageInstaller = "hamaster-lab-install"
+
+// installerScript is PackageInstaller; %[1]s is Options.BinDir.
+const installerScript = `#!/bin/sh
+# metallab's stand-in for the operator's package install (apt-get install
+# kubeadm='1.34.4-*' ...): switches this host's /usr/local/bin/PACKAGE to
+# VERSION's build. Usage: ` + PackageInstaller + ` VERSION PACKAGE...
+set -e
+v=$1; shift
+case $v in v[0-9]*) ;; *) echo "` + PackageInstaller + `: version $v: want vX.Y.Z" >&2; exit 2;; esac
+[ -d '%[1]s'/"$v" ] || { echo "` + PackageInstaller + `: no packages of $v (%[1]s/$v)" >&2; exit 100; }
+for p in "$@"; do
+  case $p in
+  kubeadm|kubectl)
+    ln -sfn '%[1]s'/"$v"/$p /usr/local/bin/.$p.new
+    mv -Tf /usr/local/bin/.$p.new /usr/local/bin/$p;;
+  kubelet)
+    [ -f /usr/local/bin/.kubelet-"$v" ] || { echo "` + PackageInstaller + `: no kubelet of $v" >&2; exit 100; }
+    cp /usr/local/bin/.kubelet-"$v" /usr/local/bin/.kubelet.new
+    mv -Tf /usr/local/bin/.kubelet.new /usr/local/bin/kubelet;;
+  *) echo "` + PackageInstaller + `: unknown package $p (kubeadm, kubelet, kubectl)" >&2; exit 2;;
+  esac
+done
+`
+
+// writePackageInstaller writes PackageInstaller into the host's
+// /usr/local/bin (dst), with the kubelet wrapper of every version
+// Options.BinDir holds beside it (.kubelet-<version>).
+func (l *Lab) writePackageInstaller(dst string) error {
+	if strings.ContainsAny(l.opts.BinDir, "'\n") {
+		return fmt.Errorf("binary directory %q cannot be quoted", l.opts.BinDir)
+	}
+	ents, err := os.ReadDir(l.opts.BinDir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if _, err := kubelet.ParseVersion(e.Name()); err != nil {
+			continue
+		}
+		w, err := kubelet.WrapperScript(l.opts.Kubelet, e.Name(), l.opts.BinDir)
+		if err != nil {
+			return err
+		}
+		if err := writeAtomic(filepath.Join(dst, ".kubelet-"+e.Name()), []byte(w), 0o755); err != nil {
+			return err
+		}
+	}
+	return writeAtomic(filepath.Join(dst, PackageInstaller), []byte(fmt.Sprintf(installerScript, l.opts.BinDir)), 0o755)
+}
+
+// RestartKubelet restarts h's kubelet service at once, as `systemctl
+// restart kubelet` does on a real host; a host without the service
+// (never installed, or stopped) is an error.
+func (l *Lab) RestartKubelet(h *Host) error {
+	if h.kubelet == nil {
+		return fmt.Errorf("metallab: %s has no kubelet service (Install starts it)", h.Name)
 	}
 	h.kubelet.Restart()
 	return nil

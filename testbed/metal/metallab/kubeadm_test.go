@@ -111,6 +111,23 @@ func TestKubeadmInit(t *testing.T) {
 	if env := readFile(t, lab.EnvFile); !strings.Contains(env, "export KUBECONFIG="+lab.AdminConfFile+"\n") {
 		t.Errorf("hamaster.env lacks KUBECONFIG:\n%s", env)
 	}
+	if env := readFile(t, lab.EnvFile); !strings.Contains(env, "export HAMASTER_KUBEADM_INSTALL_COMMAND='"+metallab.InstallCommand+"'\n") {
+		t.Errorf("hamaster.env lacks the install command:\n%s", env)
+	}
+	// The package stand-in: the installed version again is a no-op;
+	// a version the lab has no build of is refused, nothing changed.
+	sc, err := lab.Dial(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	if out, stderr, err := sc.Run(ctx, metallab.PackageInstaller+" "+kubeadmVersion+" kubeadm kubelet kubectl && kubeadm version -o short && kubelet --version"); err != nil ||
+		strings.TrimSpace(string(out)) != kubeadmVersion+"\nKubernetes "+kubeadmVersion {
+		t.Errorf("%s %s: %q, %v: %s", metallab.PackageInstaller, kubeadmVersion, out, err, stderr)
+	}
+	if _, stderr, err := sc.Run(ctx, metallab.PackageInstaller+" v9.9.9 kubeadm"); err == nil || !strings.Contains(string(stderr), "no packages of v9.9.9") {
+		t.Errorf("%s v9.9.9: %v: %s", metallab.PackageInstaller, err, stderr)
+	}
 	log := readFile(t, filepath.Join(h.Dir, metallab.KubeadmInitLog))
 	for _, want := range []string{"[preflight] Running pre-flight checks", "Your Kubernetes control-plane has initialized successfully!"} {
 		if !strings.Contains(log, want) {

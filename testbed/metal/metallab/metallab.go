@@ -25,7 +25,8 @@
 //     private), so that it and every session it spawns see the host's
 //     hostname (its inventory name), /etc/hosts (every host's name), and
 //     its own /etc/kubernetes, /var/lib/etcd, /var/lib/kubelet,
-//     /var/lib/hamaster (the metal provider's claim) and /run,
+//     /var/lib/hamaster (the metal provider's claim), /usr/local/bin,
+//     /var/log/pods and /run,
 //     bind mounts of DIR/hosts/<name>/... Per-host pid files
 //     (keepalived's, haproxy's) under /run never clash. The machine's own
 //     mount table does not change; a mount point missing on the machine
@@ -562,6 +563,11 @@ func (l *Lab) writeFiles() error {
 		"export HAMASTER_METAL_VIP=" + l.VIP.String(),
 		"export HAMASTER_SSH_KEY=" + l.ClientKeyFile,
 		"export HAMASTER_SSH_KNOWN_HOSTS=" + l.KnownHostsFile,
+		"# The kubeadm flavor's package install on the lab's hosts (its stand-in for apt-get).",
+		"export HAMASTER_KUBEADM_INSTALL_COMMAND='" + InstallCommand + "'",
+		"export HAMASTER_KUBEADM_IGNORE_PREFLIGHT_ERRORS=" + IgnorePreflightErrors,
+		"# Its stand-in for systemctl restart kubelet (the hosts run no systemd).",
+		"export HAMASTER_KUBEADM_RESTART_KUBELET_COMMAND='" + RestartKubeletCommand + "'",
 		"# Not hamaster's: the lab's hosts (name=address) and this machine's address on their bridge.",
 		"export METALLAB_HOSTS='" + strings.Join(hosts, " ") + "'",
 		"export METALLAB_OPERATOR=" + l.Operator.String(),

@@ -1,0 +1,370 @@
+//go:build metallab
+
+package kubeadm_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/flavors/kubeadm"
+	"github.com/hamaster/hamaster/internal/probeload"
+	"github.com/hamaster/hamaster/internal/wait"
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/metal"
+	"github.com/hamaster/hamaster/providers/metal/vip"
+	"github.com/hamaster/hamaster/testbed/metal/metallab"
+	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
+)
+
+// TestConvertToHA converts a single kubeadm master (kubeadm init, no
+// controlPlaneEndpoint) to HA on the VIP with the flavor's
+// EndpointMover, each method run twice, while load runs on the master's
+// own address (throughout) and on the VIP (once the certificate names
+// it): AddServingSANs reissues the apiserver certificate with the
+// real kubeadm and the running apiserver serves it without a restart
+// (same pid); SetEndpoint records the VIP in kubeadm-config and
+// cluster-info; PointMaster moves the kubeconfigs. Then a second host
+// joins through the flavor's Join and a third by hand with the command
+// `kubeadm token create --print-join-command` prints (plus
+// --control-plane and the key upload-certs prints): both read the VIP
+// from cluster-info and join. When the lab hosts have the systemctl
+// stand-in (the test bed's kubelet that keeps its pods across a
+// restart), PointMaster also moves a kubelet.conf on an old endpoint and
+// restarts the kubelet, within the load. 0 failed requests on either
+// address, and the apiserver's pid the same from start to end.
+func TestConvertToHA(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	kubeletProgram, binDir := metallabtest.Kubeadm(t, labVersion)
+	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir}, "/usr/sbin/keepalived", "/usr/sbin/haproxy", "curl")
+	h1, h2, h3 := lab.Hosts[0], lab.Hosts[1], lab.Hosts[2]
+	for _, h := range lab.Hosts {
+		if err := lab.Install(ctx, h, labVersion); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pr, err := metal.New(ctx, providers.Settings{Cluster: "lab", StateDir: t.TempDir(), Options: map[string]string{
+		metal.OptInventory: lab.InventoryFile, metal.OptSSHKey: lab.ClientKeyFile, metal.OptSSHKnownHosts: lab.KnownHostsFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	p := pr.(*metal.Provider)
+	run := func(host, cmd string) string {
+		t.Helper()
+		out, stderr, err := p.RunOnMachine(ctx, host, cmd)
+		if err != nil {
+			t.Fatalf("%s: %s: %v\n%s", host, cmd, err, stderr)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := kubeadm.New(p, slog.New(slog.NewTextHandler(testLog{t}, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := p.Instances().Get(ctx, h1.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep, err := f.Endpoint(ctx); err != nil || ep != "" {
+		t.Fatalf("Endpoint of a master built without controlPlaneEndpoint = %q, %v; want \"\"", ep, err)
+	}
+	vipHost := lab.VIP.String()
+	endpoint := net.JoinHostPort(vipHost, "8443")
+	for _, name := range []string{"admin.conf", "super-admin.conf", "kubelet.conf", "controller-manager.conf", "scheduler.conf"} {
+		t.Logf("before: %s server %s", name, run(h1.Name, "grep server: /etc/kubernetes/"+name))
+	}
+
+	// The VIP on host-1: keepalived and HAProxy as static pods (the
+	// test bed's kubelet runs them), VIP:8443 → host-1:6443.
+	c1, err := lab.Dial(ctx, h1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	vh := vip.Host{Name: h1.Name, Exec: c1}
+	if _, err := vip.Apply(ctx, vh, vip.Config{VIP: vipHost, Priority: vip.DefaultPriority(0), Host: h1.Name,
+		Masters: []vip.Master{{Name: h1.Name, Address: h1.Addr.String()}}}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		if err := vip.Remove(cctx, vh, vipHost); err != nil {
+			t.Errorf("vip.Remove: %v", err)
+		}
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+	defer wcancel()
+	if err := wait.Until(wctx, 100*time.Millisecond, "the VIP's frontend "+endpoint, func() (bool, error) {
+		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(wctx, "tcp", endpoint)
+		if err != nil {
+			return false, nil
+		}
+		c.Close()
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(run(h1.Name, "cat "+kubeadm.CACert))) {
+		t.Fatal("no CA")
+	}
+	tlsCfg := func() *tls.Config { return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12} }
+	oldURL := fmt.Sprintf("https://%s/readyz", net.JoinHostPort(h1.Addr.String(), "6443"))
+	vipURL := fmt.Sprintf("https://%s/readyz", endpoint)
+	oldLoad := probeload.Start(ctx, oldURL, tlsCfg(), 20*time.Millisecond)
+	served := func() *x509.Certificate {
+		t.Helper()
+		conn, err := tls.Dial("tcp", net.JoinHostPort(h1.Addr.String(), "6443"), &tls.Config{InsecureSkipVerify: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0]
+	}
+	sans := func(c *x509.Certificate) []string {
+		out := slices.Clone(c.DNSNames)
+		for _, ip := range c.IPAddresses {
+			out = append(out, ip.String())
+		}
+		return out
+	}
+	oldSANs := sans(served())
+	pid0 := apiserverPID(t, h1)
+	t.Logf("before: the apiserver (pid %d) serves %v", pid0, oldSANs)
+
+	// AddServingSANs, twice: reissued once, then nothing to do.
+	for i := range 2 {
+		start := time.Now()
+		if err := f.AddServingSANs(ctx, r1, vipHost); err != nil {
+			t.Fatalf("AddServingSANs #%d: %v", i+1, err)
+		}
+		t.Logf("AddServingSANs(%s) #%d took %v", vipHost, i+1, time.Since(start).Round(time.Millisecond))
+	}
+	got := sans(served())
+	if miss := kubeadm.MissingSANs(got, append(slices.Clone(oldSANs), vipHost)...); len(miss) > 0 {
+		t.Errorf("the served certificate %v lacks %v", got, miss)
+	}
+	file, _ := pem.Decode([]byte(run(h1.Name, "cat "+kubeadm.APIServerCert)))
+	if fc, err := x509.ParseCertificate(file.Bytes); err != nil || !fc.Equal(served()) {
+		t.Errorf("the apiserver serves another certificate than %s (%v)", kubeadm.APIServerCert, err)
+	}
+	if pid := apiserverPID(t, h1); pid != pid0 {
+		t.Errorf("the apiserver restarted for its new certificate: pid %d, was %d", pid, pid0)
+	}
+	// The staging directory (with its CA key copy) is gone; the backup
+	// is the pair replaced.
+	if left := run(h1.Name, "ls -A /var/lib/hamaster/apiserver-cert-staging 2>/dev/null; ls /etc/kubernetes/pki/*.hamaster-tmp 2>/dev/null || true"); left != "" {
+		t.Errorf("left after the reissue: %s", left)
+	}
+	if bk, _ := pem.Decode([]byte(run(h1.Name, "cat /var/lib/hamaster/apiserver-cert-backup/apiserver.crt"))); bk == nil {
+		t.Error("no backup of the replaced certificate")
+	} else if bc, err := x509.ParseCertificate(bk.Bytes); err != nil || !slices.Equal(sans(bc), oldSANs) {
+		t.Errorf("the backup names %v (%v), the replaced certificate %v", sans(bc), err, oldSANs)
+	}
+	vipLoad := probeload.Start(ctx, vipURL, tlsCfg(), 20*time.Millisecond)
+
+	for i := range 2 {
+		start := time.Now()
+		if err := f.SetEndpoint(ctx, endpoint); err != nil {
+			t.Fatalf("SetEndpoint #%d: %v", i+1, err)
+		}
+		t.Logf("SetEndpoint(%s) #%d took %v", endpoint, i+1, time.Since(start).Round(time.Millisecond))
+	}
+	if ep, err := f.Endpoint(ctx); err != nil || ep != endpoint {
+		t.Errorf("Endpoint after SetEndpoint = %q, %v; want %q", ep, err, endpoint)
+	}
+	_, cc, err := f.ClusterConfigurationOf(ctx, h1.Name)
+	if err != nil || !slices.Contains(cc.APIServer.CertSANs, vipHost) {
+		t.Errorf("kubeadm-config certSANs %v (%v); want %s among them", cc.APIServer.CertSANs, err, vipHost)
+	}
+	ci := run(h1.Name, "kubectl --kubeconfig /etc/kubernetes/admin.conf -n kube-public get cm cluster-info -o jsonpath='{.data.kubeconfig}'")
+	if srv, err := kubeadm.KubeconfigServer([]byte(ci)); err != nil || srv != "https://"+endpoint {
+		t.Errorf("cluster-info server %q, %v; want https://%s", srv, err, endpoint)
+	}
+
+	for i := range 2 {
+		start := time.Now()
+		if err := f.PointMaster(ctx, r1, "https://"+endpoint); err != nil {
+			t.Fatalf("PointMaster #%d: %v", i+1, err)
+		}
+		t.Logf("PointMaster #%d took %v", i+1, time.Since(start).Round(time.Millisecond))
+	}
+	for _, name := range []string{"admin.conf", "super-admin.conf", "kubelet.conf", "controller-manager.conf", "scheduler.conf"} {
+		srv := run(h1.Name, "grep server: /etc/kubernetes/"+name)
+		t.Logf("after: %s %s", name, srv)
+		moved := strings.Contains(srv, endpoint)
+		if wantMoved := name == "admin.conf" || name == "super-admin.conf"; moved != wantMoved {
+			t.Errorf("%s: %s; moved to the endpoint: %v, want %v", name, srv, moved, wantMoved)
+		}
+	}
+	if ep := run(h1.Name, "kubectl --kubeconfig /etc/kubernetes/admin.conf get --raw /readyz"); ep != "ok" {
+		t.Errorf("kubectl through the VIP: %q", ep)
+	}
+
+	// PointMaster's kubelet path: a kubelet.conf that names an old
+	// endpoint (here the master's DNS name, as on a master that joined
+	// through one) moves too, and the kubelet restarts — keeping the
+	// master's pods (same apiserver pid). It needs the lab hosts'
+	// systemctl stand-in (branch kubelet-keep).
+	kubeletRestarted := false
+	if _, _, err := p.RunOnMachine(ctx, h1.Name, "systemctl is-active kubelet"); err != nil {
+		t.Logf("no working systemctl on the lab hosts (%v): PointMaster's kubelet restart not exercised", err)
+	} else {
+		run(h1.Name, "sed -i 's#server: https://"+h1.Addr.String()+":6443#server: https://"+h1.Name+":6443#' /etc/kubernetes/kubelet.conf")
+		for i := range 2 {
+			start := time.Now()
+			if err := f.PointMaster(ctx, r1, "https://"+endpoint); err != nil {
+				t.Fatalf("PointMaster of a kubelet.conf on the old endpoint #%d: %v", i+1, err)
+			}
+			t.Logf("PointMaster of a kubelet.conf on the old endpoint #%d took %v", i+1, time.Since(start).Round(time.Millisecond))
+		}
+		if srv := run(h1.Name, "grep server: /etc/kubernetes/kubelet.conf"); !strings.Contains(srv, "https://"+endpoint) {
+			t.Errorf("kubelet.conf on the old endpoint: %s after PointMaster", srv)
+		}
+		if left := run(h1.Name, "ls /var/lib/hamaster/kubelet-restart-pending 2>/dev/null || true"); left != "" {
+			t.Errorf("the kubelet restart mark is left: %s", left)
+		}
+		// A PointMaster that stopped after moving kubelet.conf, before
+		// the restart: the next one restarts the kubelet.
+		run(h1.Name, "echo https://"+endpoint+" > /var/lib/hamaster/kubelet-restart-pending")
+		if err := f.PointMaster(ctx, r1, "https://"+endpoint); err != nil {
+			t.Fatalf("PointMaster after a crash before the kubelet's restart: %v", err)
+		}
+		if left := run(h1.Name, "ls /var/lib/hamaster/kubelet-restart-pending 2>/dev/null || true"); left != "" {
+			t.Errorf("PointMaster after a crash before the kubelet's restart left the mark: %s", left)
+		}
+		kubeletRestarted = true
+	}
+
+	// host-2 joins through the flavor: kubeadm join reads the VIP from
+	// kubeadm-config and cluster-info.
+	claim := func(h *metallab.Host) providers.Replica {
+		t.Helper()
+		r, err := p.Instances().Create(ctx, h.Name, "", providers.Template{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	start := time.Now()
+	if err := f.Join(ctx, claim(h2), 0); err != nil {
+		t.Fatalf("Join(host-2) after the conversion: %v", err)
+	}
+	t.Logf("Join(host-2) took %v", time.Since(start).Round(time.Millisecond))
+
+	// host-3 by hand, as the operator would: the printed join command,
+	// --control-plane and the certificate key upload-certs prints.
+	claim(h3)
+	joinCmd := run(h1.Name, "kubeadm token create --print-join-command")
+	if !strings.HasPrefix(joinCmd, "kubeadm join "+endpoint+" ") {
+		t.Errorf("the printed join command does not name the endpoint: %s", joinCmd)
+	}
+	lines := strings.Split(run(h1.Name, "kubeadm init phase upload-certs --upload-certs"), "\n")
+	key := strings.TrimSpace(lines[len(lines)-1])
+	start = time.Now()
+	out, stderr, err := p.RunOnMachine(ctx, h3.Name, fmt.Sprintf("%s --control-plane --certificate-key %s --node-name %s --apiserver-advertise-address %s",
+		joinCmd, key, h3.Name, h3.Addr))
+	if err != nil {
+		t.Fatalf("kubeadm join by hand on host-3: %v\n%s\n%s", err, out, stderr)
+	}
+	t.Logf("kubeadm join by hand on host-3 took %v", time.Since(start).Round(time.Millisecond))
+	// kubeadm-config's endpoint is what the joined masters' admin.conf
+	// names (kubeadm join --control-plane writes it from the
+	// controlPlaneEndpoint).
+	for _, h := range []*metallab.Host{h2, h3} {
+		if srv := run(h.Name, "grep server: /etc/kubernetes/admin.conf"); !strings.Contains(srv, "https://"+endpoint) {
+			t.Errorf("%s's admin.conf: %s; want https://%s", h.Name, srv, endpoint)
+		}
+	}
+
+	old, vipRes := oldLoad.Stop(), vipLoad.Stop()
+	t.Logf("load on %s (from before AddServingSANs to after both joins): %+v", oldURL, old)
+	t.Logf("load on %s (from after AddServingSANs to after both joins): %+v", vipURL, vipRes)
+	failed := probeload.Failed(old) + probeload.Failed(vipRes)
+	if old["new"].Requests == 0 || old["kept-alive"].Requests == 0 || vipRes["new"].Requests == 0 || vipRes["kept-alive"].Requests == 0 {
+		t.Errorf("a load sent no request: %+v %+v", old, vipRes)
+	}
+	if failed > 0 {
+		t.Errorf("%d requests failed", failed)
+	}
+	if pid := apiserverPID(t, h1); pid != pid0 {
+		if kubeletRestarted {
+			t.Errorf("host-1's apiserver pid %d, was %d: the kubelet's restart stopped it", pid, pid0)
+		} else {
+			t.Errorf("host-1's apiserver pid %d, was %d", pid, pid0)
+		}
+	}
+
+	// Three voters, and the joined masters' certificates name the VIP.
+	cli, err := f.EtcdCluster(ctx, flavors.EtcdMain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ms, err := cli.Members(ctx)
+	if err != nil || len(ms) != 3 || slices.ContainsFunc(ms, func(m etcdmember.Member) bool { return m.Learner }) {
+		t.Errorf("members after the two joins: %+v, %v", ms, err)
+	}
+	for _, h := range []*metallab.Host{h2, h3} {
+		b, _ := pem.Decode([]byte(run(h.Name, "cat "+kubeadm.APIServerCert)))
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if miss := kubeadm.MissingSANs(sans(c), vipHost, h.Addr.String()); len(miss) > 0 {
+			t.Errorf("%s's apiserver certificate lacks %v", h.Name, miss)
+		}
+	}
+	if n := run(h1.Name, "kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o name | sort | tr '\\n' ' '"); n != "node/host-1 node/host-2 node/host-3" {
+		t.Errorf("Nodes: %q", n)
+	}
+}
+
+// apiserverPID is the pid of the kube-apiserver process in h's network
+// namespace (the hosts share the machine's pid namespace).
+func apiserverPID(t *testing.T, h *metallab.Host) int {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "pids", h.NS).Output()
+	if err != nil {
+		t.Fatalf("ip netns pids %s: %v", h.NS, err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		comm, err := os.ReadFile("/proc/" + f + "/comm")
+		if err == nil && strings.TrimSpace(string(comm)) == "kube-apiserver" {
+			n, _ := strconv.Atoi(f)
+			pids = append(pids, n)
+		}
+	}
+	if len(pids) != 1 {
+		t.Fatalf("%s: kube-apiserver pids %v; want one", h.Name, pids)
+	}
+	return pids[0]
+}
+
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

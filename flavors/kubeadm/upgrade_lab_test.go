@@ -1,0 +1,362 @@
+//go:build metallab
+
+package kubeadm_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/flavors/kubeadm"
+	"github.com/hamaster/hamaster/internal/wait"
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/metal"
+	"github.com/hamaster/hamaster/testbed/metal/metallab"
+	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
+)
+
+const upgradeVersion = "v1.34.4"
+
+// unstartableAPIServer is the kube-apiserver of "an unstartable
+// version": a release whose binary exits at once. The test's own copy of
+// the binaries' directory (linkBinaries) gets it in place of the real
+// v1.34.4 kube-apiserver for one upgrade, then the real one back.
+const unstartableAPIServer = "#!/bin/sh\necho 'kube-apiserver: cannot execute binary file: Exec format error (an unstartable release, the test says)' >&2\nexit 126\n"
+
+// linkBinaries makes a directory of versions whose files link to the
+// real binaries of src, so that the test can swap one binary without
+// touching the shared cache.
+func linkBinaries(t *testing.T, src string, versions ...string) string {
+	t.Helper()
+	dst := t.TempDir()
+	for _, v := range versions {
+		if err := os.MkdirAll(filepath.Join(dst, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ents, err := os.ReadDir(filepath.Join(src, v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if err := os.Symlink(filepath.Join(src, v, e.Name()), filepath.Join(dst, v, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dst
+}
+
+// In-place upgrade of a kubeadm-built single master (v1.33.13, no
+// controlPlaneEndpoint): a refused apiserver flag and an unstartable
+// release are each noticed within seconds (kubeadm stopped) and rolled
+// back to a master healthy at v1.33.13; then the upgrade to v1.34.4
+// succeeds (kubeadm upgrade plan reads v1.34.4, the Node reports a
+// v1.34.4 kubelet).
+func TestUpgradeKubeadmMaster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	kubeletProgram, cache := metallabtest.Kubeadm(t, labVersion, upgradeVersion)
+	binDir := linkBinaries(t, cache, labVersion, upgradeVersion)
+	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 1, Kubelet: kubeletProgram, BinDir: binDir})
+	h1 := lab.Hosts[0]
+	if err := lab.Install(ctx, h1, labVersion); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := metal.New(ctx, providers.Settings{Cluster: "lab", StateDir: t.TempDir(), Options: map[string]string{
+		metal.OptInventory: lab.InventoryFile, metal.OptSSHKey: lab.ClientKeyFile, metal.OptSSHKnownHosts: lab.KnownHostsFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	p := pr.(*metal.Provider)
+	run := func(cmd string) string {
+		t.Helper()
+		out, stderr, err := p.RunOnMachine(ctx, h1.Name, cmd)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, stderr)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := kubeadm.New(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := kubeadm.UpgradeOptionsFromEnv(func(k string) string { return envOf(t, lab.EnvFile, k) })
+	if o.InstallCommand != metallab.InstallCommand || len(o.IgnorePreflightErrors) != 1 {
+		t.Fatalf("options from hamaster.env: %+v", o)
+	}
+	f.SetUpgradeOptions(kubeadm.UpgradeOptions{
+		InstallCommand:        o.InstallCommand,
+		IgnorePreflightErrors: o.IgnorePreflightErrors,
+		// The lab's hosts have no systemctl yet: the lab restarts the
+		// kubelet service as `systemctl restart kubelet` would.
+		RestartKubelet: func(_ context.Context, machine string) error { return lab.RestartKubelet(lab.Host(machine)) },
+	})
+	r1 := providers.Replica{Name: h1.Name, Address: h1.Addr.String()}
+	kubectl := "kubectl --kubeconfig /etc/kubernetes/admin.conf "
+	atOldVersion := func() {
+		t.Helper()
+		if v, err := f.RunningVersion(ctx, h1.Name); err != nil || v != labVersion {
+			t.Errorf("after the rollback the apiserver manifest is at %q, %v; want %s", v, err, labVersion)
+		}
+		_, cfg, err := f.ClusterConfigurationOf(ctx, h1.Name)
+		if err != nil || cfg.KubernetesVersion != labVersion {
+			t.Errorf("after the rollback kubeadm-config's kubernetesVersion is %q, %v", cfg.KubernetesVersion, err)
+		}
+		if v := run("kubeadm version -o short"); v != labVersion {
+			t.Errorf("kubeadm after the rollback: %s", v)
+		}
+		if v := run("kubelet --version"); v != "Kubernetes "+labVersion {
+			t.Errorf("kubelet after the rollback: %s", v)
+		}
+		if out := run("ls -A /var/lib/hamaster"); strings.Contains(out, "upgrade-backup") {
+			t.Errorf("the backup is left after the rollback: %s", out)
+		}
+	}
+	// failThenRollback upgrades with fu, which must fail fast, then rolls
+	// back and measures the time from the failure noticed to a master
+	// healthy at the old version.
+	failThenRollback := func(name string, fu interface {
+		UpgradeMaster(context.Context, providers.Replica, string, bool, time.Duration) error
+	}) {
+		t.Helper()
+		start := time.Now()
+		err := fu.UpgradeMaster(ctx, r1, upgradeVersion, true, 0)
+		var af *kubeadm.APIServerFailedError
+		if !errors.As(err, &af) {
+			t.Fatalf("%s: UpgradeMaster = %v; want an *APIServerFailedError", name, err)
+		}
+		failed := time.Now()
+		t.Logf("%s: UpgradeMaster failed after %v: %v", name, failed.Sub(start).Round(time.Millisecond), err)
+		if err := f.RollbackMaster(ctx, r1, true); err != nil {
+			t.Fatalf("%s: RollbackMaster: %v", name, err)
+		}
+		took := time.Since(failed)
+		// The failure: the new apiserver's exit (its log's last write).
+		t.Logf("%s: noticed %v after the new apiserver exited (%v after it started, %v after kubeadm changed its manifest); healthy at %s %v after that (rollback): %v from the failure",
+			name, af.Exited, af.Started.Round(100*time.Millisecond), af.After.Round(100*time.Millisecond), labVersion, took.Round(100*time.Millisecond), (af.Exited + took).Round(100*time.Millisecond))
+		if af.Exited+took > 30*time.Second {
+			t.Errorf("%s: from the failure to a healthy %s took %v; want < 30 s", name, labVersion, af.Exited+took)
+		}
+		atOldVersion()
+		if err := f.RollbackMaster(ctx, r1, true); err != nil {
+			t.Errorf("%s: a second RollbackMaster: %v", name, err)
+		}
+	}
+
+	// A refused flag: kube-apiserver v1.34.4 exits on an unknown flag.
+	failThenRollback("refused flag", f.WithAPIServerArgs([]string{"--hamaster-refused-flag=true"}))
+	if t.Failed() {
+		return
+	}
+	if doc, _, err := f.ClusterConfigurationOf(ctx, h1.Name); err != nil || strings.Contains(string(doc), "hamaster-refused-flag") {
+		t.Errorf("kubeadm-config keeps the refused flag after the rollback (%v):\n%s", err, doc)
+	}
+
+	// An unstartable release: its kube-apiserver exits at once.
+	bin := filepath.Join(binDir, upgradeVersion, "kube-apiserver")
+	realBin, err := os.Readlink(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, []byte(unstartableAPIServer), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	failThenRollback("unstartable version", f)
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(realBin, bin); err != nil {
+		t.Fatal(err)
+	}
+	if t.Failed() {
+		return
+	}
+
+	// The upgrade.
+	start := time.Now()
+	if err := f.UpgradeMaster(ctx, r1, upgradeVersion, true, 0); err != nil {
+		t.Fatalf("UpgradeMaster(%s): %v", upgradeVersion, err)
+	}
+	t.Logf("UpgradeMaster(%s) took %v", upgradeVersion, time.Since(start).Round(time.Millisecond))
+	if plan := run("kubeadm upgrade plan " + upgradeVersion + " --ignore-preflight-errors=" + metallab.IgnorePreflightErrors + " 2>&1 || true"); !strings.Contains(plan, "Cluster version: "+strings.TrimPrefix(upgradeVersion, "v")) && !strings.Contains(plan, "Cluster version: "+upgradeVersion) {
+		t.Errorf("kubeadm upgrade plan does not read the cluster at %s:\n%s", upgradeVersion, plan)
+	}
+	var kv string
+	if err := wait.Until(ctx, 250*time.Millisecond, "the Node's kubelet at "+upgradeVersion, func() (bool, error) {
+		kv = run(kubectl + "get node " + h1.Name + " -o jsonpath={.status.nodeInfo.kubeletVersion}")
+		return kv == upgradeVersion, nil
+	}); err != nil {
+		t.Errorf("%v (kubeletVersion %q)", err, kv)
+	}
+	// Idempotent: a re-run finds the master upgraded.
+	if err := f.UpgradeMaster(ctx, r1, upgradeVersion, true, 0); err != nil {
+		t.Errorf("UpgradeMaster again: %v", err)
+	}
+	if err := f.FinishUpgrade(ctx, r1); err != nil {
+		t.Fatal(err)
+	}
+	if out := run("ls -A /var/lib/hamaster"); strings.Contains(out, "upgrade-backup") {
+		t.Errorf("FinishUpgrade left the backup: %s", out)
+	}
+	// Nothing saved: a rollback does nothing.
+	if err := f.RollbackMaster(ctx, r1, true); err != nil {
+		t.Errorf("RollbackMaster without a backup: %v", err)
+	}
+	if v, err := f.RunningVersion(ctx, h1.Name); err != nil || v != upgradeVersion {
+		t.Errorf("after FinishUpgrade and a no-op rollback: %q, %v", v, err)
+	}
+}
+
+// envOf is the value hamaster.env (env) exports for key, as sh reads it.
+func envOf(t *testing.T, env, key string) string {
+	t.Helper()
+	out, err := exec.Command("sh", "-c", ". "+env+" && printf %s \"$"+key+"\"").Output()
+	if err != nil {
+		t.Fatalf("read %s from %s: %v", key, env, err)
+	}
+	return string(out)
+}
+
+// Two masters (kubeadm init with the VIP as controlPlaneEndpoint, the
+// second joined): the first upgraded by `kubeadm upgrade apply`, the
+// second by `kubeadm upgrade node`, which an unstartable release makes
+// fail first: it alone is rolled back (first=false: the cluster-wide
+// configuration stays the upgraded one), then upgraded.
+func TestUpgradeKubeadmTwoMasters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	kubeletProgram, cache := metallabtest.Kubeadm(t, labVersion, upgradeVersion)
+	binDir := linkBinaries(t, cache, labVersion, upgradeVersion)
+	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 2, Kubelet: kubeletProgram, BinDir: binDir})
+	h1, h2 := lab.Hosts[0], lab.Hosts[1]
+	for _, h := range lab.Hosts {
+		if err := lab.Install(ctx, h, labVersion); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pr, err := metal.New(ctx, providers.Settings{Cluster: "lab", StateDir: t.TempDir(), Options: map[string]string{
+		metal.OptInventory: lab.InventoryFile, metal.OptSSHKey: lab.ClientKeyFile, metal.OptSSHKnownHosts: lab.KnownHostsFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	p := pr.(*metal.Provider)
+	run := func(host, cmd string) string {
+		t.Helper()
+		out, stderr, err := p.RunOnMachine(ctx, host, cmd)
+		if err != nil {
+			t.Fatalf("%s: %s: %v\n%s", host, cmd, err, stderr)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run(h1.Name, "ip addr add "+lab.VIP.String()+"/24 dev eth0")
+	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion, ControlPlaneEndpoint: lab.VIPEndpoint()}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := kubeadm.New(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.SetUpgradeOptions(kubeadm.UpgradeOptions{
+		InstallCommand:        metallab.InstallCommand,
+		IgnorePreflightErrors: []string{metallab.IgnorePreflightErrors},
+		RestartKubelet:        func(_ context.Context, machine string) error { return lab.RestartKubelet(lab.Host(machine)) },
+	})
+	r2, err := p.Instances().Create(ctx, h2.Name, "", providers.Template{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Join(ctx, r2, 0); err != nil {
+		t.Fatalf("Join(host-2): %v", err)
+	}
+	r1 := providers.Replica{Name: h1.Name, Address: h1.Addr.String()}
+	kubeletVersion := func(h *metallab.Host, want string) {
+		t.Helper()
+		var kv string
+		if err := wait.Until(ctx, 250*time.Millisecond, h.Name+"'s Node kubelet at "+want, func() (bool, error) {
+			kv = run(h1.Name, "kubectl --kubeconfig /etc/kubernetes/admin.conf get node "+h.Name+" -o jsonpath={.status.nodeInfo.kubeletVersion}")
+			return kv == want, nil
+		}); err != nil {
+			t.Errorf("%v (kubeletVersion %q)", err, kv)
+		}
+	}
+
+	start := time.Now()
+	if err := f.UpgradeMaster(ctx, r1, upgradeVersion, true, 0); err != nil {
+		t.Fatalf("UpgradeMaster(host-1, first): %v", err)
+	}
+	t.Logf("kubeadm upgrade apply on host-1: %v", time.Since(start).Round(time.Millisecond))
+	kubeletVersion(h1, upgradeVersion)
+
+	// host-2's upgrade node meets an unstartable release.
+	bin := filepath.Join(binDir, upgradeVersion, "kube-apiserver")
+	realBin, err := os.Readlink(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, []byte(unstartableAPIServer), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err = f.UpgradeMaster(ctx, r2, upgradeVersion, false, 0)
+	var af *kubeadm.APIServerFailedError
+	if !errors.As(err, &af) {
+		t.Fatalf("UpgradeMaster(host-2) with an unstartable release = %v; want an *APIServerFailedError", err)
+	}
+	failed := time.Now()
+	if err := f.RollbackMaster(ctx, r2, false); err != nil {
+		t.Fatalf("RollbackMaster(host-2): %v", err)
+	}
+	took := time.Since(failed)
+	t.Logf("host-2 (upgrade node): %v; healthy at %s %v later: %v from the failure", err, labVersion, took.Round(100*time.Millisecond), (af.Exited + took).Round(100*time.Millisecond))
+	if af.Exited+took > 30*time.Second {
+		t.Errorf("host-2: from the failure to a healthy %s took %v; want < 30 s", labVersion, af.Exited+took)
+	}
+	if v, err := f.RunningVersion(ctx, h2.Name); err != nil || v != labVersion {
+		t.Errorf("host-2 after its rollback: %q, %v", v, err)
+	}
+	if _, cfg, err := f.ClusterConfigurationOf(ctx, h1.Name); err != nil || cfg.KubernetesVersion != upgradeVersion {
+		t.Errorf("kubeadm-config after host-2's rollback: %q, %v; want %s (a node's rollback leaves the cluster's)", cfg.KubernetesVersion, err, upgradeVersion)
+	}
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(realBin, bin); err != nil {
+		t.Fatal(err)
+	}
+
+	start = time.Now()
+	if err := f.UpgradeMaster(ctx, r2, upgradeVersion, false, 0); err != nil {
+		t.Fatalf("UpgradeMaster(host-2): %v", err)
+	}
+	t.Logf("kubeadm upgrade node on host-2: %v", time.Since(start).Round(time.Millisecond))
+	kubeletVersion(h2, upgradeVersion)
+	for _, h := range lab.Hosts {
+		if v, err := f.RunningVersion(ctx, h.Name); err != nil || v != upgradeVersion {
+			t.Errorf("%s: %q, %v", h.Name, v, err)
+		}
+	}
+	plan := run(h2.Name, "kubeadm upgrade plan "+upgradeVersion+" --ignore-preflight-errors="+metallab.IgnorePreflightErrors+" 2>&1 || true")
+	if !strings.Contains(plan, "Cluster version: "+strings.TrimPrefix(upgradeVersion, "v")) && !strings.Contains(plan, "Cluster version: "+upgradeVersion) {
+		t.Errorf("kubeadm upgrade plan on host-2:\n%s", plan)
+	}
+	for _, r := range []providers.Replica{r1, r2} {
+		if err := f.FinishUpgrade(ctx, r); err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -1,0 +1,228 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/lb"
+	"github.com/hamaster/hamaster/providers"
+)
+
+// inPlaceUpgrader is the cluster's flavor's in-place upgrade, when it
+// has one (flavors.Upgrader: kubeadm), given --extra-args when set and
+// the flavor takes them (flavors.FlagUpgrader).
+func inPlaceUpgrader(d *Deps, p UpgradeParams) (flavors.Upgrader, bool) {
+	up, ok := d.Flavor().(flavors.Upgrader)
+	if !ok {
+		return nil, false
+	}
+	if fu, ok := up.(flavors.FlagUpgrader); ok && p.ExtraArgsSet {
+		return fu.WithAPIServerArgs(p.ExtraArgs), true
+	}
+	return up, true
+}
+
+// Journal keys of an in-place slot k: its replica (slot-k, as the
+// recreate strategy's), the version it ran before (from-<replica>), and
+// slot-k-done once it is back in the LB.
+func fromKey(name string) string { return "in-place-from:" + name }
+
+// inPlaceSlot returns the replica slot k upgrades in place, choosing and
+// recording it (with the version it runs) the first time: one whose
+// apiserver does not report p.Version, not chosen by an earlier slot,
+// the etcd leader last.
+func inPlaceSlot(ctx context.Context, d *Deps, p UpgradeParams, r *Run, k int) (string, error) {
+	key := fmt.Sprintf("slot-%d", k)
+	if name := r.Get(key); name != "" {
+		return name, nil
+	}
+	taken := map[string]bool{}
+	for i := 1; i < k; i++ {
+		taken[r.Get(fmt.Sprintf("slot-%d", i))] = true
+	}
+	rs, err := d.Provider.Instances().List(ctx)
+	if err != nil {
+		return "", err
+	}
+	from := map[string]string{}
+	var todo []providers.Replica
+	for _, rep := range rs {
+		if taken[rep.Name] {
+			continue
+		}
+		v, err := d.ReplicaVersion(ctx, rep)
+		if err != nil {
+			return "", fmt.Errorf("the version of %s: %w", rep.Name, err)
+		}
+		if v != p.Version {
+			todo = append(todo, rep)
+			from[rep.Name] = v
+		}
+	}
+	if len(todo) == 0 {
+		return "", nil
+	}
+	pick := todo[0]
+	if len(todo) > 1 {
+		cli, err := d.Etcd(ctx)
+		if err != nil {
+			return "", err
+		}
+		ms, err := cli.Members(ctx)
+		cli.Close()
+		if err != nil {
+			return "", err
+		}
+		for _, rep := range todo {
+			if m, ok := d.findMember(ms, providers.EtcdMain, rep.Name, rep.Address); !ok || !m.Leader {
+				pick = rep
+				break
+			}
+		}
+	}
+	if err := r.Set(fromKey(pick.Name), from[pick.Name]); err != nil {
+		return "", err
+	}
+	return pick.Name, r.Set(key, pick.Name)
+}
+
+// inPlaceSteps upgrade one master in place with the flavor's own tool
+// (kubeadm upgrade apply on the first, kubeadm upgrade node on the
+// others): drained from the LB, upgraded (the flavor saves what it
+// restores and fails fast), health-gated, back in the LB. On the first
+// failure the flavor restores that master (and, the first master's, the
+// cluster-wide configuration), it is put back at its old version and
+// the run stops; the masters upgraded before it stay upgraded.
+func inPlaceSteps(d *Deps, p UpgradeParams, up flavors.Upgrader, k int) []Step {
+	inst := d.Provider.Instances()
+	first := k == 1
+	name := func(r *Run) string { return r.Get(fmt.Sprintf("slot-%d", k)) }
+	prefix := fmt.Sprintf("replica-%d/", k)
+	tool := "the flavor's node upgrade (kubeadm upgrade node)"
+	if first {
+		tool = "the flavor's first-master upgrade (kubeadm upgrade apply: the cluster-wide configuration too)"
+	}
+	return []Step{
+		{
+			Name: prefix + "drain", Plan: []string{"pick the next master not at " + p.Version + " (the etcd leader last; leadership moved off it)", fmt.Sprintf("loadBalancer.DrainTarget, wait %s", p.DrainGrace)},
+			Run: func(ctx context.Context, r *Run) error {
+				n, err := inPlaceSlot(ctx, d, p, r, k)
+				if err != nil || n == "" {
+					return err
+				}
+				r.Info("upgrading %s in place from %s to %s", n, r.Get(fromKey(n)), p.Version)
+				if err := moveLeaderOff(ctx, d, r, n); err != nil {
+					return err
+				}
+				exists, err := lb.Exists(ctx, d.Provider.LoadBalancer())
+				if err != nil || !exists {
+					return err
+				}
+				r.Waiting("drain grace period of %s for %s", p.DrainGrace, n)
+				return lb.Drain(ctx, d.Provider.LoadBalancer(), n, p.DrainGrace)
+			},
+		},
+		{
+			Name: prefix + "upgrade-in-place", Plan: []string{tool + " to " + p.Version + ": backup first, stopped within seconds when the new apiserver cannot start", "on failure: the flavor's rollback, the master back in the LB at its old version, and stop"},
+			Run: func(ctx context.Context, r *Run) error {
+				n := name(r)
+				if n == "" {
+					return nil
+				}
+				rep, err := inst.Get(ctx, n)
+				if err != nil {
+					return err
+				}
+				r.Waiting("upgrading %s to %s in place", n, p.Version)
+				uerr := up.UpgradeMaster(ctx, rep, p.Version, first, 0)
+				if uerr == nil || ctx.Err() != nil {
+					return uerr // done, or interrupted: a re-run resumes (the flavor keeps its backup)
+				}
+				return rollbackInPlace(ctx, d, r, up, rep, first, p, uerr)
+			},
+		},
+		{
+			Name: prefix + "health-gate", Plan: []string{"etcd member healthy and caught up, /readyz 200, /version = " + p.Version, fmt.Sprintf("within %s, else the flavor's rollback and stop", p.HealthTimeout)},
+			Run: func(ctx context.Context, r *Run) error {
+				n := name(r)
+				if n == "" {
+					return nil
+				}
+				rep, err := inst.Get(ctx, n)
+				if err != nil {
+					return err
+				}
+				gerr := healthGate(ctx, d, r, rep, p.Version, p.HealthTimeout)
+				if gerr == nil || ctx.Err() != nil {
+					return gerr
+				}
+				return rollbackInPlace(ctx, d, r, up, rep, first, p, gerr)
+			},
+		},
+		{
+			Name: prefix + "back-in-lb", Plan: []string{"loadBalancer.AddTarget(replica)", "wait until the LB sees it healthy"},
+			Run: func(ctx context.Context, r *Run) error {
+				n := name(r)
+				if n == "" {
+					return nil
+				}
+				if err := undrain(ctx, d, r, n, p.HealthTimeout); err != nil {
+					return err
+				}
+				return r.Set(fmt.Sprintf("slot-%d-done", k), "true")
+			},
+		},
+	}
+}
+
+// rollbackInPlace has the flavor restore rep (first: the cluster-wide
+// configuration too), waits until it is healthy at the version it ran
+// before and back in the LB, and concludes the run with an error naming
+// what failed.
+func rollbackInPlace(ctx context.Context, d *Deps, r *Run, up flavors.Upgrader, rep providers.Replica, first bool, p UpgradeParams, cause error) error {
+	from := r.Get(fromKey(rep.Name))
+	r.Info("%s failed its upgrade to %s: %v — rolling it back to %s", rep.Name, p.Version, cause, versionText(from))
+	if err := up.RollbackMaster(ctx, rep, first); err != nil {
+		return fmt.Errorf("replica %s failed its upgrade to %s (%v); rolling it back failed too: %w", rep.Name, p.Version, cause, err)
+	}
+	if err := healthGate(ctx, d, r, rep, from, RestoreHealthTimeout(p.HealthTimeout)); err != nil {
+		return fmt.Errorf("replica %s failed its upgrade to %s (%v) and is not healthy at %s after its rollback: %w", rep.Name, p.Version, cause, versionText(from), err)
+	}
+	if err := undrain(ctx, d, r, rep.Name, p.HealthTimeout); err != nil {
+		return err
+	}
+	var done []string
+	for key, v := range r.journal.Data {
+		if strings.HasPrefix(key, "slot-") && !strings.Contains(strings.TrimPrefix(key, "slot-"), "-") && v != rep.Name && r.Get(key+"-done") != "" {
+			done = append(done, v)
+		}
+	}
+	kept := "no other master was touched"
+	if len(done) > 0 {
+		kept = fmt.Sprintf("%s stay at %s (their backups kept: a rollback of the flavor restores them)", strings.Join(done, ", "), p.Version)
+	}
+	return fmt.Errorf("%w: replica %s failed at %s (%v); rolled back in place to %s: it is serving again; %s",
+		ErrConcluded, rep.Name, p.Version, cause, versionText(from), kept)
+}
+
+// finishInPlaceStep drops what the flavor saved on every master, once
+// every master is upgraded.
+func finishInPlaceStep(d *Deps, up flavors.Upgrader) Step {
+	return Step{
+		Name: "finish-upgrade", Plan: []string{"the flavor drops the backups it saved on every master"},
+		Run: func(ctx context.Context, r *Run) error {
+			rs, err := d.Provider.Instances().List(ctx)
+			if err != nil {
+				return err
+			}
+			for _, rep := range rs {
+				if err := up.FinishUpgrade(ctx, rep); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
