@@ -25,10 +25,13 @@ import (
 	"github.com/hamaster/hamaster/dataplane/vpc"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake/kubeadmmaster"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake/kubeupmaster"
+	"github.com/hamaster/hamaster/testbed/kubeadmhost"
 )
 
 const usage = `usage: gcefake --state DIR --kube-up-master NAME [flags]
+       gcefake --state DIR --kubeadm-master NAME [--kubeadm-version V] [flags]
 
 gcefake is a stand-in for a GCE project: it serves the Compute Engine and
 Cloud DNS REST APIs hamaster's gce provider calls, and creates in it the
@@ -57,6 +60,15 @@ ip and OpenSSH's sshd.
                bin/hamaster add-replica --yes
                curl --cacert /tmp/gce/ca.crt https://$GCEFAKE_STATIC_IP/readyz
 
+With --kubeadm-master NAME instead, the project has a kubeadm image
+(ubuntu-2404-kubeadm-<version>: kubeadm, kubectl and the test bed's
+kubelet installed, each VM with its own /etc/kubernetes, /var/lib and
+/run) and master NAME is a VM from it that gcefake initialises with the
+real kubeadm init over SSH, the static IP NAME-ip as its
+controlPlaneEndpoint; DIR/admin.conf is its admin.conf (KUBECONFIG in
+hamaster.env). It needs the real binaries (make kube-apiserver) and
+hamaster-kubelet (make build).
+
 flags:
 `
 
@@ -65,6 +77,9 @@ type config struct {
 	state, master, project, zone, nodeBinary, addr, apiDir, external, logLevel string
 	latency                                                                    time.Duration
 	releases                                                                   []string
+	// kubeadm: --kubeadm-master, its version, the kubelet program and
+	// the real binaries.
+	kubeadmMaster, kubeadmVersion, kubelet, binDir string
 }
 
 func main() {
@@ -84,6 +99,10 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 	}
 	fs.StringVar(&c.state, "state", "", "`DIR` for the fake's files (disks, logs, keys) and hamaster.env (required; created if missing)")
 	fs.StringVar(&c.master, "kube-up-master", "", "kube-up's MASTER_NAME of the master to create, `NAME` = INSTANCE_PREFIX-master, e.g. kubernetes-master (required)")
+	fs.StringVar(&c.kubeadmMaster, "kubeadm-master", "", "instead of a kube-up master, `NAME` (<cluster>-master) made from the fake's kubeadm image and initialised by the real kubeadm init over SSH")
+	fs.StringVar(&c.kubeadmVersion, "kubeadm-version", "v1.33.13", "the kubeadm image's `VERSION` (its kubeadm, kubectl and kubelet; the real binaries must be built: make kube-apiserver)")
+	fs.StringVar(&c.kubelet, "kubelet", "", "`PATH` of hamaster-kubelet, the kubeadm image's kubelet (default: next to gcefake, then $PATH)")
+	fs.StringVar(&c.binDir, "kube-bin-dir", "", "`DIR` of the real binaries, <DIR>/<version>/kubeadm ... (default: $HAMASTER_REAL_APISERVER_DIR, else make kube-apiserver's ~/.cache/hamaster/kube-apiserver)")
 	fs.StringVar(&c.project, "project", "hamaster-test", "the `PROJECT` the fake serves")
 	fs.StringVar(&c.zone, "zone", "us-central1-b", "master NAME's `ZONE` (the region is its prefix)")
 	fs.StringVar(&c.nodeBinary, "node-binary", "", "`PATH` of hamaster-node (default: next to gcefake, then $PATH)")
@@ -114,11 +133,18 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 	if c.releases == nil {
 		c.releases = []string{"v1.31.0"}
 	}
-	if c.state == "" || c.master == "" {
+	if c.state == "" || (c.master == "") == (c.kubeadmMaster == "") {
 		fs.Usage()
-		return c, 2, fmt.Errorf("--state and --kube-up-master are required")
+		return c, 2, fmt.Errorf("--state and --kube-up-master (or --kubeadm-master) are required")
 	}
-	if !strings.HasSuffix(c.master, "-master") || len(c.master) <= len("-master") {
+	if c.kubeadmMaster != "" {
+		if !strings.HasSuffix(c.kubeadmMaster, "-master") || len(c.kubeadmMaster) <= len("-master") {
+			return c, 2, fmt.Errorf("--kubeadm-master %q: the gce provider finds masters named <cluster>-master (e.g. kubernetes-master)", c.kubeadmMaster)
+		}
+		if !kubeenv.IsReleaseVersion(c.kubeadmVersion) {
+			return c, 2, fmt.Errorf("--kubeadm-version %q: want a release such as v1.33.13", c.kubeadmVersion)
+		}
+	} else if !strings.HasSuffix(c.master, "-master") || len(c.master) <= len("-master") {
 		return c, 2, fmt.Errorf("--kube-up-master %q: kube-up names its master INSTANCE_PREFIX-master (e.g. kubernetes-master)", c.master)
 	}
 	if strings.LastIndex(c.zone, "-") <= 0 {
@@ -178,6 +204,44 @@ func preflight(c *config) error {
 		return err
 	}
 	c.nodeBinary = abs
+	if c.kubeadmMaster == "" {
+		return nil
+	}
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		return errors.New("util-linux's nsenter is missing (apt-get install util-linux): the kubeadm VMs' kubelet runs in their namespaces")
+	}
+	if c.kubelet == "" {
+		if self, err := os.Executable(); err == nil {
+			if p := filepath.Join(filepath.Dir(self), "hamaster-kubelet"); fileExists(p) {
+				c.kubelet = p
+			}
+		}
+	}
+	if c.kubelet == "" {
+		p, err := exec.LookPath("hamaster-kubelet")
+		if err != nil {
+			return errors.New("hamaster-kubelet not found next to gcefake nor on $PATH: run make build, or pass --kubelet")
+		}
+		c.kubelet = p
+	}
+	if c.kubelet, err = filepath.Abs(c.kubelet); err != nil {
+		return err
+	}
+	if c.binDir == "" {
+		c.binDir = os.Getenv("HAMASTER_REAL_APISERVER_DIR")
+	}
+	if c.binDir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return err
+		}
+		c.binDir = filepath.Join(home, ".cache", "hamaster", "kube-apiserver")
+	}
+	for _, b := range []string{"kubeadm", "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if !fileExists(filepath.Join(c.binDir, c.kubeadmVersion, b)) {
+			return fmt.Errorf("%s %s is not in %s: build the real binaries with make kube-apiserver, or pass --kube-bin-dir", b, c.kubeadmVersion, c.binDir)
+		}
+	}
 	return nil
 }
 
@@ -214,7 +278,7 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 		return err
 	}
 	defer func() {
-		for _, p := range []string{envFile, caFile, dir} {
+		for _, p := range []string{envFile, caFile, filepath.Join(state, "admin.conf"), dir} {
 			if rerr := os.RemoveAll(p); rerr != nil && err == nil {
 				err = rerr
 			}
@@ -232,8 +296,13 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 			err = cerr
 		}
 	}()
+	vo := &gcefake.VPCOptions{Net: vnet}
+	if c.kubeadmMaster != "" {
+		vo.Kubeadm = &gcefake.KubeadmOptions{Images: map[string]string{kubeadmmaster.Image(c.kubeadmVersion): c.kubeadmVersion},
+			Kubelet: c.kubelet, BinDir: c.binDir}
+	}
 	fake, err := gcefake.New(gcefake.Options{Project: c.project, NodeBinary: c.nodeBinary, Dir: dir, Addr: c.addr, APIDir: c.apiDir, Logger: logger,
-		VPC: &gcefake.VPCOptions{Net: vnet}})
+		VPC: vo})
 	if err != nil {
 		return err
 	}
@@ -248,11 +317,14 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 			return err
 		}
 	}
-	prefix := strings.TrimSuffix(c.master, "-master")
 	keyFile, line, err := kubeupmaster.WriteSSHKey(filepath.Join(dir, "ssh"), "hamaster")
 	if err != nil {
 		return err
 	}
+	if c.kubeadmMaster != "" {
+		return serveKubeadm(ctx, c, fake, state, keyFile, line, logger, stdout)
+	}
+	prefix := strings.TrimSuffix(c.master, "-master")
 	start := time.Now()
 	m, err := kubeupmaster.Create(ctx, kubeupmaster.Options{Endpoint: fake.URL, Project: c.project, Zone: c.zone, InstancePrefix: prefix, SSHKeys: []string{line}})
 	if err != nil {
@@ -302,6 +374,79 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 	fmt.Fprintf(stdout, "gcefake: kube-up master %s serves https://%s:443 (ready after %v)\n", m.Name, m.StaticIP, time.Since(start).Round(100*time.Millisecond))
 	fmt.Fprintf(stdout, "gcefake: Compute and Cloud DNS at %s, project %s, zone %s\n", fake.URL, c.project, c.zone)
 	fmt.Fprintf(stdout, "gcefake: in another terminal: . %s; hamaster add-replica --yes\n", envFile)
+	fmt.Fprintf(stdout, "gcefake: SSH: ssh -i %s -o UserKnownHostsFile=%s hamaster@%s\n", keyFile, fake.KnownHostsFile(), m.StaticIP)
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "gcefake: stopping: every VM, load balancer and namespace goes")
+	return nil
+}
+
+// serveKubeadm creates master c.kubeadmMaster from the kubeadm image
+// (kubeadmmaster.Create), initialises it with the real kubeadm init over
+// SSH (the static IP as controlPlaneEndpoint), writes hamaster.env,
+// ca.crt and admin.conf, and runs until ctx is done.
+func serveKubeadm(ctx context.Context, c config, fake *gcefake.Server, state, keyFile, sshLine string, logger *slog.Logger, stdout io.Writer) error {
+	envFile, caFile, adminFile := filepath.Join(state, "hamaster.env"), filepath.Join(state, "ca.crt"), filepath.Join(state, "admin.conf")
+	start := time.Now()
+	m, err := kubeadmmaster.Create(ctx, kubeadmmaster.Options{Endpoint: fake.URL, Project: c.project, Zone: c.zone, Name: c.kubeadmMaster,
+		Image: kubeadmmaster.Image(c.kubeadmVersion), SSHKeys: []string{sshLine}})
+	if err != nil {
+		return fmt.Errorf("create kubeadm master %s: %w", c.kubeadmMaster, err)
+	}
+	endpoint := m.StaticIP + ":6443"
+	logger.Info("created the kubeadm VM; kubeadm init over SSH", "master", m.Name, "static_ip", m.StaticIP, "control_plane_endpoint", endpoint)
+	s := kubeadmmaster.SSH{User: "hamaster", KeyFile: keyFile, KnownHostsFile: fake.KnownHostsFile(), Port: gcefake.SSHPort}
+	_, took, admin, err := kubeadmmaster.Init(ctx, s, m, kubeadmhost.Init{Version: c.kubeadmVersion, ControlPlaneEndpoint: endpoint})
+	if err != nil {
+		return err
+	}
+	cl, err := s.Dial(ctx, m.StaticIP)
+	if err != nil {
+		return err
+	}
+	ca, _, err := cl.Run(ctx, "cat /etc/kubernetes/pki/ca.crt")
+	cl.Close()
+	if err != nil {
+		return fmt.Errorf("the cluster CA of %s: %w", m.Name, err)
+	}
+	if err := os.WriteFile(caFile, ca, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(adminFile, admin, 0o600); err != nil {
+		return err
+	}
+	env := strings.Join([]string{
+		"# Written by gcefake: point hamaster at the fake GCE project (. this file).",
+		"# Removed when gcefake stops.",
+		"export HAMASTER_PROVIDER=gce",
+		"export HAMASTER_FLAVOR=kubeadm",
+		"export HAMASTER_GCE_MASTER_FORMAT=kubeadm",
+		"export HAMASTER_CLUSTER=" + strings.TrimSuffix(m.Name, "-master"),
+		"export HAMASTER_STATE_DIR=" + filepath.Join(state, "hamaster"),
+		"export HAMASTER_GCE_ENDPOINT=" + fake.URL,
+		"export HAMASTER_GCE_PROJECT=" + c.project,
+		"export HAMASTER_GCE_ZONE=" + c.zone,
+		"export HAMASTER_GCE_REGION=" + m.Region,
+		"export HAMASTER_GCE_MASTER_NAME=" + m.Name,
+		"export HAMASTER_DNS_ZONE=gcefake-zone",
+		"export HAMASTER_SSH_USER=hamaster",
+		"export HAMASTER_SSH_KEY=" + keyFile,
+		"export HAMASTER_SSH_KNOWN_HOSTS=" + fake.KnownHostsFile(),
+		fmt.Sprintf("export HAMASTER_SSH_PORT=%d", gcefake.SSHPort),
+		"# Not hamaster's: kubectl's admin.conf (server: the static IP), the static IP and the cluster CA.",
+		"export KUBECONFIG=" + adminFile,
+		"export GCEFAKE_STATIC_IP=" + m.StaticIP,
+		"export GCEFAKE_CA=" + caFile,
+		"",
+	}, "\n")
+	if err := os.WriteFile(envFile+".tmp", []byte(env), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(envFile+".tmp", envFile); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "gcefake: kubeadm master %s serves https://%s (kubeadm init %v, ready after %v)\n", m.Name, endpoint, took.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
+	fmt.Fprintf(stdout, "gcefake: Compute and Cloud DNS at %s, project %s, zone %s\n", fake.URL, c.project, c.zone)
+	fmt.Fprintf(stdout, "gcefake: in another terminal: . %s; kubectl get nodes; hamaster status\n", envFile)
 	fmt.Fprintf(stdout, "gcefake: SSH: ssh -i %s -o UserKnownHostsFile=%s hamaster@%s\n", keyFile, fake.KnownHostsFile(), m.StaticIP)
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "gcefake: stopping: every VM, load balancer and namespace goes")

@@ -16,7 +16,10 @@ func TestUsage(t *testing.T) {
 		want string
 	}{
 		{"help", []string{"--help"}, 0, "usage: gcefake"},
-		{"missing", []string{"--state", "x"}, 2, "--state and --kube-up-master are required"},
+		{"missing", []string{"--state", "x"}, 2, "--state and --kube-up-master (or --kubeadm-master) are required"},
+		{"both", []string{"--state", "x", "--kube-up-master", "k-master", "--kubeadm-master", "k-master"}, 2, "are required"},
+		{"not a master name", []string{"--state", "x", "--kubeadm-master", "etcd1"}, 2, "<cluster>-master"},
+		{"bad kubeadm version", []string{"--state", "x", "--kubeadm-master", "k-master", "--kubeadm-version", "1.33"}, 2, "--kubeadm-version"},
 		{"not a kube-up name", []string{"--state", "x", "--kube-up-master", "etcd1"}, 2, "INSTANCE_PREFIX-master"},
 		{"bad zone", []string{"--state", "x", "--kube-up-master", "k-master", "--zone", "zone"}, 2, "--zone"},
 		{"extra", []string{"--state", "x", "--kube-up-master", "k-master", "extra"}, 2, "unexpected arguments"},

@@ -61,6 +61,7 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 		gce.OptSSHPort:       c.String("ssh-port"),
 		gce.OptSSHAgent:      g.sshAgent,
 		gce.OptReleaseURL:    c.String("gce-release-url"),
+		gce.OptMasterFormat:  c.String("gce-master-format"),
 		awsp.OptReleaseURL:   c.String("aws-release-url"),
 
 		// aws provider (--dns route53 needs --hosted-zone-id)
@@ -244,6 +245,7 @@ func gceFlags() []cli.Flag {
 		&cli.StringFlag{Name: "gce-subnetwork", EnvVars: []string{"HAMASTER_GCE_SUBNETWORK"}, Usage: "gce provider: `SUBNETWORK` of the internal addresses (default regions/<region>/subnetworks/default)"},
 		&cli.StringFlag{Name: "gce-master-name", EnvVars: []string{"HAMASTER_GCE_MASTER_NAME"}, Usage: "gce provider: kube-up's MASTER_NAME, the first master's `NAME`; replicas are NAME-xyz (default <cluster>-master)"},
 		&cli.StringFlag{Name: "gce-apiserver-port", EnvVars: []string{"HAMASTER_GCE_APISERVER_PORT"}, Usage: "gce provider: the `PORT` the masters' apiservers serve, and the LB's (default: the flavor's; kube-up's masters serve 443)"},
+		&cli.StringFlag{Name: "gce-master-format", EnvVars: []string{"HAMASTER_GCE_MASTER_FORMAT"}, Usage: "gce provider: the tool that built the masters, `FORMAT` kubeup (kube-up.sh: kube-env metadata; the default) or kubeadm (VMs from an image with kubeadm installed, master 0 made by kubeadm init): the flavor when --flavor names none"},
 		&cli.StringFlag{Name: "gce-release-url", EnvVars: []string{"HAMASTER_GCE_RELEASE_URL"}, Usage: "gce provider: where kube-up masters get a new --version from, `URL` of release directories (default https://dl.k8s.io/release, as kube-up's upgrade.sh): rolling-upgrade writes <URL>/<version>/kubernetes-server-linux-amd64.tar.gz (and kubernetes-manifests.tar.gz) into kube-env with the hashes published beside them (.sha512), fetched before anything changes; point it at your mirror"},
 		&cli.StringFlag{Name: "dns-zone", EnvVars: []string{"HAMASTER_DNS_ZONE"}, Usage: "gce provider, --dns clouddns: the Cloud DNS managed `ZONE`"},
 		&cli.StringFlag{Name: "ssh-user", EnvVars: []string{"HAMASTER_SSH_USER"}, Usage: "gce and aws providers: reach etcd (on the masters' localhost) through SSH to a master as `USER`"},

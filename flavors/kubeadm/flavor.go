@@ -76,6 +76,13 @@ func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	f := &Flavor{p: p, m: m, log: log}
+	if fp, ok := p.(providers.Formatted); ok {
+		// GCE: the machine's metadata is all the machine's (MachineFormat).
+		if c := fp.Carrier(); c != providers.CarrierMetadata {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider carries templates as %q; kubeadm masters are proven on metadata-carrying machines (GCE) and the metal provider's hosts only", Name, p.Name(), c)
+		}
+		fp.SetFormat(MachineFormat{})
+	}
 	flavors.BindAPIServerPort(p, f)
 	return f, nil
 }
@@ -262,10 +269,15 @@ func (f *Flavor) MasterCA(ctx context.Context) ([]byte, error) {
 // APIServerPort implements flavors.Flavor: kubeadm's default bind port.
 func (*Flavor) APIServerPort() int { return DefaultBindPort }
 
-// APIServerName implements flavors.Flavor: kubeadm's apiserver
-// certificate names each master's advertise address
-// (GetAPIServerAltNames), so the address dialed is verified.
-func (*Flavor) APIServerName() string { return "" }
+// APIServerName implements flavors.Flavor: "kubernetes", which every
+// apiserver certificate kubeadm issues names
+// (cmd/kubeadm/app/util/pkiutil GetAPIServerAltNames: the node name,
+// kubernetes, kubernetes.default, ..., the advertise address, the
+// controlPlaneEndpoint and certSANs). Not the address dialed: a cloud
+// reaches a master at an external address its certificate does not name
+// (a GCE VM's ephemeral access config), while the advertise address is
+// the internal one.
+func (*Flavor) APIServerName() string { return "kubernetes" }
 
 // CheckVersion implements flavors.Flavor: kubeadm upgrades one minor
 // version at a time and never down a minor (kubeadm's version skew

@@ -1,6 +1,7 @@
 package kubeadm
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -223,5 +224,17 @@ func TestManifestVersion(t *testing.T) {
 		if got != tc.want || (err != nil) != (tc.want == "") {
 			t.Errorf("ManifestVersion(%q) = %q, %v; want %q", tc.manifest, got, err, tc.want)
 		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	base := errors.New(`run "kubeadm 'join' 'x:6443' '--token' 'abcdef.0123456789abcdef' '--certificate-key' 'k3y'": context deadline exceeded`)
+	err := redact(base, "abcdef.0123456789abcdef", "k3y")
+	if strings.Contains(err.Error(), "0123456789abcdef") || strings.Contains(err.Error(), "k3y") || !strings.Contains(err.Error(), "abcdef.<redacted>") {
+		t.Errorf("redact: %v", err)
+	}
+	if !errors.Is(err, base) {
+		t.Error("redact: the original error is not wrapped")
 	}
 }

@@ -108,6 +108,9 @@ func (f *Flavor) Join(ctx context.Context, replica providers.Replica, timeout ti
 	if jerr == nil {
 		return nil
 	}
+	// The SSH error quotes the command: not its token's secret half nor
+	// the certificate key.
+	jerr = redact(jerr, token, key)
 	if jctx.Err() != nil && ctx.Err() == nil {
 		jerr = fmt.Errorf("kubeadm join on %s did not finish within %v: %w", replica.Name, timeout, jerr)
 	} else {
@@ -197,4 +200,30 @@ func tail(b []byte) string {
 		s = strings.Join(lines[len(lines)-5:], "\n")
 	}
 	return s
+}
+
+// redacted is an error whose message has secrets replaced; it unwraps to
+// the original.
+type redacted struct {
+	msg string
+	err error
+}
+
+func (r *redacted) Error() string { return r.msg }
+func (r *redacted) Unwrap() error { return r.err }
+
+// redact replaces the secret half of token and key in err's message by
+// "<redacted>".
+func redact(err error, token, key string) error {
+	msg := err.Error()
+	if _, secret, ok := strings.Cut(token, "."); ok && secret != "" {
+		msg = strings.ReplaceAll(msg, secret, "<redacted>")
+	}
+	if key != "" {
+		msg = strings.ReplaceAll(msg, key, "<redacted>")
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &redacted{msg: msg, err: err}
 }

@@ -23,9 +23,15 @@ var (
 	_ providers.MasterFormatter = (*Provider)(nil)
 )
 
-// MasterFormat implements providers.MasterFormatter: the provider finds
-// only masters named as kube-up names them (instances.isMasterName).
-func (p *Provider) MasterFormat() string { return "kubeup" }
+// MasterFormat implements providers.MasterFormatter: OptMasterFormat,
+// kube-up's by default (the provider finds masters named as kube-up
+// names them: instances.isMasterName).
+func (p *Provider) MasterFormat() string {
+	if f := p.opts[OptMasterFormat]; f != "" {
+		return f
+	}
+	return MasterFormatKubeUp
+}
 
 // MachineHostname implements providers.MachineDialer: a GCE instance's
 // hostname is its name, which the VPC's internal DNS resolves.

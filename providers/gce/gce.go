@@ -112,6 +112,19 @@ const (
 	// hash published at <that>.sha512 (and the manifests tarball beside
 	// it). Operators with a mirror point it there.
 	OptReleaseURL = "gce-release-url"
+	// OptMasterFormat names the tool that built the masters, the flavor
+	// chosen when --flavor names none (providers.MasterFormatter):
+	// MasterFormatKubeUp (the default: kube-up.sh's masters, kube-env in
+	// their metadata) or MasterFormatKubeadm (VMs from an image with
+	// kubeadm installed, master 0 made by kubeadm init).
+	OptMasterFormat = "gce-master-format"
+)
+
+// Values of OptMasterFormat: the flavors' names (flavors.KubeUp,
+// flavors.Kubeadm), which no provider imports.
+const (
+	MasterFormatKubeUp  = "kubeup"
+	MasterFormatKubeadm = "kubeadm"
 )
 
 // Labels put on every labelable resource.
@@ -220,6 +233,11 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	}
 	if o[OptSSHUser] == "" {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: required with the gce provider: kube-up masters serve etcd on 127.0.0.1 only, so hamaster reaches it over SSH to each master's external address, as kube-up's `gcloud compute ssh` does", OptSSHUser)
+	}
+	switch f := o[OptMasterFormat]; f {
+	case "", MasterFormatKubeUp, MasterFormatKubeadm:
+	default:
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s %q: want %s or %s", OptMasterFormat, f, MasterFormatKubeUp, MasterFormatKubeadm)
 	}
 	if p.network == "" {
 		p.network = "global/networks/default"

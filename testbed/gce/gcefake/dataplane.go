@@ -184,11 +184,22 @@ func (s *Server) syncLBs() *apiError {
 						continue
 					}
 					ip := str(obj(list(in, "networkInterfaces")[0]), "networkIP")
-					cfg.Targets = append(cfg.Targets, lbproxy.Target{Name: m.(string), Address: net.JoinHostPort(ip, strconv.Itoa(APIServerPort)), ProbeBlocked: s.probeBlocked(in, hcPort)})
+					// A passthrough Network Load Balancer keeps the
+					// packet's destination port: the backends serve the
+					// forwarding rule's port (443 on kube-up's masters,
+					// 6443 on kubeadm's).
+					cfg.Targets = append(cfg.Targets, lbproxy.Target{Name: m.(string), Address: net.JoinHostPort(ip, port), ProbeBlocked: s.probeBlocked(in, hcPort)})
 					names[m.(string)] = true
 					delete(s.draining[key], m.(string))
 					if n := s.nodes[m.(string)]; n != nil && cfg.Health.CAFile == "" {
 						cfg.Health.CAFile = n.caFile
+					}
+					if x := s.vms[m.(string)]; x != nil && x.kubeadm != "" && cfg.Health.CAFile == "" {
+						// kubeadm's cluster CA, in the VM's own
+						// /etc/kubernetes/pki once kubeadm made it.
+						if ca := x.kubeadmCA(); ca != "" {
+							cfg.Health.CAFile = ca
+						}
 					}
 				}
 			}

@@ -39,6 +39,12 @@
 // `hamaster-node lb` runs in the router namespace on the rule's address.
 // The fake keeps a known_hosts file for the VMs' external addresses, and
 // instances.getSerialPortOutput shows a master's boot log.
+//
+// kubeadm images (VPCOptions.Kubeadm, see KubeadmOptions): a VM whose boot
+// disk comes from one is a kubeadm host instead, kubeadm, kubectl and the
+// test bed's kubelet installed and its kubelet service running in the
+// VM's own mount namespace (testbed/kubeadmhost); the operator runs
+// kubeadm init or join on it over SSH.
 package gcefake
 
 import (
@@ -61,6 +67,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hamaster/hamaster/testbed/kubeadmhost"
 )
 
 // Options configure a fake.
@@ -164,6 +172,19 @@ func New(o Options) (*Server, error) {
 	if o.VPC != nil {
 		if o.VPC.Net == nil || o.NodeBinary == "" || o.Dir == "" {
 			return nil, fmt.Errorf("gcefake: VPC mode needs VPC.Net, NodeBinary and Dir")
+		}
+		if o.VPC.Kubeadm != nil {
+			// The kubeadm VMs see their own /etc/kubernetes, /var/lib/*,
+			// /run and /usr/local/bin: the fake's files must not be there.
+			abs, err := filepath.Abs(o.Dir)
+			if err != nil {
+				return nil, fmt.Errorf("gcefake: %w", err)
+			}
+			for _, m := range kubeadmhost.Mounts() {
+				if abs == m || strings.HasPrefix(abs, m+"/") {
+					return nil, fmt.Errorf("gcefake: Dir %s is under %s, which every kubeadm VM replaces with its own", abs, m)
+				}
+			}
 		}
 		if o.VPC.KnownHosts == "" {
 			o.VPC.KnownHosts = filepath.Join(o.Dir, "known_hosts")

@@ -19,6 +19,7 @@ import (
 	"github.com/hamaster/hamaster/dataplane/vm"
 	"github.com/hamaster/hamaster/dataplane/vpc"
 	"github.com/hamaster/hamaster/kubeenv"
+	"github.com/hamaster/hamaster/testbed/kubeadmhost"
 )
 
 // VPCOptions put the fake's instances in a network-namespace VPC
@@ -43,6 +44,9 @@ type VPCOptions struct {
 	// ResolveTimeout bounds a master's lookup of its own hostname
 	// (default 20s; configure-helper.sh waits 300s).
 	ResolveTimeout time.Duration
+	// Kubeadm, when set, makes VMs booted from its images kubeadm hosts
+	// (KubeadmOptions) instead of kube-up masters.
+	Kubeadm *KubeadmOptions
 }
 
 // SSHPort is the port the VMs' sshd listens on.
@@ -64,6 +68,10 @@ type vpcVM struct {
 	sshd     *vm.Process
 	node     *vm.Process
 	external netip.Addr // bound now
+	// kubeadm is the version of the kubeadm image the VM boots from
+	// (KubeadmOptions), "" for none; kubelet its kubelet service.
+	kubeadm string
+	kubelet *kubeadmhost.Service
 }
 
 // KnownHostsFile is the known_hosts file the fake keeps (VPC mode).
@@ -137,6 +145,7 @@ func (s *Server) bootVM(key string) *apiError {
 	}
 	name := str(in, "name")
 	items := metadataItems(in)
+	kubeadmVersion := s.kubeadmVersion(in)
 	nic := obj(list(in, "networkInterfaces")[0])
 	internal := str(nic, "networkIP")
 	disk := ""
@@ -164,14 +173,34 @@ func (s *Server) bootVM(key string) *apiError {
 	if err != nil {
 		return errf(500, "internalError", "instance %s: %v", name, err)
 	}
-	x := &vpcVM{name: name, ns: vmh.NS, dir: dir, hostKey: hostKey}
+	x := &vpcVM{name: name, ns: vmh.NS, dir: dir, hostKey: hostKey, kubeadm: kubeadmVersion}
 	s.mu.Lock()
 	s.vms[key] = x
 	s.mu.Unlock()
 	if err := s.writeSSHAccess(key); err != nil {
 		return errf(500, "internalError", "instance %s: %v", name, err)
 	}
-	if aerr := s.startSSHD(x); aerr != nil {
+	if x.kubeadm != "" {
+		// From the mount points' check to the sshd's mounts over them, no
+		// other test bed removes one.
+		unlock, err := kubeadmhost.LockMounts(s.closeCtx)
+		if err != nil {
+			return errf(500, "internalError", "instance %s: %v", name, err)
+		}
+		_, err = kubeadmhost.EnsureMountPoints(kubeadmhost.Mounts())
+		if err != nil {
+			unlock()
+			return errf(500, "internalError", "instance %s: %v", name, err)
+		}
+		aerr := s.startSSHD(x)
+		unlock()
+		if aerr != nil {
+			return aerr
+		}
+		if aerr := s.installKubeadm(x); aerr != nil {
+			return aerr
+		}
+	} else if aerr := s.startSSHD(x); aerr != nil {
 		return aerr
 	}
 	if env, ok := items[kubeenv.KeyEnv]; ok {
@@ -207,7 +236,11 @@ func (s *Server) startSSHD(x *vpcVM) *apiError {
 	}
 	logPath := filepath.Join(sshDir, "sshd.log")
 	_ = os.Remove(logPath)
-	p, aerr := s.startIn(x.name, s.sshd(), []string{"-D", "-e", "-f", cfg}, logPath)
+	bin, args, aerr := s.sshdCommand(x, cfg)
+	if aerr != nil {
+		return aerr
+	}
+	p, aerr := s.startIn(x.name, bin, args, logPath)
 	if aerr != nil {
 		return aerr
 	}
@@ -384,7 +417,14 @@ func (s *Server) stopVM(key string) {
 	if x == nil {
 		return
 	}
+	if x.kubeadm != "" {
+		s.stopKubeadmVM(x)
+	}
 	vpc.StopProcesses(x.node, x.sshd)
+	if x.kubeadm != "" {
+		killNamespace(x.ns)
+		defer s.releaseMountPoints()
+	}
 	// Not s.closeCtx: Close cancels it before stopping the VMs.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -4,32 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hamaster/hamaster/dataplane/kubelet"
+	"github.com/hamaster/hamaster/testbed/kubeadmhost"
 )
 
-// DefaultKubeletRestartDelay is the kubelet service's restart delay:
-// kubeadm's kubelet.service has Restart=always, RestartSec=10
-// (kubernetes/release cmd/krel/templates/latest/kubelet/kubelet.service),
-// scaled down for the test bed.
-const DefaultKubeletRestartDelay = time.Second
-
-// kubeletStopWait bounds a kubelet service's stop (SIGTERM: the
-// stand-in stops its pods, etcd last) before SIGKILL (its pods die with
-// it: they are its children with Pdeathsig). Short: an apiserver's
-// graceful stop can take its whole 30 s grace period, which a lab being
-// torn down has no use for.
-const kubeletStopWait = 5 * time.Second
+// DefaultKubeletRestartDelay is the kubelet service's restart delay
+// (kubeadmhost.DefaultKubeletRestartDelay).
+const DefaultKubeletRestartDelay = kubeadmhost.DefaultKubeletRestartDelay
 
 // Install "installs the packages" on host h as kubeadm's "Installing
 // kubeadm, kubelet and kubectl" page has an operator do
@@ -48,53 +36,19 @@ func (l *Lab) Install(ctx context.Context, h *Host, version string) error {
 	if l.opts.Kubelet == "" || l.opts.BinDir == "" {
 		return errors.New("metallab: install: Options.Kubelet (hamaster-kubelet) and Options.BinDir (the real binaries) are required")
 	}
-	if _, err := os.Stat(l.opts.Kubelet); err != nil {
-		return fmt.Errorf("metallab: install on %s: the kubelet program: %w", h.Name, err)
+	if err := kubeadmhost.Install(kubeadmhost.MountSource(h.Dir, "/usr/local/bin"), l.opts.Kubelet, l.opts.BinDir, version); err != nil {
+		return fmt.Errorf("metallab: install on %s: %w", h.Name, err)
 	}
-	dst := filepath.Join(h.Dir, "usr-local-bin")
-	for _, b := range []string{"kubeadm", "kubectl"} {
-		src := filepath.Join(l.opts.BinDir, version, b)
-		if _, err := os.Stat(src); err != nil {
-			return fmt.Errorf("metallab: install %s %s on %s: %w (make kube-apiserver builds it)", b, version, h.Name, err)
-		}
-		tmp := filepath.Join(dst, "."+b+".new")
-		_ = os.Remove(tmp)
-		if err := os.Symlink(src, tmp); err != nil {
-			return fmt.Errorf("metallab: install %s on %s: %w", b, h.Name, err)
-		}
-		if err := os.Rename(tmp, filepath.Join(dst, b)); err != nil {
-			return fmt.Errorf("metallab: install %s on %s: %w", b, h.Name, err)
-		}
-	}
-	script, err := kubelet.WrapperScript(l.opts.Kubelet, version, l.opts.BinDir)
-	if err != nil {
-		return fmt.Errorf("metallab: install the kubelet on %s: %w", h.Name, err)
-	}
-	if err := writeAtomic(filepath.Join(dst, "kubelet"), []byte(script), 0o755); err != nil {
-		return err
-	}
-	if err := l.writePackageInstaller(dst); err != nil {
+	if err := l.writePackageInstaller(kubeadmhost.MountSource(h.Dir, "/usr/local/bin")); err != nil {
 		return fmt.Errorf("metallab: install on %s: %w", h.Name, err)
 	}
 	l.log.Info("installed kubeadm, kubectl and the kubelet", "host", h.Name, "version", version)
 	if h.kubelet == nil {
-		h.kubelet = &service{
-			name: h.Name + "/kubelet",
-			// The host's namespaces, those of its sshd: network, mount
-			// (its own /etc/kubernetes, /var/lib/*, /run, /usr/local/bin,
-			// cgroups) and UTS (its hostname).
-			argv:    []string{"nsenter", "-t", fmt.Sprint(h.sshd.Process.Pid), "-n", "-m", "-u", "--", "/usr/local/bin/kubelet"},
-			logPath: filepath.Join(h.Dir, "kubelet.log"),
-			delay:   l.opts.KubeletRestartDelay,
-			log:     l.log,
-			kick:    make(chan struct{}, 1),
-			stop:    make(chan struct{}),
-			done:    make(chan struct{}),
-		}
-		go h.kubelet.run()
+		h.kubelet = kubeadmhost.StartService(h.Name+"/kubelet", kubeadmhost.KubeletArgv(h.sshd.Process.Pid),
+			filepath.Join(h.Dir, "kubelet.log"), l.opts.KubeletRestartDelay, l.log)
 		return nil
 	}
-	h.kubelet.restart()
+	h.kubelet.Restart()
 	return nil
 }
 
@@ -183,189 +137,23 @@ func (l *Lab) RestartKubelet(h *Host) error {
 	if h.kubelet == nil {
 		return fmt.Errorf("metallab: %s has no kubelet service (Install starts it)", h.Name)
 	}
-	h.kubelet.restart()
+	h.kubelet.Restart()
 	return nil
 }
 
-// service is a process supervised as systemd supervises a unit with
-// Restart=always: started again delay after it exits, at once on restart.
-type service struct {
-	name    string
-	argv    []string
-	logPath string
-	delay   time.Duration
-	log     *slog.Logger
-
-	kick chan struct{} // restart now
-	stop chan struct{}
-	done chan struct{}
-
-	mu        sync.Mutex
-	proc      *os.Process
-	immediate bool
-	stopping  bool
-	starts    int
-}
-
-func (s *service) run() {
-	defer close(s.done)
-	for {
-		s.mu.Lock()
-		if s.stopping {
-			s.mu.Unlock()
-			return
-		}
-		s.starts++
-		s.mu.Unlock()
-		s.runOnce()
-		s.mu.Lock()
-		s.proc = nil
-		stopping, immediate := s.stopping, s.immediate
-		s.immediate = false
-		s.mu.Unlock()
-		if stopping {
-			return
-		}
-		if immediate {
-			continue
-		}
-		t := time.NewTimer(s.delay)
-		select {
-		case <-s.stop:
-			t.Stop()
-			return
-		case <-s.kick:
-			t.Stop()
-		case <-t.C:
-		}
-	}
-}
-
-func (s *service) runOnce() {
-	logf, err := os.OpenFile(s.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		s.log.Error("service log", "service", s.name, "err", err)
-		return
-	}
-	defer logf.Close()
-	cmd := exec.Command(s.argv[0], s.argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
-	// The lab killed without its teardown takes the kubelet (and so its
-	// pods) with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	s.mu.Lock()
-	if s.stopping {
-		s.mu.Unlock()
-		return
-	}
-	err = cmd.Start()
-	if err == nil {
-		s.proc = cmd.Process
-	}
-	s.mu.Unlock()
-	if err != nil {
-		s.log.Error("service start", "service", s.name, "err", err)
-		return
-	}
-	s.log.Debug("service started", "service", s.name, "pid", cmd.Process.Pid)
-	err = cmd.Wait()
-	s.log.Debug("service exited", "service", s.name, "err", err)
-}
-
-// restart stops the running process (SIGTERM) and starts it again at
-// once (systemctl restart).
-func (s *service) restart() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.immediate = true
-	if s.proc != nil {
-		_ = s.proc.Signal(syscall.SIGTERM)
-	}
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
-// close stops the service: SIGTERM, SIGKILL after wait.
-func (s *service) close(wait time.Duration) {
-	s.mu.Lock()
-	if !s.stopping {
-		s.stopping = true
-		close(s.stop)
-	}
-	if s.proc != nil {
-		_ = s.proc.Signal(syscall.SIGTERM)
-	}
-	s.mu.Unlock()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-s.done:
-		return
-	case <-t.C:
-	}
-	s.mu.Lock()
-	if s.proc != nil {
-		s.log.Warn("service did not stop; killing it", "service", s.name, "after", wait)
-		_ = s.proc.Kill()
-	}
-	s.mu.Unlock()
-	<-s.done
-}
-
-// KubeadmInit describes `kubeadm init` of a host.
-type KubeadmInit struct {
-	// Version is the ClusterConfiguration's kubernetesVersion; the host
-	// must have that version installed (Install).
-	Version string
-	// ControlPlaneEndpoint, when set (VIP:6443), is the
-	// ClusterConfiguration's controlPlaneEndpoint, for control-plane
-	// joins; empty is the common single master.
-	ControlPlaneEndpoint string
-	// UploadCerts passes --upload-certs (the certificates for joining
-	// control planes, in the kubeadm-certs Secret); CertificateKey is
-	// its key (kubeadm's certs.CreateCertificateKey format, 64 hex).
-	UploadCerts    bool
-	CertificateKey string
-}
+// KubeadmInit describes `kubeadm init` of a host (kubeadmhost.Init).
+type KubeadmInit = kubeadmhost.Init
 
 // InitConfig is the kubeadm configuration KubeadmInit passes to
-// `kubeadm init --config`: kubeadm's v1beta4 API
-// (cmd/kubeadm/app/apis/kubeadm/v1beta4): InitConfiguration with the
-// host's address as localAPIEndpoint.advertiseAddress and its name as
-// nodeRegistration.name (the CRI socket: containerd's, which the
-// kubelet serves), ClusterConfiguration with kubernetesVersion and, if
-// given, controlPlaneEndpoint.
+// `kubeadm init --config` (kubeadmhost.InitConfig for the host's name and
+// address).
 func InitConfig(h *Host, k KubeadmInit) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `apiVersion: kubeadm.k8s.io/v1beta4
-kind: InitConfiguration
-localAPIEndpoint:
-  advertiseAddress: %s
-  bindPort: 6443
-nodeRegistration:
-  name: %s
-  criSocket: unix:///var/run/containerd/containerd.sock
-`, h.Addr, h.Name)
-	if k.CertificateKey != "" {
-		fmt.Fprintf(&b, "certificateKey: %s\n", k.CertificateKey)
-	}
-	fmt.Fprintf(&b, `---
-apiVersion: kubeadm.k8s.io/v1beta4
-kind: ClusterConfiguration
-kubernetesVersion: %s
-`, k.Version)
-	if k.ControlPlaneEndpoint != "" {
-		fmt.Fprintf(&b, "controlPlaneEndpoint: %s\n", k.ControlPlaneEndpoint)
-	}
-	return b.String()
+	return kubeadmhost.InitConfig(h.Name, h.Addr, k)
 }
 
 // InitConfigPath is where KubeadmInit puts the configuration on the
 // host (its own /run).
-const InitConfigPath = "/run/kubeadm-init.yaml"
+const InitConfigPath = kubeadmhost.InitConfigPath
 
 // KubeadmInitLog is the host's file (under Host.Dir) that gets kubeadm
 // init's output.
@@ -387,10 +175,7 @@ func (l *Lab) KubeadmInit(ctx context.Context, h *Host, k KubeadmInit) (time.Dur
 		return 0, fmt.Errorf("metallab: kubeadm config on %s: %w", h.Name, err)
 	}
 	logPath := filepath.Join(h.Dir, KubeadmInitLog)
-	cmd := "kubeadm init --config " + InitConfigPath
-	if k.UploadCerts {
-		cmd += " --upload-certs"
-	}
+	cmd := kubeadmhost.InitCommand(k)
 	l.log.Info("kubeadm init", "host", h.Name, "version", k.Version, "control_plane_endpoint", k.ControlPlaneEndpoint, "log", logPath)
 	start := time.Now()
 	// The log is the lab's file, which the host sees at the same path.
@@ -441,7 +226,7 @@ func logTail(path string) string {
 // service is left as it is.
 func (l *Lab) StopKubelet(h *Host) {
 	if h.kubelet != nil {
-		h.kubelet.close(kubeletStopWait)
+		h.kubelet.Close(kubeadmhost.KubeletStopWait)
 		h.kubelet = nil
 	}
 }

@@ -66,12 +66,13 @@ import (
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers/metal"
 	"github.com/hamaster/hamaster/remote"
+	"github.com/hamaster/hamaster/testbed/kubeadmhost"
 )
 
 // Binaries the lab runs.
 const (
 	SSHD    = "/usr/sbin/sshd"
-	Unshare = "unshare"
+	Unshare = kubeadmhost.Unshare
 )
 
 // MaxThird bounds the third octet of the lab's /24 (198.18.T.0/24):
@@ -89,16 +90,8 @@ const (
 )
 
 // hostMounts are the directories each host has its own copy of (bind
-// mounts of DIR/hosts/<name>/<dir with '/' as '-'>): what kubeadm and the
-// kubelet write, what hamaster's metal provider writes (its claim on the
-// host, providers/metal.Claim), /run for pid files, and /usr/local/bin,
-// where Install puts the host's kubeadm, kubectl and kubelet ("the
-// packages"), and /var/log/pods, where the kubelet writes its pods' logs
-// (the kubeadm flavor's upgrade reads its kube-apiserver's there: one
-// host's must not be another's, nor the machine's).
-func hostMounts() []string {
-	return []string{"/etc/kubernetes", "/var/lib/etcd", "/var/lib/kubelet", "/var/lib/hamaster", "/run", "/usr/local/bin", "/var/log/pods"}
-}
+// mounts of DIR/hosts/<name>/<dir with '/' as '-'>): kubeadmhost.Mounts.
+func hostMounts() []string { return kubeadmhost.Mounts() }
 
 // Options describe a lab.
 type Options struct {
@@ -164,7 +157,7 @@ type Host struct {
 	sshd   *exec.Cmd
 	exited chan struct{}
 	// kubelet is the host's kubelet service, once Install started it.
-	kubelet *service
+	kubelet *kubeadmhost.Service
 }
 
 // New builds the lab: namespaces, bridge, addresses, one sshd per host
@@ -302,12 +295,12 @@ func (l *Lab) build(ctx context.Context, o Options) error {
 	}
 	// From the mount points' check to the hosts' mounts, no other lab
 	// removes one (the sshds answer once their mounts are made).
-	unlock, err := lockMounts(ctx)
+	unlock, err := kubeadmhost.LockMounts(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	created, err := ensureMountPoints(hostMounts())
+	created, err := kubeadmhost.EnsureMountPoints(hostMounts())
 	l.rec.MountPoints = created
 	if serr := l.rec.save(); err == nil {
 		err = serr
@@ -408,28 +401,6 @@ func routed(ctx context.Context, cidr string) (bool, error) {
 	return false, nil
 }
 
-// hostScript runs inside the host's namespaces as root: hostname, the
-// host prepared as kubeadm's "Installing kubeadm" page asks of a machine
-// (net.ipv4.ip_forward=1, the host's own in its network namespace; the
-// cgroup filesystems mounted: ip netns exec remounted /sys, which lost
-// the machine's, and kubeadm's preflight SystemVerification reads them),
-// the host's own directories over the machine's, then sshd in the
-// foreground. $1 the name, $2 the host's directory, $3 sshd's
-// configuration, then pairs of source and mount point.
-const hostScript = `set -e
-echo "$1" > /proc/sys/kernel/hostname
-echo 1 > /proc/sys/net/ipv4/ip_forward
-grep " /sys/fs/cgroup" /proc/1/mounts | while read src tgt type opts rest; do
-  mkdir -p "$tgt"
-  case $type in cgroup) o=$(echo "$opts" | sed "s/name=/none,name=/");; *) o=$opts;; esac
-  mount -t "$type" -o "$o" "$src" "$tgt"
-done
-d=$2; c=$3; shift 3
-mount --bind "$d/etc-hosts" /etc/hosts
-while [ $# -gt 0 ]; do mount --bind "$1" "$2"; shift 2; done
-exec ` + SSHD + ` -D -e -f "$c"
-`
-
 // startHost writes the host's directories, keys and sshd configuration
 // and starts its sshd.
 func (l *Lab) startHost(ctx context.Context, h *Host, clientPub ssh.PublicKey, etcHosts string) error {
@@ -437,19 +408,11 @@ func (l *Lab) startHost(ctx context.Context, h *Host, clientPub ssh.PublicKey, e
 	if err := os.MkdirAll(sshDir, 0o700); err != nil {
 		return fmt.Errorf("metallab: %s: %w", h.Name, err)
 	}
-	args := []string{"netns", "exec", h.NS, Unshare, "--mount", "--uts", "--propagation", "private", "sh", "-c", hostScript, "metallab-" + h.Name,
-		h.Name, h.Dir, filepath.Join(sshDir, "sshd_config")}
-	for _, m := range hostMounts() {
-		src := filepath.Join(h.Dir, strings.ReplaceAll(strings.TrimPrefix(m, "/"), "/", "-"))
-		if err := os.MkdirAll(src, 0o755); err != nil {
-			return fmt.Errorf("metallab: %s: %w", h.Name, err)
-		}
-		args = append(args, src, m)
+	hostArgs, err := kubeadmhost.HostArgs(h.Name, h.Dir, filepath.Join(h.Dir, "etc-hosts"), SSHD, filepath.Join(sshDir, "sshd_config"))
+	if err != nil {
+		return fmt.Errorf("metallab: %w", err)
 	}
-	// sshd run as root chroots into /run/sshd, the host's own /run.
-	if err := os.MkdirAll(filepath.Join(h.Dir, "run", "sshd"), 0o755); err != nil {
-		return fmt.Errorf("metallab: %s: %w", h.Name, err)
-	}
+	args := append([]string{"netns", "exec", h.NS}, kubeadmhost.UnshareArgs("metallab-"+h.Name, hostArgs)...)
 	if err := os.WriteFile(filepath.Join(h.Dir, "etc-hosts"), []byte(etcHosts), 0o644); err != nil {
 		return fmt.Errorf("metallab: %s: %w", h.Name, err)
 	}
@@ -658,7 +621,7 @@ func (l *Lab) Close(ctx context.Context) error {
 	// process left in the hosts.
 	for _, h := range l.Hosts {
 		if h.kubelet != nil {
-			h.kubelet.close(kubeletStopWait)
+			h.kubelet.Close(kubeadmhost.KubeletStopWait)
 		}
 	}
 	err := teardown(ctx, l.rec, l.log)
