@@ -373,6 +373,12 @@ func (c *Client) waitEnd(d time.Duration) error {
 	return c.endErr()
 }
 
+// Err says why the connection has ended (an errkind.Unavailable error),
+// nil while it is up: a failed call on a live connection (a command's
+// context ended, a tunnel the server refused) leaves it up for the
+// sessions still running on it.
+func (c *Client) Err() error { return c.endErr() }
+
 // endErr says why the connection has ended, as an errkind.Unavailable
 // error, or returns nil while it is up.
 func (c *Client) endErr() error {

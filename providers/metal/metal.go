@@ -2,7 +2,6 @@ package metal
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -177,7 +176,7 @@ func (p *Provider) DialMachine(ctx context.Context, machine, addr string) (net.C
 	}
 	conn, err := c.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		p.drop(machine)
+		p.dropIfEnded(machine, c)
 		return nil, fmt.Errorf("host %s: dial %s: %w", machine, addr, err)
 	}
 	return conn, nil
@@ -192,10 +191,7 @@ func (p *Provider) RunOnMachine(ctx context.Context, machine, cmd string) (stdou
 	}
 	stdout, stderr, err = c.Run(ctx, cmd)
 	if err != nil {
-		var exit *remote.ExitError
-		if !errors.As(err, &exit) {
-			p.drop(machine)
-		}
+		p.dropIfEnded(machine, c)
 		return stdout, stderr, fmt.Errorf("host %s: %w", machine, err)
 	}
 	return stdout, stderr, nil
@@ -245,6 +241,16 @@ func (p *Provider) client(ctx context.Context, machine string) (*remote.Client, 
 }
 
 // drop forgets (and closes) the connection to machine after a failure.
+// dropIfEnded forgets machine's connection c once it has ended, so the
+// next call dials again; a failure on a live connection (a refused
+// tunnel: a member restarting; a command's context ending) keeps it, and
+// the commands still running on it (a kubeadm upgrade) go on.
+func (p *Provider) dropIfEnded(machine string, c *remote.Client) {
+	if c.Err() != nil {
+		p.drop(machine)
+	}
+}
+
 func (p *Provider) drop(machine string) {
 	p.mu.Lock()
 	c := p.ssh[machine]
