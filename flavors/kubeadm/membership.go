@@ -170,7 +170,7 @@ func (f *Flavor) Leave(ctx context.Context, replica providers.Replica) error {
 	var errs []error
 	// A join whose caller died (hamaster killed mid-join) may still run
 	// on the host: it is stopped first, so reset does not race it.
-	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "pkill -KILL -f '^kubeadm join' || true; kubeadm reset -f && rm -f "+stoppedAPIServer); err != nil {
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "pkill -KILL -f '^kubeadm join' || true; "+restoreAPIServer+"; kubeadm reset -f"); err != nil {
 		errs = append(errs, fmt.Errorf("kubeadm reset on %s: %w (stderr: %s)", replica.Name, err, tail(stderr)))
 	}
 	others, err := f.running(ctx, replica.Name)

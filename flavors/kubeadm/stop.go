@@ -16,6 +16,14 @@ var _ flavors.APIServerStopper = (*Flavor)(nil)
 // (Leave removes it once kubeadm reset has run).
 const stoppedAPIServer = "/var/lib/hamaster/kube-apiserver.yaml.stopped"
 
+// restoreAPIServer puts a manifest StopAPIServer moved back before
+// kubeadm reset: reset takes a node without the kube-apiserver manifest
+// for a worker (cmd/kubeadm/app/cmd/phases/reset: the etcd member and
+// its data dir are a control plane's to clean), and would leave the
+// etcd data behind. The apiserver it may start has no member left and
+// is out of the load balancer; reset stops it with the rest.
+var restoreAPIServer = fmt.Sprintf("if [ -f %[2]s ]; then mv -f %[2]s %[1]s; fi", APIServerManifest, stoppedAPIServer)
+
 // APIServerStopTimeout bounds the wait until a stopped apiserver no longer
 // listens: the kubelet gives a static pod its termination grace period
 // (30 s by default) to shut down gracefully.
