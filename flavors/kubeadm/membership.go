@@ -170,7 +170,7 @@ func (f *Flavor) Leave(ctx context.Context, replica providers.Replica) error {
 	var errs []error
 	// A join whose caller died (hamaster killed mid-join) may still run
 	// on the host: it is stopped first, so reset does not race it.
-	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "pkill -KILL -f '^kubeadm join' || true; "+restoreAPIServer+"; kubeadm reset -f"); err != nil {
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "pkill -KILL -f '^kubeadm join' || true; "+restoreAPIServer+"; "+resetAndClean); err != nil {
 		errs = append(errs, fmt.Errorf("kubeadm reset on %s: %w (stderr: %s)", replica.Name, err, tail(stderr)))
 	}
 	others, err := f.running(ctx, replica.Name)
@@ -184,6 +184,18 @@ func (f *Flavor) Leave(ctx context.Context, replica providers.Replica) error {
 	}
 	return errors.Join(errs...)
 }
+
+// resetAndClean runs kubeadm reset -f, then empties the etcd data
+// directory the etcd manifest named: kubeadm reset keeps it when it did
+// not remove the member itself (cmd/kubeadm/app/cmd/phases/reset
+// removeetcdmember.go: CleanDir only after its own
+// RemoveStackedEtcdMemberFromCluster succeeded, the fix for
+// kubeadm#3225), and Leave runs only once hamaster has removed the
+// member through the other masters.
+const resetAndClean = `d=$(sed -n 's/^ *- --data-dir=//p' /etc/kubernetes/manifests/etcd.yaml 2>/dev/null | head -n 1)
+kubeadm reset -f; rc=$?
+case "$d" in /?*) if [ -d "$d" ]; then find "$d" -mindepth 1 -delete; fi;; esac
+exit $rc`
 
 func quoteAll(a []string) []string {
 	out := make([]string, len(a))
