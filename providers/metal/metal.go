@@ -240,25 +240,22 @@ func (p *Provider) client(ctx context.Context, machine string) (*remote.Client, 
 	return c, nil
 }
 
-// drop forgets (and closes) the connection to machine after a failure.
 // dropIfEnded forgets machine's connection c once it has ended, so the
 // next call dials again; a failure on a live connection (a refused
 // tunnel: a member restarting; a command's context ending) keeps it, and
-// the commands still running on it (a kubeadm upgrade) go on.
+// the commands still running on it (a kubeadm upgrade) go on. Only c is
+// forgotten: a newer connection another call dialled meanwhile stays
+// (closing it would end the commands running on it).
 func (p *Provider) dropIfEnded(machine string, c *remote.Client) {
-	if c.Err() != nil {
-		p.drop(machine)
+	if c.Err() == nil {
+		return
 	}
-}
-
-func (p *Provider) drop(machine string) {
 	p.mu.Lock()
-	c := p.ssh[machine]
-	delete(p.ssh, machine)
-	p.mu.Unlock()
-	if c != nil {
-		c.Close()
+	if p.ssh[machine] == c {
+		delete(p.ssh, machine)
 	}
+	p.mu.Unlock()
+	c.Close()
 }
 
 // Close implements providers.Provider.
