@@ -5,9 +5,7 @@ package kubeadm_test
 import (
 	"context"
 	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,35 +20,6 @@ import (
 
 const upgradeVersion = "v1.34.4"
 
-// unstartableAPIServer is the kube-apiserver of "an unstartable
-// version": a release whose binary exits at once. The test's own copy of
-// the binaries' directory (linkBinaries) gets it in place of the real
-// v1.34.4 kube-apiserver for one upgrade, then the real one back.
-const unstartableAPIServer = "#!/bin/sh\necho 'kube-apiserver: cannot execute binary file: Exec format error (an unstartable release, the test says)' >&2\nexit 126\n"
-
-// linkBinaries makes a directory of versions whose files link to the
-// real binaries of src, so that the test can swap one binary without
-// touching the shared cache.
-func linkBinaries(t *testing.T, src string, versions ...string) string {
-	t.Helper()
-	dst := t.TempDir()
-	for _, v := range versions {
-		if err := os.MkdirAll(filepath.Join(dst, v), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		ents, err := os.ReadDir(filepath.Join(src, v))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ents {
-			if err := os.Symlink(filepath.Join(src, v, e.Name()), filepath.Join(dst, v, e.Name())); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return dst
-}
-
 // In-place upgrade of a kubeadm-built single master (v1.33.13, no
 // controlPlaneEndpoint): a refused apiserver flag and an unstartable
 // release are each noticed within seconds (kubeadm stopped) and rolled
@@ -61,7 +30,7 @@ func TestUpgradeKubeadmMaster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	kubeletProgram, cache := metallabtest.Kubeadm(t, labVersion, upgradeVersion)
-	binDir := linkBinaries(t, cache, labVersion, upgradeVersion)
+	binDir := metallabtest.LinkBinaries(t, cache, labVersion, upgradeVersion)
 	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 1, Kubelet: kubeletProgram, BinDir: binDir})
 	h1 := lab.Hosts[0]
 	if err := lab.Install(ctx, h1, labVersion); err != nil {
@@ -162,24 +131,9 @@ func TestUpgradeKubeadmMaster(t *testing.T) {
 	}
 
 	// An unstartable release: its kube-apiserver exits at once.
-	bin := filepath.Join(binDir, upgradeVersion, "kube-apiserver")
-	realBin, err := os.Readlink(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(bin); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, []byte(unstartableAPIServer), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	restore := metallabtest.Unstartable(t, binDir, upgradeVersion)
 	failThenRollback("unstartable version", f)
-	if err := os.Remove(bin); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(realBin, bin); err != nil {
-		t.Fatal(err)
-	}
+	restore()
 	if t.Failed() {
 		return
 	}
@@ -238,7 +192,7 @@ func TestUpgradeKubeadmTwoMasters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	kubeletProgram, cache := metallabtest.Kubeadm(t, labVersion, upgradeVersion)
-	binDir := linkBinaries(t, cache, labVersion, upgradeVersion)
+	binDir := metallabtest.LinkBinaries(t, cache, labVersion, upgradeVersion)
 	lab, p, run := kubeadmHosts(ctx, t, metallab.Options{Hosts: 2, Kubelet: kubeletProgram, BinDir: binDir})
 	h1, h2 := lab.Hosts[0], lab.Hosts[1]
 	run(h1.Name, "ip addr add "+lab.VIP.String()+"/24 dev eth0")
@@ -281,17 +235,7 @@ func TestUpgradeKubeadmTwoMasters(t *testing.T) {
 	kubeletVersion(h1, upgradeVersion)
 
 	// host-2's upgrade node meets an unstartable release.
-	bin := filepath.Join(binDir, upgradeVersion, "kube-apiserver")
-	realBin, err := os.Readlink(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(bin); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, []byte(unstartableAPIServer), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	restore := metallabtest.Unstartable(t, binDir, upgradeVersion)
 	err = f.UpgradeMaster(ctx, r2, upgradeVersion, false, 0)
 	var af *kubeadm.APIServerFailedError
 	if !errors.As(err, &af) {
@@ -312,12 +256,7 @@ func TestUpgradeKubeadmTwoMasters(t *testing.T) {
 	if _, cfg, err := f.ClusterConfigurationOf(ctx, h1.Name); err != nil || cfg.KubernetesVersion != upgradeVersion {
 		t.Errorf("kubeadm-config after host-2's rollback: %q, %v; want %s (a node's rollback leaves the cluster's)", cfg.KubernetesVersion, err, upgradeVersion)
 	}
-	if err := os.Remove(bin); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(realBin, bin); err != nil {
-		t.Fatal(err)
-	}
+	restore()
 
 	start = time.Now()
 	if err := f.UpgradeMaster(ctx, r2, upgradeVersion, false, 0); err != nil {
