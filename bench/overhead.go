@@ -18,6 +18,10 @@ type opRun struct {
 	WallMS   float64            `json:"wall_ms"`
 	StepMS   map[string]float64 `json:"step_ms"`
 	order    []string
+	// start and end are each step's first start and last end, by the
+	// events' times (zero when the events carry none): the span of a
+	// drain window, whose steps run during the grace.
+	start, end map[string]time.Time
 }
 
 // opRuns splits events into workflow runs: the step events of a run end
@@ -32,7 +36,7 @@ func opRuns(events []workflows.Event) []opRun {
 		}
 		r := open[e.Workflow]
 		if r == nil {
-			r = &opRun{Workflow: e.Workflow, StepMS: map[string]float64{}}
+			r = &opRun{Workflow: e.Workflow, StepMS: map[string]float64{}, start: map[string]time.Time{}, end: map[string]time.Time{}}
 			open[e.Workflow] = r
 		}
 		switch {
@@ -40,11 +44,18 @@ func opRuns(events []workflows.Event) []opRun {
 			r.WallMS = float64(e.ElapsedMS)
 			out = append(out, *r)
 			delete(open, e.Workflow)
+		case e.Step != "" && e.State == workflows.StateStart:
+			if _, ok := r.start[e.Step]; !ok && !e.Time.IsZero() {
+				r.start[e.Step] = e.Time
+			}
 		case e.Step != "" && e.State == workflows.StateDone:
 			if _, ok := r.StepMS[e.Step]; !ok {
 				r.order = append(r.order, e.Step)
 			}
 			r.StepMS[e.Step] += float64(e.ElapsedMS)
+			if !e.Time.IsZero() {
+				r.end[e.Step] = e.Time
+			}
 		}
 	}
 	return out
@@ -62,6 +73,9 @@ const (
 	classReplica
 	// classGrace: the drain grace period (an operator's setting).
 	classGrace
+	// classGraceOpen: a step that starts a drain grace the steps after it
+	// run during, up to the classGrace step that waits for its rest.
+	classGraceOpen
 )
 
 // stepBase is a step name without its replica-k/ slot prefix.
@@ -91,6 +105,8 @@ func cloudPart(p Profile, step string, grace time.Duration) (cloud time.Duration
 		return 0, classReplica
 	case "drain", workflows.StepRemoveFromLB:
 		return grace, classGrace
+	case workflows.StepDrainTarget:
+		return grace, classGraceOpen
 	}
 	return 0, classHamaster
 }
@@ -122,10 +138,29 @@ func overhead(p Profile, grace time.Duration, runs map[string][]opRun) []overhea
 		for _, r := range rs {
 			row.WallMS += r.WallMS
 			var stepsMS float64
-			for _, step := range r.order {
+			for i := 0; i < len(r.order); i++ {
+				step := r.order[i]
 				d := r.StepMS[step]
-				stepsMS += d
 				cloud, class := cloudPart(p, step, grace)
+				if class == classGraceOpen {
+					if k := graceClose(p, r.order, i, grace); k > i {
+						// The steps from the drain to the end of its
+						// grace run during the grace: the window's wall
+						// span counts, up to the grace as grace, the
+						// rest as hamaster's; its steps' own durations
+						// do not add to it.
+						span := r.window(i, k)
+						c := min(span, ms(cloud))
+						stepsMS += span
+						row.GraceMS += c
+						row.HamaMS += span - c
+						own[stepBase(step)+"…"+stepBase(r.order[k])] += span - c
+						i = k
+						continue
+					}
+					class = classHamaster
+				}
+				stepsMS += d
 				c := min(d, ms(cloud))
 				switch class {
 				case classGrace:
@@ -157,6 +192,33 @@ func overhead(p Profile, grace time.Duration, runs map[string][]opRun) []overhea
 		rows = append(rows, row)
 	}
 	return rows
+}
+
+// graceClose is the index of the classGrace step that ends the drain
+// window order[open] starts (the same replica slot), or -1.
+func graceClose(p Profile, order []string, open int, grace time.Duration) int {
+	slot := strings.TrimSuffix(order[open], stepBase(order[open]))
+	for k := open + 1; k < len(order); k++ {
+		if _, class := cloudPart(p, order[k], grace); class == classGrace && strings.TrimSuffix(order[k], stepBase(order[k])) == slot {
+			return k
+		}
+	}
+	return -1
+}
+
+// window is the wall span of steps order[i..k]: from the first's start to
+// the last's end by the events' times, or, without times, the sum of the
+// steps' durations.
+func (r opRun) window(i, k int) float64 {
+	from, to := r.start[r.order[i]], r.end[r.order[k]]
+	if !from.IsZero() && !to.IsZero() && to.After(from) {
+		return float64(to.Sub(from).Microseconds()) / 1000
+	}
+	var sum float64
+	for _, step := range r.order[i : k+1] {
+		sum += r.StepMS[step]
+	}
+	return sum
 }
 
 func ratioText(num, den float64) string {

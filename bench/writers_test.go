@@ -73,3 +73,40 @@ func TestOverheadFromEvents(t *testing.T) {
 		t.Errorf("remove-replica %+v", rm)
 	}
 }
+
+// TestOverheadDrainWindow: the steps between a removal's drain and the end
+// of its grace (snapshot, leader move) run during the grace: the window's
+// wall span counts once, up to the grace as grace and the rest as
+// hamaster's, not the steps' durations on top of it.
+func TestOverheadDrainWindow(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(msec int) time.Time { return t0.Add(time.Duration(msec) * time.Millisecond) }
+	step := func(name string, from, to int) []workflows.Event {
+		return []workflows.Event{
+			{Workflow: "remove-replica", Step: name, State: workflows.StateStart, Time: at(from)},
+			{Workflow: "remove-replica", Step: name, State: workflows.StateDone, Time: at(to), ElapsedMS: int64(to - from)},
+		}
+	}
+	var events []workflows.Event
+	events = append(events, step(workflows.StepPreflight, 0, 100)...)
+	events = append(events, step(workflows.StepDrainTarget, 110, 150)...)
+	events = append(events, step(workflows.StepSnapshot, 160, 290)...)
+	events = append(events, step(workflows.StepMoveLeader, 300, 380)...)
+	events = append(events, step(workflows.StepRemoveFromLB, 390, 1180)...)
+	events = append(events, step(workflows.StepStopReplica, 1190, 3190)...)
+	events = append(events, workflows.Event{Workflow: "remove-replica", State: workflows.StateDone, Time: at(3200), ElapsedMS: 3200})
+	runs := opRuns(events)
+	rows := overhead(Profile{}, time.Second, map[string][]opRun{"remove-replica": runs})
+	if len(rows) != 1 {
+		t.Fatalf("rows %+v", rows)
+	}
+	// window 110..1180: 1000 grace + 70 hamaster; preflight 100; between
+	// steps 3200 − (100 + 1070 + 2000) = 30.
+	rm := rows[0]
+	if rm.GraceMS != 1000 || rm.ReplicaMS != 2000 || rm.HamaMS != 200 {
+		t.Errorf("remove-replica %+v", rm)
+	}
+	if want := "preflight 0.10"; len(rm.Top) == 0 || rm.Top[0] != want {
+		t.Errorf("largest %v, want %s first", rm.Top, want)
+	}
+}

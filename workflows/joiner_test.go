@@ -103,7 +103,7 @@ func TestJoinerSteps(t *testing.T) {
 		want []string
 	}{
 		{"add-replica", AddReplica(d, AddParams{Name: "m1"}), []string{StepPreflight, StepSnapshot, StepReserveAddress, StepPromoteLB, StepConvertEndpoint, StepCreateVM, StepJoin, StepAddToLB, StepDNS, StepVerify}},
-		{"remove-replica", RemoveReplica(d, RemoveParams{Name: "m1"}), []string{StepPreflight, StepSnapshot, StepRemoveFromLB, StepDNS, StepMoveLeader, StepStopReplica, StepRemoveMember, StepLeave, StepDeleteVM, StepDemote, StepVerify}},
+		{"remove-replica", RemoveReplica(d, RemoveParams{Name: "m1"}), []string{StepPreflight, StepDrainTarget, StepSnapshot, StepMoveLeader, StepRemoveFromLB, StepDNS, StepStopReplica, StepRemoveMember, StepLeave, StepDeleteVM, StepDemote, StepVerify}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -26,6 +26,7 @@ type RemoveParams struct {
 
 // Remove-replica step names.
 const (
+	StepDrainTarget  = "drain-lb-target"
 	StepRemoveFromLB = "remove-from-lb"
 	StepMoveLeader   = "move-etcd-leader"
 	StepStopReplica  = "stop-replica"
@@ -34,14 +35,22 @@ const (
 	StepDemote       = "demote-lb-to-static-ip"
 )
 
-// RemoveReplica builds the remove-replica workflow: preflight → snapshot →
-// out of the LB (drain + grace) → DNS → leadership moved away → the VM
-// stopped (deleted) while its member still serves it, when the others keep
-// a quorum without it → member removed (never through the victim) → VM and
-// disk deleted → when one
-// replica is left, LB demoted back to a static IP. A replica whose add was
-// interrupted (a learner, a VM without a member, a reserved address only)
-// is removable too.
+// RemoveReplica builds the remove-replica workflow: preflight → drained in
+// the LB → snapshot and leadership moved away while the drain grace runs →
+// the rest of the grace waited, out of the LB → DNS → the VM stopped
+// (deleted) while its member still serves it, when the others keep a
+// quorum without it → member removed (never through the victim) → VM and
+// disk deleted → when one replica is left, LB demoted back to a static IP.
+// A replica whose add was interrupted (a learner, a VM without a member, a
+// reserved address only) is removable too.
+//
+// The drain grace is only a wait for the victim's open connections to
+// end; the snapshot (a read of etcd, not through the victim) and the
+// leader move (among members that all keep serving) need nothing of it,
+// so they run between the drain and the end of its grace instead of
+// adding to it. They are still separate steps, journaled in that order,
+// and both end before anything destructive (the target's removal, the
+// VM's stop, the member's removal) starts.
 func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 	wf := &Workflow{Name: "remove-replica", Params: map[string]string{"name": p.Name}}
 	if p.Force {
@@ -131,13 +140,52 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 			},
 		},
 		{
-			Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot (not through the victim) → <state-dir>/<cluster>/snapshots/"},
+			// The grace starts here; remove-from-lb waits for what is left
+			// of it after the snapshot and the leader move.
+			Name: StepDrainTarget, Plan: []string{"when the victim is an LB target: loadBalancer.DrainTarget(name), and the end of its drain grace period (" + p.DrainGrace.String() + ") recorded: the next steps run during the grace"},
+			Run: func(ctx context.Context, r *Run) error {
+				l := d.Provider.LoadBalancer()
+				t, registered, err := lbTarget(ctx, l, victim)
+				if err != nil || !registered {
+					return err
+				}
+				grace := drainGrace(r, victim, t, p.DrainGrace)
+				if err := l.DrainTarget(ctx, victim); err != nil {
+					return fmt.Errorf("drain %s: %w", victim, err)
+				}
+				// Recorded after the drain: a crash in between drains
+				// again and restarts the grace, never shortens it.
+				return r.Set(dataDrainUntil, r.now().Add(grace).UTC().Format(time.RFC3339Nano))
+			},
+		},
+		{
+			Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot (not through the victim) → <state-dir>/<cluster>/snapshots/ (during the drain grace)"},
 			Run: func(ctx context.Context, r *Run) error {
 				return takeSnapshot(ctx, d, r, "remove-"+victim, victim)
 			},
 		},
 		{
-			Name: StepRemoveFromLB, Plan: []string{"loadBalancer.DrainTarget(name)", fmt.Sprintf("wait the drain grace period (%s)", p.DrainGrace), "loadBalancer.RemoveTarget(name)", "no LB and the victim holds the static IP: move the IP to a survivor"},
+			Name: StepMoveLeader, Plan: []string{"etcd MoveLeader to the most up-to-date healthy voter, in each etcd cluster the victim leads (during the drain grace)"},
+			Run: func(ctx context.Context, r *Run) error {
+				for _, c := range ms.EtcdClusters() {
+					cli, err := ms.EtcdCluster(ctx, c, victim)
+					if err != nil {
+						return err
+					}
+					m, _, ok, err := memberOf(ctx, cli, c, r)
+					if err == nil && ok && m.Leader {
+						err = moveLeaderAway(ctx, cli, c, victim, m, p.Timeout, r)
+					}
+					cli.Close()
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		},
+		{
+			Name: StepRemoveFromLB, Plan: []string{"loadBalancer.DrainTarget(name) unless drain-lb-target did", fmt.Sprintf("wait what is left of the drain grace period (%s) after drain-lb-target", p.DrainGrace), "loadBalancer.RemoveTarget(name)", "no LB and the victim holds the static IP: move the IP to a survivor"},
 			Run: func(ctx context.Context, r *Run) error {
 				l := d.Provider.LoadBalancer()
 				exists, err := lb.Exists(ctx, l)
@@ -145,20 +193,12 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 					return err
 				}
 				if exists {
-					st, err := l.Get(ctx)
+					t, registered, err := lbTarget(ctx, l, victim)
 					if err != nil {
 						return err
 					}
-					registered, grace := false, p.DrainGrace
-					for _, t := range st.Targets {
-						if t.Name == victim {
-							registered = true
-							grace = drainGrace(r, victim, t, grace)
-						}
-					}
 					if registered {
-						r.Waiting("drain grace period of %s for %s", grace, victim)
-						if err := lb.Drain(ctx, l, victim, grace); err != nil {
+						if err := finishDrain(ctx, r, l, victim, t, p.DrainGrace); err != nil {
 							return err
 						}
 					}
@@ -202,34 +242,6 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 			},
 		},
 		{
-			Name: StepMoveLeader, Plan: []string{"etcd MoveLeader to the most up-to-date healthy voter, in each etcd cluster the victim leads"},
-			Run: func(ctx context.Context, r *Run) error {
-				for _, c := range ms.EtcdClusters() {
-					cli, err := ms.EtcdCluster(ctx, c, victim)
-					if err != nil {
-						return err
-					}
-					m, _, ok, err := memberOf(ctx, cli, c, r)
-					if err == nil && ok && m.Leader {
-						var to uint64
-						mctx, cancel := context.WithTimeout(ctx, p.Timeout)
-						to, err = cli.MoveLeader(mctx, m.ID)
-						cancel()
-						if err != nil {
-							err = fmt.Errorf("move etcd %s leadership away from %s: %w", c, victim, err)
-						} else {
-							r.Info("etcd %s leadership moved from %s to %x", c, victim, to)
-						}
-					}
-					cli.Close()
-					if err != nil {
-						return err
-					}
-				}
-				return nil
-			},
-		},
-		{
 			// The victim's apiserver is drained, but it still serves its
 			// kept-alive clients (controllers, watches) until it stops;
 			// removing its etcd member first leaves it serving them without
@@ -256,6 +268,12 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 						return err
 					}
 					m, members, ok, err := memberOf(ctx, cli, c, r)
+					if err == nil && ok && m.Leader {
+						// Leadership came back during the drain grace (an
+						// election): moved again, so the stop does not
+						// cost the survivors an election.
+						err = moveLeaderAway(ctx, cli, c, victim, m, p.Timeout, r)
+					}
 					cli.Close()
 					if err != nil {
 						return err
@@ -294,6 +312,10 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 						return err
 					}
 					m, _, ok, err := memberOf(ctx, cli, cs[i], r)
+					if err == nil && ok && m.Leader {
+						// Still serving and leading again (see stop-replica).
+						err = moveLeaderAway(ctx, cli, cs[i], victim, m, p.Timeout, r)
+					}
 					if err == nil && ok {
 						if err = cli.Remove(ctx, m.ID); err != nil {
 							err = fmt.Errorf("remove etcd %s member %s of %s: %w", cs[i], m.Name, victim, err)
@@ -350,7 +372,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 		// reset before the member's removal would retry against, or
 		// wipe, the live cluster.
 		steps := wf.Steps
-		wf.Steps = pickSteps(steps, StepPreflight, StepSnapshot, StepRemoveFromLB, StepDNS, StepMoveLeader)
+		wf.Steps = pickSteps(steps, StepPreflight, StepDrainTarget, StepSnapshot, StepMoveLeader, StepRemoveFromLB, StepDNS)
 		if st, ok := j.(flavors.APIServerStopper); ok {
 			wf.Steps = append(wf.Steps, stopAPIServerStep(d, st, victim))
 		}
@@ -410,4 +432,68 @@ func drainGrace(r *Run, victim string, t lb.TargetHealth, grace time.Duration) t
 	}
 	r.Info("%s is not healthy in the load balancer (%s): it gets no traffic, so the %s drain grace is skipped", victim, reason, grace)
 	return 0
+}
+
+// dataDrainUntil is the journal key of the end of the victim's drain
+// grace (RFC 3339), recorded by drain-lb-target.
+const dataDrainUntil = "drain-until"
+
+// lbTarget returns victim's target in the load balancer and whether it is
+// one; no load balancer is no target.
+func lbTarget(ctx context.Context, l lb.LoadBalancer, victim string) (lb.TargetHealth, bool, error) {
+	exists, err := lb.Exists(ctx, l)
+	if err != nil || !exists {
+		return lb.TargetHealth{}, false, err
+	}
+	st, err := l.Get(ctx)
+	if err != nil {
+		return lb.TargetHealth{}, false, err
+	}
+	for _, t := range st.Targets {
+		if t.Name == victim {
+			return t, true, nil
+		}
+	}
+	return lb.TargetHealth{}, false, nil
+}
+
+// finishDrain waits for what is left of victim's drain grace: until the
+// end drain-lb-target recorded (never longer than grace, whatever the
+// clock did). Without a recorded end (a journal of an older release, in
+// which this step drained), it drains and waits the whole grace, as then.
+func finishDrain(ctx context.Context, r *Run, l lb.LoadBalancer, victim string, t lb.TargetHealth, grace time.Duration) error {
+	until, err := time.Parse(time.RFC3339Nano, r.Get(dataDrainUntil))
+	if err != nil {
+		grace = drainGrace(r, victim, t, grace)
+		if grace > 0 {
+			r.Waiting("drain grace period of %s for %s", grace, victim)
+		}
+		return lb.Drain(ctx, l, victim, grace)
+	}
+	left := min(until.Sub(r.now()), grace)
+	if left <= 0 {
+		return nil
+	}
+	r.Waiting("rest of the drain grace period for %s: %s of %s", victim, left.Round(time.Millisecond), grace)
+	tm := time.NewTimer(left)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("drain %s: grace period: %w", victim, ctx.Err())
+	}
+}
+
+// moveLeaderAway moves etcd cluster c's leadership from victim's member m
+// to another voter, bounded by timeout.
+func moveLeaderAway(ctx context.Context, cli *etcdmember.Client, c, victim string, m etcdmember.Member, timeout time.Duration, r *Run) error {
+	mctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	to, err := cli.MoveLeader(mctx, m.ID)
+	if err != nil {
+		return fmt.Errorf("move etcd %s leadership away from %s: %w", c, victim, err)
+	}
+	r.Info("etcd %s leadership moved from %s to %x", c, victim, to)
+	return nil
 }

@@ -1,0 +1,171 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/providers/local"
+	"github.com/hamaster/hamaster/workflows"
+	"github.com/hamaster/hamaster/workflows/workflowstest"
+)
+
+// TestRemoveReplicaOverlapsTheDrainGrace removes replicas of a 3-replica
+// cluster (the etcd leader's, a follower's; uninterrupted, and crashed
+// right after the drain starts) and checks, after each step and in the
+// journal, the order the overlap with the drain grace must keep: the
+// snapshot is saved and leadership moved while the victim is still a
+// running member, both before anything destructive (its LB target's
+// removal, its stop, its member's removal); the grace is waited in full
+// from the drain, with the snapshot and the leader move inside it.
+func TestRemoveReplicaOverlapsTheDrainGrace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "order")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	master := local.MasterName("order")
+	const grace = 3 * time.Second
+	replicas := []string{master}
+	for _, n := range []string{"order-master-a01", "order-master-a02"} {
+		if err := e.add(ctx, n, nil); err != nil {
+			t.Fatalf("add %s: %v", n, err)
+		}
+		replicas = append(replicas, n)
+	}
+	store := workflows.NewJournalStore(e.c.Settings.StateDir, e.name)
+	for i, tc := range []struct {
+		name       string
+		leader     bool   // remove the etcd leader's replica, else a follower's
+		crashAfter string // crash once right after this step, then resume
+	}{
+		{name: "leader", leader: true},
+		{name: "follower", leader: false},
+		{name: "leader crashed after the drain", leader: true, crashAfter: workflows.StepDrainTarget},
+		{name: "follower crashed after the snapshot", leader: false, crashAfter: workflows.StepSnapshot},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			victim := pickByLeadership(ctx, t, e, replicas, tc.leader)
+			d := e.deps(nil)
+			var problems []string
+			check := func(step string) {
+				j, err := store.Load()
+				if err != nil || j == nil {
+					t.Fatalf("journal after %s: %v", step, err)
+				}
+				rep, err := workflows.Status(ctx, d)
+				if err != nil {
+					t.Fatalf("status after %s: %v", step, err)
+				}
+				var member, leads bool
+				for _, m := range rep.Members {
+					if m.Name == victim {
+						member, leads = true, m.Leader
+					}
+				}
+				_, vmErr := e.c.Provider.Instances().Get(ctx, victim)
+				switch step {
+				case workflows.StepSnapshot, workflows.StepMoveLeader:
+					if _, err := os.Stat(j.Data["snapshot"]); err != nil {
+						problems = append(problems, step+": no snapshot: "+err.Error())
+					}
+					if !member || vmErr != nil {
+						problems = append(problems, step+": the victim is no longer a running member")
+					}
+					if step == workflows.StepMoveLeader && leads {
+						problems = append(problems, step+": the victim still leads etcd")
+					}
+				}
+			}
+			after := func(step string) error {
+				check(step)
+				if step == tc.crashAfter {
+					return workflowstest.ErrCrash
+				}
+				return nil
+			}
+			d.AfterStep = after
+			wf := workflows.RemoveReplica(d, workflows.RemoveParams{Name: victim, DrainGrace: grace, Timeout: time.Minute})
+			opts := workflows.Options{Supersede: workflows.SupersedeAdd(victim), LockExclude: []string{victim}}
+			err := workflows.Execute(ctx, d, wf, opts)
+			if tc.crashAfter != "" {
+				if !errors.Is(err, workflowstest.ErrCrash) {
+					t.Fatalf("remove %s crashing after %s: %v", victim, tc.crashAfter, err)
+				}
+				d = e.deps(nil)
+				d.AfterStep = func(step string) error { check(step); return nil }
+				err = workflows.Execute(ctx, d, workflows.RemoveReplica(d, workflows.RemoveParams{Name: victim, DrainGrace: grace, Timeout: time.Minute}), opts)
+			}
+			if err != nil {
+				t.Fatalf("remove %s: %v", victim, err)
+			}
+			for _, p := range problems {
+				t.Error(p)
+			}
+			j, err := store.Load()
+			if err != nil || j == nil || !j.Finished {
+				t.Fatalf("journal %+v: %v", j, err)
+			}
+			rec := map[string]workflows.StepRecord{}
+			for _, s := range j.Steps {
+				rec[s.Name] = s
+			}
+			before := func(a, b string) {
+				t.Helper()
+				if ea, sb := rec[a].Ended, rec[b].Started; ea.IsZero() || sb.IsZero() || ea.After(sb) {
+					t.Errorf("%s ended %s, after %s started %s", a, ea.Format(time.StampMicro), b, sb.Format(time.StampMicro))
+				}
+			}
+			for _, destructive := range []string{workflows.StepRemoveFromLB, workflows.StepStopReplica, workflows.StepRemoveMember, workflows.StepDeleteVM} {
+				before(workflows.StepSnapshot, destructive)
+				before(workflows.StepMoveLeader, destructive)
+			}
+			before(workflows.StepDrainTarget, workflows.StepSnapshot)
+			// The grace runs from the drain call's return (inside its
+			// step), to the end it recorded.
+			drainStart, drained := rec[workflows.StepDrainTarget].Started, rec[workflows.StepDrainTarget].Ended
+			until, err := time.Parse(time.RFC3339Nano, j.Data["drain-until"])
+			if err != nil || until.Sub(drainStart) < grace || until.After(drained.Add(grace)) {
+				t.Errorf("recorded end of the grace %q (%v), want %s after the drain started %s", j.Data["drain-until"], err, grace, drainStart.Format(time.StampMicro))
+			}
+			if out := rec[workflows.StepRemoveFromLB].Ended; out.Before(until) {
+				t.Errorf("out of the LB at %s, before the grace ended at %s", out.Format(time.StampMicro), until.Format(time.StampMicro))
+			}
+			if tc.crashAfter == "" {
+				// Uninterrupted, the snapshot and the leader move run
+				// inside the grace, not after it.
+				if moved := rec[workflows.StepMoveLeader].Ended; moved.Sub(drained) >= grace {
+					t.Errorf("snapshot and leader move ended %s after the drain: not within its grace of %s", moved.Sub(drained), grace)
+				}
+			}
+			replicas = slices.DeleteFunc(replicas, func(r string) bool { return r == victim })
+			e.assertConverged(ctx, replicas...)
+			next := "order-master-b0" + string(rune('1'+i))
+			if err := e.add(ctx, next, nil); err != nil {
+				t.Fatalf("add %s: %v", next, err)
+			}
+			replicas = append(replicas, next)
+		})
+	}
+}
+
+// pickByLeadership returns the replica whose etcd member leads (leader)
+// or one whose member does not.
+func pickByLeadership(ctx context.Context, t *testing.T, e *env, replicas []string, leader bool) string {
+	t.Helper()
+	rep, err := workflows.Status(ctx, e.deps(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range replicas {
+		for _, m := range rep.Members {
+			if m.Name == r && m.Leader == leader {
+				return r
+			}
+		}
+	}
+	t.Fatalf("no replica of %v with leader=%v among members %+v", replicas, leader, rep.Members)
+	return ""
+}
