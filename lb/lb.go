@@ -123,6 +123,18 @@ type PromotionNoter interface {
 	PromotionNote() string
 }
 
+// SessionEnder is an optional capability of a LoadBalancer whose drain
+// leaves open connections to go on for as long as they last (HAProxy in
+// TCP mode): EndSessions closes the connections still open to a drained
+// target, as a cloud LB does when its connection-draining timeout (GCE)
+// or deregistration delay (AWS) ends. Drain calls it once the grace
+// period is over, before the target is touched, so that clients on
+// kept-alive connections reconnect to another target instead of being
+// answered by a master whose etcd or apiserver is being replaced.
+type SessionEnder interface {
+	EndSessions(ctx context.Context, name string) error
+}
+
 // Releaser is an optional capability of a LoadBalancer: give up the static
 // IP (delete only what binds it, e.g. the forwarding rule) and leave the
 // rest for Delete, so that demotion can attach the IP to the last replica

@@ -96,22 +96,34 @@ func Demote(ctx context.Context, sip StaticIP, l LoadBalancer, last string) erro
 
 // Drain stops new connections to a target, then waits grace so that
 // clients finish what they were doing before the replica is touched
-// (the LB's health checks also notice in that time).
+// (the LB's health checks also notice in that time), and ends the drain
+// (FinishDrain).
 func Drain(ctx context.Context, l LoadBalancer, name string, grace time.Duration) error {
 	if err := l.DrainTarget(ctx, name); err != nil {
 		return fmt.Errorf("drain %s: %w", name, err)
 	}
-	if grace <= 0 {
-		return nil
+	return FinishDrain(ctx, l, name, grace)
+}
+
+// FinishDrain waits what is left of a drained target's grace period,
+// then has an LB that lets open connections outlive a drain
+// (SessionEnder) close them.
+func FinishDrain(ctx context.Context, l LoadBalancer, name string, left time.Duration) error {
+	if left > 0 {
+		t := time.NewTimer(left)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("drain %s: grace period: %w", name, ctx.Err())
+		}
 	}
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("drain %s: grace period: %w", name, ctx.Err())
+	if se, ok := l.(SessionEnder); ok {
+		if err := se.EndSessions(ctx, name); err != nil {
+			return fmt.Errorf("drain %s: end the connections left after the grace period: %w", name, err)
+		}
 	}
+	return nil
 }
 
 // WaitHealthy polls the LB until it reports the target healthy and not

@@ -459,8 +459,10 @@ func lbTarget(ctx context.Context, l lb.LoadBalancer, victim string) (lb.TargetH
 
 // finishDrain waits for what is left of victim's drain grace: until the
 // end drain-lb-target recorded (never longer than grace, whatever the
-// clock did). Without a recorded end (a journal of an older release, in
-// which this step drained), it drains and waits the whole grace, as then.
+// clock did), then ends the drain (lb.FinishDrain: an LB that lets open
+// connections outlive it closes them). Without a recorded end (a journal
+// of an older release, in which this step drained), it drains and waits
+// the whole grace, as then.
 func finishDrain(ctx context.Context, r *Run, l lb.LoadBalancer, victim string, t lb.TargetHealth, grace time.Duration) error {
 	until, err := time.Parse(time.RFC3339Nano, r.Get(dataDrainUntil))
 	if err != nil {
@@ -471,18 +473,10 @@ func finishDrain(ctx context.Context, r *Run, l lb.LoadBalancer, victim string, 
 		return lb.Drain(ctx, l, victim, grace)
 	}
 	left := min(until.Sub(r.now()), grace)
-	if left <= 0 {
-		return nil
+	if left > 0 {
+		r.Waiting("rest of the drain grace period for %s: %s of %s", victim, left.Round(time.Millisecond), grace)
 	}
-	r.Waiting("rest of the drain grace period for %s: %s of %s", victim, left.Round(time.Millisecond), grace)
-	tm := time.NewTimer(left)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("drain %s: grace period: %w", victim, ctx.Err())
-	}
+	return lb.FinishDrain(ctx, l, victim, left)
 }
 
 // moveLeaderAway moves etcd cluster c's leadership from victim's member m

@@ -107,6 +107,7 @@ const (
 type loadBalancer struct{ p *Provider }
 
 var (
+	_ lb.SessionEnder   = loadBalancer{}
 	_ lb.LoadBalancer   = loadBalancer{}
 	_ lb.PromotionNoter = loadBalancer{}
 	_ lb.StaticIP       = staticIP{}
@@ -490,6 +491,32 @@ func (l loadBalancer) DrainTarget(ctx context.Context, name string) error {
 			p.log.Warn("metal: drain skipped on a master whose HAProxy does not run or know the server", "host", t.Name, "server", name, "err", err)
 		default:
 			return fmt.Errorf("drain %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// EndSessions implements lb.SessionEnder: once a drain's grace period
+// is over, every master's HAProxy closes the connections still open to
+// name (vip.EndSessions), as a cloud LB's draining timeout does; HAProxy
+// in TCP mode would otherwise keep a kept-alive client on a drained
+// master while its etcd and apiserver are replaced (an in-place upgrade
+// answered such clients "etcd failed" on the lab). A HAProxy that does
+// not run is left. Not a target: success.
+func (l loadBalancer) EndSessions(ctx context.Context, name string) error {
+	p := l.p
+	s, err := p.loadLB()
+	if err != nil || s == nil || s.target(name) < 0 {
+		return err
+	}
+	for _, t := range s.Targets {
+		err := vip.EndSessions(ctx, p.vipHost(t.Name), name)
+		switch {
+		case err == nil:
+		case errors.Is(err, errkind.Unavailable), errors.Is(err, errkind.NotFound):
+			p.log.Warn("metal: sessions left on a master whose HAProxy does not run or know the server", "host", t.Name, "server", name, "err", err)
+		default:
+			return err
 		}
 	}
 	return nil

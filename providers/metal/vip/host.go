@@ -286,27 +286,42 @@ func Drain(ctx context.Context, h Host, name string) error {
 	return setState(ctx, h, name, "drain")
 }
 
+// EndSessions closes, on h's HAProxy, every connection still open to
+// master name ("shutdown sessions server apiserver/NAME"): what ends a
+// drain once its grace period is over (lb.SessionEnder). A kept-alive
+// client then reconnects to another apiserver; an idle HTTP/1.1
+// connection closed this way is retried by the client without an error.
+func EndSessions(ctx context.Context, h Host, name string) error {
+	return serverCommand(ctx, h, name, "shutdown sessions server %s/%s", "end the sessions of "+name)
+}
+
 // Ready undoes Drain.
 func Ready(ctx context.Context, h Host, name string) error {
 	return setState(ctx, h, name, "ready")
 }
 
 func setState(ctx context.Context, h Host, name, state string) error {
+	return serverCommand(ctx, h, name, "set server %s/%s state "+state, "set "+name+" "+state)
+}
+
+// serverCommand runs format (its two %s: the backend and name) on h's
+// HAProxy admin socket; what names the action in errors and the log.
+func serverCommand(ctx context.Context, h Host, name, format, what string) error {
 	if !labelRE.MatchString(name) {
-		return errkind.Errorf(errkind.InvalidArgument, "set %s %s on %s: not a master's name", name, state, h.Name)
+		return errkind.Errorf(errkind.InvalidArgument, "%s on %s: not a master's name", what, h.Name)
 	}
-	out, err := runtime(ctx, h, fmt.Sprintf("set server %s/%s state %s", BackendName, name, state))
+	out, err := runtime(ctx, h, fmt.Sprintf(format, BackendName, name))
 	if err != nil {
-		return fmt.Errorf("set %s %s: %w", name, state, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if msg := strings.TrimSpace(string(out)); msg != "" {
 		kind := errkind.FailedPrecondition
 		if strings.Contains(msg, "No such") {
 			kind = errkind.NotFound
 		}
-		return errkind.Errorf(kind, "set %s %s on %s: haproxy says %q", name, state, h.Name, msg)
+		return errkind.Errorf(kind, "%s on %s: haproxy says %q", what, h.Name, msg)
 	}
-	h.log().Info("vip: haproxy server state", "server", name, "state", state)
+	h.log().Info("vip: haproxy: "+what, "server", name)
 	return nil
 }
 

@@ -94,6 +94,13 @@ func TestDrainErrors(t *testing.T) {
 	if err := Ready(context.Background(), Host{Name: "cp-1", Exec: ok}, "cp-2"); err != nil || !strings.Contains(strings.Join(ok.ran, "\n"), "'set server apiserver/cp-2 state ready'") {
 		t.Errorf("Ready = %v, ran %q", err, ok.ran)
 	}
+	ended := &fakeExec{}
+	if err := EndSessions(context.Background(), Host{Name: "cp-1", Exec: ended}, "cp-2"); err != nil || !strings.Contains(strings.Join(ended.ran, "\n"), "'shutdown sessions server apiserver/cp-2'") {
+		t.Errorf("EndSessions = %v, ran %q", err, ended.ran)
+	}
+	if err := EndSessions(context.Background(), Host{Name: "cp-1", Exec: &fakeExec{answers: map[string]string{"shutdown sessions": "No such server.\n"}}}, "cp-9"); !errors.Is(err, errkind.NotFound) {
+		t.Errorf("EndSessions of an unknown server = %v", err)
+	}
 }
 
 // Apply writes only what differs and names the host and file when it
