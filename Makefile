@@ -126,7 +126,7 @@ test-real: kube-apiserver build
 test-metal: test-prereqs kube-apiserver build
 	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 40m -v ./testbed/metal/... ./cmd/metallab/ ./providers/metal/... ./flavors/kubeadm/
 	# The real CLI's walk on the lab (TestMetalKubeadmEndToEnd).
-	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 30m -v -run 'TestMetal' ./cmd/hamaster/
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 40m -v -run 'TestMetal' ./cmd/hamaster/
 
 # The GCE fake's kubeadm tier (as root; not part of make test): VMs made
 # from the fake's kubeadm image (kubeadm, kubectl and the test bed's

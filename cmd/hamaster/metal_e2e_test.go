@@ -12,10 +12,12 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +29,10 @@ import (
 	"github.com/hamaster/hamaster/workflows"
 )
 
-const metalVersion = "v1.33.13"
+const (
+	metalVersion   = "v1.33.13"
+	metalUpgradeTo = "v1.34.4"
+)
 
 // labEnv reads the HAMASTER_* variables metallab writes to hamaster.env
 // ("export K=V" lines), as an operator sources it.
@@ -58,13 +63,18 @@ func labEnv(t *testing.T, path string) []string {
 // it, the host joined; killed after the conversion and resumed) →
 // add-replica (the first free host; killed during kubeadm join and
 // resumed) with load on the old address and the VIP throughout: 0
-// failed → remove-replica of the VIP's holder (a planned handoff; killed
+// failed → rolling-upgrade with a refused flag, then to an unstartable
+// release (each rolled back: 3/3 healthy at the old version within 30 s
+// of the failure) → rolling-upgrade to v1.34.4 under the VIP's load →
+// remove-replica of the VIP's holder (a planned handoff; killed
 // after the member's removal and resumed) and of another → one master
 // left, no member or Node of the others, the freed hosts clean.
 func TestMetalKubeadmEndToEnd(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
-	kubeletProgram, binDir := metallabtest.Kubeadm(t, metalVersion)
+	kubeletProgram, cache := metallabtest.Kubeadm(t, metalVersion, metalUpgradeTo)
+	// A copy of links, so that one release can be made unstartable.
+	binDir := metallabtest.LinkBinaries(t, cache, metalVersion, metalUpgradeTo)
 	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir})
 	for _, h := range lab.Hosts {
 		if err := lab.Install(ctx, h, metalVersion); err != nil {
@@ -193,6 +203,8 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 		t.Errorf("requests to the old address failed: %+v", old)
 	}
 
+	upgradeLeg(ctx, t, command, hm, binDir, func(cmd string) string { return must(h1, cmd) })
+
 	// The VIP's holder leaves first: a planned handoff.
 	holder := ""
 	for _, h := range lab.Hosts {
@@ -214,7 +226,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	}
 	hm("remove-replica", "--name", second, "--yes")
 	vip := vipLoad.Stop()
-	t.Logf("load on the VIP %s through the second add and both removals: %+v", vipAddr, vip)
+	t.Logf("load on the VIP %s through the second add, the upgrades and both removals: %+v", vipAddr, vip)
 	// Known gap (issue 24's note): the last removal takes etcd from 2
 	// voters to 1, and the surviving apiserver's /readyz reports etcd
 	// not ready for a moment (0–2 kept-alive 500s seen); more than that
@@ -246,6 +258,115 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 			t.Errorf("freed host %s keeps: %s", name, left)
 		}
 	}
+}
+
+// upgradeLeg is the walk's rolling-upgrade part, on 3 masters at
+// metalVersion: an upgrade whose apiserver refuses a flag, and one to a
+// release whose apiserver cannot start, are each stopped and rolled back
+// (3 masters healthy at metalVersion within 30 s of the failure the CLI
+// reports); then the upgrade to metalUpgradeTo, one master at a time.
+// run runs a shell command on the first master.
+func upgradeLeg(ctx context.Context, t *testing.T, command func([]string, ...string) (*exec.Cmd, *strings.Builder), hm func(...string) string, binDir string, run func(string) string) {
+	t.Helper()
+	// healthy waits until status sees 3 masters healthy at want and
+	// returns when that was first seen.
+	healthy := func(want string) time.Time {
+		t.Helper()
+		var last string
+		err := wait.Until(ctx, 500*time.Millisecond, "3 masters healthy at "+want, func() (bool, error) {
+			cmd, out := command(nil, "--output", "json", "status", "--timeout", "90s")
+			cmd.Stderr = io.Discard // "not healthy" while a master is not
+			_ = cmd.Run()           // exit 3 meanwhile
+			var st struct {
+				Replicas []struct {
+					Name    string `json:"name"`
+					Healthy bool   `json:"healthy"`
+					Version string `json:"version"`
+				} `json:"replicas"`
+			}
+			if err := json.Unmarshal([]byte(out.String()), &st); err != nil {
+				return false, fmt.Errorf("status: %w\n%s", err, out)
+			}
+			last = fmt.Sprintf("%+v", st.Replicas)
+			n := 0
+			for _, r := range st.Replicas {
+				if r.Healthy && r.Version == want {
+					n++
+				}
+			}
+			return n == 3, nil
+		})
+		if err != nil {
+			t.Fatalf("%v (last: %s)", err, last)
+		}
+		return time.Now()
+	}
+	// failed runs an upgrade that must fail on the new apiserver and be
+	// rolled back: from the moment its output says the apiserver cannot
+	// start to 3/3 healthy at metalVersion, at most 30 s.
+	failed := func(what string, args ...string) {
+		t.Helper()
+		cmd, out := command(nil, append([]string{"rolling-upgrade", "--version", metalUpgradeTo, "--drain-grace", "2s"}, append(args, "--yes")...)...)
+		defer func() {
+			if t.Failed() {
+				t.Logf("rolling-upgrade with %s, its output:\n%s", what, out)
+			}
+		}()
+		noticed := &firstLine{match: "the new kube-apiserver cannot start", w: out}
+		cmd.Stdout, cmd.Stderr = noticed, noticed
+		start := time.Now()
+		if err := cmd.Run(); err == nil {
+			t.Fatalf("rolling-upgrade with %s succeeded:\n%s", what, out)
+		}
+		ended := time.Now()
+		if noticed.at.IsZero() {
+			t.Fatalf("rolling-upgrade with %s: its output never says the new apiserver cannot start:\n%s", what, out)
+		}
+		if !strings.Contains(out.String(), "rolled back") && !strings.Contains(out.String(), "rollback") {
+			t.Errorf("rolling-upgrade with %s: its output says nothing of a rollback:\n%s", what, out)
+		}
+		ok := healthy(metalVersion)
+		took := ok.Sub(noticed.at)
+		t.Logf("rolling-upgrade with %s: failed after %s; 3/3 healthy at %s %s after the failure was reported (the CLI exited %s after it)", what, noticed.at.Sub(start).Round(100*time.Millisecond), metalVersion, took.Round(100*time.Millisecond), ended.Sub(noticed.at).Round(100*time.Millisecond))
+		if took > 30*time.Second {
+			t.Errorf("rolling-upgrade with %s: 3/3 healthy %s after the failure; want < 30 s", what, took)
+		}
+		if cfg := run("kubectl --kubeconfig /etc/kubernetes/admin.conf -n kube-system get cm kubeadm-config -o jsonpath='{.data.ClusterConfiguration}'"); !strings.Contains(cfg, "kubernetesVersion: "+metalVersion) || strings.Contains(cfg, "hamaster-refused-flag") {
+			t.Errorf("kubeadm-config after the rollback of %s:\n%s", what, cfg)
+		}
+	}
+	failed("a refused flag", "--extra-args", "--hamaster-refused-flag=1")
+	restore := metallabtest.Unstartable(t, binDir, metalUpgradeTo)
+	failed("an unstartable release")
+	restore()
+
+	start := time.Now()
+	hm("rolling-upgrade", "--version", metalUpgradeTo, "--yes")
+	t.Logf("rolling-upgrade to %s: 3/3 healthy %s after its start", metalUpgradeTo, healthy(metalUpgradeTo).Sub(start).Round(100*time.Millisecond))
+	if v := run("kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o jsonpath='{.items[*].status.nodeInfo.kubeletVersion}'"); v != strings.TrimSpace(strings.Repeat(metalUpgradeTo+" ", 3)) {
+		t.Errorf("kubelet versions after the upgrade: %s", v)
+	}
+	if plan := run("kubeadm upgrade plan " + metalUpgradeTo + " --ignore-preflight-errors=" + metallab.IgnorePreflightErrors + " 2>&1 || true"); !strings.Contains(plan, "Cluster version: "+strings.TrimPrefix(metalUpgradeTo, "v")) && !strings.Contains(plan, "Cluster version: "+metalUpgradeTo) {
+		t.Errorf("kubeadm upgrade plan does not read the cluster at %s:\n%s", metalUpgradeTo, plan)
+	}
+}
+
+// firstLine passes writes to w and records when a write first carries
+// match.
+type firstLine struct {
+	match string
+	w     io.Writer
+	mu    sync.Mutex
+	at    time.Time
+}
+
+func (f *firstLine) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at.IsZero() && strings.Contains(string(p), f.match) {
+		f.at = time.Now()
+	}
+	return f.w.Write(p)
 }
 
 func asSlice(v any) []any {
