@@ -48,14 +48,18 @@ man:
 #    benchmark), run without it, at the same time: the replicas they
 #    drive are built without -race anyway, and with the workflows and
 #    the local provider under -race make test took 618 s on 2 cores from
-#    a fresh clone. .ci/run runs them all with -race after make test
+#    a fresh clone. So do the packages that embed a real etcd server or
+#    client-go (etcdmember, remote's tests, the node, the test bed's
+#    kubelet): under -race they had etcd's server and client-go compiled
+#    a second time, instrumented (make test: 607 s from a fresh clone
+#    with them under -race). .ci/run runs them all with -race after make test
 #    ('make test-race-integration');
 #  - several packages at once (the slow ones mostly wait on their fakes'
 #    timers; more tests at once within a package overloads moto);
 #  - go vet's full set runs in 'make lint' (.ci/run runs it); go test runs
 #    vet's high-confidence checks.
 TEST_P ?= 4
-NORACE_PKGS ?= ./cmd/... ./providers/... ./testbed/... ./workflows/... ./bench/...
+NORACE_PKGS ?= ./cmd/... ./providers/... ./testbed/... ./workflows/... ./bench/... ./etcdmember/... ./remote/... ./dataplane/node/... ./dataplane/kubelet/...
 test: test-prereqs
 	@all=$$($(GO) list $(PKGS)) && norace=$$($(GO) list $(NORACE_PKGS)) || exit 2; \
 	race=$$(printf '%s\n' $$all | grep -vxF "$$norace"); \
