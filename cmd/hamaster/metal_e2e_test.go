@@ -192,6 +192,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	if probeload.Failed(old) != 0 {
 		t.Errorf("requests to the old address failed: %+v", old)
 	}
+	vipLoad = failoverLeg(ctx, t, lab, sh, command, tlsFor(), vipLoad)
 
 	// The VIP's holder leaves first: a planned handoff.
 	holder := ""
