@@ -63,6 +63,7 @@ func failoverLeg(ctx context.Context, t *testing.T, lab *metallab.Lab,
 		t.Errorf("requests to the VIP failed during the second add: %+v", before)
 	}
 
+	legStart := time.Now()
 	w := newHolderWatch(lab)
 	wctx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
@@ -133,8 +134,10 @@ func failoverLeg(ctx context.Context, t *testing.T, lab *metallab.Lab,
 	<-watchDone
 	if splits := w.splitBrains(); len(splits) > 0 {
 		t.Errorf("two hosts held the VIP at once, %d polls: %v", len(splits), splits[:min(len(splits), 5)])
+	} else {
+		t.Logf("failover leg: no two hosts held the VIP at any poll (every %v on each host)", failoverPoll)
 	}
-	t.Logf("failover leg: no two hosts held the VIP at any poll (every %v on each host)", failoverPoll)
+	t.Logf("failover leg: VIP holders from its start: %s", w.timeline(legStart))
 	return probeload.Start(ctx, vipAddr, tlsCfg, 20*time.Millisecond)
 }
 
@@ -162,7 +165,9 @@ func measureFailover(ctx context.Context, t *testing.T, w *holderWatch, url stri
 	t.Helper()
 	p := startProbe(ctx, url, tlsCfg)
 	defer p.stop()
-	if err := wait.Until(ctx, failoverPoll, "a request through the VIP before the fault", func() (bool, error) {
+	bctx, cancel := context.WithTimeout(ctx, failoverWait)
+	defer cancel()
+	if err := wait.Until(bctx, failoverPoll, "a request through the VIP before the fault", func() (bool, error) {
 		return p.firstOK(time.Time{}) != nil, nil
 	}); err != nil {
 		t.Fatal(err)
@@ -170,8 +175,8 @@ func measureFailover(ctx context.Context, t *testing.T, w *holderWatch, url stri
 	start := time.Now()
 	inject()
 	r := failover{fault: fault, from: from}
-	mctx, cancel := context.WithDeadline(ctx, start.Add(failoverWait))
-	defer cancel()
+	mctx, cancelM := context.WithDeadline(ctx, start.Add(failoverWait))
+	defer cancelM()
 	var movedAt time.Time
 	if err := wait.Until(mctx, 10*time.Millisecond, "the VIP off "+from, func() (bool, error) {
 		r.to, movedAt = w.movedOff(from, start)
