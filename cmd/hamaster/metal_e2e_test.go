@@ -202,6 +202,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	if probeload.Failed(old) != 0 {
 		t.Errorf("requests to the old address failed: %+v", old)
 	}
+	vipLoad = failoverLeg(ctx, t, lab, sh, command, tlsFor(), vipLoad)
 
 	upgradeLeg(ctx, t, command, hm, binDir, func(cmd string) string { return must(h1, cmd) })
 

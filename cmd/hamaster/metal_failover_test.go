@@ -1,0 +1,506 @@
+//go:build metallab
+
+// Issue 24's unplanned failovers in the metal walk: the VIP holder's
+// host cut off, then the holder's kube-apiserver killed.
+
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/internal/probeload"
+	"github.com/hamaster/hamaster/internal/wait"
+	"github.com/hamaster/hamaster/testbed/metal/metallab"
+)
+
+const (
+	// failoverGoal is issue 24's bound: from the fault to the VIP held by
+	// another master and answering through it.
+	failoverGoal = 3 * time.Second
+	// failoverWait bounds the measurement itself, well past the goal, so
+	// that a miss is measured rather than cut off.
+	failoverWait = 20 * time.Second
+	// failoverPoll is the holder watcher's period on each host and the
+	// probe's request period.
+	failoverPoll = 50 * time.Millisecond
+	// failoverHealthy bounds the wait for three healthy masters after a
+	// fault is undone (a restarted apiserver, an etcd member catching up).
+	failoverHealthy = 5 * time.Minute
+)
+
+// failoverLeg is issue 24's unplanned failovers, run on a walk's three
+// kubeadm masters with the VIP up: (a) the VIP holder's host cut off (its
+// port on the lab's bridge down: nothing it sends arrives anymore), then
+// its link back and three healthy masters awaited; (b) the holder's
+// kube-apiserver SIGKILLed (the kubelet restarts it), then three healthy
+// masters awaited. Each time the VIP must be held by another master and
+// answer GET /readyz through it within failoverGoal of the fault, and at
+// no poll of the hosts (each every failoverPoll, the whole leg) may two
+// reachable hosts hold it.
+//
+// vipLoad, the walk's load on the VIP, would count both outages: it is
+// stopped (its requests so far, the second add's, must all have
+// succeeded) and a new one on the same address is returned.
+func failoverLeg(ctx context.Context, t *testing.T, lab *metallab.Lab,
+	sh func(*metallab.Host, string) (string, error),
+	hamaster func(extra []string, args ...string) (*exec.Cmd, *strings.Builder),
+	tlsCfg *tls.Config, vipLoad *probeload.Load) *probeload.Load {
+	t.Helper()
+	vipAddr := fmt.Sprintf("https://%s:8443/readyz", lab.VIP)
+	before := vipLoad.Stop()
+	t.Logf("load on the VIP %s through the second add (paused for the failover leg): %+v", vipAddr, before)
+	if probeload.Failed(before) != 0 {
+		t.Errorf("requests to the VIP failed during the second add: %+v", before)
+	}
+
+	legStart := time.Now()
+	w := newHolderWatch(lab)
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); w.run(wctx) }()
+	defer func() { stopWatch(); <-watchDone }()
+
+	holderNow := func() *metallab.Host {
+		t.Helper()
+		var hs []string
+		if err := wait.Until(ctx, failoverPoll, "one host holding the VIP", func() (bool, error) {
+			hs = w.current()
+			return len(hs) == 1, w.failure()
+		}); err != nil {
+			t.Fatalf("%v (holders %v)", err, hs)
+		}
+		return lab.Host(hs[0])
+	}
+	dumpLogs := func() {
+		for _, h := range lab.Hosts {
+			out, _ := sh(h, "for c in keepalived haproxy; do f=$(ls -t /var/log/pods/kube-system_hamaster-$c*/$c/*.log 2>/dev/null | head -1); [ -n \"$f\" ] && { echo \"== $f\"; tail -n 25 \"$f\"; }; done")
+			t.Logf("%s:\n%s", h.Name, out)
+		}
+	}
+
+	// (a) The holder's host cut off.
+	holder := holderNow()
+	hi := slices.Index(lab.Hosts, holder)
+	link := func(state string) {
+		t.Helper()
+		if out, err := exec.CommandContext(ctx, "ip", "-n", lab.Switch(), "link", "set", fmt.Sprintf("h%d", hi+1), state).CombinedOutput(); err != nil {
+			t.Fatalf("link of %s %s: %v: %s", holder.Name, state, err, out)
+		}
+	}
+	r := measureFailover(ctx, t, w, vipAddr, tlsCfg, holder.Name, "host cut off", func() {
+		link("down")
+		w.setCut(holder.Name, true)
+	})
+	// Back: the host's link up. Its keepalived rejoins as a backup
+	// (nopreempt): the VIP stays where it went.
+	w.setCut(holder.Name, false)
+	link("up")
+	if !r.ok() {
+		dumpLogs()
+	}
+	awaitHealthy(ctx, t, hamaster, "after "+holder.Name+"'s link is back")
+
+	// (b) The holder's apiserver killed: only that process, in the
+	// holder's network namespace (every lab host shares this machine's
+	// process table).
+	holder = holderNow()
+	c, err := lab.Dial(ctx, holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r = measureFailover(ctx, t, w, vipAddr, tlsCfg, holder.Name, "apiserver killed", func() {
+		if _, stderr, err := c.Run(ctx, "pkill -KILL --ns $$ --nslist net -x kube-apiserver"); err != nil {
+			t.Fatalf("kill the kube-apiserver of %s: %v: %s", holder.Name, err, stderr)
+		}
+	})
+	if !r.ok() {
+		dumpLogs()
+	}
+	awaitHealthy(ctx, t, hamaster, "after "+holder.Name+"'s apiserver is killed")
+	holderNow()
+
+	stopWatch()
+	<-watchDone
+	if splits := w.splitBrains(); len(splits) > 0 {
+		t.Errorf("two hosts held the VIP at once, %d polls: %v", len(splits), splits[:min(len(splits), 5)])
+	} else {
+		t.Logf("failover leg: no two hosts held the VIP at any poll (every %v on each host)", failoverPoll)
+	}
+	t.Logf("failover leg: VIP holders from its start: %s", w.timeline(legStart))
+	return probeload.Start(ctx, vipAddr, tlsCfg, 20*time.Millisecond)
+}
+
+// failover is one fault's measurement.
+type failover struct {
+	fault, from, to string
+	// moved is from the fault to the first poll that saw another host
+	// hold the VIP alone; answered, to the end of the first successful
+	// request through the VIP begun after that. 0 when it did not happen
+	// within failoverWait.
+	moved, answered time.Duration
+	failed, total   int
+	errors          []string
+}
+
+func (f failover) ok() bool {
+	return f.to != "" && f.moved <= failoverGoal && f.answered > 0 && f.answered <= failoverGoal
+}
+
+// measureFailover injects a fault on the VIP's holder from and measures
+// the failover: the VIP held by another host, then a request through the
+// VIP answered, with requests on new connections every failoverPoll from
+// before the fault until 20 after the answer.
+func measureFailover(ctx context.Context, t *testing.T, w *holderWatch, url string, tlsCfg *tls.Config, from, fault string, inject func()) failover {
+	t.Helper()
+	p := startProbe(ctx, url, tlsCfg)
+	defer p.stop()
+	bctx, cancel := context.WithTimeout(ctx, failoverWait)
+	defer cancel()
+	if err := wait.Until(bctx, failoverPoll, "a request through the VIP before the fault", func() (bool, error) {
+		return p.firstOK(time.Time{}) != nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	inject()
+	r := failover{fault: fault, from: from}
+	mctx, cancelM := context.WithDeadline(ctx, start.Add(failoverWait))
+	defer cancelM()
+	var movedAt time.Time
+	if err := wait.Until(mctx, 10*time.Millisecond, "the VIP off "+from, func() (bool, error) {
+		r.to, movedAt = w.movedOff(from, start)
+		return r.to != "", w.failure()
+	}); err == nil {
+		r.moved = movedAt.Sub(start)
+		var ans *probeResult
+		if err := wait.Until(mctx, 10*time.Millisecond, "a request through the VIP answered by "+r.to, func() (bool, error) {
+			ans = p.firstOK(movedAt)
+			return ans != nil, nil
+		}); err == nil {
+			r.answered = ans.end.Sub(start)
+			n := p.count()
+			_ = wait.Until(mctx, failoverPoll, "20 more requests through the VIP", func() (bool, error) { return p.count() >= n+20, nil })
+		}
+	}
+	rs := p.stop()
+	for _, x := range rs {
+		if x.start.Before(start) {
+			continue
+		}
+		r.total++
+		if x.err != nil {
+			r.failed++
+			if len(r.errors) < 5 {
+				r.errors = append(r.errors, fmt.Sprintf("%s+%.2fs: %v", x.start.Format("15:04:05.000"), x.end.Sub(start).Seconds(), x.err))
+			}
+		}
+	}
+	t.Logf("failover, %s: holder %s → %q: held by it after %.2f s, answered through the VIP after %.2f s; %d of %d requests failed %v; holders seen: %s",
+		fault, from, r.to, r.moved.Seconds(), r.answered.Seconds(), r.failed, r.total, r.errors, w.timeline(start))
+	switch {
+	case r.to == "":
+		t.Errorf("failover, %s: the VIP did not leave %s within %v", fault, from, failoverWait)
+	case r.answered == 0:
+		t.Errorf("failover, %s: the VIP moved to %s but did not answer within %v", fault, r.to, failoverWait)
+	case !r.ok():
+		t.Errorf("failover, %s: the VIP held by %s after %.2f s and answering after %.2f s, over issue 24's %v", fault, r.to, r.moved.Seconds(), r.answered.Seconds(), failoverGoal)
+	}
+	return r
+}
+
+// awaitHealthy polls hamaster's status until it sees three healthy
+// masters: exit 0 (healthy), three replicas, three healthy etcd voters and
+// HAProxy's three backends up.
+func awaitHealthy(ctx context.Context, t *testing.T, hamaster func([]string, ...string) (*exec.Cmd, *strings.Builder), what string) {
+	t.Helper()
+	type status struct {
+		Healthy  bool `json:"healthy"`
+		Replicas []struct {
+			Name string `json:"name"`
+		} `json:"replicas"`
+		Members []struct {
+			Name    string `json:"name"`
+			Learner bool   `json:"learner"`
+			Healthy bool   `json:"healthy"`
+		} `json:"members"`
+		LB struct {
+			Holder  string `json:"holder"`
+			Targets []struct {
+				Name    string `json:"name"`
+				Healthy bool   `json:"healthy"`
+			} `json:"targets"`
+		} `json:"lb"`
+	}
+	start := time.Now()
+	hctx, cancel := context.WithTimeout(ctx, failoverHealthy)
+	defer cancel()
+	var last string
+	err := wait.Until(hctx, 2*time.Second, "three healthy masters "+what, func() (bool, error) {
+		cmd, out := hamaster(nil, "--output", "json", "status", "--timeout", "60s")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr // stdout is the JSON alone
+		err := cmd.Run()
+		last = fmt.Sprintf("%v: %s %s", err, out, stderr.String())
+		var st status
+		if err != nil || json.Unmarshal([]byte(out.String()), &st) != nil {
+			return false, nil
+		}
+		members, targets := 0, 0
+		for _, m := range st.Members {
+			if !m.Learner && m.Healthy {
+				members++
+			}
+		}
+		for _, x := range st.LB.Targets {
+			if x.Healthy {
+				targets++
+			}
+		}
+		return st.Healthy && len(st.Replicas) == 3 && members == 3 && targets == 3, nil
+	})
+	if err != nil {
+		t.Fatalf("%v; last status: %s", err, last)
+	}
+	t.Logf("three healthy masters %s: %s later", what, time.Since(start).Round(100*time.Millisecond))
+}
+
+// holderWatch polls each lab host's eth0 for the VIP, every failoverPoll
+// in a goroutine per host (ip -n from this machine: no SSH, which a
+// cut-off host would not answer), and keeps the reachable holders'
+// changes and every poll that saw two holders.
+type holderWatch struct {
+	lab     *metallab.Lab
+	mu      sync.Mutex
+	cut     map[string]bool
+	held    map[string]bool
+	polled  map[string]bool
+	holders []string
+	changes []holderChange
+	splits  []string
+	err     error
+}
+
+type holderChange struct {
+	at      time.Time
+	holders []string
+}
+
+func newHolderWatch(lab *metallab.Lab) *holderWatch {
+	return &holderWatch{lab: lab, cut: map[string]bool{}, held: map[string]bool{}, polled: map[string]bool{}}
+}
+
+func (w *holderWatch) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, h := range w.lab.Hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(failoverPoll)
+			defer tick.Stop()
+			for {
+				out, err := exec.CommandContext(ctx, "ip", "-n", h.NS, "-4", "-o", "addr", "show", "dev", "eth0").Output()
+				if ctx.Err() != nil {
+					return
+				}
+				w.mu.Lock()
+				if err != nil {
+					w.err = fmt.Errorf("ip addr in %s: %w", h.NS, err)
+					w.mu.Unlock()
+					return
+				}
+				w.held[h.Name] = strings.Contains(string(out), " "+w.lab.VIP.String()+"/")
+				w.polled[h.Name] = true
+				w.update()
+				w.mu.Unlock()
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// update recomputes the holders once every host has been polled; w.mu
+// held.
+func (w *holderWatch) update() {
+	if len(w.polled) < len(w.lab.Hosts) {
+		return
+	}
+	var hs []string
+	for _, h := range w.lab.Hosts {
+		if w.held[h.Name] && !w.cut[h.Name] {
+			hs = append(hs, h.Name)
+		}
+	}
+	now := time.Now()
+	if len(hs) > 1 {
+		w.splits = append(w.splits, fmt.Sprintf("%s: %v", now.Format("15:04:05.000"), hs))
+	}
+	if len(w.changes) == 0 || !slices.Equal(hs, w.holders) {
+		w.changes = append(w.changes, holderChange{now, hs})
+	}
+	w.holders = hs
+}
+
+func (w *holderWatch) current() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.holders)
+}
+
+func (w *holderWatch) failure() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// setCut marks a host cut off: what it holds is not counted (nobody can
+// reach it there).
+func (w *holderWatch) setCut(name string, cut bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cut[name] = cut
+	w.update()
+}
+
+// movedOff is the first host other than old seen holding the VIP alone
+// since start, and when; "" when none has yet.
+func (w *holderWatch) movedOff(old string, start time.Time) (string, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.changes {
+		if !c.at.Before(start) && len(c.holders) == 1 && c.holders[0] != old {
+			return c.holders[0], c.at
+		}
+	}
+	return "", time.Time{}
+}
+
+// timeline is the holders' changes since start, times from start.
+func (w *holderWatch) timeline(start time.Time) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var parts []string
+	for _, c := range w.changes {
+		if c.at.Before(start) {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("+%.2fs %v", c.at.Sub(start).Seconds(), c.holders))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (w *holderWatch) splitBrains() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.splits)
+}
+
+// probe sends GET url on a new connection every failoverPoll, each in a
+// goroutine of its own with a 1 s timeout, so that a request stuck on an
+// unreachable holder does not delay the next.
+type probe struct {
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	results []probeResult
+}
+
+type probeResult struct {
+	start, end time.Time
+	err        error
+}
+
+func startProbe(ctx context.Context, url string, tlsCfg *tls.Config) *probe {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &probe{cancel: cancel}
+	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, DisableKeepAlives: true}}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		tick := time.NewTicker(failoverPoll)
+		defer tick.Stop()
+		for {
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				start := time.Now()
+				err := probeGet(ctx, c, url)
+				if ctx.Err() != nil {
+					return // cut by stop
+				}
+				p.mu.Lock()
+				p.results = append(p.results, probeResult{start, time.Now(), err})
+				p.mu.Unlock()
+			}()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return p
+}
+
+func probeGet(ctx context.Context, c *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %s", resp.Status)
+	}
+	return nil
+}
+
+// firstOK is the first successful request begun at or after since.
+func (p *probe) firstOK(since time.Time) *probeResult {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var first *probeResult
+	for i, r := range p.results {
+		if r.err == nil && !r.start.Before(since) && (first == nil || r.end.Before(first.end)) {
+			first = &p.results[i]
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	f := *first
+	return &f
+}
+
+func (p *probe) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.results)
+}
+
+// stop ends the probe and returns its results.
+func (p *probe) stop() []probeResult {
+	p.cancel()
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.results)
+}
