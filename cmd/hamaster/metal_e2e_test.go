@@ -227,7 +227,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	}
 	hm("remove-replica", "--name", second, "--yes")
 	vip := vipLoad.Stop()
-	t.Logf("load on the VIP %s through the second add, the upgrades and both removals: %+v", vipAddr, vip)
+	t.Logf("load on the VIP %s after the failover leg: through the upgrades and both removals: %+v", vipAddr, vip)
 	// Known gap (issue 24's note): the last removal takes etcd from 2
 	// voters to 1, and the surviving apiserver's /readyz reports etcd
 	// not ready for a moment (0–2 kept-alive 500s seen); more than that
