@@ -278,11 +278,15 @@ func dropLearners(ctx context.Context, cli *clientv3.Client) {
 // waitLeaseExpiry watches another holder's lease: false as soon as it is
 // renewed (a live holder) or revoked with time left (released), true once
 // it has expired. It polls the lease's TTL; a live holder renews every
-// TTL/3 seconds, so a refusal takes at most that long.
+// TTL/3 seconds, so a refusal takes about that long. The TTL is whole
+// seconds, and a holder that renews promptly can show the same value at
+// every poll: a lease still there its granted TTL (plus 2 s for etcd's
+// revocation) after it was first seen was renewed all the same.
 func waitLeaseExpiry(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID) (bool, error) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	prev := int64(-2)
+	var outlived time.Time // first seen + granted TTL + 2 s
 	for {
 		ttl, err := cli.TimeToLive(ctx, lease)
 		if err != nil && !strings.Contains(err.Error(), "requested lease not found") {
@@ -292,6 +296,9 @@ func waitLeaseExpiry(ctx context.Context, cli *clientv3.Client, lease clientv3.L
 		if err == nil {
 			cur = ttl.TTL
 		}
+		if cur > 0 && outlived.IsZero() {
+			outlived = time.Now().Add(time.Duration(ttl.GrantedTTL)*time.Second + 2*time.Second)
+		}
 		switch {
 		case cur <= 0 && prev > 2:
 			return false, nil // revoked with time left: released by a live holder
@@ -299,6 +306,8 @@ func waitLeaseExpiry(ctx context.Context, cli *clientv3.Client, lease clientv3.L
 			return true, nil
 		case prev > 0 && cur > prev:
 			return false, nil // renewed: the holder lives
+		case time.Now().After(outlived):
+			return false, nil // renewed between polls: the holder lives
 		}
 		prev = cur
 		select {
