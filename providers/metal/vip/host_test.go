@@ -206,3 +206,28 @@ func TestHandoffDropsSYNWhileTheVIPMoves(t *testing.T) {
 		t.Errorf("want drop < maintenance < undrop, got %d %d %d: %q", drop, maint, undrop, log)
 	}
 }
+
+// A holder whose keepalived drops the VIP the moment the maintenance
+// file is written, before any peer has taken it: Handoff returns only
+// once a peer holds it (it used to return at once, leaving the VIP held
+// by nobody for the peer's advertisement timeout).
+func TestHandoffWaitsForTheNewHolder(t *testing.T) {
+	t.Parallel()
+	var log []string
+	old := &moving{log: &log, name: "cp-1", vip: "192.0.2.100"}
+	old.holds = func() bool { return !old.maintain }
+	polls := 0
+	peer := &moving{log: &log, name: "cp-2", vip: "192.0.2.100", holds: func() bool {
+		if !old.maintain {
+			return false
+		}
+		polls++
+		return polls > 3 // its advertisement timeout: a few polls later
+	}}
+	if err := Handoff(t.Context(), Host{Name: "cp-1", Exec: old}, []Host{{Name: "cp-2", Exec: peer}}, "192.0.2.100"); err != nil {
+		t.Fatal(err)
+	}
+	if polls <= 3 {
+		t.Errorf("Handoff returned before cp-2 held the VIP (%d polls of cp-2): %q", polls, log)
+	}
+}
