@@ -226,6 +226,49 @@ func Holder(ctx context.Context, h Host, vip string) (bool, error) {
 	return bytes.Contains(out, []byte(" "+vip+"/")), nil
 }
 
+// State is the VRRP state h's keepalived last entered (MASTER, BACKUP,
+// FAULT, STOP: StatePath, written by its notify script), "" when it has
+// recorded none.
+func State(ctx context.Context, h Host) (string, error) {
+	out, err := h.run(ctx, "read the vrrp state", "cat "+StatePath+" 2>/dev/null || true")
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// peerReadyWait bounds Handoff's wait for a peer in BACKUP.
+const peerReadyWait = 10 * time.Second
+
+// waitPeerReady waits until one of peers' keepalived is in BACKUP (it
+// takes the VIP at once on the holder's priority-0 advert; a peer still
+// in FAULT or just started misses it and takes the VIP only after its
+// master-down timer, ~2 s with the VIP held by nobody: seen on the lab
+// right after an AddTarget). After peerReadyWait it gives up and says so:
+// the handoff goes on as before.
+func waitPeerReady(ctx context.Context, h Host, peers []Host) {
+	wctx, cancel := context.WithTimeout(ctx, peerReadyWait)
+	defer cancel()
+	var states []string
+	err := wait.Until(wctx, 100*time.Millisecond, "a peer of "+h.Name+" in BACKUP", func() (bool, error) {
+		states = states[:0]
+		for _, p := range peers {
+			st, err := State(wctx, p)
+			if err != nil {
+				st = "unreachable"
+			}
+			states = append(states, p.Name+"="+st)
+			if st == "BACKUP" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		h.log().Warn("vip: no peer is in BACKUP; handing off all the same (the VIP may be held by nobody for a peer's master-down timer)", "peers", states)
+	}
+}
+
 // runtime sends one command to HAProxy's admin socket on h (curl's
 // telnet over the unix socket: curl is there for the check script) and
 // returns the answer; HAProxy not running is errkind.Unavailable.
@@ -350,6 +393,7 @@ func Handoff(ctx context.Context, h Host, peers []Host, vip string) (err error) 
 		return err
 	}
 	if held {
+		waitPeerReady(ctx, h, peers)
 		dropping, err := dropSYN(ctx, h, vip)
 		if err != nil {
 			return err

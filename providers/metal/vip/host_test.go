@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -155,6 +156,8 @@ type moving struct {
 	vip      string
 	holds    func() bool
 	maintain bool
+	// state is its keepalived's recorded state; nil: BACKUP.
+	state func() string
 }
 
 func (m *moving) Run(_ context.Context, cmd string) ([]byte, []byte, error) {
@@ -165,6 +168,12 @@ func (m *moving) Run(_ context.Context, cmd string) ([]byte, []byte, error) {
 	}
 	if strings.Contains(cmd, "nft -f -") {
 		return []byte("dropping\n"), nil, nil
+	}
+	if strings.HasPrefix(cmd, "cat "+StatePath) {
+		if m.state == nil {
+			return []byte("BACKUP\n"), nil, nil
+		}
+		return []byte(m.state() + "\n"), nil, nil
 	}
 	return nil, nil, nil
 }
@@ -229,5 +238,36 @@ func TestHandoffWaitsForTheNewHolder(t *testing.T) {
 	}
 	if polls <= 3 {
 		t.Errorf("Handoff returned before cp-2 held the VIP (%d polls of cp-2): %q", polls, log)
+	}
+}
+
+// Handoff writes the maintenance file only once a peer's keepalived is
+// in BACKUP: a peer still in FAULT (just added, its check not yet risen)
+// would miss the holder's priority-0 advert.
+func TestHandoffWaitsForAPeerInBackup(t *testing.T) {
+	t.Parallel()
+	var log []string
+	old := &moving{log: &log, name: "cp-1", vip: "192.0.2.100"}
+	old.holds = func() bool { return !old.maintain }
+	reads := 0
+	peer := &moving{log: &log, name: "cp-2", vip: "192.0.2.100", holds: func() bool { return old.maintain }, state: func() string {
+		reads++
+		if reads < 3 {
+			return "FAULT"
+		}
+		return "BACKUP"
+	}}
+	if err := Handoff(t.Context(), Host{Name: "cp-1", Exec: old}, []Host{{Name: "cp-2", Exec: peer}}, "192.0.2.100"); err != nil {
+		t.Fatal(err)
+	}
+	maint := slices.Index(log, "cp-1: write "+MaintenancePath+" 1")
+	backup := -1
+	for i, l := range log {
+		if strings.HasPrefix(l, "cp-2: cat "+StatePath) {
+			backup = i // the last read: BACKUP
+		}
+	}
+	if reads < 3 || maint < 0 || backup > maint {
+		t.Errorf("maintenance written at %d, the peer's last state read at %d (%d reads): %q", maint, backup, reads, log)
 	}
 }

@@ -23,6 +23,10 @@ const (
 	ConfigDir          = "/etc/kubernetes/hamaster-vip"
 	KeepalivedConfPath = ConfigDir + "/keepalived.conf"
 	CheckScriptPath    = ConfigDir + "/check-apiserver.sh"
+	// NotifyScriptPath is keepalived's notify script: it records this
+	// host's VRRP state in StatePath (State), which a planned handoff
+	// reads to wait for a peer ready to take the VIP.
+	NotifyScriptPath = ConfigDir + "/notify.sh"
 	// MaintenancePath is keepalived's track_file: "1" makes this host give
 	// the VIP up and never take it (Handoff), "0" undoes it (Resume).
 	MaintenancePath = ConfigDir + "/maintenance"
@@ -33,7 +37,10 @@ const (
 	HAProxyManifestPath    = ManifestsDir + "/hamaster-haproxy.yaml"
 	// RunDir holds the pid files and HAProxy's admin socket: in the host's
 	// own /run, shared with the pods by a hostPath.
-	RunDir                = "/run/hamaster-vip"
+	RunDir = "/run/hamaster-vip"
+	// StatePath is the VRRP state keepalived last entered (MASTER,
+	// BACKUP, FAULT or STOP), written by NotifyScriptPath.
+	StatePath             = RunDir + "/keepalived.state"
 	KeepalivedPidPath     = RunDir + "/keepalived.pid"
 	KeepalivedVRRPPidPath = RunDir + "/keepalived-vrrp.pid"
 	HAProxyPidPath        = RunDir + "/haproxy.pid"
@@ -51,8 +58,8 @@ type File struct {
 
 // Files is one master's rendered configuration.
 type Files struct {
-	KeepalivedConf, CheckScript, HAProxyCfg File
-	KeepalivedManifest, HAProxyManifest     File
+	KeepalivedConf, CheckScript, NotifyScript, HAProxyCfg File
+	KeepalivedManifest, HAProxyManifest                   File
 	// The containers' commands, which the test bed runs as host processes.
 	KeepalivedCommand, HAProxyCommand []string
 }
@@ -61,7 +68,7 @@ type Files struct {
 // first, the manifests last, so that a kubelet never starts a pod before
 // its configuration is there.
 func (f Files) All() []File {
-	return []File{f.KeepalivedConf, f.CheckScript, f.HAProxyCfg, f.KeepalivedManifest, f.HAProxyManifest}
+	return []File{f.KeepalivedConf, f.CheckScript, f.NotifyScript, f.HAProxyCfg, f.KeepalivedManifest, f.HAProxyManifest}
 }
 
 // keepalivedCommand is the keepalived container's command (and the host
@@ -148,12 +155,22 @@ vrrp_instance hamaster_apiserver {
     track_file {
         hamaster_maintenance
     }
+    notify "{{.NotifyScript}}"
 }
 `))
 
 // The check script: the local apiserver's /readyz (-k, as the doc's
 // check_apiserver.sh: anonymous /readyz is public) and HAProxy's monitor,
 // each bounded well under the 1 s interval.
+// The notify script: keepalived runs it with TYPE NAME STATE PRIORITY on
+// every state change; the state is kept in StatePath (renamed into
+// place: a reader never sees half a word).
+var notifyTmpl = template.Must(template.New("notify").Parse(`#!/bin/sh
+# Rendered by hamaster: keepalived's notify; records this host's VRRP state
+# for hamaster's planned handoff (docs/metal.md "The VIP").
+mkdir -p {{.RunDir}} && printf '%s\n' "$3" > {{.State}}.tmp && mv -f {{.State}}.tmp {{.State}}
+`))
+
 var checkTmpl = template.Must(template.New("check").Parse(`#!/bin/sh
 # Rendered by hamaster: keepalived's check of this master, every 1 s.
 # Fails when the local apiserver is not ready or HAProxy does not answer.
@@ -240,6 +257,7 @@ func Render(cfg Config) (Files, error) {
 	slices.SortFunc(peers, func(a, b string) int { return netip.MustParseAddr(a).Compare(netip.MustParseAddr(b)) })
 	data := map[string]any{
 		"Host": cfg.Host, "CheckScript": CheckScriptPath, "Maintenance": MaintenancePath,
+		"NotifyScript": NotifyScriptPath, "RunDir": RunDir, "State": StatePath,
 		"Interface": cfg.Interface, "RouterID": cfg.RouterID, "Priority": cfg.Priority,
 		"Self": self.Address, "Peers": peers, "VIP": cfg.VIP,
 		"APIServerPort": cfg.APIServerPort, "FrontendPort": cfg.FrontendPort, "HealthPort": cfg.HealthPort,
@@ -262,6 +280,7 @@ func Render(cfg Config) (Files, error) {
 		{keepalivedTmpl, &f.KeepalivedConf, KeepalivedConfPath, 0o644},
 		// enable_script_security: owned by root, writable by root only.
 		{checkTmpl, &f.CheckScript, CheckScriptPath, 0o755},
+		{notifyTmpl, &f.NotifyScript, NotifyScriptPath, 0o755},
 		{haproxyTmpl, &f.HAProxyCfg, HAProxyCfgPath, 0o644},
 	} {
 		b, err := exec(x.t)
