@@ -439,7 +439,7 @@ func startProbe(ctx context.Context, url string, tlsCfg *tls.Config) *probe {
 			go func() {
 				defer p.wg.Done()
 				start := time.Now()
-				err := probeGet(ctx, c, url)
+				err := probeload.Get(ctx, c, url)
 				if ctx.Err() != nil {
 					return // cut by stop
 				}
@@ -455,22 +455,6 @@ func startProbe(ctx context.Context, url string, tlsCfg *tls.Config) *probe {
 		}
 	}()
 	return p
-}
-
-func probeGet(ctx context.Context, c *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status %s", resp.Status)
-	}
-	return nil
 }
 
 // firstOK is the first successful request begun at or after since.

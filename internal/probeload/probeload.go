@@ -47,7 +47,7 @@ func Start(ctx context.Context, url string, tlsCfg *tls.Config, interval time.Du
 			t := time.NewTicker(interval)
 			defer t.Stop()
 			for {
-				err := get(ctx, c, url)
+				err := Get(ctx, c, url)
 				if ctx.Err() != nil {
 					return // a request cut by Stop is not the change's
 				}
@@ -63,7 +63,9 @@ func Start(ctx context.Context, url string, tlsCfg *tls.Config, interval time.Du
 	return l
 }
 
-func get(ctx context.Context, c *http.Client, url string) error {
+// Get makes one GET of url with c: an error for a failed request or any
+// status but 200 (with the start of the body).
+func Get(ctx context.Context, c *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
