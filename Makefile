@@ -125,8 +125,11 @@ test-real: kube-apiserver build
 # configuration); the kubeadm flavor on a kubeadm-built master
 # (flavors/kubeadm: conformance, join, a join whose kubelet dies, leave).
 # One package at a time (-p 1): the VIP's failover bounds are timed.
-# About 12 minutes. The inventory's and the VIP's unit tests run in make
-# test too.
+# Then the real CLI's walk (TestMetalKubeadmEndToEnd: add-replica ×2,
+# the VIP holder's host and apiserver killed, failed upgrades rolled
+# back, the upgrade, remove-replica ×2). About 28 minutes in all (the
+# packages ~16, the walk ~11.5). The inventory's and the VIP's unit
+# tests run in make test too.
 test-metal: test-prereqs kube-apiserver build
 	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 40m -v ./testbed/metal/... ./cmd/metallab/ ./providers/metal/... ./flavors/kubeadm/
 	# The real CLI's walk on the lab (TestMetalKubeadmEndToEnd).
