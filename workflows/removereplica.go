@@ -441,13 +441,12 @@ const dataDrainUntil = "drain-until"
 // lbTarget returns victim's target in the load balancer and whether it is
 // one; no load balancer is no target.
 func lbTarget(ctx context.Context, l lb.LoadBalancer, victim string) (lb.TargetHealth, bool, error) {
-	exists, err := lb.Exists(ctx, l)
-	if err != nil || !exists {
-		return lb.TargetHealth{}, false, err
+	st, err := l.Get(ctx) // one call: lb.Exists would Get it first
+	if errors.Is(err, errkind.NotFound) {
+		return lb.TargetHealth{}, false, nil
 	}
-	st, err := l.Get(ctx)
 	if err != nil {
-		return lb.TargetHealth{}, false, err
+		return lb.TargetHealth{}, false, fmt.Errorf("look up load balancer: %w", err)
 	}
 	for _, t := range st.Targets {
 		if t.Name == victim {
