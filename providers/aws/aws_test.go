@@ -2,17 +2,19 @@ package aws_test
 
 import (
 	"context"
-	"github.com/hamaster/hamaster/flavors/flavortest"
-	"github.com/hamaster/hamaster/flavors/kubeup"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/hamaster/hamaster/flavors/flavortest"
+	"github.com/hamaster/hamaster/flavors/kubeup"
 
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/providers/providertest"
 	"github.com/hamaster/hamaster/testbed/aws/awstest"
+	"github.com/hamaster/hamaster/testbed/local/localtest"
 )
 
 func TestMain(m *testing.M) {
@@ -30,7 +32,7 @@ func TestMain(m *testing.M) {
 	for _, k := range []string{"AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_DEFAULT_PROFILE"} {
 		os.Unsetenv(k)
 	}
-	os.Exit(m.Run())
+	os.Exit(localtest.Main(m))
 }
 
 // TestConformance runs the provider suite on a kube-up cluster in the

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -28,12 +29,19 @@ var (
 	buildErr  error
 )
 
+// binPrefix names a test process's build directory in os.TempDir():
+// binPrefix<pid>-<random>, so a later process can tell whose it is.
+const binPrefix = "hamaster-bin-"
+
 // Binaries builds hamaster-node (and hamaster) once per test process and
-// returns the directory holding them.
+// returns the directory holding them (~140 MB). Main removes it when the
+// package's tests end; a process killed before that leaves it behind, and
+// the next Binaries in any package reclaims it (its pid is gone).
 func Binaries(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "hamaster-bin-")
+		reclaimBuildDirs(os.TempDir())
+		buildDir, buildErr = os.MkdirTemp("", binPrefix+strconv.Itoa(os.Getpid())+"-")
 		if buildErr != nil {
 			return
 		}
@@ -52,6 +60,57 @@ func Binaries(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return buildDir
+}
+
+// Main runs a package's tests and removes the binaries Binaries built:
+// every package whose tests start local clusters (directly or through
+// awstest/gcetest) calls it from TestMain, as os.Exit(localtest.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	if buildDir != "" {
+		if err := os.RemoveAll(buildDir); err != nil {
+			fmt.Fprintf(os.Stderr, "localtest: remove %s: %v\n", buildDir, err)
+		}
+	}
+	return code
+}
+
+// reclaimBuildDirs removes the build directories in dir whose test process
+// is gone (killed by a timeout or by hand before Main could remove them).
+func reclaimBuildDirs(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, ok := buildDirPID(e.Name())
+		if !ok || !e.IsDir() || processAlive(pid) {
+			continue
+		}
+		os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+}
+
+// buildDirPID reads the pid out of a build directory's name
+// (binPrefix<pid>-<random>); names of another shape are not ours.
+func buildDirPID(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, binPrefix)
+	if !ok {
+		return 0, false
+	}
+	pidStr, _, ok := strings.Cut(rest, "-")
+	if !ok {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(pidStr)
+	return pid, err == nil && pid > 0
+}
+
+// processAlive reports whether pid names a running process (EPERM: it
+// exists, owned by somebody else).
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // NodeBinary is the path of the built hamaster-node.
@@ -77,7 +136,7 @@ func AllocSubnet(t testing.TB) int {
 		if errors.Is(err, os.ErrExist) {
 			b, _ := os.ReadFile(path)
 			pid, _ := strconv.Atoi(string(b))
-			if pid > 0 && syscall.Kill(pid, 0) != nil {
+			if pid > 0 && !processAlive(pid) {
 				os.Remove(path) // its test process is gone
 				i--
 			}
