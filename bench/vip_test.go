@@ -123,7 +123,7 @@ type vipScenario struct {
 var vipScenarios = []vipScenario{
 	{"(a) holder's host killed", func(ctx context.Context, b *testing.B, e *vipEnv, _ vipArm, i int) {
 		e.setLink(ctx, b, i, "down")
-		e.w.setCut(e.hosts[i].Name, true)
+		e.w.SetCut(e.hosts[i].Name, true)
 	}},
 	{"(b) holder's apiserver killed", func(_ context.Context, _ *testing.B, e *vipEnv, _ vipArm, i int) {
 		e.hosts[i].api.kill()
@@ -184,14 +184,14 @@ func hamasterArm() vipArm {
 			// host-1 first: elected alone (every host BACKUP, nopreempt),
 			// the others join as backups.
 			startDaemon(ctx, b, e.hosts[0].c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
-			e.w.await(ctx, b, "hamaster: host-1 elected", "", 15*time.Second)
+			await(ctx, b, e.w, "hamaster: host-1 elected", "", 15*time.Second)
 			for _, h := range e.hosts[1:] {
 				startDaemon(ctx, b, h.c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
 			}
 			for _, h := range e.hosts {
 				waitBackends(ctx, b, h.vh)
 			}
-			e.w.stays(ctx, b, "hamaster: backups joined", "host-1", 2*time.Second)
+			stays(ctx, b, e.w, "hamaster: backups joined", "host-1", 2*time.Second)
 		},
 		planned: func(ctx context.Context, b *testing.B, e *vipEnv, i int) {
 			var peers []vip.Host
@@ -353,10 +353,10 @@ func docArm() vipArm {
 				startDaemon(ctx, b, h.c, docRunDir+"/haproxy.log", haproxy)
 				startDaemon(ctx, b, h.c, docRunDir+"/keepalived.log", keepalived)
 			}
-			e.w.await(ctx, b, "doc: host-1 (MASTER) elected", "", 15*time.Second)
+			await(ctx, b, e.w, "doc: host-1 (MASTER) elected", "", 15*time.Second)
 			// The check counts once it has risen (rise 2 × interval 3 s):
 			// host-1 holding for 7 s is that, bounded by ctx.
-			e.w.stays(ctx, b, "doc: checks risen", "host-1", 7*time.Second)
+			stays(ctx, b, e.w, "doc: checks risen", "host-1", 7*time.Second)
 		},
 		planned: func(ctx context.Context, b *testing.B, e *vipEnv, i int) {
 			e.stop(ctx, b, i, "keepalived")
@@ -369,9 +369,8 @@ func docArm() vipArm {
 type vipEnv struct {
 	lab    *metallab.Lab
 	hosts  []*vipHost
-	w      *holderWatcher
-	stopW  context.CancelFunc
-	wDone  chan struct{}
+	w      *metallabtest.Holders
+	stopW  func()
 	cert   tls.Certificate
 	splits int
 }
@@ -400,11 +399,8 @@ func newVIPEnv(ctx context.Context, b *testing.B) *vipEnv {
 		b.Cleanup(api.kill)
 		e.hosts = append(e.hosts, &vipHost{Host: h, c: c, vh: vip.Host{Name: h.Name, Exec: c, Log: logger}, api: api})
 	}
-	e.w = &holderWatcher{lab: lab, cut: map[string]bool{}, held: map[string]bool{}}
-	wctx, cancel := context.WithCancel(ctx)
-	e.stopW, e.wDone = cancel, make(chan struct{})
-	go func() { defer close(e.wDone); e.w.run(wctx) }()
-	b.Cleanup(func() { e.stopW(); <-e.wDone })
+	e.w, e.stopW = metallabtest.WatchHolders(ctx, lab, 25*time.Millisecond)
+	b.Cleanup(e.stopW)
 	return e
 }
 
@@ -419,7 +415,7 @@ func (e *vipEnv) reset(ctx context.Context, b *testing.B, arm vipArm) {
 	}
 	for i, h := range e.hosts {
 		e.setLink(ctx, b, i, "up")
-		e.w.setCut(h.Name, false)
+		e.w.SetCut(h.Name, false)
 		_ = exec.CommandContext(ctx, "ip", "-n", h.NS, "addr", "del", e.lab.VIP.String()+"/32", "dev", "eth0").Run()
 		if !h.api.running() {
 			if err := h.api.start(); err != nil {
@@ -429,7 +425,7 @@ func (e *vipEnv) reset(ctx context.Context, b *testing.B, arm vipArm) {
 	}
 	arm.reset(ctx, b, e)
 	if err := wait.Until(ctx, 25*time.Millisecond, "no host holding the VIP", func() (bool, error) {
-		return len(e.w.current()) == 0, nil
+		return len(e.w.Current()) == 0, nil
 	}); err != nil {
 		b.Fatal(err)
 	}
@@ -445,12 +441,10 @@ func (e *vipEnv) cleanup(ctx context.Context, b *testing.B) {
 		run(ctx, b, h.c, "rm -rf "+docDir+" "+docRunDir)
 	}
 	e.stopW()
-	<-e.wDone
-	e.w.mu.Lock()
-	defer e.w.mu.Unlock()
-	e.splits = len(e.w.splits)
-	if len(e.w.splits) > 0 {
-		b.Errorf("two VIP holders at once %d times: %v", len(e.w.splits), e.w.splits[:min(len(e.w.splits), 5)])
+	splits := e.w.Splits()
+	e.splits = len(splits)
+	if len(splits) > 0 {
+		b.Errorf("two VIP holders at once %d times: %v", len(splits), splits[:min(len(splits), 5)])
 	}
 }
 
@@ -487,7 +481,7 @@ func (e *vipEnv) setLink(ctx context.Context, b *testing.B, i int, state string)
 // requests, the clients stopped.
 func (e *vipEnv) measure(ctx context.Context, b *testing.B, arm vipArm, sc vipScenario) vipResult {
 	b.Helper()
-	hs := e.w.current()
+	hs := e.w.Current()
 	if len(hs) != 1 {
 		b.Fatalf("%s %s: holders %v before the fault", arm.name, sc.name, hs)
 	}
@@ -498,7 +492,7 @@ func (e *vipEnv) measure(ctx context.Context, b *testing.B, arm vipArm, sc vipSc
 	start := time.Now()
 	sc.fault(ctx, b, e, arm, hi)
 	res := vipResult{Scenario: sc.name, Arm: arm.name, Holder: holder, FailoverS: -1, ByKind: map[string]int{}}
-	if to, d, ok := e.w.moved(ctx, holder, start, vipNoMove); ok {
+	if to, d, ok := e.w.Await(ctx, holder, start, vipNoMove); ok {
 		res.NewHolder, res.FailoverS = to, d.Seconds()
 	}
 	l.await(ctx, b, l.count()+vipAfter)
@@ -672,112 +666,21 @@ func waitBackends(ctx context.Context, b *testing.B, h vip.Host) {
 	}
 }
 
-// holderWatcher polls which uncut hosts hold the VIP, each host every
-// 25 ms in a goroutine of its own, and records every moment two held it.
-type holderWatcher struct {
-	lab     *metallab.Lab
-	mu      sync.Mutex
-	cut     map[string]bool
-	held    map[string]bool
-	holders []string
-	splits  []string
-	err     error
-}
-
-func (w *holderWatcher) run(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, h := range w.lab.Hosts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(25 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				out, err := exec.CommandContext(ctx, "ip", "-n", h.NS, "-4", "-o", "addr", "show", "dev", "eth0").Output()
-				if err != nil {
-					if ctx.Err() == nil {
-						w.mu.Lock()
-						w.err = fmt.Errorf("ip addr in %s: %w", h.NS, err)
-						w.mu.Unlock()
-					}
-					return
-				}
-				w.mu.Lock()
-				w.held[h.Name] = strings.Contains(string(out), " "+w.lab.VIP.String()+"/")
-				var hs []string
-				for _, x := range w.lab.Hosts {
-					if w.held[x.Name] && !w.cut[x.Name] {
-						hs = append(hs, x.Name)
-					}
-				}
-				w.holders = hs
-				if len(hs) > 1 {
-					w.splits = append(w.splits, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), hs))
-				}
-				w.mu.Unlock()
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-func (w *holderWatcher) current() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.holders)
-}
-
-func (w *holderWatcher) setCut(name string, cut bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.cut[name] = cut
-	w.holders = slices.DeleteFunc(w.holders, func(h string) bool { return h == name })
-}
-
-// moved waits up to bound for one host other than old to hold the VIP
-// alone; ok is false when none did.
-func (w *holderWatcher) moved(ctx context.Context, old string, start time.Time, bound time.Duration) (string, time.Duration, bool) {
-	wctx, cancel := context.WithDeadline(ctx, start.Add(bound))
-	defer cancel()
-	var got string
-	err := wait.Until(wctx, 5*time.Millisecond, "the VIP off "+old, func() (bool, error) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.err != nil {
-			return false, w.err
-		}
-		if len(w.holders) == 1 && w.holders[0] != old {
-			got = w.holders[0]
-			return true, nil
-		}
-		return false, nil
-	})
-	if err != nil {
-		return "", 0, false
-	}
-	return got, time.Since(start), true
-}
-
 // await waits up to bound for one host other than not to hold the VIP.
-func (w *holderWatcher) await(ctx context.Context, b *testing.B, what, not string, bound time.Duration) {
+func await(ctx context.Context, b *testing.B, w *metallabtest.Holders, what, not string, bound time.Duration) {
 	b.Helper()
-	if _, _, ok := w.moved(ctx, not, time.Now(), bound); !ok {
-		b.Fatalf("%s: not within %v (holders %v)", what, bound, w.current())
+	if _, _, ok := w.Await(ctx, not, time.Now(), bound); !ok {
+		b.Fatalf("%s: not within %v (holders %v, poll error %v)", what, bound, w.Current(), w.Err())
 	}
 }
 
 // stays checks that holder keeps the VIP alone for d.
-func (w *holderWatcher) stays(ctx context.Context, b *testing.B, what, holder string, d time.Duration) {
+func stays(ctx context.Context, b *testing.B, w *metallabtest.Holders, what, holder string, d time.Duration) {
 	b.Helper()
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	err := wait.Until(wctx, 10*time.Millisecond, what, func() (bool, error) {
-		if hs := w.current(); len(hs) != 1 || hs[0] != holder {
+		if hs := w.Current(); len(hs) != 1 || hs[0] != holder {
 			return false, fmt.Errorf("%s: the VIP left %s: holders %v", what, holder, hs)
 		}
 		return false, nil

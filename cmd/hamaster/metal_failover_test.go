@@ -21,6 +21,7 @@ import (
 	"github.com/hamaster/hamaster/internal/probeload"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
+	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
 )
 
 const (
@@ -64,18 +65,15 @@ func failoverLeg(ctx context.Context, t *testing.T, lab *metallab.Lab,
 	}
 
 	legStart := time.Now()
-	w := newHolderWatch(lab)
-	wctx, stopWatch := context.WithCancel(ctx)
-	watchDone := make(chan struct{})
-	go func() { defer close(watchDone); w.run(wctx) }()
-	defer func() { stopWatch(); <-watchDone }()
+	w, stopWatch := metallabtest.WatchHolders(ctx, lab, failoverPoll)
+	defer stopWatch()
 
 	holderNow := func() *metallab.Host {
 		t.Helper()
 		var hs []string
 		if err := wait.Until(ctx, failoverPoll, "one host holding the VIP", func() (bool, error) {
-			hs = w.current()
-			return len(hs) == 1, w.failure()
+			hs = w.Current()
+			return len(hs) == 1, w.Err()
 		}); err != nil {
 			t.Fatalf("%v (holders %v)", err, hs)
 		}
@@ -99,11 +97,11 @@ func failoverLeg(ctx context.Context, t *testing.T, lab *metallab.Lab,
 	}
 	r := measureFailover(ctx, t, w, vipAddr, tlsCfg, holder.Name, "host cut off", func() {
 		link("down")
-		w.setCut(holder.Name, true)
+		w.SetCut(holder.Name, true)
 	})
 	// Back: the host's link up. Its keepalived rejoins as a backup
 	// (nopreempt): the VIP stays where it went.
-	w.setCut(holder.Name, false)
+	w.SetCut(holder.Name, false)
 	link("up")
 	if !r.ok() {
 		dumpLogs()
@@ -131,13 +129,12 @@ func failoverLeg(ctx context.Context, t *testing.T, lab *metallab.Lab,
 	holderNow()
 
 	stopWatch()
-	<-watchDone
-	if splits := w.splitBrains(); len(splits) > 0 {
+	if splits := w.Splits(); len(splits) > 0 {
 		t.Errorf("two hosts held the VIP at once, %d polls: %v", len(splits), splits[:min(len(splits), 5)])
 	} else {
 		t.Logf("failover leg: no two hosts held the VIP at any poll (every %v on each host)", failoverPoll)
 	}
-	t.Logf("failover leg: VIP holders from its start: %s", w.timeline(legStart))
+	t.Logf("failover leg: VIP holders from its start: %s", w.Timeline(legStart))
 	return probeload.Start(ctx, vipAddr, tlsCfg, 20*time.Millisecond)
 }
 
@@ -161,7 +158,7 @@ func (f failover) ok() bool {
 // the failover: the VIP held by another host, then a request through the
 // VIP answered, with requests on new connections every failoverPoll from
 // before the fault until 20 after the answer.
-func measureFailover(ctx context.Context, t *testing.T, w *holderWatch, url string, tlsCfg *tls.Config, from, fault string, inject func()) failover {
+func measureFailover(ctx context.Context, t *testing.T, w *metallabtest.Holders, url string, tlsCfg *tls.Config, from, fault string, inject func()) failover {
 	t.Helper()
 	p := startProbe(ctx, url, tlsCfg)
 	defer p.stop()
@@ -179,8 +176,8 @@ func measureFailover(ctx context.Context, t *testing.T, w *holderWatch, url stri
 	defer cancelM()
 	var movedAt time.Time
 	if err := wait.Until(mctx, 10*time.Millisecond, "the VIP off "+from, func() (bool, error) {
-		r.to, movedAt = w.movedOff(from, start)
-		return r.to != "", w.failure()
+		r.to, movedAt = w.MovedOff(from, start)
+		return r.to != "", w.Err()
 	}); err == nil {
 		r.moved = movedAt.Sub(start)
 		var ans *probeResult
@@ -207,7 +204,7 @@ func measureFailover(ctx context.Context, t *testing.T, w *holderWatch, url stri
 		}
 	}
 	t.Logf("failover, %s: holder %s → %q: held by it after %.2f s, answered through the VIP after %.2f s; %d of %d requests failed %v; holders seen: %s",
-		fault, from, r.to, r.moved.Seconds(), r.answered.Seconds(), r.failed, r.total, r.errors, w.timeline(start))
+		fault, from, r.to, r.moved.Seconds(), r.answered.Seconds(), r.failed, r.total, r.errors, w.Timeline(start))
 	switch {
 	case r.to == "":
 		t.Errorf("failover, %s: the VIP did not leave %s within %v", fault, from, failoverWait)
@@ -273,141 +270,6 @@ func awaitHealthy(ctx context.Context, t *testing.T, hamaster func([]string, ...
 		t.Fatalf("%v; last status: %s", err, last)
 	}
 	t.Logf("three healthy masters %s: %s later", what, time.Since(start).Round(100*time.Millisecond))
-}
-
-// holderWatch polls each lab host's eth0 for the VIP, every failoverPoll
-// in a goroutine per host (ip -n from this machine: no SSH, which a
-// cut-off host would not answer), and keeps the reachable holders'
-// changes and every poll that saw two holders.
-type holderWatch struct {
-	lab     *metallab.Lab
-	mu      sync.Mutex
-	cut     map[string]bool
-	held    map[string]bool
-	polled  map[string]bool
-	holders []string
-	changes []holderChange
-	splits  []string
-	err     error
-}
-
-type holderChange struct {
-	at      time.Time
-	holders []string
-}
-
-func newHolderWatch(lab *metallab.Lab) *holderWatch {
-	return &holderWatch{lab: lab, cut: map[string]bool{}, held: map[string]bool{}, polled: map[string]bool{}}
-}
-
-func (w *holderWatch) run(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, h := range w.lab.Hosts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(failoverPoll)
-			defer tick.Stop()
-			for {
-				out, err := exec.CommandContext(ctx, "ip", "-n", h.NS, "-4", "-o", "addr", "show", "dev", "eth0").Output()
-				if ctx.Err() != nil {
-					return
-				}
-				w.mu.Lock()
-				if err != nil {
-					w.err = fmt.Errorf("ip addr in %s: %w", h.NS, err)
-					w.mu.Unlock()
-					return
-				}
-				w.held[h.Name] = strings.Contains(string(out), " "+w.lab.VIP.String()+"/")
-				w.polled[h.Name] = true
-				w.update()
-				w.mu.Unlock()
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// update recomputes the holders once every host has been polled; w.mu
-// held.
-func (w *holderWatch) update() {
-	if len(w.polled) < len(w.lab.Hosts) {
-		return
-	}
-	var hs []string
-	for _, h := range w.lab.Hosts {
-		if w.held[h.Name] && !w.cut[h.Name] {
-			hs = append(hs, h.Name)
-		}
-	}
-	now := time.Now()
-	if len(hs) > 1 {
-		w.splits = append(w.splits, fmt.Sprintf("%s: %v", now.Format("15:04:05.000"), hs))
-	}
-	if len(w.changes) == 0 || !slices.Equal(hs, w.holders) {
-		w.changes = append(w.changes, holderChange{now, hs})
-	}
-	w.holders = hs
-}
-
-func (w *holderWatch) current() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.holders)
-}
-
-func (w *holderWatch) failure() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
-}
-
-// setCut marks a host cut off: what it holds is not counted (nobody can
-// reach it there).
-func (w *holderWatch) setCut(name string, cut bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.cut[name] = cut
-	w.update()
-}
-
-// movedOff is the first host other than old seen holding the VIP alone
-// since start, and when; "" when none has yet.
-func (w *holderWatch) movedOff(old string, start time.Time) (string, time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, c := range w.changes {
-		if !c.at.Before(start) && len(c.holders) == 1 && c.holders[0] != old {
-			return c.holders[0], c.at
-		}
-	}
-	return "", time.Time{}
-}
-
-// timeline is the holders' changes since start, times from start.
-func (w *holderWatch) timeline(start time.Time) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var parts []string
-	for _, c := range w.changes {
-		if c.at.Before(start) {
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("+%.2fs %v", c.at.Sub(start).Seconds(), c.holders))
-	}
-	return strings.Join(parts, ", ")
-}
-
-func (w *holderWatch) splitBrains() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.splits)
 }
 
 // probe sends GET url on a new connection every failoverPoll, each in a
