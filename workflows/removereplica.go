@@ -70,6 +70,15 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 		m, ok := d.findMember(members, cluster, victim, r.Get("address"))
 		return m, members, ok, nil
 	}
+	// memberOffLeadership is memberOf, leadership moved away first when
+	// the victim's member leads.
+	memberOffLeadership := func(ctx context.Context, cli *etcdmember.Client, cluster string, r *Run) (etcdmember.Member, []etcdmember.Member, bool, error) {
+		m, members, ok, err := memberOf(ctx, cli, cluster, r)
+		if err == nil && ok && m.Leader {
+			err = moveLeaderAway(ctx, cli, cluster, victim, m, p.Timeout, r)
+		}
+		return m, members, ok, err
+	}
 	lastReplica := func(rs []providers.Replica) error {
 		if len(rs) == 1 && rs[0].Name == victim {
 			return errkind.Errorf(errkind.FailedPrecondition, "%s is the last replica of cluster %s; removing it would destroy the cluster (use 'hamaster local down' or delete the cluster instead)", victim, d.Cluster)
@@ -172,10 +181,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 					if err != nil {
 						return err
 					}
-					m, _, ok, err := memberOf(ctx, cli, c, r)
-					if err == nil && ok && m.Leader {
-						err = moveLeaderAway(ctx, cli, c, victim, m, p.Timeout, r)
-					}
+					_, _, _, err = memberOffLeadership(ctx, cli, c, r)
 					cli.Close()
 					if err != nil {
 						return err
@@ -267,13 +273,10 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 					if err != nil {
 						return err
 					}
-					m, members, ok, err := memberOf(ctx, cli, c, r)
-					if err == nil && ok && m.Leader {
-						// Leadership came back during the drain grace (an
-						// election): moved again, so the stop does not
-						// cost the survivors an election.
-						err = moveLeaderAway(ctx, cli, c, victim, m, p.Timeout, r)
-					}
+					// Leadership may have come back during the drain grace
+					// (an election): moved again, so the stop does not cost
+					// the survivors an election.
+					m, members, ok, err := memberOffLeadership(ctx, cli, c, r)
 					cli.Close()
 					if err != nil {
 						return err
@@ -311,11 +314,8 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 					if err != nil {
 						return err
 					}
-					m, _, ok, err := memberOf(ctx, cli, cs[i], r)
-					if err == nil && ok && m.Leader {
-						// Still serving and leading again (see stop-replica).
-						err = moveLeaderAway(ctx, cli, cs[i], victim, m, p.Timeout, r)
-					}
+					// Still serving, it may lead again (see stop-replica).
+					m, _, ok, err := memberOffLeadership(ctx, cli, cs[i], r)
 					if err == nil && ok {
 						if err = cli.Remove(ctx, m.ID); err != nil {
 							err = fmt.Errorf("remove etcd %s member %s of %s: %w", cs[i], m.Name, victim, err)
