@@ -243,6 +243,10 @@ func (inv *Inventory) Validate() error {
 		bad("vip %q: want a literal IPv4 or IPv6 address without a zone, not a hostname", inv.VIP)
 	} else if vip = vip.Unmap(); !vip.IsGlobalUnicast() {
 		bad("vip %s: want a unicast address (not loopback, multicast, link-local or unspecified)", inv.VIP)
+	} else if !vip.Is4() {
+		// vip.Config refuses it too; said here, when the inventory is
+		// read, so that nothing starts on a VIP no step could bring up.
+		bad("vip %s: IPv6 VIPs are not supported yet (keepalived needs a VRRPv3 instance of their own): use an IPv4 address", inv.VIP)
 	} else if j, taken := addrs["ip:"+vip.String()]; taken {
 		bad("vip %s is host %s's address (hosts[%d]): the VIP must be an address of its own", inv.VIP, inv.Hosts[j].Name, j)
 	}

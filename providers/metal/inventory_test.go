@@ -107,6 +107,7 @@ func TestParseErrors(t *testing.T) {
 		{"no hosts", "vip: 192.0.2.100\n", []string{"hosts: none listed"}},
 		{"no vip", "hosts:\n  - name: a\n    address: 192.0.2.1\n    role: control-plane\n", []string{"vip is required"}},
 		{"vip hostname", strings.Replace(host(""), "vip: 192.0.2.100", "vip: api.example.com", 1), []string{`vip "api.example.com": want a literal IPv4 or IPv6 address`}},
+		{"vip IPv6", strings.Replace(host(""), "vip: 192.0.2.100", "vip: 2001:db8::100", 1), []string{"vip 2001:db8::100: IPv6 VIPs are not supported yet"}},
 		{"vip loopback", strings.Replace(host(""), "vip: 192.0.2.100", "vip: 127.0.0.1", 1), []string{"vip 127.0.0.1: want a unicast address"}},
 		{"vip a host's", strings.Replace(host(""), "vip: 192.0.2.100", "vip: ::ffff:192.0.2.11", 1), []string{"vip ::ffff:192.0.2.11 is host cp-1's address (hosts[0])"}},
 		{"bad name", host("  - name: Web_1\n    address: 192.0.2.12\n    role: worker\n"), []string{`host Web_1 (hosts[1]): name "Web_1": want a DNS-1123 label`}},
