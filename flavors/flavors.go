@@ -176,6 +176,23 @@ type Upgrader interface {
 	FinishUpgrade(ctx context.Context, replica providers.Replica) error
 }
 
+// CertRenewer is an Upgrader whose masters carry certificates their
+// tool renews (kubeadm certs renew): rotate-certs has the flavor renew
+// them one master at a time, drained, and rolls a master that fails
+// back with RollbackMaster (the renewal saves what it restores, as an
+// upgrade does; FinishUpgrade drops it).
+type CertRenewer interface {
+	Upgrader
+	// ExpiringCerts names replica's certificates the tool renews that
+	// expire within `within` (none: nothing to do).
+	ExpiringCerts(ctx context.Context, replica providers.Replica, within time.Duration) ([]string, error)
+	// RenewCerts saves what RollbackMaster restores, renews every
+	// certificate of replica the tool manages, restarts its control
+	// plane on them and waits until its apiserver is ready again. A
+	// re-run after an interruption finishes what the last one began.
+	RenewCerts(ctx context.Context, replica providers.Replica) error
+}
+
 // FlagUpgrader is an Upgrader that can change the masters' apiserver
 // flags as part of the upgrade (rolling-upgrade --extra-args): kubeadm
 // keeps them cluster-wide (kubeadm-config's apiServer.extraArgs), and

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -36,8 +38,9 @@ func RotateCerts(d *Deps, p RotateParams, replicas []string) *Workflow {
 		p.HealthTimeout = 5 * time.Minute
 	}
 	wf := &Workflow{Name: "rotate-certs", Params: map[string]string{"expiring-within": p.Within.String()}}
+	renewer, renews := d.Flavor().(flavors.CertRenewer)
 	wf.Check = func(context.Context) error {
-		if !d.issuesCertificates() {
+		if !d.issuesCertificates() && !renews {
 			return errkind.Errorf(errkind.FailedPrecondition, "the %s provider's masters carry the certificates kube-up made (kube-env and kube-master-certs metadata), which hamaster does not issue or rotate; renew them with the tool that built the cluster", d.Provider.Name())
 		}
 		return nil
@@ -47,6 +50,14 @@ func RotateCerts(d *Deps, p RotateParams, replicas []string) *Workflow {
 		Run: func(ctx context.Context, r *Run) error { return takeSnapshot(ctx, d, r, "rotate-certs") },
 	})
 	for _, name := range replicas {
+		if renews {
+			wf.Steps = append(wf.Steps, Step{
+				Name: "rotate/" + name,
+				Plan: []string{"skip unless one of its certificates the flavor's tool renews expires within " + p.Within.String() + " (kubeadm certs check-expiration)", "move etcd leadership away, drain from the LB", "the flavor renews them (backup; kubeadm certs renew all; its static pods restarted one at a time)", "health gate (the flavor's rollback to the backup on failure, and stop)", "back in the LB"},
+				Run:  func(ctx context.Context, r *Run) error { return renewOne(ctx, d, r, p, renewer, name) },
+			})
+			continue
+		}
 		wf.Steps = append(wf.Steps, Step{
 			Name: "rotate/" + name,
 			Plan: []string{"skip if its certificate covers every SAN and is not expiring", "move etcd leadership away, drain from the LB", "reissue its certificates, instances.Recreate with them", "health gate (rollback to last known good on failure)", "back in the LB"},
@@ -54,6 +65,100 @@ func RotateCerts(d *Deps, p RotateParams, replicas []string) *Workflow {
 		})
 	}
 	return wf
+}
+
+// renewOne has the flavor renew replica name's certificates when one of
+// them expires within p.Within: leadership moved off it, drained, renewed
+// (the flavor saves what its rollback restores), health-gated at the
+// version it ran, the flavor's backup dropped, back in the LB. A failure
+// rolls it back with the flavor's RollbackMaster and concludes the run.
+// Journal keys: renew-version:<name> once begun (the version it ran),
+// renewed:<name> once it passed its health gate.
+func renewOne(ctx context.Context, d *Deps, r *Run, p RotateParams, renewer flavors.CertRenewer, name string) error {
+	rep, err := d.Provider.Instances().Get(ctx, name)
+	if errors.Is(err, errkind.NotFound) {
+		return nil // removed meanwhile
+	}
+	if err != nil {
+		return err
+	}
+	versionKey, renewedKey, drainedKey := "renew-version:"+name, "renewed:"+name, "rotate-drained:"+name
+	v := r.Get(versionKey)
+	if v == "" {
+		names, err := renewer.ExpiringCerts(ctx, rep, p.Within)
+		if err != nil {
+			return fmt.Errorf("the certificates of %s: %w", name, err)
+		}
+		if len(names) == 0 {
+			return nil
+		}
+		if v, err = d.ReplicaVersion(ctx, rep); err != nil {
+			return fmt.Errorf("the version of %s: %w", name, err)
+		}
+		r.Info("renewing the certificates of %s: %s expire within %s", name, strings.Join(names, ", "), p.Within)
+		if err := r.Set(versionKey, v); err != nil {
+			return err
+		}
+	}
+	if r.Get(renewedKey) == "" {
+		if err := moveLeaderOff(ctx, d, r, name); err != nil {
+			return err
+		}
+		if exists, err := lb.Exists(ctx, d.Provider.LoadBalancer()); err != nil {
+			return err
+		} else if exists {
+			if err := r.Set(drainedKey, "true"); err != nil {
+				return err
+			}
+			r.Waiting("drain grace period of %s for %s", p.DrainGrace, name)
+			if err := lb.Drain(ctx, d.Provider.LoadBalancer(), name, p.DrainGrace); err != nil {
+				return err
+			}
+		} else if rs, err := d.Provider.Instances().List(ctx); err == nil && len(rs) == 1 {
+			r.Info("%s is the only master: its apiserver is unavailable while it restarts on the renewed certificates", name)
+		}
+		r.Waiting("renewing the certificates of %s with its flavor's tool", name)
+		rerr := renewer.RenewCerts(ctx, rep)
+		if rerr == nil {
+			rerr = healthGate(ctx, d, r, rep, v, p.HealthTimeout)
+		}
+		if rerr != nil {
+			if ctx.Err() != nil {
+				return rerr // interrupted: a re-run finishes the renewal
+			}
+			return rollbackRenewal(ctx, d, r, p, renewer, rep, v, rerr)
+		}
+		if err := r.Set(renewedKey, "true"); err != nil {
+			return err
+		}
+	}
+	if err := renewer.FinishUpgrade(ctx, rep); err != nil {
+		return err
+	}
+	if r.Get(drainedKey) != "" {
+		if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {
+			return err
+		}
+	}
+	return r.Set(drainedKey, "")
+}
+
+// rollbackRenewal restores rep with the flavor's rollback, waits until it
+// is healthy at version v and back in the LB, and concludes the run.
+func rollbackRenewal(ctx context.Context, d *Deps, r *Run, p RotateParams, renewer flavors.CertRenewer, rep providers.Replica, v string, cause error) error {
+	r.Info("renewing the certificates of %s failed: %v — restoring its previous certificates, kubeconfigs and manifests", rep.Name, cause)
+	if err := renewer.RollbackMaster(ctx, rep, false); err != nil {
+		return fmt.Errorf("renewing the certificates of %s failed (%v); restoring them failed too: %w", rep.Name, cause, err)
+	}
+	if err := healthGate(ctx, d, r, rep, v, RestoreHealthTimeout(p.HealthTimeout)); err != nil {
+		return fmt.Errorf("renewing the certificates of %s failed (%v) and it is not healthy after its restore: %w", rep.Name, cause, err)
+	}
+	if r.Get("rotate-drained:"+rep.Name) != "" {
+		if err := undrain(ctx, d, r, rep.Name, p.HealthTimeout); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: renewing the certificates of %s failed (%v); its previous certificates are restored and it serves again; the masters after it were not touched", ErrConcluded, rep.Name, cause)
 }
 
 func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string) error {

@@ -186,7 +186,7 @@ func parseDays(flag, s string) (time.Duration, error) {
 func rotateCertsCommand(e *env, g *globals) *cli.Command {
 	return &cli.Command{
 		Name:  "rotate-certs",
-		Usage: "reissue apiserver certificates that miss a SAN of the endpoint or expire soon, one replica at a time",
+		Usage: "reissue apiserver certificates that miss a SAN of the endpoint or expire soon (kubeadm: kubeadm certs renew), one replica at a time",
 		Description: `Every apiserver certificate must cover the static IP / LB, every DNS name of
 the endpoint, the service IP (10.0.0.1), kubernetes.* and the replica.
 For each replica whose certificate does not, or expires within
@@ -195,6 +195,16 @@ For each replica whose certificate does not, or expires within
 them on the same disk → health gate (fail-fast; on failure its last
 known-good template is restored and the command stops, exit 1) → back in
 the LB. 'add-replica --dns-name' runs it by itself when needed.
+
+On a kubeadm cluster (--flavor kubeadm) the certificates are kubeadm's:
+for each master with a certificate kubeadm renews that expires within
+--expiring-within ('kubeadm certs check-expiration'): etcd leadership
+moved away → drained (the VIP handed over first when it holds it) → a
+backup of its certificates, kubeconfigs and manifests → 'kubeadm certs
+renew all' → kube-apiserver, kube-controller-manager and kube-scheduler
+restarted one at a time on them (etcd reloads its own) → health gate (on
+failure the backup is restored and the command stops, exit 1) → back in
+the LB. CAs are not renewed (kubeadm renews none).
 
 Example:
   hamaster --cluster demo rotate-certs --drain-grace 1s --yes

@@ -832,9 +832,10 @@ func (f *Flavor) keepEtcd(ctx context.Context, m string) (bool, error) {
 	return !strings.HasPrefix(s, "same") && strings.Contains(s, `"health":"true"`), nil
 }
 
-// FinishUpgrade implements flavors.Upgrader: the backup removed.
+// FinishUpgrade implements flavors.Upgrader: the backup removed (and
+// RenewCerts' RestartDir).
 func (f *Flavor) FinishUpgrade(ctx context.Context, replica providers.Replica) error {
-	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "rm -rf "+UpgradeBackupDir+" "+UpgradeBackupDir+".tmp "+upgradeLogFile); err != nil {
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "rm -rf "+UpgradeBackupDir+" "+UpgradeBackupDir+".tmp "+upgradeLogFile+" "+RestartDir); err != nil {
 		return fmt.Errorf("drop the upgrade backup on %s: %w (stderr: %s)", replica.Name, err, tail(stderr))
 	}
 	return nil

@@ -316,9 +316,9 @@ type ViewInput struct {
 // BuildView is kubeadm's view from what was read: one MasterView per
 // machine (in the provider's order), then one per control-plane Node no
 // machine has; and the problems, each with its command:
-//   - a certificate expiring within 30 days (or expired): `kubeadm
-//     certs renew NAME` on that master (hamaster rotates no certificate
-//     kubeadm carries: CarriesCertificates), or the CA's own rotation
+//   - a certificate expiring within 30 days (or expired): `hamaster
+//     rotate-certs` (the flavor's RenewCerts: kubeadm certs renew), or
+//     the CA's own rotation
 //     (kubeadm renews no CA) or the external CA for one kubeadm does not
 //     manage;
 //   - a control-plane Node with no etcd member, or with no machine:
@@ -380,7 +380,7 @@ func BuildView(in ViewInput) flavors.View {
 				case c.Authority:
 					problem("CA %s on %s %s: kubeadm renews no CA; rotate it by hand on every master (kubeadm docs: manual rotation of CA certificates)", c.Name, m.Replica, when)
 				default:
-					problem("certificate %s on %s %s: on %s run `kubeadm certs renew %s`, then restart its static pods", c.Name, m.Replica, when, m.Replica, c.Name)
+					problem("certificate %s on %s %s: `hamaster rotate-certs --yes` renews it (kubeadm certs renew all on one drained master at a time, its static pods restarted)", c.Name, m.Replica, when)
 				}
 			}
 		}

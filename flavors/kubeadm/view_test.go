@@ -129,9 +129,9 @@ func TestBuildView(t *testing.T) {
 		{"healthy", func(*ViewInput) {}, nil},
 		{"certificate expiring", func(in *ViewInput) {
 			in.Certs["host-2"] = []CertificateInfo{cert("apiserver", 10*24*time.Hour), cert("admin.conf", 40*24*time.Hour)}
-		}, []string{"certificate apiserver on host-2 expires in 10d (2026-12-06T18:00:00Z): on host-2 run `kubeadm certs renew apiserver`"}},
+		}, []string{"certificate apiserver on host-2 expires in 10d (2026-12-06T18:00:00Z): `hamaster rotate-certs --yes` renews it"}},
 		{"certificate expired", func(in *ViewInput) { in.Certs["host-1"] = []CertificateInfo{cert("etcd-server", -time.Hour)} },
-			[]string{"certificate etcd-server on host-1 EXPIRED 2026-11-26T17:00:00Z: on host-1 run `kubeadm certs renew etcd-server`"}},
+			[]string{"certificate etcd-server on host-1 EXPIRED 2026-11-26T17:00:00Z: `hamaster rotate-certs --yes` renews it"}},
 		{"CA and external certificate", func(in *ViewInput) {
 			in.Certs["host-1"] = []CertificateInfo{{Name: "ca", ExpirationDate: now.Add(24 * time.Hour), Authority: true},
 				{Name: "front-proxy-client", ExpirationDate: now.Add(24 * time.Hour), ExternallyManaged: true}}
