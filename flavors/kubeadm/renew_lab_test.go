@@ -78,8 +78,10 @@ func TestRenewCertsKubeadmMaster(t *testing.T) {
 	}
 	pids := func() map[string]string {
 		m := map[string]string{}
-		for _, c := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-			m[c] = run("pgrep --ns $$ --nslist net -x " + c + " | sort | tr '\\n' ' '")
+		// By the port each listens on (the stand-in kubelet runs etcd as
+		// its own etcd subcommand; comm names are cut at 15 characters).
+		for c, port := range map[string]string{"etcd": "2379", "kube-apiserver": "6443", "kube-controller-manager": "10257", "kube-scheduler": "10259"} {
+			m[c] = run("ss -Htlnp 'sport = :" + port + "' | grep -o 'pid=[0-9]*' | sort -u | tr '\\n' ' '")
 		}
 		return m
 	}

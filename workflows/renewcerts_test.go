@@ -1,0 +1,155 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/flavors/registry"
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/workflows"
+)
+
+// renewing is inPlace that also renews certificates with "its own
+// tool" (flavors.CertRenewer), as kubeadm's certs renew does: a renewal
+// saves the template (RollbackMaster restores it) and restarts the
+// master on it; one whose apiserver then cannot start (bad) fails its
+// health gate.
+type renewing struct {
+	inPlace
+	rs *renewState
+}
+
+type renewState struct {
+	mu       sync.Mutex
+	expiring map[string]bool
+	bad      string
+}
+
+var _ flavors.CertRenewer = renewing{}
+
+func (f renewing) ExpiringCerts(_ context.Context, r providers.Replica, within time.Duration) ([]string, error) {
+	f.rs.mu.Lock()
+	defer f.rs.mu.Unlock()
+	if f.rs.expiring[r.Name] && within > 0 {
+		return []string{"apiserver", "admin.conf"}, nil
+	}
+	return nil, nil
+}
+
+func (f renewing) RenewCerts(ctx context.Context, r providers.Replica) error {
+	f.record("renew " + r.Name)
+	rep, err := f.inst.Get(ctx, r.Name)
+	if err != nil {
+		return err
+	}
+	f.st.mu.Lock()
+	if _, ok := f.st.saved[r.Name]; !ok {
+		f.st.saved[r.Name] = rep.Template.Clone()
+	}
+	f.st.mu.Unlock()
+	t := rep.Template.Clone()
+	f.rs.mu.Lock()
+	if f.rs.bad == r.Name {
+		t.ExtraArgs = []string{"--no-such-flag=1"}
+	} else {
+		f.rs.expiring[r.Name] = false
+	}
+	f.rs.mu.Unlock()
+	_, err = f.inst.Recreate(ctx, r.Name, t)
+	return err
+}
+
+// rotate-certs on a flavor that renews its own certificates: only the
+// masters with an expiring certificate are renewed, one at a time; one
+// whose renewal leaves it unhealthy is rolled back by the flavor and the
+// run stops before the next; crashes after every step resume, and no
+// saved state is left.
+func TestRotateCertsWithTheFlavorsTool(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "renew")
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	e.grow(ctx, 2)
+	rs, err := e.c.Provider.Instances().List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range rs {
+		names = append(names, r.Name)
+	}
+	own, err := registry.Open("", e.c.Provider, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := renewing{
+		inPlace: inPlace{Flavor: own, inst: e.c.Provider.Instances(), st: &inPlaceState{saved: map[string]providers.Template{}}},
+		rs:      &renewState{expiring: map[string]bool{names[0]: true, names[2]: true}, bad: names[0]},
+	}
+	rotate := func(after func(string) error) error {
+		d := e.deps(after)
+		d.Master = f
+		return workflows.Execute(ctx, d, workflows.RotateCerts(d, workflows.RotateParams{DrainGrace: 100 * time.Millisecond, HealthTimeout: 20 * time.Second}, names), workflows.Options{})
+	}
+
+	// The first master's renewal leaves it unable to start: rolled back,
+	// the run concluded, the third master not touched.
+	err = rotate(nil)
+	if !errors.Is(err, workflows.ErrConcluded) || !strings.Contains(err.Error(), "renewing the certificates of "+names[0]+" failed") {
+		t.Fatalf("a renewal that fails: err = %v; want it concluded with %s rolled back", err, names[0])
+	}
+	if want := []string{"renew " + names[0], "rollback " + names[0] + " first=false"}; !slices.Equal(f.st.calls, want) {
+		t.Errorf("calls = %v; want %v", f.st.calls, want)
+	}
+	e.assertVersions(ctx, "v1.30.2", 3)
+
+	// Renewed, crashed after every step once: names[0] and names[2]
+	// renewed, names[1] (nothing expiring) left alone.
+	f.rs.bad, f.st.calls = "", nil
+	crash := errors.New("simulated crash")
+	crashed := map[string]bool{}
+	crashes := 0
+	for i := 0; i < 20; i++ {
+		err := rotate(func(step string) error {
+			if !crashed[step] {
+				crashed[step] = true
+				return crash
+			}
+			return nil
+		})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, crash) {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		crashes++
+	}
+	if crashes != 4 { // snapshot and three rotate/ steps
+		t.Errorf("%d crashes; want one after each of the 4 steps", crashes)
+	}
+	for _, c := range f.st.calls {
+		if strings.HasPrefix(c, "rollback") || strings.Contains(c, names[1]) {
+			t.Errorf("calls = %v; want renewals of %s and %s only", f.st.calls, names[0], names[2])
+		}
+	}
+	if !slices.Contains(f.st.calls, "renew "+names[0]) || !slices.Contains(f.st.calls, "renew "+names[2]) {
+		t.Errorf("calls = %v; want %s and %s renewed", f.st.calls, names[0], names[2])
+	}
+	if len(f.st.saved) != 0 {
+		t.Errorf("saved state left for %v", f.st.saved)
+	}
+	e.assertVersions(ctx, "v1.30.2", 3)
+
+	// Nothing expiring: nothing renewed.
+	f.st.calls = nil
+	if err := rotate(nil); err != nil || len(f.st.calls) != 0 {
+		t.Errorf("nothing expiring: err %v, calls %v; want no call", err, f.st.calls)
+	}
+}
