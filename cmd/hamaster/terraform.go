@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/tfexternal"
 	"github.com/hamaster/hamaster/workflows"
 )
@@ -39,7 +39,11 @@ Query keys: cluster, provider, state_dir (each defaults to --cluster,
 --provider, --state-dir), next_replica_name, next_replica_address (the
 IP reserved for the next replica, so etcd_initial_cluster can include
 it); any other key (project, region, zone, aws_region...) is passed to the
-provider as a setting.
+provider as a setting, over the same setting from a flag or HAMASTER_*
+variable (HAMASTER_METAL_INVENTORY, HAMASTER_SSH_KEY, ...), which are read
+as every command reads them. The cluster's flavor is the one recorded in
+its state directory (or --flavor); the CA whose digest ca_cert_sha256 is
+hamaster's, or the masters' own when they carry theirs (kubeadm, kube-up).
 
 Result keys: cluster provider endpoint endpoint_kind static_ip dns_name
 replicas replica_addresses replica_map replica_count leader healthy
@@ -54,9 +58,9 @@ Example:
   }
 
   echo '{"cluster":"demo"}' | hamaster terraform`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.DurationFlag{Name: "timeout", Value: 20 * time.Second, Usage: "overall timeout"},
-		},
+		}, providerFlags(false)...),
 		Action: func(c *cli.Context) error {
 			out, err := terraformRead(c, e, g)
 			if err != nil {
@@ -115,14 +119,25 @@ func terraformRead(c *cli.Context, e *env, g *globals) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
-	p, err := reg.Open(ctx, provider, providers.Settings{Cluster: cluster, StateDir: stateDir, Options: q.Options})
+	// The provider's settings as every command reads them (flags,
+	// HAMASTER_* variables, the config file), a query key of the same
+	// name winning; nothing may reach stdout but the result.
+	quiet := slog.New(slog.DiscardHandler)
+	s := g.settings(c)
+	s.Cluster, s.StateDir, s.Out, s.Logger = cluster, stateDir, io.Discard, quiet
+	maps.Copy(s.Options, q.Options)
+	p, err := reg.Open(ctx, provider, s)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Close()
+	master, err := chooseFlavor(g.flavor, stateDir, cluster, p, quiet)
+	if err != nil {
+		return nil, err
+	}
 	d := &workflows.Deps{
-		Provider: p, Cluster: cluster, StateDir: stateDir,
-		Sink: &workflows.JSONSink{W: io.Discard}, Logger: slog.New(slog.DiscardHandler), Out: io.Discard,
+		Provider: p, Master: master, Cluster: cluster, StateDir: stateDir,
+		Sink: &workflows.JSONSink{W: io.Discard}, Logger: quiet, Out: io.Discard,
 		Holder: "terraform",
 	}
 	rep, err := workflows.Status(ctx, d)
@@ -143,9 +158,14 @@ func terraformRead(c *cli.Context, e *env, g *globals) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("cluster %s did not answer within --timeout %s (%s)", cluster, c.Duration("timeout"), why)
 	}
-	caFile := filepath.Join(workflows.PKIDir(stateDir, cluster), "ca.crt")
-	caPEM, err := os.ReadFile(caFile)
-	if err != nil {
+	var caPEM []byte
+	if master.CarriesCertificates() {
+		// The masters' own CA (kubeadm's /etc/kubernetes/pki/ca.crt,
+		// kube-up's CA_CERT): hamaster keeps none for them.
+		if caPEM, err = master.MasterCA(ctx); err != nil {
+			return nil, fmt.Errorf("read the masters' CA certificate of cluster %s: %w", cluster, err)
+		}
+	} else if caPEM, err = os.ReadFile(filepath.Join(workflows.PKIDir(stateDir, cluster), "ca.crt")); err != nil {
 		return nil, fmt.Errorf("read the CA certificate of cluster %s: %w", cluster, err)
 	}
 	res, err := tfexternal.Result(rep, tfexternal.Inputs{CACertPEM: caPEM, NextReplicaName: q.NextReplicaName, NextReplicaAddress: q.NextReplicaAddress})
