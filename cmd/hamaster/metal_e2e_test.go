@@ -7,6 +7,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -60,14 +61,15 @@ func labEnv(t *testing.T, path string) []string {
 // TestMetalKubeadmEndToEnd is issue 23's and 24's walk with the real CLI:
 // a single kubeadm master (kubeadm init, no controlPlaneEndpoint) →
 // add-replica --host (the VIP brought up, the cluster converted to HA on
-// it, the host joined; killed after the conversion and resumed) →
+// it, the host joined; killed after each of its steps in turn and
+// resumed each time) →
 // add-replica (the first free host; killed during kubeadm join and
 // resumed) with load on the old address and the VIP throughout: 0
 // failed → rolling-upgrade with a refused flag, then to an unstartable
 // release (each rolled back: 3/3 healthy at the old version within 30 s
 // of the failure) → rolling-upgrade to v1.34.4 under the VIP's load →
-// remove-replica of the VIP's holder (a planned handoff; killed
-// after the member's removal and resumed) and of another → one master
+// remove-replica of the VIP's holder (a planned handoff; killed after
+// each of its steps in turn and resumed each time) and of another → one master
 // left, no member or Node of the others, the freed hosts clean.
 func TestMetalKubeadmEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
@@ -148,14 +150,46 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 		t.Logf("hamaster %s: killed after %s", strings.Join(args, " "), step)
 	}
 
+	// crashChain is the crash-resume matrix over every step of one run:
+	// killed right after its first step, resumed (resumeArgs: the journal
+	// has the rest) and killed after the next, and so on; the last resume
+	// finishes. Each step so runs in a process of its own that dies once
+	// the step is journaled, and the next process picks up from the
+	// journal, as an operator's re-run does after any crash.
+	crashChain := func(args, resumeArgs []string) {
+		t.Helper()
+		var plan workflows.PlanDoc
+		cmd, errs := command(nil, append(slices.Clone(args), "--dry-run", "--output", "json")...)
+		var stdout bytes.Buffer
+		cmd.Stdout = &stdout // the plan alone: warnings go to stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("the plan of %v: %v\n%s", args, err, errs)
+		}
+		if err := json.Unmarshal(stdout.Bytes(), &plan); err != nil {
+			t.Fatalf("the plan of %v: %v\n%s", args, err, stdout.Bytes())
+		}
+		if len(plan.Steps) < 2 {
+			t.Fatalf("plan of %v: %d steps", args, len(plan.Steps))
+		}
+		start := time.Now()
+		for i, st := range plan.Steps[:len(plan.Steps)-1] {
+			if i == 0 {
+				crashAfter(st.Name, args...)
+			} else {
+				crashAfter(st.Name, resumeArgs...)
+			}
+		}
+		hm(resumeArgs...)
+		t.Logf("hamaster %s: killed after each of its %d steps but the last, resumed each time: %s", strings.Join(args, " "), len(plan.Steps)-1, time.Since(start).Round(100*time.Millisecond))
+	}
+
 	oldAddr := fmt.Sprintf("https://%s:6443/readyz", h1.Addr)
 	vipAddr := fmt.Sprintf("https://%s:8443/readyz", lab.VIP)
 	oldLoad := probeload.Start(ctx, oldAddr, tlsFor(), 20*time.Millisecond)
 
-	// Crash-resume: killed once the cluster is converted, resumed
+	// The crash-resume matrix over the converting add's steps, resumed
 	// without --host (the journal has it).
-	crashAfter(workflows.StepConvertEndpoint, "add-replica", "--host", h2.Name, "--yes")
-	hm("add-replica", "--yes")
+	crashChain([]string{"add-replica", "--host", h2.Name, "--yes"}, []string{"add-replica", "--yes"})
 	vipLoad := probeload.Start(ctx, vipAddr, tlsFor(), 20*time.Millisecond)
 	if ep := must(h1, "kubectl --kubeconfig /etc/kubernetes/admin.conf -n kube-system get cm kubeadm-config -o jsonpath='{.data.ClusterConfiguration}' | grep controlPlaneEndpoint"); !strings.Contains(ep, lab.VIP.String()+":8443") {
 		t.Fatalf("kubeadm-config after the conversion: %s", ep)
@@ -216,8 +250,8 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	if holder == "" {
 		t.Fatal("no host holds the VIP")
 	}
-	crashAfter(workflows.StepRemoveMember, "remove-replica", "--name", holder, "--yes")
-	hm("remove-replica", "--name", holder, "--yes")
+	// The crash-resume matrix over the removal's steps.
+	crashChain([]string{"remove-replica", "--name", holder, "--yes"}, []string{"remove-replica", "--name", holder, "--yes"})
 	var second string
 	for _, h := range []*metallab.Host{h1, h2, h3} {
 		if h.Name != holder {
