@@ -236,6 +236,24 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	if probeload.Failed(old) != 0 {
 		t.Errorf("requests to the old address failed: %+v", old)
 	}
+	// Terraform's external data source reads the HA state on metal as on
+	// the clouds: the VIP the endpoint, three healthy replicas.
+	tfCmd, tfErr := command(nil, "terraform", "--timeout", "90s")
+	tfCmd.Stdin = strings.NewReader("{}")
+	var tfOut bytes.Buffer
+	tfCmd.Stdout = &tfOut
+	if err := tfCmd.Run(); err != nil {
+		t.Fatalf("hamaster terraform: %v\n%s", err, tfErr)
+	}
+	var tf map[string]string
+	if err := json.Unmarshal(tfOut.Bytes(), &tf); err != nil {
+		t.Fatalf("hamaster terraform: %v\n%s", err, tfOut.Bytes())
+	}
+	if !strings.Contains(tf["endpoint"], lab.VIP.String()) || tf["replica_count"] != "3" || tf["healthy"] != "true" || tf["provider"] != "metal" {
+		t.Fatalf("hamaster terraform after two adds: %v", tf)
+	}
+	t.Logf("hamaster terraform: endpoint %s (%s), %s replicas, healthy %s", tf["endpoint"], tf["endpoint_kind"], tf["replica_count"], tf["healthy"])
+
 	vipLoad = failoverLeg(ctx, t, lab, sh, command, tlsFor(), vipLoad)
 
 	upgradeLeg(ctx, t, command, hm, binDir, func(cmd string) string { return must(h1, cmd) })
@@ -286,6 +304,27 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	if ms, _ := end["members"].([]any); len(ms) != 1 || len(asSlice(end["orphans"])) != 0 || len(asSlice(end["replicas"])) != 1 {
 		t.Errorf("status after the removals: members %v, orphans %v, replicas %v", end["members"], end["orphans"], end["replicas"])
 	}
+	// history: who changed the cluster, each run that finished once
+	// (a killed run records nothing; its resumed run does).
+	var hist struct {
+		Runs []struct {
+			Workflow string `json:"workflow"`
+			Result   string `json:"result"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(hm("--output", "json", "history")), &hist); err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]int{}
+	for _, r := range hist.Runs {
+		runs[r.Workflow+" "+r.Result]++
+	}
+	for k, min := range map[string]int{"add-replica ok": 2, "rolling-upgrade rolled-back": 2, "rolling-upgrade ok": 1, "remove-replica ok": 2} {
+		if runs[k] < min {
+			t.Errorf("history: %d runs %s, want at least %d (all: %v)", runs[k], k, min, runs)
+		}
+	}
+	t.Logf("history: %v", runs)
 	for _, name := range []string{holder, second} {
 		h := lab.Host(name)
 		left := must(h, "find /etc/kubernetes/manifests -name '*.yaml' 2>/dev/null; ls -A /var/lib/etcd 2>/dev/null; cat /var/lib/hamaster/claim 2>/dev/null; ip -o addr show | grep -F ' "+lab.VIP.String()+"/' || true")
