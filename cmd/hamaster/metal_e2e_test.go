@@ -68,6 +68,7 @@ func labEnv(t *testing.T, path string) []string {
 // failed → rolling-upgrade with a refused flag, then to an unstartable
 // release (each rolled back: 3/3 healthy at the old version within 30 s
 // of the failure) → rolling-upgrade to v1.34.4 under the VIP's load →
+// rotate-certs (kubeadm certs renew on each master in turn) →
 // remove-replica of the VIP's holder (a planned handoff; killed after
 // each of its steps in turn and resumed each time) and of another → one master
 // left, no member or Node of the others, the freed hosts clean.
@@ -258,6 +259,24 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 
 	upgradeLeg(ctx, t, command, hm, binDir, func(cmd string) string { return must(h1, cmd) })
 
+	// rotate-certs on kubeadm's certificates, under the VIP's load: each
+	// master drained in turn (the VIP handed over when it holds it),
+	// kubeadm certs renew all, its control plane restarted on them.
+	certSum := "cat /etc/kubernetes/pki/apiserver-etcd-client.crt /etc/kubernetes/controller-manager.conf | md5sum"
+	sums := map[string]string{}
+	for _, h := range lab.Hosts {
+		sums[h.Name] = must(h, certSum)
+	}
+	hm("rotate-certs", "--expiring-within", "3650d", "--drain-grace", "2s", "--yes")
+	for _, h := range lab.Hosts {
+		if must(h, certSum) == sums[h.Name] {
+			t.Errorf("rotate-certs left the certificates of %s as they were", h.Name)
+		}
+		if left := must(h, "ls -A /var/lib/hamaster"); strings.Contains(left, "upgrade-backup") || strings.Contains(left, "restart-manifests") {
+			t.Errorf("rotate-certs left on %s: %s", h.Name, left)
+		}
+	}
+
 	// The VIP's holder leaves first: a planned handoff.
 	holder := ""
 	for _, h := range lab.Hosts {
@@ -319,7 +338,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	for _, r := range hist.Runs {
 		runs[r.Workflow+" "+r.Result]++
 	}
-	for k, min := range map[string]int{"add-replica ok": 2, "rolling-upgrade rolled-back": 2, "rolling-upgrade ok": 1, "remove-replica ok": 2} {
+	for k, min := range map[string]int{"add-replica ok": 2, "rolling-upgrade rolled-back": 2, "rolling-upgrade ok": 1, "rotate-certs ok": 1, "remove-replica ok": 2} {
 		if runs[k] < min {
 			t.Errorf("history: %d runs %s, want at least %d (all: %v)", runs[k], k, min, runs)
 		}
