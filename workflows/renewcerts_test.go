@@ -112,25 +112,7 @@ func TestRotateCertsWithTheFlavorsTool(t *testing.T) {
 	// Renewed, crashed after every step once: both renewed, nothing
 	// rolled back.
 	f.rs.bad, f.st.calls = "", nil
-	crash := errors.New("simulated crash")
-	crashed := map[string]bool{}
-	crashes := 0
-	for i := 0; i < 20; i++ {
-		err := rotate(func(step string) error {
-			if !crashed[step] {
-				crashed[step] = true
-				return crash
-			}
-			return nil
-		})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, crash) {
-			t.Fatalf("run %d: %v", i, err)
-		}
-		crashes++
-	}
+	crashes := crashAfterEachStepOnce(t, 20, rotate)
 	if crashes != 3 { // snapshot and two rotate/ steps
 		t.Errorf("%d crashes; want one after each of the 3 steps", crashes)
 	}

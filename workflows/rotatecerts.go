@@ -101,21 +101,12 @@ func renewOne(ctx context.Context, d *Deps, r *Run, p RotateParams, renewer flav
 		}
 	}
 	if r.Get(renewedKey) == "" {
-		if err := moveLeaderOff(ctx, d, r, name); err != nil {
+		if exists, err := takeOutForRotation(ctx, d, r, p, name, drainedKey); err != nil {
 			return err
-		}
-		if exists, err := lb.Exists(ctx, d.Provider.LoadBalancer()); err != nil {
-			return err
-		} else if exists {
-			if err := r.Set(drainedKey, "true"); err != nil {
-				return err
+		} else if !exists {
+			if rs, err := d.Provider.Instances().List(ctx); err == nil && len(rs) == 1 {
+				r.Info("%s is the only master: its apiserver is unavailable while it restarts on the renewed certificates", name)
 			}
-			r.Waiting("drain grace period of %s for %s", p.DrainGrace, name)
-			if err := lb.Drain(ctx, d.Provider.LoadBalancer(), name, p.DrainGrace); err != nil {
-				return err
-			}
-		} else if rs, err := d.Provider.Instances().List(ctx); err == nil && len(rs) == 1 {
-			r.Info("%s is the only master: its apiserver is unavailable while it restarts on the renewed certificates", name)
 		}
 		r.Waiting("renewing the certificates of %s with its flavor's tool", name)
 		rerr := renewer.RenewCerts(ctx, rep)
@@ -161,6 +152,23 @@ func rollbackRenewal(ctx context.Context, d *Deps, r *Run, p RotateParams, renew
 	return fmt.Errorf("%w: renewing the certificates of %s failed (%v); its previous certificates are restored and it serves again; the masters after it were not touched", ErrConcluded, rep.Name, cause)
 }
 
+// takeOutForRotation moves etcd leadership off replica name and, when
+// the cluster has a load balancer (exists), drains it for p.DrainGrace,
+// journaling drainedKey first so that an interrupted run puts it back.
+func takeOutForRotation(ctx context.Context, d *Deps, r *Run, p RotateParams, name, drainedKey string) (exists bool, err error) {
+	if err := moveLeaderOff(ctx, d, r, name); err != nil {
+		return false, err
+	}
+	if exists, err = lb.Exists(ctx, d.Provider.LoadBalancer()); err != nil || !exists {
+		return false, err
+	}
+	if err := r.Set(drainedKey, "true"); err != nil {
+		return true, err
+	}
+	r.Waiting("drain grace period of %s for %s", p.DrainGrace, name)
+	return true, lb.Drain(ctx, d.Provider.LoadBalancer(), name, p.DrainGrace)
+}
+
 func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string) error {
 	inst := d.Provider.Instances()
 	rep, err := inst.Get(ctx, name)
@@ -201,19 +209,8 @@ func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string
 			return err
 		}
 	}
-	if err := moveLeaderOff(ctx, d, r, name); err != nil {
+	if _, err := takeOutForRotation(ctx, d, r, p, name, drainedKey); err != nil {
 		return err
-	}
-	if exists, err := lb.Exists(ctx, d.Provider.LoadBalancer()); err != nil {
-		return err
-	} else if exists {
-		if err := r.Set(drainedKey, "true"); err != nil {
-			return err
-		}
-		r.Waiting("drain grace period of %s for %s", p.DrainGrace, name)
-		if err := lb.Drain(ctx, d.Provider.LoadBalancer(), name, p.DrainGrace); err != nil {
-			return err
-		}
 	}
 	ca, err := d.CA()
 	if err != nil {

@@ -228,25 +228,9 @@ func TestRollingUpgradeCrashAfterEveryStep(t *testing.T) {
 	defer cancel()
 	e.grow(ctx, 2)
 	p := workflows.UpgradeParams{Version: "v1.31.0", DrainGrace: 100 * time.Millisecond}
-	crash := errors.New("simulated crash")
-	steps := 0
-	crashed := map[string]bool{}
-	for i := 0; i < 40; i++ {
-		err := e.upgrade(ctx, p, workflows.Discard{}, func(step string) error {
-			if !crashed[step] {
-				crashed[step] = true
-				return crash
-			}
-			return nil
-		})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, crash) {
-			t.Fatalf("run %d: %v", i, err)
-		}
-		steps++
-	}
+	steps := crashAfterEachStepOnce(t, 40, func(after func(string) error) error {
+		return e.upgrade(ctx, p, workflows.Discard{}, after)
+	})
 	if steps < 17 {
 		t.Errorf("only %d crashes; the workflow has more steps", steps)
 	}
@@ -285,4 +269,33 @@ func TestRollingUpgradeRecreateSingleReplicaRefused(t *testing.T) {
 		t.Fatalf("--allow-downtime: %v", err)
 	}
 	e.assertVersions(ctx, "v1.31.0", 1)
+}
+
+// crashAfterEachStepOnce runs run until it succeeds, each time with an
+// after-step hook that fails ("a crash") after every step not crashed
+// after before, so each step is crashed after once and resumed; at most
+// max runs. It returns the number of crashes.
+func crashAfterEachStepOnce(t *testing.T, max int, run func(after func(string) error) error) int {
+	t.Helper()
+	crash := errors.New("simulated crash")
+	crashed := map[string]bool{}
+	crashes := 0
+	for i := 0; i < max; i++ {
+		err := run(func(step string) error {
+			if !crashed[step] {
+				crashed[step] = true
+				return crash
+			}
+			return nil
+		})
+		if err == nil {
+			return crashes
+		}
+		if !errors.Is(err, crash) {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		crashes++
+	}
+	t.Fatalf("not finished after %d runs (%d crashes)", max, crashes)
+	return crashes
 }

@@ -142,25 +142,9 @@ func TestRollingUpgradeInPlace(t *testing.T) {
 
 	// The upgrade, crashed after every step once.
 	f.st.calls = nil
-	crash := errors.New("simulated crash")
-	crashed := map[string]bool{}
-	crashes := 0
-	for i := 0; i < 40; i++ {
-		err := e.upgradeInPlace(ctx, f, workflows.UpgradeParams{Version: "v1.31.0", DrainGrace: 100 * time.Millisecond}, func(step string) error {
-			if !crashed[step] {
-				crashed[step] = true
-				return crash
-			}
-			return nil
-		})
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, crash) {
-			t.Fatalf("run %d: %v", i, err)
-		}
-		crashes++
-	}
+	crashes := crashAfterEachStepOnce(t, 40, func(after func(string) error) error {
+		return e.upgradeInPlace(ctx, f, workflows.UpgradeParams{Version: "v1.31.0", DrainGrace: 100 * time.Millisecond}, after)
+	})
 	if crashes < 15 {
 		t.Errorf("only %d crashes; the workflow has more steps", crashes)
 	}
