@@ -38,8 +38,8 @@ On an error it prints one line to stderr, nothing to stdout, and exits 1.
 Query keys: cluster, provider, state_dir (each defaults to --cluster,
 --provider, --state-dir), next_replica_name, next_replica_address (the
 IP reserved for the next replica, so etcd_initial_cluster can include
-it); any other key (project, region, zone, aws_region...) is passed to the
-provider as a setting, over the same setting from a flag or HAMASTER_*
+it); any other key is passed to the provider as the setting of that name
+(gce-project, metal-inventory, ssh-key, ...), over the same setting from a flag or HAMASTER_*
 variable (HAMASTER_METAL_INVENTORY, HAMASTER_SSH_KEY, ...), which are read
 as every command reads them. The cluster's flavor is the one recorded in
 its state directory (or --flavor); the CA whose digest ca_cert_sha256 is

@@ -17,7 +17,7 @@ variable "state_dir" {
 }
 
 variable "provider_settings" {
-  description = "The provider's settings, passed through in the query: project, region, zone, aws_region..."
+  description = "The provider's settings by their flag names, passed through in the query: gce-project, gce-region, aws-region, metal-inventory, ssh-key..."
   type        = map(string)
   default     = {}
 }
