@@ -18,6 +18,7 @@
 #                   a service)
 #   moto            moto_server: the AWS provider tests (a Python package,
 #                   not a Debian one: checked, and how to get it said)
+# and about 12 GB free under TMPDIR (a warning before any test when not).
 #
 # Debian packages are installed with apt-get when the user is root (or has
 # passwordless sudo), without starting any service (a policy-rc.d refuses
@@ -105,6 +106,18 @@ if [ ${#missing[@]} -gt 0 ]; then
 	for p in "${missing[@]}"; do
 		echo "test-prereqs: installed $p $(dpkg-query -W -f='${Version}' "$p" 2>/dev/null)"
 	done
+fi
+
+# Disk: the tests' temporary directories peak near 8 GB under TMPDIR
+# during make test (etcd preallocates 64 MB WAL segments, two per member,
+# for every cluster the tests start), and the build cache needs ~4 GB
+# more from empty. Said before any test runs; not fatal (a disk other
+# jobs share may free up), but "no space left on device" in the middle of
+# make test is what too little looks like.
+tmp=${TMPDIR:-/tmp}
+free_kb=$(df -Pk "$tmp" 2>/dev/null | awk 'NR == 2 {print $4}')
+if [ -n "$free_kb" ] && [ "$free_kb" -lt $((12 * 1024 * 1024)) ]; then
+	echo "test-prereqs: warning: $((free_kb / 1024)) MB free under $tmp; make test needs about 12 GB there (8 GB of test data at its peak, 4 GB of build cache from empty): free some, or point TMPDIR (and GOCACHE) at a larger disk" >&2
 fi
 
 if have moto_server && python3 -c 'import moto' >/dev/null 2>&1; then
