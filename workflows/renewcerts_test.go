@@ -44,16 +44,10 @@ func (f renewing) ExpiringCerts(_ context.Context, r providers.Replica, within t
 
 func (f renewing) RenewCerts(ctx context.Context, r providers.Replica) error {
 	f.record("renew " + r.Name)
-	rep, err := f.inst.Get(ctx, r.Name)
+	t, err := f.save(ctx, r.Name)
 	if err != nil {
 		return err
 	}
-	f.st.mu.Lock()
-	if _, ok := f.st.saved[r.Name]; !ok {
-		f.st.saved[r.Name] = rep.Template.Clone()
-	}
-	f.st.mu.Unlock()
-	t := rep.Template.Clone()
 	f.rs.mu.Lock()
 	if f.rs.bad == r.Name {
 		t.ExtraArgs = []string{"--no-such-flag=1"}

@@ -49,22 +49,31 @@ func (f inPlace) WithAPIServerArgs(args []string) flavors.Upgrader {
 
 func (f inPlace) UpgradeMaster(ctx context.Context, r providers.Replica, v string, first bool, _ time.Duration) error {
 	f.record(fmt.Sprintf("upgrade %s first=%v", r.Name, first))
-	rep, err := f.inst.Get(ctx, r.Name)
+	t, err := f.save(ctx, r.Name)
 	if err != nil {
 		return err
 	}
-	f.st.mu.Lock()
-	if _, ok := f.st.saved[r.Name]; !ok {
-		f.st.saved[r.Name] = rep.Template.Clone()
-	}
-	f.st.mu.Unlock()
-	t := rep.Template.Clone()
 	t.Version = v
 	if f.args != nil {
 		t.ExtraArgs = f.args
 	}
 	_, err = f.inst.Recreate(ctx, r.Name, t)
 	return err
+}
+
+// save keeps replica name's template, the first time, for
+// RollbackMaster, and returns a copy of it as it is now.
+func (f inPlace) save(ctx context.Context, name string) (providers.Template, error) {
+	rep, err := f.inst.Get(ctx, name)
+	if err != nil {
+		return providers.Template{}, err
+	}
+	f.st.mu.Lock()
+	if _, ok := f.st.saved[name]; !ok {
+		f.st.saved[name] = rep.Template.Clone()
+	}
+	f.st.mu.Unlock()
+	return rep.Template.Clone(), nil
 }
 
 func (f inPlace) RollbackMaster(ctx context.Context, r providers.Replica, first bool) error {

@@ -151,6 +151,21 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 		t.Logf("hamaster %s: killed after %s", strings.Join(args, " "), step)
 	}
 
+	// jsonOut runs hamaster with args and stdin and decodes its stdout
+	// alone (warnings go to stderr) into v.
+	jsonOut := func(v any, stdin string, args ...string) {
+		t.Helper()
+		cmd, errs := command(nil, args...)
+		cmd.Stdin = strings.NewReader(stdin)
+		var stdout bytes.Buffer
+		cmd.Stdout = &stdout
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("hamaster %s: %v\n%s", strings.Join(args, " "), err, errs)
+		}
+		if err := json.Unmarshal(stdout.Bytes(), v); err != nil {
+			t.Fatalf("hamaster %s: %v\n%s", strings.Join(args, " "), err, stdout.Bytes())
+		}
+	}
 	// crashChain is the crash-resume matrix over every step of one run:
 	// killed right after its first step, resumed (resumeArgs: the journal
 	// has the rest) and killed after the next, and so on; the last resume
@@ -160,25 +175,15 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	crashChain := func(args, resumeArgs []string) {
 		t.Helper()
 		var plan workflows.PlanDoc
-		cmd, errs := command(nil, append(slices.Clone(args), "--dry-run", "--output", "json")...)
-		var stdout bytes.Buffer
-		cmd.Stdout = &stdout // the plan alone: warnings go to stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("the plan of %v: %v\n%s", args, err, errs)
-		}
-		if err := json.Unmarshal(stdout.Bytes(), &plan); err != nil {
-			t.Fatalf("the plan of %v: %v\n%s", args, err, stdout.Bytes())
-		}
+		jsonOut(&plan, "", append(slices.Clone(args), "--dry-run", "--output", "json")...)
 		if len(plan.Steps) < 2 {
 			t.Fatalf("plan of %v: %d steps", args, len(plan.Steps))
 		}
 		start := time.Now()
-		for i, st := range plan.Steps[:len(plan.Steps)-1] {
-			if i == 0 {
-				crashAfter(st.Name, args...)
-			} else {
-				crashAfter(st.Name, resumeArgs...)
-			}
+		run := args
+		for _, st := range plan.Steps[:len(plan.Steps)-1] {
+			crashAfter(st.Name, run...)
+			run = resumeArgs
 		}
 		hm(resumeArgs...)
 		t.Logf("hamaster %s: killed after each of its %d steps but the last, resumed each time: %s", strings.Join(args, " "), len(plan.Steps)-1, time.Since(start).Round(100*time.Millisecond))
@@ -239,17 +244,8 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	}
 	// Terraform's external data source reads the HA state on metal as on
 	// the clouds: the VIP the endpoint, three healthy replicas.
-	tfCmd, tfErr := command(nil, "terraform", "--timeout", "90s")
-	tfCmd.Stdin = strings.NewReader("{}")
-	var tfOut bytes.Buffer
-	tfCmd.Stdout = &tfOut
-	if err := tfCmd.Run(); err != nil {
-		t.Fatalf("hamaster terraform: %v\n%s", err, tfErr)
-	}
 	var tf map[string]string
-	if err := json.Unmarshal(tfOut.Bytes(), &tf); err != nil {
-		t.Fatalf("hamaster terraform: %v\n%s", err, tfOut.Bytes())
-	}
+	jsonOut(&tf, "{}", "terraform", "--timeout", "90s")
 	if !strings.Contains(tf["endpoint"], lab.VIP.String()) || tf["replica_count"] != "3" || tf["healthy"] != "true" || tf["provider"] != "metal" {
 		t.Fatalf("hamaster terraform after two adds: %v", tf)
 	}

@@ -35,16 +35,7 @@ func TestRenewCertsKubeadmMaster(t *testing.T) {
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {
 		t.Fatal(err)
 	}
-	f, err := kubeadm.New(p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := kubeadm.UpgradeOptionsFromEnv(func(k string) string { return envOf(t, lab.EnvFile, k) })
-	f.SetUpgradeOptions(kubeadm.UpgradeOptions{
-		InstallCommand:        o.InstallCommand,
-		IgnorePreflightErrors: o.IgnorePreflightErrors,
-		RestartKubelet:        func(_ context.Context, machine string) error { return lab.RestartKubelet(lab.Host(machine)) },
-	})
+	f := labFlavor(t, lab, p)
 	r1 := providers.Replica{Name: h1.Name, Address: h1.Addr.String()}
 
 	// serials are the serial numbers of a certificate file and of the

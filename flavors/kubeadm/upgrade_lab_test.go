@@ -54,21 +54,7 @@ func TestUpgradeKubeadmMaster(t *testing.T) {
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {
 		t.Fatal(err)
 	}
-	f, err := kubeadm.New(p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := kubeadm.UpgradeOptionsFromEnv(func(k string) string { return envOf(t, lab.EnvFile, k) })
-	if o.InstallCommand != metallab.InstallCommand || len(o.IgnorePreflightErrors) != 1 {
-		t.Fatalf("options from hamaster.env: %+v", o)
-	}
-	f.SetUpgradeOptions(kubeadm.UpgradeOptions{
-		InstallCommand:        o.InstallCommand,
-		IgnorePreflightErrors: o.IgnorePreflightErrors,
-		// The lab's hosts have no systemctl yet: the lab restarts the
-		// kubelet service as `systemctl restart kubelet` would.
-		RestartKubelet: func(_ context.Context, machine string) error { return lab.RestartKubelet(lab.Host(machine)) },
-	})
+	f := labFlavor(t, lab, p)
 	r1 := providers.Replica{Name: h1.Name, Address: h1.Addr.String()}
 	kubectl := "kubectl --kubeconfig /etc/kubernetes/admin.conf "
 	atOldVersion := func() {
@@ -173,6 +159,28 @@ func TestUpgradeKubeadmMaster(t *testing.T) {
 	}
 }
 
+// labFlavor is the kubeadm flavor over p, upgrading as on the lab's
+// hosts: with the install command and preflight exceptions the lab's
+// hamaster.env gives (checked), the kubelet restarted by the lab as
+// `systemctl restart kubelet` would (its hosts have no systemctl).
+func labFlavor(t *testing.T, lab *metallab.Lab, p *metal.Provider) *kubeadm.Flavor {
+	t.Helper()
+	f, err := kubeadm.New(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := kubeadm.UpgradeOptionsFromEnv(func(k string) string { return envOf(t, lab.EnvFile, k) })
+	if o.InstallCommand != metallab.InstallCommand || len(o.IgnorePreflightErrors) != 1 {
+		t.Fatalf("options from hamaster.env: %+v", o)
+	}
+	f.SetUpgradeOptions(kubeadm.UpgradeOptions{
+		InstallCommand:        o.InstallCommand,
+		IgnorePreflightErrors: o.IgnorePreflightErrors,
+		RestartKubelet:        func(_ context.Context, machine string) error { return lab.RestartKubelet(lab.Host(machine)) },
+	})
+	return f
+}
+
 // envOf is the value hamaster.env (env) exports for key, as sh reads it.
 func envOf(t *testing.T, env, key string) string {
 	t.Helper()
@@ -199,15 +207,7 @@ func TestUpgradeKubeadmTwoMasters(t *testing.T) {
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion, ControlPlaneEndpoint: lab.VIPEndpoint()}); err != nil {
 		t.Fatal(err)
 	}
-	f, err := kubeadm.New(p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.SetUpgradeOptions(kubeadm.UpgradeOptions{
-		InstallCommand:        metallab.InstallCommand,
-		IgnorePreflightErrors: []string{metallab.IgnorePreflightErrors},
-		RestartKubelet:        func(_ context.Context, machine string) error { return lab.RestartKubelet(lab.Host(machine)) },
-	})
+	f := labFlavor(t, lab, p)
 	r2, err := p.Instances().Create(ctx, h2.Name, "", providers.Template{})
 	if err != nil {
 		t.Fatal(err)
