@@ -22,6 +22,7 @@ import (
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/testbed/aws/awstest"
+	"github.com/hamaster/hamaster/testbed/aws/awstest/kubeupmaster"
 	"github.com/hamaster/hamaster/workflows"
 	"github.com/hamaster/hamaster/workflows/workflowstest"
 )
@@ -382,7 +383,7 @@ func TestAddRemoveDNSEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitTargets(ctx, "unhealthy", "Target.Timeout", 3)
-	if _, err := c.EC2.AuthorizeSecurityGroupIngress(ctx, &ec2.AuthorizeSecurityGroupIngressInput{GroupId: aws.String(c.SecurityGroup), IpPermissions: rule}); err != nil {
+	if err := kubeupmaster.AuthorizeIngress(ctx, c.EC2, c.SecurityGroup, rule); err != nil {
 		t.Fatal(err)
 	}
 	e.waitTargets(ctx, "healthy", "", 3)

@@ -14,6 +14,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/testbed/aws/awstest"
+	"github.com/hamaster/hamaster/testbed/aws/awstest/kubeupmaster"
 )
 
 // TestSecurityGroupCheck: before the Elastic IP leaves master 0, the
@@ -90,7 +91,7 @@ func setIngress(ctx context.Context, t *testing.T, c *awstest.Cluster, rules []e
 		}
 	}
 	if len(rules) > 0 {
-		if _, err := c.EC2.AuthorizeSecurityGroupIngress(ctx, &ec2.AuthorizeSecurityGroupIngressInput{GroupId: aws.String(c.SecurityGroup), IpPermissions: rules}); err != nil {
+		if err := kubeupmaster.AuthorizeIngress(ctx, c.EC2, c.SecurityGroup, rules); err != nil {
 			t.Fatal(err)
 		}
 	}

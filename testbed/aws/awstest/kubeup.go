@@ -151,8 +151,7 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 	keyFile, pub, err := writeSSHKey(filepath.Join(stateDir, "ssh"))
 	must(err, "ssh key")
 	keyName := "kubernetes-" + name
-	_, err = c.EC2.ImportKeyPair(ctx, &ec2.ImportKeyPairInput{KeyName: aws.String(keyName), PublicKeyMaterial: []byte(pub)})
-	must(err, "import-key-pair")
+	must(kubeupmaster.ImportKeyPair(ctx, c.EC2, keyName, []byte(pub)), "import-key-pair")
 	imgs, err := c.EC2.DescribeImages(ctx, &ec2.DescribeImagesInput{})
 	must(err, "describe-images")
 	if len(imgs.Images) == 0 {
@@ -178,14 +177,13 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 
 	// A bastion: the operator's way into the VPC once master 0's Elastic
 	// IP is the NLB's.
-	bsg, err := c.EC2.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{GroupName: aws.String(name + "-bastion"), Description: aws.String("ssh bastion"), VpcId: v.Vpc.VpcId})
+	bsgID, err := kubeupmaster.EnsureSecurityGroup(ctx, c.EC2, &ec2.CreateSecurityGroupInput{GroupName: aws.String(name + "-bastion"), Description: aws.String("ssh bastion"), VpcId: v.Vpc.VpcId})
 	must(err, "bastion security group")
-	_, err = c.EC2.AuthorizeSecurityGroupIngress(ctx, &ec2.AuthorizeSecurityGroupIngressInput{GroupId: bsg.GroupId, IpPermissions: []ec2types.IpPermission{
-		{IpProtocol: aws.String("tcp"), FromPort: aws.Int32(22), ToPort: aws.Int32(22), IpRanges: []ec2types.IpRange{{CidrIp: aws.String("0.0.0.0/0")}}}}})
-	must(err, "bastion ssh rule")
+	must(kubeupmaster.AuthorizeIngress(ctx, c.EC2, bsgID, []ec2types.IpPermission{
+		{IpProtocol: aws.String("tcp"), FromPort: aws.Int32(22), ToPort: aws.Int32(22), IpRanges: []ec2types.IpRange{{CidrIp: aws.String("0.0.0.0/0")}}}}), "bastion ssh rule")
 	br, err := c.EC2.RunInstances(ctx, &ec2.RunInstancesInput{ImageId: aws.String(ami), InstanceType: ec2types.InstanceTypeT3Micro, MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
 		KeyName: aws.String(keyName), NetworkInterfaces: []ec2types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: sn.Subnet.SubnetId,
-			PrivateIpAddress: aws.String("172.20.0.5"), Groups: []string{aws.ToString(bsg.GroupId)}}},
+			PrivateIpAddress: aws.String("172.20.0.5"), Groups: []string{bsgID}}},
 		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeInstance, Tags: []ec2types.Tag{{Key: aws.String("Name"), Value: aws.String(name + "-bastion")}}}}})
 	must(err, "bastion run-instances")
 	beip, err := c.EC2.AllocateAddress(ctx, &ec2.AllocateAddressInput{Domain: ec2types.DomainTypeVpc, Address: aws.String(net.External(6).String())})

@@ -142,21 +142,21 @@ func Create(ctx context.Context, o Options) (*Master, error) {
 	ec := o.EC2
 
 	// kube-up: the master security group and its rules.
-	sg, err := ec.CreateSecurityGroup(ctx, &ec2.CreateSecurityGroupInput{GroupName: aws.String("kubernetes-master-" + o.ClusterID),
+	sgID, err := EnsureSecurityGroup(ctx, ec, &ec2.CreateSecurityGroupInput{GroupName: aws.String("kubernetes-master-" + o.ClusterID),
 		Description: aws.String("Kubernetes security group applied to master nodes"), VpcId: aws.String(o.VPCID),
 		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeSecurityGroup, Tags: []ec2types.Tag{kc}}}})
 	if err != nil {
-		return nil, fmt.Errorf("create-security-group: %w", err)
+		return nil, err
 	}
-	m.SecurityGroupID = aws.ToString(sg.GroupId)
+	m.SecurityGroupID = sgID
 	tcp := func(port int32) ec2types.IpPermission {
 		return ec2types.IpPermission{IpProtocol: aws.String("tcp"), FromPort: aws.Int32(port), ToPort: aws.Int32(port), IpRanges: []ec2types.IpRange{{CidrIp: aws.String("0.0.0.0/0")}}}
 	}
-	if _, err := ec.AuthorizeSecurityGroupIngress(ctx, &ec2.AuthorizeSecurityGroupIngressInput{GroupId: sg.GroupId, IpPermissions: []ec2types.IpPermission{
-		{IpProtocol: aws.String("-1"), UserIdGroupPairs: []ec2types.UserIdGroupPair{{GroupId: sg.GroupId}}}, // masters can talk to masters
+	if err := AuthorizeIngress(ctx, ec, sgID, []ec2types.IpPermission{
+		{IpProtocol: aws.String("-1"), UserIdGroupPairs: []ec2types.UserIdGroupPair{{GroupId: aws.String(sgID)}}}, // masters can talk to masters
 		tcp(22),  // SSH_CIDR
 		tcp(443), // HTTP_API_CIDR
-	}}); err != nil {
+	}); err != nil {
 		return nil, fmt.Errorf("authorize-security-group-ingress: %w", err)
 	}
 
