@@ -257,3 +257,23 @@ type CertificateExpiry struct {
 type APIServerStopper interface {
 	StopAPIServer(ctx context.Context, replica providers.Replica) error
 }
+
+// Recoverer is implemented by flavors that rebuild a master's etcd with
+// their format's own files (kubeadm: the stacked etcd's static pod
+// manifest and data directory), for hamaster recover after a quorum
+// loss. The workflow prefers it to the provider's providers.Recoverer
+// (the local provider's processes). Both methods leave replica's etcd a
+// one-member cluster it leads and its apiserver running again, keep the
+// data they replace aside (returned: the path on the master), and finish
+// what an interrupted call began.
+type Recoverer interface {
+	// ForceNewCluster rewrites replica's etcd data into a one-member
+	// cluster as etcd --force-new-cluster does (every key kept, same
+	// cluster ID, the other members removed).
+	ForceNewCluster(ctx context.Context, replica providers.Replica) (keptAside string, err error)
+	// RestoreSnapshot replaces replica's etcd data by a restore of the
+	// snapshot file at snapshotPath (on this machine) with etcd's
+	// "snapshot restore" semantics: hash verified, one member, a new
+	// cluster ID.
+	RestoreSnapshot(ctx context.Context, replica providers.Replica, snapshotPath string) (keptAside string, err error)
+}

@@ -18,3 +18,13 @@ type Recoverer interface {
 	// first, one member, a new cluster ID. The old data is kept aside.
 	RestoreSnapshot(ctx context.Context, name, snapshotPath string) error
 }
+
+// Forgetter is an optional capability of a provider's Instances whose
+// machines outlive the cluster (metal hosts, never created or deleted by
+// hamaster): Forget drops a machine that does not answer from the
+// cluster's record, where Delete refuses to release a machine it cannot
+// see is clean. What the machine carries stays on it; a provider that
+// finds its masters by what they carry lists it again once it answers.
+type Forgetter interface {
+	Forget(ctx context.Context, name string) error
+}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/procid"
 )
 
 // LockTTL is the lease TTL of the cluster lock: how long a lock outlives an
@@ -33,6 +34,16 @@ type Holder struct {
 	Command string    `json:"command"`
 	Since   time.Time `json:"since"`
 	Lease   int64     `json:"lease"`
+	// Boot, PIDNS and Start name the holder's process so that a later
+	// run on the same machine can prove it gone (procid.Gone).
+	Boot  string `json:"boot_id,omitempty"`
+	PIDNS string `json:"pid_ns,omitempty"`
+	Start uint64 `json:"start,omitempty"`
+}
+
+// process is the holder's procid.ID.
+func (h Holder) process() procid.ID {
+	return procid.ID{Boot: h.Boot, PIDNS: h.PIDNS, PID: h.PID, Start: h.Start}
 }
 
 func (h Holder) String() string {
@@ -57,11 +68,15 @@ func LockKey(cluster string) string { return "/hamaster/locks/" + cluster }
 
 // AcquireLock takes the cluster lock or refuses with
 // errkind.FailedPrecondition naming the holder. A lock is never broken by
-// guessing whether its holder lives (a PID says nothing across PID
+// guessing whether its holder lives (a bare PID says nothing across PID
 // namespaces or hosts): AcquireLock watches the holder's lease, refuses as
 // soon as the holder renews or releases it, and takes the lock only once
 // the lease has expired (a holder that died or is paused; at most LockTTL
-// seconds).
+// seconds). The one exception is proof: a holder that ran on this
+// machine's boot, in this PID namespace, whose process has ended
+// (procid.Gone: its PID free, a zombie, or another process's) cannot
+// renew its lease; its lease is revoked and the lock taken at once, as
+// an operator's re-run after a crash expects.
 func AcquireLock(ctx context.Context, cli *clientv3.Client, cluster, command string) (*Lock, error) {
 	for try := 1; ; try++ {
 		l, err := acquireLock(ctx, cli, cluster, command)
@@ -91,7 +106,9 @@ func acquireLock(ctx context.Context, cli *clientv3.Client, cluster, command str
 	if u, err := user.Current(); err == nil {
 		who = u.Username
 	}
-	me := Holder{Who: who, Host: host, PID: os.Getpid(), Command: command, Since: time.Now().UTC(), Lease: int64(session.Lease())}
+	self := procid.Self()
+	me := Holder{Who: who, Host: host, PID: self.PID, Command: command, Since: time.Now().UTC(), Lease: int64(session.Lease()),
+		Boot: self.Boot, PIDNS: self.PIDNS, Start: self.Start}
 	val, err := json.Marshal(me)
 	if err != nil {
 		session.Close()
@@ -117,6 +134,14 @@ func acquireLock(ctx context.Context, cli *clientv3.Client, cluster, command str
 			continue // released between the compare and the get
 		}
 		_ = json.Unmarshal(kvs[0].Value, &other)
+		if procid.Gone(other.process()) {
+			// Its lease outlives it by up to LockTTL; nobody can renew it.
+			if _, err := cli.Revoke(ctx, clientv3.LeaseID(kvs[0].Lease)); err != nil && !leaseNotFound(err) {
+				session.Close()
+				return nil, fmt.Errorf("cluster lock %s: revoke the lease of %s, whose process has ended: %w", key, other, err)
+			}
+			continue
+		}
 		expired, err := waitLeaseExpiry(ctx, cli, clientv3.LeaseID(kvs[0].Lease))
 		if err != nil {
 			session.Close()

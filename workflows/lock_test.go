@@ -19,6 +19,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/etcdmember/etcdtest"
+	"github.com/hamaster/hamaster/internal/procid"
 )
 
 func TestClusterLock(t *testing.T) {
@@ -109,6 +110,93 @@ func TestClusterLockBrokenOnlyWhenLeaseExpires(t *testing.T) {
 	}
 	t.Logf("expired lock taken after %s", time.Since(start).Round(time.Millisecond))
 	l.Release(ctx)
+}
+
+// TestClusterLockTakenAtOnceFromAnEndedHolder: a holder that ran on this
+// machine's boot and PID namespace and whose process has ended (its PID
+// free, or reused by another process) cannot renew its lease: the lock
+// is taken at once, long before its lease's TTL. A live holder of this
+// machine is refused, and a holder of another machine whose PID looks
+// dead here is not broken before its lease expires.
+func TestClusterLockTakenAtOnceFromAnEndedHolder(t *testing.T) {
+	t.Parallel()
+	me := procid.Self()
+	if me.Boot == "" {
+		t.Skip("no /proc: no process can be proven gone here")
+	}
+	ec := etcdtest.Start(t, 1, etcdtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli, err := etcdmember.New(ctx, ec.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ended := exec.Command("true")
+	if err := ended.Run(); err != nil {
+		t.Fatal(err)
+	}
+	// A lease not renewed has 60 s; a renewed one 3 s (renewed every
+	// second, so the refusal is quick).
+	plant := func(cluster string, h Holder, keepAlive bool) {
+		t.Helper()
+		ttl := int64(60)
+		if keepAlive {
+			ttl = 3
+		}
+		lease, err := cli.Raw().Grant(ctx, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keepAlive {
+			kctx, kcancel := context.WithCancel(ctx)
+			t.Cleanup(kcancel)
+			if _, err := cli.Raw().KeepAlive(kctx, lease.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.Who, h.Command, h.Since, h.Lease = "ghost", "add-replica", time.Now(), int64(lease.ID)
+		val, _ := json.Marshal(h)
+		if _, err := cli.Raw().Put(ctx, LockKey(cluster), string(val), clientv3.WithLease(lease.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		holder Holder
+	}{
+		{"its PID free", Holder{Boot: me.Boot, PIDNS: me.PIDNS, PID: ended.Process.Pid, Start: me.Start}},
+		{"its PID another process's", Holder{Boot: me.Boot, PIDNS: me.PIDNS, PID: me.PID, Start: me.Start + 1}},
+	} {
+		plant("ended", tc.holder, false)
+		start := time.Now()
+		l, err := AcquireLock(ctx, cli.Raw(), "ended", "add-replica")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		// The planted lease has 60 s; taken at once means well under
+		// LockTTL.
+		t.Logf("%s: lock taken after %s", tc.name, time.Since(start).Round(time.Millisecond))
+		if d := time.Since(start); d > LockTTL*time.Second/3 {
+			t.Errorf("%s: lock taken after %s", tc.name, d)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// This process, renewing: refused.
+	plant("alive", Holder{Boot: me.Boot, PIDNS: me.PIDNS, PID: me.PID, Start: me.Start}, true)
+	if _, err := AcquireLock(ctx, cli.Raw(), "alive", "add-replica"); !errors.Is(err, errkind.FailedPrecondition) || !strings.Contains(err.Error(), "ghost") {
+		t.Fatalf("a live holder on this machine: %v; want refused naming it", err)
+	}
+	// Another machine's holder, its PID free here: not broken on that.
+	plant("elsewhere", Holder{Boot: "00000000-0000-0000-0000-000000000000", PIDNS: me.PIDNS, PID: ended.Process.Pid, Start: 1}, false)
+	sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
+	defer scancel()
+	if l, err := AcquireLock(sctx, cli.Raw(), "elsewhere", "add-replica"); err == nil {
+		l.Release(ctx)
+		t.Fatal("another machine's holder was broken before its lease expired")
+	}
 }
 
 // TestFencingPausedHolderChangesNothing: the holder's lease expires while

@@ -2,11 +2,13 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -48,12 +50,23 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 	if p.Snapshot != "" {
 		mode = "etcd snapshot restore of " + p.Snapshot + " onto " + p.From + " (hash verified, new cluster ID)"
 	}
+	// The master's format rebuilds etcd when it knows how (kubeadm's
+	// static pods); otherwise the provider, on its own replicas' disks.
+	fr, _ := d.Flavor().(flavors.Recoverer)
+	stopAll := "stop every replica"
+	if fr != nil {
+		stopAll = "stop " + p.From + "'s apiserver and etcd (their static pod manifests moved aside)"
+	}
 	wf.Check = func(ctx context.Context) error {
-		if _, ok := inst.(providers.Recoverer); !ok {
-			return errkind.Errorf(errkind.FailedPrecondition, "the %s provider cannot rebuild etcd from a replica's disk; follow the manual runbook in docs/recovery.md", d.Provider.Name())
+		if _, ok := inst.(providers.Recoverer); !ok && fr == nil {
+			return errkind.Errorf(errkind.FailedPrecondition, "neither the %s flavor nor the %s provider can rebuild etcd on a master; follow the manual runbook in docs/recovery.md", d.Flavor().Name(), d.Provider.Name())
 		}
-		if _, err := inst.Get(ctx, p.From); err != nil {
+		rep, err := inst.Get(ctx, p.From)
+		if err != nil {
 			return errkind.Errorf(errkind.InvalidArgument, "--from: %w", err)
+		}
+		if fr != nil && !rep.Running() {
+			return errkind.Errorf(errkind.InvalidArgument, "--from: %s is %s: recover rebuilds etcd on a master it reaches, from that master's data", p.From, rep.State)
 		}
 		if p.Snapshot != "" {
 			if st, err := os.Stat(p.Snapshot); err != nil || !st.Mode().IsRegular() {
@@ -81,13 +94,32 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 	}
 	wf.Steps = []Step{
 		{
-			Name: StepRebuildEtcd, Plan: []string{"stop every replica", mode, "boot " + p.From + " alone"},
+			Name: StepRebuildEtcd, Plan: []string{stopAll, mode, "boot " + p.From + " alone"},
 			Run: func(ctx context.Context, r *Run) error {
 				if r.Get("rebuilt") != "" {
 					return nil
 				}
-				rc := inst.(providers.Recoverer)
 				r.Waiting("rebuilding etcd: %s", mode)
+				if fr != nil {
+					rep, err := inst.Get(ctx, p.From)
+					if err != nil {
+						return err
+					}
+					var aside string
+					if p.Snapshot != "" {
+						aside, err = fr.RestoreSnapshot(ctx, rep, p.Snapshot)
+					} else {
+						aside, err = fr.ForceNewCluster(ctx, rep)
+					}
+					if err != nil {
+						return err
+					}
+					if aside != "" {
+						r.Info("%s's etcd data before the recovery is kept at %s on it (remove it once the cluster is whole again)", p.From, aside)
+					}
+					return r.Set("rebuilt", "true")
+				}
+				rc := inst.(providers.Recoverer)
 				var err error
 				if p.Snapshot != "" {
 					err = rc.RestoreSnapshot(ctx, p.From, p.Snapshot)
@@ -101,7 +133,7 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 			},
 		},
 		{
-			Name: StepDeleteOthers, Plan: []string{"for every other replica: loadBalancer.RemoveTarget, instances.Delete (VM, disk, address), its certificates and keys"},
+			Name: StepDeleteOthers, Plan: []string{deleteOthersPlan(d)},
 			Run: func(ctx context.Context, r *Run) error {
 				rs, err := inst.List(ctx)
 				if err != nil {
@@ -120,7 +152,7 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 							return err
 						}
 					}
-					if err := inst.Delete(ctx, rep.Name); err != nil {
+					if err := deleteLost(ctx, d, r, rep); err != nil {
 						return err
 					}
 					if err := removeReplicaSecrets(d, rep.Name); err != nil {
@@ -132,8 +164,14 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 			},
 		},
 		{
-			Name: StepDemote, Plan: []string{"loadBalancer.Delete", "staticIP.Attach(" + p.From + ")"},
+			Name: StepDemote, Plan: []string{"unless the masters record the load balancer as the cluster's endpoint: loadBalancer.Delete", "staticIP.Attach(" + p.From + ")"},
 			Run: func(ctx context.Context, r *Run) error {
+				if ep, keep, err := keepsEndpoint(ctx, d); err != nil {
+					return err
+				} else if keep {
+					r.Info("the load balancer stays, on %s alone: the masters record %s as the cluster's endpoint", p.From, ep)
+					return nil
+				}
 				return lb.Demote(ctx, d.Provider.StaticIP(), d.Provider.LoadBalancer(), p.From)
 			},
 		},
@@ -213,5 +251,41 @@ func ExecuteRecover(ctx context.Context, d *Deps, wf *Workflow, o Options) error
 	if err := rn.Execute(ctx, wf, j); err != nil {
 		return err
 	}
+	return nil
+}
+
+func deleteOthersPlan(d *Deps) string {
+	if joinerOf(d) != nil {
+		return "for every other replica: loadBalancer.RemoveTarget, the flavor's leave (kubeadm reset -f, its Node deleted), instances.Delete (a host that does not answer is forgotten: providers.Forgetter), its certificates and keys"
+	}
+	return "for every other replica: loadBalancer.RemoveTarget, instances.Delete (VM, disk, address), its certificates and keys"
+}
+
+// deleteLost deletes a replica recover leaves out of the rebuilt
+// cluster: its member went with the old cluster. A joining flavor's tool
+// leaves it first (kubeadm reset -f: the master's etcd data and
+// manifests cleaned; its Node deleted). A machine that does not answer
+// cannot be cleaned: a provider whose machines outlive the cluster
+// (providers.Forgetter: metal hosts) forgets it, and the operator is told
+// how to clean it once it answers.
+func deleteLost(ctx context.Context, d *Deps, r *Run, rep providers.Replica) error {
+	inst := d.Provider.Instances()
+	if j := joinerOf(d); j != nil {
+		if err := j.Leave(ctx, rep); err != nil {
+			if rep.Running() {
+				return err
+			}
+			r.Info("%s does not answer: the flavor could not leave it (%v)", rep.Name, err)
+		}
+	}
+	err := inst.Delete(ctx, rep.Name)
+	fg, ok := inst.(providers.Forgetter)
+	if err == nil || !ok || !errors.Is(err, errkind.Unavailable) {
+		return err
+	}
+	if err := fg.Forget(ctx, rep.Name); err != nil {
+		return err
+	}
+	r.Info("%s does not answer: it is no longer recorded as a master of %s, and its files stay on it; once it answers it lists as a master again: run 'hamaster remove-replica --name %s --yes' then to clean it", rep.Name, d.Cluster, rep.Name)
 	return nil
 }

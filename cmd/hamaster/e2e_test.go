@@ -77,8 +77,9 @@ func TestCLIEndToEndWithRealCrash(t *testing.T) {
 		t.Fatalf("dry run changed the cluster: %v", st["replicas"])
 	}
 	// Killed (SIGKILL) right after the VM is created; the re-run (without
-	// --name) waits until the dead holder's lease expired (never guessing
-	// from its pid), takes the lock and finishes.
+	// --name) proves the holder gone (this machine's boot and PID
+	// namespace, its PID free: procid.Gone), takes the lock at once and
+	// finishes.
 	code, out, errs = c.run([]string{"HAMASTER_FAULT_CRASH_AFTER_STEP=create-vm"}, "add-replica", "--name", "cli-master-001", "--yes")
 	if code != -1 {
 		t.Fatalf("crash hook: exit %d, want killed\n%s\n%s", code, out, errs)

@@ -7,7 +7,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -16,7 +15,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,10 +22,8 @@ import (
 
 	"github.com/hamaster/hamaster/internal/probeload"
 	"github.com/hamaster/hamaster/internal/wait"
-	"github.com/hamaster/hamaster/testbed/local/localtest"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
 	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
-	"github.com/hamaster/hamaster/workflows"
 )
 
 const (
@@ -88,26 +84,8 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: metalVersion}); err != nil {
 		t.Fatal(err)
 	}
-	sh := func(h *metallab.Host, cmd string) (string, error) {
-		c, err := lab.Dial(ctx, h)
-		if err != nil {
-			return "", err
-		}
-		defer c.Close()
-		out, stderr, err := c.Run(ctx, cmd)
-		if err != nil {
-			return string(out), fmt.Errorf("%s on %s: %w: %s", cmd, h.Name, err, stderr)
-		}
-		return strings.TrimSpace(string(out)), nil
-	}
-	must := func(h *metallab.Host, cmd string) string {
-		t.Helper()
-		out, err := sh(h, cmd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	cli := newLabCLI(ctx, t, lab)
+	sh, must, command, hm, jsonOut, crashChain := cli.sh, cli.must, cli.command, cli.hm, cli.jsonOut, cli.crashChain
 	caPEM := must(h1, "cat /etc/kubernetes/pki/ca.crt")
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM([]byte(caPEM)) {
@@ -116,78 +94,6 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	// The old address is verified for its IP, the VIP for the VIP: each
 	// name must be in the apiserver's certificate.
 	tlsFor := func() *tls.Config { return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12} }
-
-	env := append(os.Environ(), labEnv(t, lab.EnvFile)...)
-	env = append(env, "HAMASTER_STATE_DIR="+t.TempDir(), "HAMASTER_CLUSTER=lab", "HAMASTER_FLAVOR=kubeadm")
-	bin := localtest.HamasterBinary(t)
-	// command is hamaster with args, extra environment last.
-	command := func(extra []string, args ...string) (*exec.Cmd, *strings.Builder) {
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Env = append(slices.Clone(env), extra...)
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
-		return cmd, &out
-	}
-	hm := func(args ...string) string {
-		t.Helper()
-		cmd, out := command(nil, args...)
-		start := time.Now()
-		err := cmd.Run()
-		t.Logf("hamaster %s: %v (%s)", strings.Join(args, " "), err, time.Since(start).Round(100*time.Millisecond))
-		if err != nil {
-			t.Fatalf("hamaster %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return out.String()
-	}
-	// crashAfter runs hamaster with args until it kills itself right
-	// after step is journaled (the fault hook of the test build).
-	crashAfter := func(step string, args ...string) {
-		t.Helper()
-		cmd, out := command([]string{"HAMASTER_FAULT_CRASH_AFTER_STEP=" + step}, args...)
-		err := cmd.Run()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
-			t.Fatalf("hamaster %s with a crash after %s: %v, want killed\n%s", strings.Join(args, " "), step, err, out)
-		}
-		t.Logf("hamaster %s: killed after %s", strings.Join(args, " "), step)
-	}
-
-	// jsonOut runs hamaster with args and stdin and decodes its stdout
-	// alone (warnings go to stderr) into v.
-	jsonOut := func(v any, stdin string, args ...string) {
-		t.Helper()
-		cmd, errs := command(nil, args...)
-		cmd.Stdin = strings.NewReader(stdin)
-		var stdout bytes.Buffer
-		cmd.Stdout = &stdout
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("hamaster %s: %v\n%s", strings.Join(args, " "), err, errs)
-		}
-		if err := json.Unmarshal(stdout.Bytes(), v); err != nil {
-			t.Fatalf("hamaster %s: %v\n%s", strings.Join(args, " "), err, stdout.Bytes())
-		}
-	}
-	// crashChain is the crash-resume matrix over every step of one run:
-	// killed right after its first step, resumed (resumeArgs: the journal
-	// has the rest) and killed after the next, and so on; the last resume
-	// finishes. Each step so runs in a process of its own that dies once
-	// the step is journaled, and the next process picks up from the
-	// journal, as an operator's re-run does after any crash.
-	crashChain := func(args, resumeArgs []string) {
-		t.Helper()
-		var plan workflows.PlanDoc
-		jsonOut(&plan, "", append(slices.Clone(args), "--dry-run", "--output", "json")...)
-		if len(plan.Steps) < 2 {
-			t.Fatalf("plan of %v: %d steps", args, len(plan.Steps))
-		}
-		start := time.Now()
-		run := args
-		for _, st := range plan.Steps[:len(plan.Steps)-1] {
-			crashAfter(st.Name, run...)
-			run = resumeArgs
-		}
-		hm(resumeArgs...)
-		t.Logf("hamaster %s: killed after each of its %d steps but the last, resumed each time: %s", strings.Join(args, " "), len(plan.Steps)-1, time.Since(start).Round(100*time.Millisecond))
-	}
 
 	oldAddr := fmt.Sprintf("https://%s:6443/readyz", h1.Addr)
 	vipAddr := fmt.Sprintf("https://%s:8443/readyz", lab.VIP)

@@ -76,8 +76,11 @@ func recoverCommand(e *env, g *globals) *cli.Command {
 		Name:  "recover",
 		Usage: "rebuild a cluster that lost etcd quorum from one surviving replica or a snapshot",
 		Description: `Disaster recovery when etcd has lost quorum (e.g. 2 of 3 masters dead) and
-every other command fails at "take cluster lock". Every replica is
-stopped; etcd is rebuilt as a ONE-member cluster on --from:
+every other command fails at "take cluster lock". etcd is rebuilt as a
+ONE-member cluster on --from (local replicas: every replica is stopped
+first; kubeadm masters: --from's apiserver and etcd static pods are
+stopped, etcd is run once with --force-new-cluster from its manifest, or
+its data directory is replaced by the restore, and both pods put back):
 
   --from R             from R's own data (etcd --force-new-cluster: same
                        cluster ID, every key R had; R's data is copied aside
@@ -87,8 +90,13 @@ stopped; etcd is rebuilt as a ONE-member cluster on --from:
                        file's hash is verified first, new cluster ID; R's old
                        data is kept aside)
 
-Then the other replicas are deleted, the load balancer is demoted (the
-static IP goes to R), and the lock of the run that was cut off is
+Then the other replicas are deleted (kubeadm masters: kubeadm reset -f on
+each, its Node deleted; a metal host that does not answer is forgotten,
+its files left on it: once it answers it lists as a master again, and
+'hamaster remove-replica --name HOST --yes' resets and frees it), the
+load balancer is demoted (the static IP goes to R) unless the masters
+record it as the cluster's endpoint (kubeadm's controlPlaneEndpoint on the
+VIP: it stays, on R alone), and the lock of the run that was cut off is
 cleared. Grow the cluster back with add-replica. Refused while etcd still
 has a quorum unless --force. 'hamaster snapshots' lists the snapshots.
 

@@ -290,4 +290,24 @@ func (in *instances) Delete(ctx context.Context, name string) error {
 	return in.p.recordClaim(name, false)
 }
 
+var _ providers.Forgetter = (*instances)(nil)
+
+// Forget implements providers.Forgetter: a host that does not answer SSH
+// is dropped from this cluster's record (recover leaves it out of the
+// rebuilt cluster). Its claim and control-plane files stay on it, so it
+// lists as this cluster's master again once it answers, and
+// remove-replica then resets and releases it. A host that answers is
+// refused: Delete releases it clean.
+func (in *instances) Forget(ctx context.Context, name string) error {
+	h, err := in.p.inv.Host(name)
+	if err != nil {
+		return nil
+	}
+	if st := in.p.probeHost(ctx, h); st.reachable {
+		return errkind.Errorf(errkind.FailedPrecondition, "forget host %s: it answers SSH; release it clean instead (remove-replica)", name)
+	}
+	in.p.log.Warn("metal: a host that does not answer is forgotten; its files stay on it", "host", name)
+	return in.p.recordClaim(name, false)
+}
+
 func dirOf(p string) string { return p[:strings.LastIndex(p, "/")] }

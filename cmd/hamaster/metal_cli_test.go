@@ -1,0 +1,134 @@
+//go:build metallab
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/testbed/local/localtest"
+	"github.com/hamaster/hamaster/testbed/metal/metallab"
+	"github.com/hamaster/hamaster/workflows"
+)
+
+// labCLI is the real hamaster CLI pointed at a metal lab as an operator
+// points it (the lab's hamaster.env, a state directory of its own, the
+// kubeadm flavor), and a shell on the lab's hosts.
+type labCLI struct {
+	ctx context.Context
+	t   *testing.T
+	lab *metallab.Lab
+	env []string
+	bin string
+}
+
+func newLabCLI(ctx context.Context, t *testing.T, lab *metallab.Lab) *labCLI {
+	env := append(os.Environ(), labEnv(t, lab.EnvFile)...)
+	env = append(env, "HAMASTER_STATE_DIR="+t.TempDir(), "HAMASTER_CLUSTER=lab", "HAMASTER_FLAVOR=kubeadm")
+	return &labCLI{ctx: ctx, t: t, lab: lab, env: env, bin: localtest.HamasterBinary(t)}
+}
+
+// sh runs cmd on h over SSH and returns its trimmed stdout.
+func (c *labCLI) sh(h *metallab.Host, cmd string) (string, error) {
+	cl, err := c.lab.Dial(c.ctx, h)
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	out, stderr, err := cl.Run(c.ctx, cmd)
+	if err != nil {
+		return string(out), fmt.Errorf("%s on %s: %w: %s", cmd, h.Name, err, stderr)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// must is sh, failing the test on an error.
+func (c *labCLI) must(h *metallab.Host, cmd string) string {
+	c.t.Helper()
+	out, err := c.sh(h, cmd)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+// command is hamaster with args, extra environment last.
+func (c *labCLI) command(extra []string, args ...string) (*exec.Cmd, *strings.Builder) {
+	cmd := exec.CommandContext(c.ctx, c.bin, args...)
+	cmd.Env = append(slices.Clone(c.env), extra...)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	return cmd, &out
+}
+
+// hm runs hamaster with args and returns its output; it must succeed.
+func (c *labCLI) hm(args ...string) string {
+	c.t.Helper()
+	cmd, out := c.command(nil, args...)
+	start := time.Now()
+	err := cmd.Run()
+	c.t.Logf("hamaster %s: %v (%s)", strings.Join(args, " "), err, time.Since(start).Round(100*time.Millisecond))
+	if err != nil {
+		c.t.Fatalf("hamaster %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out.String()
+}
+
+// crashAfter runs hamaster with args until it kills itself right after
+// step is journaled (the fault hook of the test build).
+func (c *labCLI) crashAfter(step string, args ...string) {
+	c.t.Helper()
+	cmd, out := c.command([]string{"HAMASTER_FAULT_CRASH_AFTER_STEP=" + step}, args...)
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
+		c.t.Fatalf("hamaster %s with a crash after %s: %v, want killed\n%s", strings.Join(args, " "), step, err, out)
+	}
+	c.t.Logf("hamaster %s: killed after %s", strings.Join(args, " "), step)
+}
+
+// jsonOut runs hamaster with args and stdin and decodes its stdout alone
+// (warnings go to stderr) into v.
+func (c *labCLI) jsonOut(v any, stdin string, args ...string) {
+	c.t.Helper()
+	cmd, errs := c.command(nil, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	if err := cmd.Run(); err != nil {
+		c.t.Fatalf("hamaster %s: %v\n%s", strings.Join(args, " "), err, errs)
+	}
+	if err := json.Unmarshal(stdout.Bytes(), v); err != nil {
+		c.t.Fatalf("hamaster %s: %v\n%s", strings.Join(args, " "), err, stdout.Bytes())
+	}
+}
+
+// crashChain is the crash-resume matrix over every step of one run:
+// killed right after its first step, resumed (resumeArgs: the journal has
+// the rest) and killed after the next, and so on; the last resume
+// finishes. Each step so runs in a process of its own that dies once the
+// step is journaled, and the next process picks up from the journal, as
+// an operator's re-run does after any crash.
+func (c *labCLI) crashChain(args, resumeArgs []string) {
+	c.t.Helper()
+	var plan workflows.PlanDoc
+	c.jsonOut(&plan, "", append(slices.Clone(args), "--dry-run", "--output", "json")...)
+	if len(plan.Steps) < 2 {
+		c.t.Fatalf("plan of %v: %d steps", args, len(plan.Steps))
+	}
+	start := time.Now()
+	run := args
+	for _, st := range plan.Steps[:len(plan.Steps)-1] {
+		c.crashAfter(st.Name, run...)
+		run = resumeArgs
+	}
+	c.hm(resumeArgs...)
+	c.t.Logf("hamaster %s: killed after each of its %d steps but the last, resumed each time: %s", strings.Join(args, " "), len(plan.Steps)-1, time.Since(start).Round(100*time.Millisecond))
+}

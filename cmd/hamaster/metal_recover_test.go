@@ -1,0 +1,180 @@
+//go:build metallab
+
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/internal/wait"
+	"github.com/hamaster/hamaster/testbed/metal/metallab"
+	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
+)
+
+// TestMetalKubeadmRecover is hamaster recover on kubeadm masters on metal
+// hosts, through the real CLI:
+//   - two masters (kubeadm init, then add-replica: the VIP up, the
+//     cluster converted to it); recover is refused while etcd has a
+//     quorum;
+//   - the second master's host dies (its kubelet and every pod stopped,
+//     its link cut): etcd keeps 1 of 2 voters, no quorum;
+//   - recover --from the first: its etcd rebuilt as a one-member cluster
+//     from its own data (--force-new-cluster through the etcd manifest,
+//     the data kept aside), the dead host forgotten (it does not answer)
+//     and its Node deleted, the VIP kept (the masters record it as the
+//     endpoint): the API answers on the VIP with what was written before
+//     the loss;
+//   - the dead host comes back: its claim lists it again, and
+//     remove-replica resets and frees it, clean;
+//   - recover --snapshot --force of the removal's snapshot: what was
+//     written after it is gone, what was written before is there.
+func TestMetalKubeadmRecover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	kubeletProgram, binDir := metallabtest.Kubeadm(t, metalVersion)
+	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 2, Kubelet: kubeletProgram, BinDir: binDir})
+	for _, h := range lab.Hosts {
+		if err := lab.Install(ctx, h, metalVersion); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h1, h2 := lab.Hosts[0], lab.Hosts[1]
+	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: metalVersion}); err != nil {
+		t.Fatal(err)
+	}
+	cli := newLabCLI(ctx, t, lab)
+	const kubectl = "kubectl --kubeconfig /etc/kubernetes/admin.conf "
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(cli.must(h1, "cat /etc/kubernetes/pki/ca.crt"))) {
+		t.Fatal("master 0's ca.crt holds no certificate")
+	}
+	vipReady := func(what string) {
+		t.Helper()
+		client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+		url := fmt.Sprintf("https://%s:8443/readyz", lab.VIP)
+		if err := wait.Until(ctx, 250*time.Millisecond, "the VIP to answer "+what, func() (bool, error) {
+			resp, err := client.Get(url)
+			if err != nil {
+				return false, nil
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// status's JSON whatever its exit code (3 while anything is wrong).
+	status := func() (replicas []string, members int) {
+		t.Helper()
+		cmd, errs := cli.command(nil, "--output", "json", "status", "--timeout", "90s")
+		var stdout strings.Builder
+		cmd.Stdout = &stdout
+		_ = cmd.Run()
+		var st struct {
+			Replicas []struct {
+				Name string `json:"name"`
+			} `json:"replicas"`
+			Members []any `json:"members"`
+		}
+		if err := json.Unmarshal([]byte(stdout.String()), &st); err != nil {
+			t.Fatalf("status: %v\n%s\n%s", err, stdout.String(), errs)
+		}
+		for _, r := range st.Replicas {
+			replicas = append(replicas, r.Name)
+		}
+		return replicas, len(st.Members)
+	}
+
+	cli.hm("add-replica", "--host", h2.Name, "--yes")
+	vipReady("after the add")
+	cli.must(h1, kubectl+"create configmap written-before-the-loss --from-literal=k=v")
+	// Refused while etcd has a quorum: it would discard the other member.
+	if cmd, out := cli.command(nil, "recover", "--from", h1.Name, "--yes"); cmd.Run() == nil || !strings.Contains(out.String(), "still has a quorum") {
+		t.Fatalf("recover with a quorum: want refused\n%s", out)
+	}
+
+	// The second master's host dies.
+	lab.StopKubelet(h2)
+	link := func(h *metallab.Host, state string) {
+		t.Helper()
+		if out, err := exec.CommandContext(ctx, "ip", "-n", lab.Switch(), "link", "set", fmt.Sprintf("h%d", slices.Index(lab.Hosts, h)+1), state).CombinedOutput(); err != nil {
+			t.Fatalf("link of %s %s: %v: %s", h.Name, state, err, out)
+		}
+	}
+	link(h2, "down")
+	start := time.Now()
+	out := cli.hm("recover", "--from", h1.Name, "--yes")
+	t.Logf("recover from %s's own data: %s\n%s", h1.Name, time.Since(start).Round(100*time.Millisecond), out)
+	if !strings.Contains(out, "remove-replica --name "+h2.Name) {
+		t.Errorf("recover does not tell how to clean %s once it answers:\n%s", h2.Name, out)
+	}
+	vipReady("after recover")
+	if v := cli.must(h1, kubectl+"get configmap written-before-the-loss -o jsonpath='{.data.k}'"); v != "v" {
+		t.Errorf("a ConfigMap written before the loss: %q after recover", v)
+	}
+	if n := cli.must(h1, kubectl+"get nodes -o name | wc -l"); n != "1" {
+		t.Errorf("Nodes after recover: %s, want %s's alone", n, h1.Name)
+	}
+	if rs, ms := status(); !slices.Equal(rs, []string{h1.Name}) || ms != 1 {
+		t.Errorf("status after recover: replicas %v, %d members; want %s alone, 1 member", rs, ms, h1.Name)
+	}
+	if left := cli.must(h1, "ls -d /var/lib/etcd.before-force-new-cluster-* | wc -l; ls -A /var/lib/hamaster"); !strings.HasPrefix(left, "1\n") || strings.Contains(left, "recover") {
+		t.Errorf("on %s after recover (want the data kept aside once, no recovery files): %s", h1.Name, left)
+	}
+
+	// The dead host comes back (its kubelet restarts its static pods: an
+	// etcd member of the old cluster, which the new one refuses).
+	link(h2, "up")
+	if err := lab.Install(ctx, h2, metalVersion); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.Until(ctx, time.Second, h2.Name+" listed again", func() (bool, error) {
+		rs, _ := status()
+		return slices.Contains(rs, h2.Name), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cli.hm("remove-replica", "--name", h2.Name, "--yes")
+	if left := cli.must(h2, "find /etc/kubernetes/manifests -name '*.yaml' 2>/dev/null; ls -A /var/lib/etcd 2>/dev/null; cat /var/lib/hamaster/claim 2>/dev/null; ip -o addr show | grep -F ' "+lab.VIP.String()+"/' || true"); left != "" {
+		t.Errorf("freed host %s keeps: %s", h2.Name, left)
+	}
+	vipReady("after the dead host's removal")
+
+	// The newest snapshot is the removal's: restore it.
+	var snaps []struct {
+		Path string    `json:"path"`
+		Time time.Time `json:"time"`
+	}
+	cli.jsonOut(&snaps, "", "--output", "json", "snapshots")
+	if len(snaps) == 0 {
+		t.Fatal("no snapshot")
+	}
+	slices.SortFunc(snaps, func(a, b struct {
+		Path string    `json:"path"`
+		Time time.Time `json:"time"`
+	}) int {
+		return a.Time.Compare(b.Time)
+	})
+	cli.must(h1, kubectl+"create configmap written-after-the-snapshot --from-literal=k=v")
+	start = time.Now()
+	cli.hm("recover", "--from", h1.Name, "--snapshot", snaps[len(snaps)-1].Path, "--force", "--yes")
+	t.Logf("recover from a snapshot: %s", time.Since(start).Round(100*time.Millisecond))
+	vipReady("after the restore")
+	if got := cli.must(h1, kubectl+"get configmaps -o name"); !strings.Contains(got, "written-before-the-loss") || strings.Contains(got, "written-after-the-snapshot") {
+		t.Errorf("ConfigMaps after restoring the snapshot taken between them: %s", got)
+	}
+	if rs, ms := status(); !slices.Equal(rs, []string{h1.Name}) || ms != 1 {
+		t.Errorf("status after the restore: replicas %v, %d members", rs, ms)
+	}
+}

@@ -1,0 +1,398 @@
+package kubeadm
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
+
+	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/internal/wait"
+	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/remote"
+)
+
+// Disaster recovery of a kubeadm master's stacked etcd (hamaster recover),
+// as the Kubernetes documentation lays it out for a cluster that lost
+// quorum ("Operating etcd clusters for Kubernetes": "Restoring an etcd
+// cluster", and etcd's own "Disaster recovery" guide): the master's
+// apiserver and etcd stopped (their static pod manifests moved out of the
+// kubelet's path), etcd started once with --force-new-cluster on the
+// member's own data (every key kept, same cluster ID, the other members
+// removed) or its data directory replaced by a restore of a snapshot
+// (`etcdutl snapshot restore`: hash verified, one member, a new cluster
+// ID), then the original manifests put back. kubeadm itself has no
+// command for it.
+
+var _ flavors.Recoverer = (*Flavor)(nil)
+
+// Paths of a recovery on a master.
+const (
+	// EtcdManifest is the stacked etcd's static pod
+	// (cmd/kubeadm/app/phases/etcd/local.go CreateLocalEtcdStaticPodManifestFile).
+	EtcdManifest = "/etc/kubernetes/manifests/etcd.yaml"
+	// RecoverDir keeps the master's original etcd and apiserver
+	// manifests while a recovery runs (a re-run puts them back from
+	// there), and the uploaded snapshot restore.
+	RecoverDir = "/var/lib/hamaster/recover"
+)
+
+// RecoverTimeout bounds each wait of a recovery: a stopped etcd or
+// apiserver gone (the kubelet's termination grace period), the rebuilt
+// etcd serving.
+const RecoverTimeout = 2 * time.Minute
+
+// uploadChunk is the raw size of one piece of an upload over
+// RunOnMachine: base64 of it must stay well under Linux's 128 KiB limit
+// on one argument (MAX_ARG_STRLEN), the command line sshd hands to sh -c.
+const uploadChunk = 64 << 10
+
+// stopForRecovery saves the original manifests once and stops the
+// apiserver and etcd: the apiserver's manifest moves into RecoverDir,
+// etcd's is copied there once and removed. Idempotent.
+var stopForRecovery = fmt.Sprintf(`set -e
+D=%[1]s
+mkdir -p "$D"
+if [ -f %[2]s ]; then mv -f %[2]s "$D/kube-apiserver.yaml"; fi
+if [ -f %[4]s ] && [ ! -f "$D/kube-apiserver.yaml" ]; then mv -f %[4]s "$D/kube-apiserver.yaml"; fi
+if [ ! -f "$D/etcd.yaml" ]; then
+  [ -f %[3]s ] || { echo "no etcd manifest at %[3]s: not a stacked-etcd kubeadm master" >&2; exit 3; }
+  cp -p %[3]s "$D/etcd.yaml.tmp" && mv -f "$D/etcd.yaml.tmp" "$D/etcd.yaml"
+fi
+rm -f %[3]s`, RecoverDir, APIServerManifest, EtcdManifest, stoppedAPIServer)
+
+// ForceNewCluster implements flavors.Recoverer.
+func (f *Flavor) ForceNewCluster(ctx context.Context, replica providers.Replica) (string, error) {
+	orig, err := f.stopForRecovery(ctx, replica)
+	if err != nil {
+		return "", err
+	}
+	dataDir, err := etcdDataDir(orig)
+	if err != nil {
+		return "", fmt.Errorf("master %s: %w", replica.Name, err)
+	}
+	// The data copied aside once per recovery (a re-run after the
+	// rewrite must not copy rewritten data over it): its path is kept in
+	// RecoverDir.
+	keep := fmt.Sprintf(`set -e
+d=%[1]s D=%[2]s
+a=$(cat "$D/aside" 2>/dev/null || true)
+if [ -z "$a" ]; then
+  [ -n "$(ls -A "$d" 2>/dev/null)" ] || { echo "no etcd data in $d" >&2; exit 3; }
+  a="$d.before-force-new-cluster-$(date +%%s)"
+  rm -rf "$a.tmp"; cp -a "$d" "$a.tmp"; mv "$a.tmp" "$a"
+  printf '%%s\n' "$a" > "$D/aside"
+fi
+printf '%%s\n' "$a"`, remote.ShellQuote(dataDir), RecoverDir)
+	out, stderr, err := f.m.RunOnMachine(ctx, replica.Name, keep)
+	if err != nil {
+		return "", fmt.Errorf("master %s: copy the etcd data aside: %w (stderr: %s)", replica.Name, err, tail(stderr))
+	}
+	aside := strings.TrimSpace(string(out))
+	forced, err := WithManifestFlag(orig, "--force-new-cluster")
+	if err != nil {
+		return "", fmt.Errorf("master %s: %w", replica.Name, err)
+	}
+	f.log.Info("kubeadm: etcd --force-new-cluster", "master", replica.Name, "data", dataDir, "kept aside", aside)
+	if err := f.write(ctx, replica.Name, EtcdManifest, forced, 0o600); err != nil {
+		return "", fmt.Errorf("master %s: write the etcd manifest with --force-new-cluster: %w", replica.Name, err)
+	}
+	if err := f.waitAlone(ctx, replica); err != nil {
+		return "", err
+	}
+	return aside, f.restartRecovered(ctx, replica)
+}
+
+// RestoreSnapshot implements flavors.Recoverer: the snapshot is restored
+// here, with etcd's own restore (etcdutl's snapshot package: the file's
+// hash verified first), into a one-member data directory for the
+// master's member (its manifest's --name and
+// --initial-advertise-peer-urls); it is then uploaded, and replaces the
+// master's data directory, kept aside. The master needs no etcdutl.
+func (f *Flavor) RestoreSnapshot(ctx context.Context, replica providers.Replica, snapshotPath string) (string, error) {
+	orig, err := f.stopForRecovery(ctx, replica)
+	if err != nil {
+		return "", err
+	}
+	dataDir, err := etcdDataDir(orig)
+	if err != nil {
+		return "", fmt.Errorf("master %s: %w", replica.Name, err)
+	}
+	done, _, err := f.m.RunOnMachine(ctx, replica.Name, "cat "+RecoverDir+"/restored 2>/dev/null || true")
+	if err != nil {
+		return "", fmt.Errorf("master %s: %w", replica.Name, err)
+	}
+	if strings.TrimSpace(string(done)) != snapshotPath {
+		if err := f.restoreOnto(ctx, replica, orig, dataDir, snapshotPath); err != nil {
+			return "", err
+		}
+	}
+	out, _, err := f.m.RunOnMachine(ctx, replica.Name, "cat "+RecoverDir+"/aside 2>/dev/null || true")
+	if err != nil {
+		return "", fmt.Errorf("master %s: %w", replica.Name, err)
+	}
+	aside := strings.TrimSpace(string(out))
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "cp -p "+RecoverDir+"/etcd.yaml "+EtcdManifest); err != nil {
+		return "", fmt.Errorf("master %s: put the etcd manifest back: %w (stderr: %s)", replica.Name, err, tail(stderr))
+	}
+	if err := f.waitAlone(ctx, replica); err != nil {
+		return "", err
+	}
+	return aside, f.restartRecovered(ctx, replica)
+}
+
+func (f *Flavor) restoreOnto(ctx context.Context, replica providers.Replica, manifest []byte, dataDir, snapshotPath string) error {
+	name, peer := ManifestFlag(manifest, "name"), ManifestFlag(manifest, "initial-advertise-peer-urls")
+	if name == "" || peer == "" {
+		return fmt.Errorf("master %s: its etcd manifest names no --name or --initial-advertise-peer-urls", replica.Name)
+	}
+	tmp, err := os.MkdirTemp("", "hamaster-restore-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	out := filepath.Join(tmp, "etcd")
+	rc := snapshot.RestoreConfig{
+		SnapshotPath: snapshotPath, Name: name, OutputDataDir: out,
+		PeerURLs: []string{peer}, InitialCluster: name + "=" + peer,
+		InitialClusterToken: "hamaster-recover-" + strconv.FormatInt(time.Now().Unix(), 36),
+	}
+	if err := snapshot.NewV3(zap.NewNop()).Restore(rc); err != nil {
+		return fmt.Errorf("restore snapshot %s (hash verified first): %w", snapshotPath, err)
+	}
+	archive, err := tarGz(out)
+	if err != nil {
+		return fmt.Errorf("pack the restored data: %w", err)
+	}
+	up := RecoverDir + "/restore.tar.gz"
+	if err := f.upload(ctx, replica.Name, up, archive); err != nil {
+		return fmt.Errorf("master %s: upload the restored data: %w", replica.Name, err)
+	}
+	// The old data is moved aside once (its path kept in RecoverDir);
+	// the restored tree replaces whatever a killed run left.
+	swap := fmt.Sprintf(`set -e
+d=%[1]s D=%[2]s
+rm -rf "$d.restoring"; mkdir -m 700 "$d.restoring"
+tar -xzf "$D/restore.tar.gz" -C "$d.restoring"
+a=$(cat "$D/aside" 2>/dev/null || true)
+if [ -z "$a" ]; then a="$d.before-restore-$(date +%%s)"; printf '%%s\n' "$a" > "$D/aside"; fi
+if [ -e "$d" ] && [ ! -e "$a" ]; then mv "$d" "$a"; fi
+rm -rf "$d"; mv "$d.restoring" "$d"
+rm -f "$D/restore.tar.gz"
+printf '%%s\n' %[3]s > "$D/restored"`, remote.ShellQuote(dataDir), RecoverDir, remote.ShellQuote(snapshotPath))
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, swap); err != nil {
+		return fmt.Errorf("master %s: put the restored data in place: %w (stderr: %s)", replica.Name, err, tail(stderr))
+	}
+	return nil
+}
+
+// stopForRecovery stops replica's apiserver and etcd (stopForRecovery's
+// script), waits until neither listens, and returns the original etcd
+// manifest.
+func (f *Flavor) stopForRecovery(ctx context.Context, replica providers.Replica) ([]byte, error) {
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, stopForRecovery); err != nil {
+		return nil, fmt.Errorf("master %s: stop its apiserver and etcd: %w (stderr: %s)", replica.Name, err, tail(stderr))
+	}
+	wctx, cancel := context.WithTimeout(ctx, RecoverTimeout)
+	defer cancel()
+	listening := fmt.Sprintf("ss -Hltn '( sport = :%d or sport = :%d )' | grep -c . || true", DefaultBindPort, EtcdClientPort)
+	if err := wait.Until(wctx, 250*time.Millisecond, "the apiserver and etcd of "+replica.Name+" to stop", func() (bool, error) {
+		out, _, err := f.m.RunOnMachine(wctx, replica.Name, listening)
+		if err != nil {
+			return false, nil // a dropped connection: ask again
+		}
+		return len(out) > 0 && out[0] == '0', nil
+	}); err != nil {
+		return nil, err
+	}
+	got, err := f.read(ctx, replica.Name, RecoverDir+"/etcd.yaml")
+	if err != nil {
+		return nil, err
+	}
+	return got[0], nil
+}
+
+// waitAlone waits until replica's etcd serves as a one-member cluster it
+// leads.
+func (f *Flavor) waitAlone(ctx context.Context, replica providers.Replica) error {
+	rs, err := f.running(ctx, replica.Name)
+	if err != nil {
+		return err
+	}
+	var others []string
+	for _, r := range rs {
+		others = append(others, r.Name)
+	}
+	wctx, cancel := context.WithTimeout(ctx, RecoverTimeout)
+	defer cancel()
+	var last error
+	err = wait.Until(wctx, 500*time.Millisecond, "etcd on "+replica.Name+" to serve alone", func() (bool, error) {
+		cli, err := f.EtcdCluster(wctx, flavors.EtcdMain, others...)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		defer cli.Close()
+		ms, err := cli.Members(wctx)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		if len(ms) != 1 || !ms[0].Leader {
+			last = fmt.Errorf("%d members", len(ms))
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("%w (last: %v)", err, last)
+	}
+	return err
+}
+
+// restartRecovered puts the original etcd manifest back (no
+// --force-new-cluster), waits until the kubelet runs etcd from it and it
+// is healthy, puts the apiserver's manifest back and drops RecoverDir.
+func (f *Flavor) restartRecovered(ctx context.Context, replica providers.Replica) error {
+	back := fmt.Sprintf(`set -e
+D=%[1]s
+if [ -f "$D/etcd.yaml" ]; then cmp -s "$D/etcd.yaml" %[2]s || cp -p "$D/etcd.yaml" %[2]s; fi`, RecoverDir, EtcdManifest)
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, back); err != nil {
+		return fmt.Errorf("master %s: put the etcd manifest back: %w (stderr: %s)", replica.Name, err, tail(stderr))
+	}
+	wctx, cancel := context.WithTimeout(ctx, RecoverTimeout)
+	defer cancel()
+	// Healthy, and no etcd left running with --force-new-cluster (the
+	// bracket keeps pgrep from matching the shell that runs it).
+	check := "if pgrep -f -- '--force-new-[c]luster' >/dev/null; then echo forced; fi; curl -s --max-time 3 " + EtcdHealthURL + " || true"
+	if err := wait.Until(wctx, 500*time.Millisecond, "etcd on "+replica.Name+" to run from its own manifest again", func() (bool, error) {
+		out, _, err := f.m.RunOnMachine(wctx, replica.Name, check)
+		if err != nil {
+			return false, nil
+		}
+		s := string(out)
+		return !strings.HasPrefix(s, "forced") && strings.Contains(s, `"health":"true"`), nil
+	}); err != nil {
+		return err
+	}
+	finish := fmt.Sprintf(`set -e
+D=%[1]s
+if [ -f "$D/kube-apiserver.yaml" ]; then mv -f "$D/kube-apiserver.yaml" %[2]s; fi
+rm -rf "$D"`, RecoverDir, APIServerManifest)
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, finish); err != nil {
+		return fmt.Errorf("master %s: put the apiserver manifest back: %w (stderr: %s)", replica.Name, err, tail(stderr))
+	}
+	return nil
+}
+
+// etcdDataDir is the etcd manifest's --data-dir.
+func etcdDataDir(manifest []byte) (string, error) {
+	d := ManifestFlag(manifest, "data-dir")
+	if !strings.HasPrefix(d, "/") || d == "/" {
+		return "", fmt.Errorf("the etcd manifest names no absolute --data-dir (%q)", d)
+	}
+	return filepath.Clean(d), nil
+}
+
+// WithManifestFlag adds flag to a static pod manifest's command, on a
+// line of its own after --data-dir's (kubeadm writes one flag a line:
+// GetEtcdPodSpec). Present already: unchanged.
+func WithManifestFlag(manifest []byte, flag string) ([]byte, error) {
+	lines := strings.SplitAfter(string(manifest), "\n")
+	for _, l := range lines {
+		if strings.TrimSpace(l) == "- "+flag {
+			return manifest, nil
+		}
+	}
+	for i, l := range lines {
+		t := strings.TrimLeft(l, " ")
+		if strings.HasPrefix(t, "- --data-dir=") {
+			indent := l[:len(l)-len(t)]
+			out := append(append(append([]string{}, lines[:i+1]...), indent+"- "+flag+"\n"), lines[i+1:]...)
+			return []byte(strings.Join(out, "")), nil
+		}
+	}
+	return nil, errors.New("the etcd manifest's command has no --data-dir line to add " + flag + " after")
+}
+
+// upload writes data to path on machine in pieces RunOnMachine can carry,
+// then renames it into place.
+func (f *Flavor) upload(ctx context.Context, machine, path string, data []byte) error {
+	part := remote.ShellQuote(path + ".part")
+	if _, stderr, err := f.m.RunOnMachine(ctx, machine, "mkdir -p "+remote.ShellQuote(filepath.Dir(path))+" && : > "+part); err != nil {
+		return fmt.Errorf("%w (stderr: %s)", err, tail(stderr))
+	}
+	for off := 0; off < len(data); off += uploadChunk {
+		end := min(off+uploadChunk, len(data))
+		cmd := "printf %s " + base64.StdEncoding.EncodeToString(data[off:end]) + " | base64 -d >> " + part
+		if _, stderr, err := f.m.RunOnMachine(ctx, machine, cmd); err != nil {
+			return fmt.Errorf("%w (stderr: %s)", err, tail(stderr))
+		}
+	}
+	cmd := fmt.Sprintf("[ $(stat -c %%s %s) = %d ] && mv -f %s %s", part, len(data), part, remote.ShellQuote(path))
+	if _, stderr, err := f.m.RunOnMachine(ctx, machine, cmd); err != nil {
+		return fmt.Errorf("%w (stderr: %s)", err, tail(stderr))
+	}
+	return nil
+}
+
+// tarGz packs dir's tree (paths relative to it).
+func tarGz(dir string) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		h, err := tar.FileInfoHeader(info, "")
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		fh, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		_, err = io.Copy(tw, fh)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
