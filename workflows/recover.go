@@ -55,7 +55,7 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 	fr, _ := d.Flavor().(flavors.Recoverer)
 	stopAll := "stop every replica"
 	if fr != nil {
-		stopAll = "stop " + p.From + "'s apiserver and etcd (their static pod manifests moved aside)"
+		stopAll = "stop " + p.From + "'s etcd (its static pod manifest moved aside; the apiserver waits for it)"
 	}
 	wf.Check = func(ctx context.Context) error {
 		if _, ok := inst.(providers.Recoverer); !ok && fr == nil {

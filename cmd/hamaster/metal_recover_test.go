@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -53,6 +55,26 @@ func TestMetalKubeadmRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli := newLabCLI(ctx, t, lab)
+	// On a failure, the newest etcd and kube-apiserver logs of each host
+	// (before the lab goes).
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, h := range lab.Hosts {
+			for _, c := range []string{"etcd", "kube-apiserver"} {
+				logs, _ := filepath.Glob(filepath.Join(h.Dir, "var-log-pods", "kube-system_"+c+"-*", c, "*.log"))
+				slices.SortFunc(logs, func(a, b string) int { return modTime(b).Compare(modTime(a)) })
+				if len(logs) > 0 {
+					b, _ := os.ReadFile(logs[0])
+					if len(b) > 4000 {
+						b = b[len(b)-4000:]
+					}
+					t.Logf("%s: %s:\n%s", h.Name, logs[0], b)
+				}
+			}
+		}
+	})
 	const kubectl = "kubectl --kubeconfig /etc/kubernetes/admin.conf "
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM([]byte(cli.must(h1, "cat /etc/kubernetes/pki/ca.crt"))) {
@@ -129,7 +151,9 @@ func TestMetalKubeadmRecover(t *testing.T) {
 	if rs, ms := status(); !slices.Equal(rs, []string{h1.Name}) || ms != 1 {
 		t.Errorf("status after recover: replicas %v, %d members; want %s alone, 1 member", rs, ms, h1.Name)
 	}
-	if left := cli.must(h1, "ls -d /var/lib/etcd.before-force-new-cluster-* | wc -l; ls -A /var/lib/hamaster"); !strings.HasPrefix(left, "1\n") || strings.Contains(left, "recover") {
+	// The data kept aside once, under hamaster's directory; nothing beside
+	// the data directory (a mount point, as a disk of etcd's own is).
+	if left := cli.must(h1, "ls -d /var/lib/hamaster/etcd-before-force-new-cluster-*/member | wc -l; ls -d /var/lib/etcd?* 2>/dev/null; ls -A /var/lib/hamaster"); !strings.HasPrefix(left, "1\n") || strings.Contains(left, "recover") || strings.Contains(left, "/var/lib/etcd") {
 		t.Errorf("on %s after recover (want the data kept aside once, no recovery files): %s", h1.Name, left)
 	}
 
@@ -177,4 +201,15 @@ func TestMetalKubeadmRecover(t *testing.T) {
 	if rs, ms := status(); !slices.Equal(rs, []string{h1.Name}) || ms != 1 {
 		t.Errorf("status after the restore: replicas %v, %d members", rs, ms)
 	}
+	if left := cli.must(h1, "ls -d /var/lib/hamaster/etcd-before-restore-*/member | wc -l; ls -d /var/lib/etcd?* 2>/dev/null; ls -A /var/lib/hamaster"); !strings.HasPrefix(left, "1\n") || strings.Contains(left, "recover") || strings.Contains(left, "/var/lib/etcd") {
+		t.Errorf("on %s after the restore (want the data kept aside once, no recovery files): %s", h1.Name, left)
+	}
+}
+
+func modTime(path string) time.Time {
+	st, err := os.Stat(path)
+	if err != nil {
+		return time.Time{}
+	}
+	return st.ModTime()
 }

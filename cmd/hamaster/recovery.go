@@ -78,9 +78,10 @@ func recoverCommand(e *env, g *globals) *cli.Command {
 		Description: `Disaster recovery when etcd has lost quorum (e.g. 2 of 3 masters dead) and
 every other command fails at "take cluster lock". etcd is rebuilt as a
 ONE-member cluster on --from (local replicas: every replica is stopped
-first; kubeadm masters: --from's apiserver and etcd static pods are
-stopped, etcd is run once with --force-new-cluster from its manifest, or
-its data directory is replaced by the restore, and both pods put back):
+first; kubeadm masters: --from's etcd static pod is stopped, then run
+once with --force-new-cluster from its manifest, or its data directory
+is replaced by the restore (after which the apiserver, controller-manager
+and scheduler are restarted on it), and its manifest put back):
 
   --from R             from R's own data (etcd --force-new-cluster: same
                        cluster ID, every key R had; R's data is copied aside

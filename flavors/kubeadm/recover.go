@@ -28,14 +28,15 @@ import (
 // Disaster recovery of a kubeadm master's stacked etcd (hamaster recover),
 // as the Kubernetes documentation lays it out for a cluster that lost
 // quorum ("Operating etcd clusters for Kubernetes": "Restoring an etcd
-// cluster", and etcd's own "Disaster recovery" guide): the master's
-// apiserver and etcd stopped (their static pod manifests moved out of the
-// kubelet's path), etcd started once with --force-new-cluster on the
-// member's own data (every key kept, same cluster ID, the other members
-// removed) or its data directory replaced by a restore of a snapshot
-// (`etcdutl snapshot restore`: hash verified, one member, a new cluster
-// ID), then the original manifests put back. kubeadm itself has no
-// command for it.
+// cluster", and etcd's own "Disaster recovery" guide): the master's etcd
+// stopped (its static pod manifest moved out of the kubelet's path), etcd
+// started once with --force-new-cluster on the member's own data (every
+// key kept, same cluster ID, the other members removed) or its data
+// directory replaced by a restore of a snapshot (`etcdutl snapshot
+// restore`: hash verified, one member, a new cluster ID), then the
+// original manifest put back; after a restore the apiserver, the
+// controller-manager and the scheduler are restarted on it. kubeadm
+// itself has no command for it.
 
 var _ flavors.Recoverer = (*Flavor)(nil)
 
@@ -44,15 +45,26 @@ const (
 	// EtcdManifest is the stacked etcd's static pod
 	// (cmd/kubeadm/app/phases/etcd/local.go CreateLocalEtcdStaticPodManifestFile).
 	EtcdManifest = "/etc/kubernetes/manifests/etcd.yaml"
-	// RecoverDir keeps the master's original etcd and apiserver
-	// manifests while a recovery runs (a re-run puts them back from
-	// there), and the uploaded snapshot restore.
+	// RecoverDir keeps the master's original etcd manifest while a
+	// recovery runs (a re-run puts it back from there), where the data
+	// went aside, and the uploaded snapshot restore.
 	RecoverDir = "/var/lib/hamaster/recover"
 )
 
-// RecoverTimeout bounds each wait of a recovery: a stopped etcd or
-// apiserver gone (the kubelet's termination grace period), the rebuilt
-// etcd serving.
+// AsideDir is the prefix of the copies of a master's etcd data a
+// recovery keeps (<AsideDir>-before-force-new-cluster-<unix time>,
+// -before-restore-): beside hamaster's other files on the master, as
+// kubeadm's upgrade keeps its copy of the etcd data under its own
+// directory (cmd/kubeadm/app/phases/upgrade/staticpods.go:
+// kubeadm-backup-etcd-<time> under /etc/kubernetes/tmp).
+const AsideDir = "/var/lib/hamaster/etcd"
+
+// copyAside is the shell that copies the data directory $d's contents to
+// $a whole or not at all (a copy renamed into place).
+const copyAside = `[ -e "$a" ] || { rm -rf "$a.tmp"; mkdir -p -m 700 "$a.tmp"; cp -a "$d/." "$a.tmp/"; mv "$a.tmp" "$a"; }`
+
+// RecoverTimeout bounds each wait of a recovery: a stopped etcd gone
+// (the kubelet's termination grace period), the rebuilt etcd serving.
 const RecoverTimeout = 2 * time.Minute
 
 // uploadChunk is the raw size of one piece of an upload over
@@ -60,19 +72,18 @@ const RecoverTimeout = 2 * time.Minute
 // on one argument (MAX_ARG_STRLEN), the command line sshd hands to sh -c.
 const uploadChunk = 64 << 10
 
-// stopForRecovery saves the original manifests once and stops the
-// apiserver and etcd: the apiserver's manifest moves into RecoverDir,
-// etcd's is copied there once and removed. Idempotent.
+// stopForRecovery saves the original etcd manifest once (RecoverDir)
+// and stops etcd by removing it from the kubelet's path. The apiserver
+// keeps running (not ready without etcd): the master stays listed as one
+// (its manifest in place), and it reconnects to the rebuilt member.
 var stopForRecovery = fmt.Sprintf(`set -e
 D=%[1]s
 mkdir -p "$D"
-if [ -f %[2]s ]; then mv -f %[2]s "$D/kube-apiserver.yaml"; fi
-if [ -f %[4]s ] && [ ! -f "$D/kube-apiserver.yaml" ]; then mv -f %[4]s "$D/kube-apiserver.yaml"; fi
 if [ ! -f "$D/etcd.yaml" ]; then
-  [ -f %[3]s ] || { echo "no etcd manifest at %[3]s: not a stacked-etcd kubeadm master" >&2; exit 3; }
-  cp -p %[3]s "$D/etcd.yaml.tmp" && mv -f "$D/etcd.yaml.tmp" "$D/etcd.yaml"
+  [ -f %[2]s ] || { echo "no etcd manifest at %[2]s: not a stacked-etcd kubeadm master" >&2; exit 3; }
+  cp -p %[2]s "$D/etcd.yaml.tmp" && mv -f "$D/etcd.yaml.tmp" "$D/etcd.yaml"
 fi
-rm -f %[3]s`, RecoverDir, APIServerManifest, EtcdManifest, stoppedAPIServer)
+rm -f %[2]s`, RecoverDir, EtcdManifest)
 
 // ForceNewCluster implements flavors.Recoverer.
 func (f *Flavor) ForceNewCluster(ctx context.Context, replica providers.Replica) (string, error) {
@@ -92,11 +103,11 @@ d=%[1]s D=%[2]s
 a=$(cat "$D/aside" 2>/dev/null || true)
 if [ -z "$a" ]; then
   [ -n "$(ls -A "$d" 2>/dev/null)" ] || { echo "no etcd data in $d" >&2; exit 3; }
-  a="$d.before-force-new-cluster-$(date +%%s)"
-  rm -rf "$a.tmp"; cp -a "$d" "$a.tmp"; mv "$a.tmp" "$a"
+  a=%[3]s-before-force-new-cluster-$(date +%%s)
+  %[4]s
   printf '%%s\n' "$a" > "$D/aside"
 fi
-printf '%%s\n' "$a"`, remote.ShellQuote(dataDir), RecoverDir)
+printf '%%s\n' "$a"`, remote.ShellQuote(dataDir), RecoverDir, AsideDir, copyAside)
 	out, stderr, err := f.m.RunOnMachine(ctx, replica.Name, keep)
 	if err != nil {
 		return "", fmt.Errorf("master %s: copy the etcd data aside: %w (stderr: %s)", replica.Name, err, tail(stderr))
@@ -113,7 +124,7 @@ printf '%%s\n' "$a"`, remote.ShellQuote(dataDir), RecoverDir)
 	if err := f.waitAlone(ctx, replica); err != nil {
 		return "", err
 	}
-	return aside, f.restartRecovered(ctx, replica)
+	return aside, f.restartRecovered(ctx, replica, false)
 }
 
 // RestoreSnapshot implements flavors.Recoverer: the snapshot is restored
@@ -145,13 +156,13 @@ func (f *Flavor) RestoreSnapshot(ctx context.Context, replica providers.Replica,
 		return "", fmt.Errorf("master %s: %w", replica.Name, err)
 	}
 	aside := strings.TrimSpace(string(out))
-	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "cp -p "+RecoverDir+"/etcd.yaml "+EtcdManifest); err != nil {
-		return "", fmt.Errorf("master %s: put the etcd manifest back: %w (stderr: %s)", replica.Name, err, tail(stderr))
+	if err := f.putEtcdBack(ctx, replica); err != nil {
+		return "", err
 	}
 	if err := f.waitAlone(ctx, replica); err != nil {
 		return "", err
 	}
-	return aside, f.restartRecovered(ctx, replica)
+	return aside, f.restartRecovered(ctx, replica, true)
 }
 
 func (f *Flavor) restoreOnto(ctx context.Context, replica providers.Replica, manifest []byte, dataDir, snapshotPath string) error {
@@ -181,35 +192,40 @@ func (f *Flavor) restoreOnto(ctx context.Context, replica providers.Replica, man
 	if err := f.upload(ctx, replica.Name, up, archive); err != nil {
 		return fmt.Errorf("master %s: upload the restored data: %w", replica.Name, err)
 	}
-	// The old data is moved aside once (its path kept in RecoverDir);
-	// the restored tree replaces whatever a killed run left.
+	// The old data is copied aside once (its path kept in RecoverDir),
+	// then the data directory's contents replaced: the directory itself
+	// stays (it may be a mount point: a disk of its own for etcd).
 	swap := fmt.Sprintf(`set -e
-d=%[1]s D=%[2]s
-rm -rf "$d.restoring"; mkdir -m 700 "$d.restoring"
-tar -xzf "$D/restore.tar.gz" -C "$d.restoring"
+d=%[1]s D=%[2]s R=%[2]s/restoring
+rm -rf "$R"; mkdir -m 700 "$R"
+tar -xzf "$D/restore.tar.gz" -C "$R"
 a=$(cat "$D/aside" 2>/dev/null || true)
-if [ -z "$a" ]; then a="$d.before-restore-$(date +%%s)"; printf '%%s\n' "$a" > "$D/aside"; fi
-if [ -e "$d" ] && [ ! -e "$a" ]; then mv "$d" "$a"; fi
-rm -rf "$d"; mv "$d.restoring" "$d"
-rm -f "$D/restore.tar.gz"
-printf '%%s\n' %[3]s > "$D/restored"`, remote.ShellQuote(dataDir), RecoverDir, remote.ShellQuote(snapshotPath))
+if [ -z "$a" ]; then
+  a=%[4]s-before-restore-$(date +%%s)
+  %[5]s
+  printf '%%s\n' "$a" > "$D/aside"
+fi
+mkdir -p -m 700 "$d"
+find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
+cp -a "$R/." "$d/"
+rm -rf "$R" "$D/restore.tar.gz"
+printf '%%s\n' %[3]s > "$D/restored"`, remote.ShellQuote(dataDir), RecoverDir, remote.ShellQuote(snapshotPath), AsideDir, copyAside)
 	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, swap); err != nil {
 		return fmt.Errorf("master %s: put the restored data in place: %w (stderr: %s)", replica.Name, err, tail(stderr))
 	}
 	return nil
 }
 
-// stopForRecovery stops replica's apiserver and etcd (stopForRecovery's
-// script), waits until neither listens, and returns the original etcd
-// manifest.
+// stopForRecovery stops replica's etcd (stopForRecovery's script), waits
+// until it no longer listens, and returns its original manifest.
 func (f *Flavor) stopForRecovery(ctx context.Context, replica providers.Replica) ([]byte, error) {
 	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, stopForRecovery); err != nil {
-		return nil, fmt.Errorf("master %s: stop its apiserver and etcd: %w (stderr: %s)", replica.Name, err, tail(stderr))
+		return nil, fmt.Errorf("master %s: stop its etcd: %w (stderr: %s)", replica.Name, err, tail(stderr))
 	}
 	wctx, cancel := context.WithTimeout(ctx, RecoverTimeout)
 	defer cancel()
-	listening := fmt.Sprintf("ss -Hltn '( sport = :%d or sport = :%d )' | grep -c . || true", DefaultBindPort, EtcdClientPort)
-	if err := wait.Until(wctx, 250*time.Millisecond, "the apiserver and etcd of "+replica.Name+" to stop", func() (bool, error) {
+	listening := fmt.Sprintf("ss -Hltn 'sport = :%d' | grep -c . || true", EtcdClientPort)
+	if err := wait.Until(wctx, 250*time.Millisecond, "the etcd of "+replica.Name+" to stop", func() (bool, error) {
 		out, _, err := f.m.RunOnMachine(wctx, replica.Name, listening)
 		if err != nil {
 			return false, nil // a dropped connection: ask again
@@ -240,15 +256,21 @@ func (f *Flavor) waitAlone(ctx context.Context, replica providers.Replica) error
 	defer cancel()
 	var last error
 	err = wait.Until(wctx, 500*time.Millisecond, "etcd on "+replica.Name+" to serve alone", func() (bool, error) {
-		cli, err := f.EtcdCluster(wctx, flavors.EtcdMain, others...)
+		// Each attempt bounded: a member list waits for a leader.
+		actx, cancel := context.WithTimeout(wctx, 20*time.Second)
+		defer cancel()
+		t0 := time.Now()
+		cli, err := f.EtcdCluster(actx, flavors.EtcdMain, others...)
 		if err != nil {
 			last = err
+			f.log.Debug("kubeadm: etcd not reachable yet", "master", replica.Name, "took", time.Since(t0), "err", err)
 			return false, nil
 		}
 		defer cli.Close()
-		ms, err := cli.Members(wctx)
+		ms, err := cli.Members(actx)
 		if err != nil {
 			last = err
+			f.log.Debug("kubeadm: etcd members not listed yet", "master", replica.Name, "took", time.Since(t0), "err", err)
 			return false, nil
 		}
 		if len(ms) != 1 || !ms[0].Leader {
@@ -263,15 +285,30 @@ func (f *Flavor) waitAlone(ctx context.Context, replica providers.Replica) error
 	return err
 }
 
-// restartRecovered puts the original etcd manifest back (no
-// --force-new-cluster), waits until the kubelet runs etcd from it and it
-// is healthy, puts the apiserver's manifest back and drops RecoverDir.
-func (f *Flavor) restartRecovered(ctx context.Context, replica providers.Replica) error {
+// putEtcdBack puts the original etcd manifest (RecoverDir's: no
+// --force-new-cluster) back in the kubelet's path, unless it is there.
+func (f *Flavor) putEtcdBack(ctx context.Context, replica providers.Replica) error {
 	back := fmt.Sprintf(`set -e
 D=%[1]s
 if [ -f "$D/etcd.yaml" ]; then cmp -s "$D/etcd.yaml" %[2]s || cp -p "$D/etcd.yaml" %[2]s; fi`, RecoverDir, EtcdManifest)
 	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, back); err != nil {
 		return fmt.Errorf("master %s: put the etcd manifest back: %w (stderr: %s)", replica.Name, err, tail(stderr))
+	}
+	return nil
+}
+
+// restartRecovered puts the original etcd manifest back, waits until the
+// kubelet runs etcd from it and it is healthy, restarts the rest of the
+// control plane when asked, and drops RecoverDir.
+//
+// After a restore the data is older than what the apiserver, the
+// controller-manager and the scheduler cached: each is restarted, one at
+// a time (restartScript), as the Kubernetes documentation asks
+// ("Operating etcd clusters for Kubernetes", restoring: restart the
+// components "to ensure that they don't rely on some stale data").
+func (f *Flavor) restartRecovered(ctx context.Context, replica providers.Replica, controlPlane bool) error {
+	if err := f.putEtcdBack(ctx, replica); err != nil {
+		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, RecoverTimeout)
 	defer cancel()
@@ -288,12 +325,15 @@ if [ -f "$D/etcd.yaml" ]; then cmp -s "$D/etcd.yaml" %[2]s || cp -p "$D/etcd.yam
 	}); err != nil {
 		return err
 	}
-	finish := fmt.Sprintf(`set -e
-D=%[1]s
-if [ -f "$D/kube-apiserver.yaml" ]; then mv -f "$D/kube-apiserver.yaml" %[2]s; fi
-rm -rf "$D"`, RecoverDir, APIServerManifest)
-	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, finish); err != nil {
-		return fmt.Errorf("master %s: put the apiserver manifest back: %w (stderr: %s)", replica.Name, err, tail(stderr))
+	if controlPlane {
+		out, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "sh -c "+remote.ShellQuote(restartScript)+" restart "+strconv.Itoa(DefaultBindPort))
+		if err != nil {
+			return fmt.Errorf("master %s: restart the control plane on the restored data: %w (stderr: %s)", replica.Name, err, tail(stderr))
+		}
+		f.log.Info("kubeadm: control plane restarted on the restored data", "master", replica.Name, "log", strings.TrimSpace(string(out)))
+	}
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "rm -rf "+RecoverDir); err != nil {
+		return fmt.Errorf("master %s: %w (stderr: %s)", replica.Name, err, tail(stderr))
 	}
 	return nil
 }
@@ -328,9 +368,19 @@ func WithManifestFlag(manifest []byte, flag string) ([]byte, error) {
 	return nil, errors.New("the etcd manifest's command has no --data-dir line to add " + flag + " after")
 }
 
-// upload writes data to path on machine in pieces RunOnMachine can carry,
-// then renames it into place.
+// uploader is a provider that writes files on its machines itself (the
+// metal provider, over SSH's stdin).
+type uploader interface {
+	UploadToMachine(ctx context.Context, machine, path string, data []byte, mode os.FileMode) error
+}
+
+// upload writes data to path on machine: by the provider's own upload
+// when it has one, otherwise in pieces RunOnMachine can carry, renamed
+// into place once whole.
 func (f *Flavor) upload(ctx context.Context, machine, path string, data []byte) error {
+	if u, ok := f.m.(uploader); ok {
+		return u.UploadToMachine(ctx, machine, path, data, 0o600)
+	}
 	part := remote.ShellQuote(path + ".part")
 	if _, stderr, err := f.m.RunOnMachine(ctx, machine, "mkdir -p "+remote.ShellQuote(filepath.Dir(path))+" && : > "+part); err != nil {
 		return fmt.Errorf("%w (stderr: %s)", err, tail(stderr))
