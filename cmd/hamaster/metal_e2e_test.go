@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -63,7 +62,8 @@ func labEnv(t *testing.T, path string) []string {
 // resumed) with load on the old address and the VIP throughout: 0
 // failed → rolling-upgrade with a refused flag, then to an unstartable
 // release (each rolled back: 3/3 healthy at the old version within 30 s
-// of the failure) → rolling-upgrade to v1.34.4 under the VIP's load →
+// of the failure) → rolling-upgrade to v1.34.4 under the VIP's load
+// (killed after each of its steps in turn and resumed each time) →
 // rotate-certs (kubeadm certs renew on each master in turn) →
 // remove-replica of the VIP's holder (a planned handoff; killed after
 // each of its steps in turn and resumed each time) and of another → one master
@@ -159,7 +159,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 
 	vipLoad = failoverLeg(ctx, t, lab, sh, command, tlsFor(), vipLoad)
 
-	upgradeLeg(ctx, t, command, hm, binDir, func(cmd string) string { return must(h1, cmd) })
+	upgradeLeg(ctx, t, cli, binDir, func(cmd string) string { return must(h1, cmd) })
 
 	// rotate-certs on kubeadm's certificates, under the VIP's load: each
 	// master drained in turn (the VIP handed over when it holds it),
@@ -261,8 +261,9 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 // (3 masters healthy at metalVersion within 30 s of the failure the CLI
 // reports); then the upgrade to metalUpgradeTo, one master at a time.
 // run runs a shell command on the first master.
-func upgradeLeg(ctx context.Context, t *testing.T, command func([]string, ...string) (*exec.Cmd, *strings.Builder), hm func(...string) string, binDir string, run func(string) string) {
+func upgradeLeg(ctx context.Context, t *testing.T, cli *labCLI, binDir string, run func(string) string) {
 	t.Helper()
+	command := cli.command
 	// healthy waits until status sees 3 masters healthy at want and
 	// returns when that was first seen.
 	healthy := func(want string) time.Time {
@@ -335,8 +336,11 @@ func upgradeLeg(ctx context.Context, t *testing.T, command func([]string, ...str
 	failed("an unstartable release")
 	restore()
 
+	// The crash-resume matrix over the upgrade's steps: killed after
+	// each, resumed by the same command each time.
 	start := time.Now()
-	hm("rolling-upgrade", "--version", metalUpgradeTo, "--yes")
+	upgrade := []string{"rolling-upgrade", "--version", metalUpgradeTo, "--yes"}
+	cli.crashChain(upgrade, upgrade)
 	t.Logf("rolling-upgrade to %s: 3/3 healthy %s after its start", metalUpgradeTo, healthy(metalUpgradeTo).Sub(start).Round(100*time.Millisecond))
 	if v := run("kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o jsonpath='{.items[*].status.nodeInfo.kubeletVersion}'"); v != strings.TrimSpace(strings.Repeat(metalUpgradeTo+" ", 3)) {
 		t.Errorf("kubelet versions after the upgrade: %s", v)
