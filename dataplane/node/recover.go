@@ -64,17 +64,8 @@ func RestoreSnapshot(cfg Config, snapshotPath, token string) (keptAside string, 
 	if err := os.RemoveAll(tmp); err != nil {
 		return "", err
 	}
-	rc := snapshot.RestoreConfig{
-		SnapshotPath:        snapshotPath,
-		Name:                cfg.Name,
-		OutputDataDir:       tmp,
-		PeerURLs:            []string{cfg.EtcdPeerURL()},
-		InitialCluster:      cfg.Name + "=" + cfg.EtcdPeerURL(),
-		InitialClusterToken: token,
-	}
-	if err := snapshot.NewV3(zap.NewNop()).Restore(rc); err != nil {
-		_ = os.RemoveAll(tmp)
-		return "", fmt.Errorf("restore snapshot %s (hash verified first): %w", snapshotPath, err)
+	if err := RestoreSnapshotTo(snapshotPath, cfg.Name, cfg.EtcdPeerURL(), tmp, token); err != nil {
+		return "", err
 	}
 	aside := fmt.Sprintf("%s.before-restore-%d", cfg.etcdDir(), time.Now().Unix())
 	if err := os.Rename(cfg.etcdDir(), aside); err != nil {
@@ -87,4 +78,25 @@ func RestoreSnapshot(cfg Config, snapshotPath, token string) (keptAside string, 
 		return "", fmt.Errorf("put the restored data in place: %w", err)
 	}
 	return aside, nil
+}
+
+// RestoreSnapshotTo restores the snapshot file into outDir (which must not
+// exist) with etcd's "snapshot restore": the file's integrity hash
+// verified first, a one-member cluster of the member name at peerURL, a
+// new cluster ID (token). For masters whose etcd runs elsewhere (the
+// kubeadm flavor uploads the result to its master).
+func RestoreSnapshotTo(snapshotPath, name, peerURL, outDir, token string) error {
+	rc := snapshot.RestoreConfig{
+		SnapshotPath:        snapshotPath,
+		Name:                name,
+		OutputDataDir:       outDir,
+		PeerURLs:            []string{peerURL},
+		InitialCluster:      name + "=" + peerURL,
+		InitialClusterToken: token,
+	}
+	if err := snapshot.NewV3(zap.NewNop()).Restore(rc); err != nil {
+		_ = os.RemoveAll(outDir)
+		return fmt.Errorf("restore snapshot %s (hash verified first): %w", snapshotPath, err)
+	}
+	return nil
 }

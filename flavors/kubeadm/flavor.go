@@ -59,6 +59,9 @@ type Flavor struct {
 	m   Machine
 	log *slog.Logger
 	up  UpgradeOptions
+	// nodeBinary is hamaster-node's path for a snapshot restore ("":
+	// next to hamaster, then $PATH).
+	nodeBinary string
 }
 
 var (

@@ -11,15 +11,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
-	"go.uber.org/zap"
-
 	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/internal/nodebin"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/remote"
@@ -128,11 +127,12 @@ printf '%%s\n' "$a"`, remote.ShellQuote(dataDir), RecoverDir, AsideDir, copyAsid
 }
 
 // RestoreSnapshot implements flavors.Recoverer: the snapshot is restored
-// here, with etcd's own restore (etcdutl's snapshot package: the file's
-// hash verified first), into a one-member data directory for the
-// master's member (its manifest's --name and
+// here, with etcd's own restore (etcdutl's snapshot package, which
+// hamaster-node links: the file's hash verified first), into a one-member
+// data directory for the master's member (its manifest's --name and
 // --initial-advertise-peer-urls); it is then uploaded, and replaces the
-// master's data directory, kept aside. The master needs no etcdutl.
+// contents of the master's data directory, kept aside. The master needs
+// no etcdutl.
 func (f *Flavor) RestoreSnapshot(ctx context.Context, replica providers.Replica, snapshotPath string) (string, error) {
 	orig, err := f.stopForRecovery(ctx, replica)
 	if err != nil {
@@ -176,13 +176,15 @@ func (f *Flavor) restoreOnto(ctx context.Context, replica providers.Replica, man
 	}
 	defer os.RemoveAll(tmp)
 	out := filepath.Join(tmp, "etcd")
-	rc := snapshot.RestoreConfig{
-		SnapshotPath: snapshotPath, Name: name, OutputDataDir: out,
-		PeerURLs: []string{peer}, InitialCluster: name + "=" + peer,
-		InitialClusterToken: "hamaster-recover-" + strconv.FormatInt(time.Now().Unix(), 36),
+	// etcd's own restore lives in hamaster-node (the CLI does not link
+	// the etcd server).
+	bin, err := nodebin.Find(f.nodeBinary, EnvNodeBinary)
+	if err != nil {
+		return fmt.Errorf("restore snapshot %s: %w", snapshotPath, err)
 	}
-	if err := snapshot.NewV3(zap.NewNop()).Restore(rc); err != nil {
-		return fmt.Errorf("restore snapshot %s (hash verified first): %w", snapshotPath, err)
+	cmd := exec.CommandContext(ctx, bin, "recover", "--snapshot", snapshotPath, "--name", name, "--peer-url", peer, "--out", out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("restore snapshot %s (hash verified first): %s: %w: %s", snapshotPath, bin, err, strings.TrimSpace(string(b)))
 	}
 	archive, err := tarGz(out)
 	if err != nil {
@@ -367,6 +369,14 @@ func WithManifestFlag(manifest []byte, flag string) ([]byte, error) {
 	}
 	return nil, errors.New("the etcd manifest's command has no --data-dir line to add " + flag + " after")
 }
+
+// EnvNodeBinary names hamaster-node's path (the CLI's --node-binary reads
+// it too); unset, hamaster-node is looked for next to hamaster, then on
+// $PATH.
+const EnvNodeBinary = "HAMASTER_NODE_BINARY"
+
+// SetNodeBinary sets hamaster-node's path, "" to look for it.
+func (f *Flavor) SetNodeBinary(path string) { f.nodeBinary = path }
 
 // uploader is a provider that writes files on its machines itself (the
 // metal provider, over SSH's stdin).

@@ -50,6 +50,7 @@ func Open(name string, p providers.Provider, log *slog.Logger) (flavors.Flavor, 
 		// The operator's package install on the masters (the metal
 		// lab's hamaster.env names its stand-in).
 		f.SetUpgradeOptions(kubeadm.UpgradeOptionsFromEnv(os.Getenv))
+		f.SetNodeBinary(os.Getenv(kubeadm.EnvNodeBinary))
 		return f, nil
 	}
 	return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %q: want one of %s, or none for what the %s provider finds on its masters", name, strings.Join(Names(), ", "), p.Name())

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/hamaster/hamaster/dns"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/internal/nodebin"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -130,22 +130,7 @@ func (p *Provider) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Cli
 
 // nodeBinary finds hamaster-node.
 func (p *Provider) nodeBinary() (string, error) {
-	if b := p.opts[OptNodeBinary]; b != "" {
-		if _, err := os.Stat(b); err != nil {
-			return "", errkind.Errorf(errkind.InvalidArgument, "--node-binary: %v", err)
-		}
-		return b, nil
-	}
-	if exe, err := os.Executable(); err == nil {
-		cand := filepath.Join(filepath.Dir(exe), "hamaster-node")
-		if _, err := os.Stat(cand); err == nil {
-			return cand, nil
-		}
-	}
-	if b, err := exec.LookPath("hamaster-node"); err == nil {
-		return b, nil
-	}
-	return "", errkind.Errorf(errkind.FailedPrecondition, "hamaster-node not found next to hamaster or on $PATH (run 'make build', or pass --node-binary)")
+	return nodebin.Find(p.opts[OptNodeBinary], "--node-binary")
 }
 
 // UpOptions describe the single master 'local up' creates.
