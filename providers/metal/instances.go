@@ -55,9 +55,39 @@ type hostState struct {
 	etcdData  bool
 }
 
-// ours reports whether the host is one of this cluster's masters.
-func (s hostState) ours(cluster string) bool {
-	return s.claim == cluster || (s.claim == "" && s.apiserver)
+// ours reports whether the host is one of this cluster's masters. A host
+// with no claim is when it runs a control plane, or when this cluster
+// recorded it as one (adopt) and it still keeps etcd data: master 0 with
+// its apiserver's manifest set aside for a while (remove-replica's
+// stop-replica, a restart after rotate-certs or recover), which must
+// stay listed so that a resumed command finds it.
+func (s hostState) ours(cluster string, recorded bool) bool {
+	return s.claim == cluster || (s.claim == "" && (s.apiserver || (recorded && s.etcdData)))
+}
+
+// state is the replica state of a host of this cluster that answers: a
+// claimed host without a control plane is being joined.
+func (s hostState) state() string {
+	if !s.apiserver && s.claim != "" {
+		return providers.StateProvisioning
+	}
+	return providers.StateRunning
+}
+
+// adopt records a master that runs a control plane with no claim (one
+// its own tool built: kubeadm init's master 0) as this cluster's the
+// first time it is listed, so that it stays listed while its apiserver's
+// manifest is set aside (ours) and, like a claimed host, as stopped when
+// it stops answering. Only the state directory's record changes; the
+// host is left as it is. Idempotent.
+func (p *Provider) adopt(s hostState, recorded bool) error {
+	if recorded || s.claim != "" || !s.apiserver {
+		return nil
+	}
+	if err := p.recordClaim(s.host.Name, true); err != nil {
+		return fmt.Errorf("record master %s as cluster %s's: %w", s.host.Name, p.cluster, err)
+	}
+	return nil
 }
 
 // probe reads every control-plane host's state, in parallel.
@@ -105,7 +135,8 @@ type instances struct{ p *Provider }
 
 // List implements providers.Instances: the hosts this cluster claims,
 // and those that run a control plane with no claim (master 0, built by
-// its own tool). A claimed host that does not answer SSH is listed as
+// its own tool; recorded as this cluster's when first listed, see
+// adopt). A claimed or recorded host that does not answer SSH is listed as
 // stopped, as a cloud lists a VM that is down; an unclaimed one that
 // does not answer cannot be told apart from a free one, and is left out
 // with a warning.
@@ -120,12 +151,11 @@ func (in *instances) List(ctx context.Context) ([]providers.Replica, error) {
 			return nil, ctx.Err()
 		}
 		switch {
-		case st.reachable && st.ours(in.p.cluster):
-			state := providers.StateRunning
-			if !st.apiserver && st.claim != "" {
-				state = providers.StateProvisioning // claimed, not joined yet
+		case st.reachable && st.ours(in.p.cluster, known[st.host.Name]):
+			if err := in.p.adopt(st, known[st.host.Name]); err != nil {
+				return nil, err
 			}
-			out = append(out, in.p.replica(st.host, state))
+			out = append(out, in.p.replica(st.host, st.state()))
 		case !st.reachable && known[st.host.Name]:
 			out = append(out, in.p.replica(st.host, providers.StateStopped))
 		case !st.reachable:
@@ -153,12 +183,11 @@ func (in *instances) Get(ctx context.Context, name string) (providers.Replica, e
 	}
 	st := in.p.probeHost(ctx, h)
 	switch {
-	case st.reachable && st.ours(in.p.cluster):
-		state := providers.StateRunning
-		if !st.apiserver && st.claim != "" {
-			state = providers.StateProvisioning
+	case st.reachable && st.ours(in.p.cluster, known[name]):
+		if err := in.p.adopt(st, known[name]); err != nil {
+			return providers.Replica{}, err
 		}
-		return in.p.replica(h, state), nil
+		return in.p.replica(h, st.state()), nil
 	case !st.reachable && known[name]:
 		return in.p.replica(h, providers.StateStopped), nil
 	case !st.reachable:
@@ -213,12 +242,16 @@ func (s hostState) free(cluster string) error {
 // that can become a new master (in zone, when given): what add-replica
 // takes when no --name is given.
 func (p *Provider) FreeHost(ctx context.Context, zone string) (string, error) {
+	known, err := p.loadClaims()
+	if err != nil {
+		return "", err
+	}
 	var why []error
 	for _, st := range p.probe(ctx) {
 		if zone != "" && st.host.Zone != zone {
 			continue
 		}
-		if st.claim == p.cluster || (st.claim == "" && st.apiserver) {
+		if st.ours(p.cluster, known[st.host.Name]) {
 			continue // already a master of this cluster
 		}
 		if err := st.free(p.cluster); err != nil {
@@ -274,11 +307,15 @@ func (in *instances) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return nil // not a host of the inventory: nothing of ours
 	}
+	known, err := in.p.loadClaims()
+	if err != nil {
+		return err
+	}
 	st := in.p.probeHost(ctx, h)
 	if !st.reachable {
 		return errkind.Errorf(errkind.Unavailable, "release host %s: it does not answer SSH: %v", name, st.err)
 	}
-	if !st.ours(in.p.cluster) {
+	if !st.ours(in.p.cluster, known[name]) {
 		return in.p.recordClaim(name, false)
 	}
 	if st.apiserver || st.etcdData {

@@ -64,6 +64,24 @@ func TestInstancesOnTheLab(t *testing.T) {
 	if free, err := p.FreeHost(ctx, ""); err != nil || free != "host-2" {
 		t.Errorf("FreeHost = %q, %v; want host-2", free, err)
 	}
+	// Listed once, host-1 is recorded as prod's: with its apiserver's
+	// manifest set aside (as stop-replica and a restart after
+	// rotate-certs do) it stays listed, where a cluster that never
+	// listed it cannot tell it from a host keeping etcd data.
+	run("host-1", "mv /etc/kubernetes/manifests/kube-apiserver.yaml /etc/kubernetes/kube-apiserver.yaml.aside")
+	if rs, err := inst.List(ctx); err != nil || len(rs) != 1 || rs[0].Name != "host-1" || !rs[0].Running() {
+		t.Errorf("List with host-1's manifest aside = %+v, %v; want host-1 running", rs, err)
+	}
+	if r, err := inst.Get(ctx, "host-1"); err != nil || !r.Running() {
+		t.Errorf("Get(host-1) with its manifest aside = %+v, %v; want running", r, err)
+	}
+	if free, err := p.FreeHost(ctx, ""); err != nil || free != "host-2" {
+		t.Errorf("FreeHost with host-1's manifest aside = %q, %v; want host-2", free, err)
+	}
+	if rs, err := open(t, lab, "prod", lab.InventoryFile, lab.KnownHostsFile).Instances().List(ctx); err != nil || len(rs) != 0 {
+		t.Errorf("List by a new state directory with host-1's manifest aside = %+v, %v; want none", rs, err)
+	}
+	run("host-1", "mv /etc/kubernetes/kube-apiserver.yaml.aside /etc/kubernetes/manifests/kube-apiserver.yaml")
 	for _, tc := range []struct{ host, want string }{
 		{"host-1", "already runs a control plane"},
 		{"host-3", `claimed by cluster "staging"`},
