@@ -13,6 +13,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -159,7 +161,8 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 
 	vipLoad = failoverLeg(ctx, t, lab, sh, command, tlsFor(), vipLoad)
 
-	upgradeLeg(ctx, t, cli, binDir, func(cmd string) string { return must(h1, cmd) })
+	upgradeLeg(ctx, t, cli, binDir, func(cmd string) string { return must(h1, cmd) },
+		[]string{h1.Addr.String(), h2.Addr.String(), h3.Addr.String()}, tlsFor())
 
 	// rotate-certs on kubeadm's certificates, under the VIP's load: each
 	// master drained in turn (the VIP handed over when it holds it),
@@ -259,9 +262,11 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 // metalVersion: an upgrade whose apiserver refuses a flag, and one to a
 // release whose apiserver cannot start, are each stopped and rolled back
 // (3 masters healthy at metalVersion within 30 s of the failure the CLI
-// reports); then the upgrade to metalUpgradeTo, one master at a time.
-// run runs a shell command on the first master.
-func upgradeLeg(ctx context.Context, t *testing.T, cli *labCLI, binDir string, run func(string) string) {
+// reports, as each master's own /readyz and /version show while the CLI
+// still runs); then the upgrade to metalUpgradeTo, one master at a time.
+// run runs a shell command on the first master; masters are the three
+// masters' addresses.
+func upgradeLeg(ctx context.Context, t *testing.T, cli *labCLI, binDir string, run func(string) string, masters []string, tlsCfg *tls.Config) {
 	t.Helper()
 	command := cli.command
 	// healthy waits until status sees 3 masters healthy at want and
@@ -297,9 +302,28 @@ func upgradeLeg(ctx context.Context, t *testing.T, cli *labCLI, binDir string, r
 		}
 		return time.Now()
 	}
+	// allHealthy reports whether every master's own apiserver answers
+	// /readyz 200 and /version at want.
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg, DisableKeepAlives: true}}
+	allHealthy := func(want string) bool {
+		for _, a := range masters {
+			if probeload.Get(ctx, hc, "https://"+net.JoinHostPort(a, "6443")+"/readyz") != nil {
+				return false
+			}
+			var v struct {
+				GitVersion string `json:"gitVersion"`
+			}
+			if err := getJSON(ctx, hc, "https://"+net.JoinHostPort(a, "6443")+"/version", &v); err != nil || v.GitVersion != want {
+				return false
+			}
+		}
+		return true
+	}
 	// failed runs an upgrade that must fail on the new apiserver and be
 	// rolled back: from the moment its output says the apiserver cannot
-	// start to 3/3 healthy at metalVersion, at most 30 s.
+	// start to 3/3 healthy at metalVersion (the masters' own /readyz and
+	// /version, polled while the CLI still runs: it waits for the LB too
+	// before it exits), at most 30 s; then status agrees.
 	failed := func(what string, args ...string) {
 		t.Helper()
 		cmd, out := command(nil, append([]string{"rolling-upgrade", "--version", metalUpgradeTo, "--drain-grace", "2s"}, append(args, "--yes")...)...)
@@ -308,8 +332,33 @@ func upgradeLeg(ctx context.Context, t *testing.T, cli *labCLI, binDir string, r
 				t.Logf("rolling-upgrade with %s, its output:\n%s", what, out)
 			}
 		}()
-		noticed := &firstLine{match: "the new kube-apiserver cannot start", w: out}
+		noticed := &firstLine{match: "the new kube-apiserver cannot start", w: out, seen: make(chan struct{})}
 		cmd.Stdout, cmd.Stderr = noticed, noticed
+		// From the failure on: the first poll at which all three are
+		// healthy again, after one at which they were not.
+		back := make(chan time.Time, 1)
+		pctx, stopPoll := context.WithCancel(ctx)
+		defer stopPoll()
+		go func() {
+			select {
+			case <-noticed.seen:
+			case <-pctx.Done():
+				return
+			}
+			sawDown := false
+			for pctx.Err() == nil {
+				if !allHealthy(metalVersion) {
+					sawDown = true
+				} else if sawDown {
+					back <- time.Now()
+					return
+				}
+				select {
+				case <-pctx.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}()
 		start := time.Now()
 		if err := cmd.Run(); err == nil {
 			t.Fatalf("rolling-upgrade with %s succeeded:\n%s", what, out)
@@ -321,9 +370,15 @@ func upgradeLeg(ctx context.Context, t *testing.T, cli *labCLI, binDir string, r
 		if !strings.Contains(out.String(), "rolled back") && !strings.Contains(out.String(), "rollback") {
 			t.Errorf("rolling-upgrade with %s: its output says nothing of a rollback:\n%s", what, out)
 		}
-		ok := healthy(metalVersion)
+		var ok time.Time
+		select {
+		case ok = <-back:
+		case <-time.After(time.Minute):
+			t.Fatalf("rolling-upgrade with %s: the three masters not healthy at %s a minute after the CLI exited", what, metalVersion)
+		}
+		statusOK := healthy(metalVersion)
 		took := ok.Sub(noticed.at)
-		t.Logf("rolling-upgrade with %s: failed after %s; 3/3 healthy at %s %s after the failure was reported (the CLI exited %s after it)", what, noticed.at.Sub(start).Round(100*time.Millisecond), metalVersion, took.Round(100*time.Millisecond), ended.Sub(noticed.at).Round(100*time.Millisecond))
+		t.Logf("rolling-upgrade with %s: failed after %s; 3/3 healthy at %s %s after the failure was reported (the CLI exited %s after it; status saw 3/3 %s after it)", what, noticed.at.Sub(start).Round(100*time.Millisecond), metalVersion, took.Round(100*time.Millisecond), ended.Sub(noticed.at).Round(100*time.Millisecond), statusOK.Sub(noticed.at).Round(100*time.Millisecond))
 		if took > 30*time.Second {
 			t.Errorf("rolling-upgrade with %s: 3/3 healthy %s after the failure; want < 30 s", what, took)
 		}
@@ -355,6 +410,7 @@ func upgradeLeg(ctx context.Context, t *testing.T, cli *labCLI, binDir string, r
 type firstLine struct {
 	match string
 	w     io.Writer
+	seen  chan struct{} // closed at the match, when not nil
 	mu    sync.Mutex
 	at    time.Time
 }
@@ -364,8 +420,28 @@ func (f *firstLine) Write(p []byte) (int, error) {
 	defer f.mu.Unlock()
 	if f.at.IsZero() && strings.Contains(string(p), f.match) {
 		f.at = time.Now()
+		if f.seen != nil {
+			close(f.seen)
+		}
 	}
 	return f.w.Write(p)
+}
+
+// getJSON decodes the body of a 200 answer to a GET of url into v.
+func getJSON(ctx context.Context, c *http.Client, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 func asSlice(v any) []any {
