@@ -326,7 +326,7 @@ func upgradeLeg(ctx context.Context, t *testing.T, cli *labCLI, binDir string, r
 	// before it exits), at most 30 s; then status agrees.
 	failed := func(what string, args ...string) {
 		t.Helper()
-		cmd, out := command(nil, append([]string{"rolling-upgrade", "--version", metalUpgradeTo, "--drain-grace", "2s"}, append(args, "--yes")...)...)
+		cmd, out := command(nil, append([]string{"rolling-upgrade", "--version", metalUpgradeTo, "--drain-grace", "2s"}, append(args, "--log-level", "info", "--yes")...)...)
 		defer func() {
 			if t.Failed() {
 				t.Logf("rolling-upgrade with %s, its output:\n%s", what, out)

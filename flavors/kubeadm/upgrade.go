@@ -733,31 +733,6 @@ for f in "$K"/manifests/*; do [ -e "$f" ] || continue; n=$(basename "$f"); [ "$2
 for f in "$B"/manifests/*; do n=$(basename "$f"); cp -a "$f" "$K/.$n.hamaster"; mv -f "$K/.$n.hamaster" "$K/manifests/$n"; done
 `
 
-// kubeletCheck prints "same" when the master's kubelet is the backup's
-// ($1): its version ($2) and the files of the backup's kubelet directory
-// (config.yaml, kubeadm-flags.env), else "changed". A failure in kubeadm
-// upgrade apply's or upgrade node's control-plane phase comes before
-// their kubelet-config phase (cmd/kubeadm/app/cmd/phases/upgrade/apply
-// and node: controlplane.go runs before kubeletconfig.go) and before
-// UpgradeMaster installs the kubelet package.
-const kubeletCheck = `B=$1
-v=$(kubelet --version 2>/dev/null | awk '{print $2}')
-[ "$v" = "$2" ] || { echo changed; exit 0; }
-for f in "$B"/kubelet/*; do [ -e "$f" ] || continue; cmp -s "$f" "/var/lib/kubelet/$(basename "$f")" || { echo changed; exit 0; }; done
-echo same
-`
-
-// kubeletAsBackedUp reports whether m's kubelet needs nothing from the
-// rollback (kubeletCheck): then its packages are not reinstalled and it
-// is not restarted.
-func (f *Flavor) kubeletAsBackedUp(ctx context.Context, m, version string) (bool, error) {
-	out, stderr, err := f.m.RunOnMachine(ctx, m, "sh -c "+remote.ShellQuote(kubeletCheck)+" check "+UpgradeBackupDir+" "+remote.ShellQuote(version))
-	if err != nil {
-		return false, fmt.Errorf("compare the kubelet on %s with its upgrade backup: %w (stderr: %s)", m, err, tail(stderr))
-	}
-	return strings.TrimSpace(string(out)) == "same", nil
-}
-
 // RollbackMaster implements flavors.Upgrader: with a backup on
 // replica, a kubeadm still running stopped, the packages of the backup's
 // versions installed, its files restored (restoreScript; an upgraded
@@ -798,14 +773,8 @@ func (f *Flavor) RollbackMaster(ctx context.Context, replica providers.Replica, 
 	if err := f.install(ctx, m, kubeadmV, "kubeadm"); err != nil {
 		return err
 	}
-	kubeletSame, err := f.kubeletAsBackedUp(ctx, m, kubeletV)
-	if err != nil {
+	if err := f.install(ctx, m, kubeletV, "kubelet", "kubectl"); err != nil {
 		return err
-	}
-	if !kubeletSame {
-		if err := f.install(ctx, m, kubeletV, "kubelet", "kubectl"); err != nil {
-			return err
-		}
 	}
 	mode := "all"
 	if keepEtcd {
@@ -822,11 +791,7 @@ func (f *Flavor) RollbackMaster(ctx context.Context, replica providers.Replica, 
 	if _, stderr, err := f.m.RunOnMachine(ctx, m, "sh -c "+remote.ShellQuote(restoreScript)+" restore "+UpgradeBackupDir+" "+mode); err != nil {
 		return fmt.Errorf("restore the upgrade backup on %s: %w (stderr: %s)", m, err, tail(stderr))
 	}
-	if kubeletSame {
-		// The kubelet reads the restored manifests itself; restarting
-		// it would restart every static pod (etcd too) for nothing.
-		f.log.Info("the kubelet is the backup's (version and files): not restarted", "machine", m)
-	} else if err := f.restartKubelet(ctx, m); err != nil {
+	if err := f.restartKubelet(ctx, m); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, RollbackTimeout)
