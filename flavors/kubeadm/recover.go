@@ -301,7 +301,8 @@ if [ -f "$D/etcd.yaml" ]; then cmp -s "$D/etcd.yaml" %[2]s || cp -p "$D/etcd.yam
 
 // restartRecovered puts the original etcd manifest back, waits until the
 // kubelet runs etcd from it and it is healthy, restarts the rest of the
-// control plane when asked, and drops RecoverDir.
+// control plane when asked, drops RecoverDir, and waits until the
+// endpoint admin.conf names answers through the master.
 //
 // After a restore the data is older than what the apiserver, the
 // controller-manager and the scheduler cached: each is restarted, one at
@@ -336,6 +337,21 @@ func (f *Flavor) restartRecovered(ctx context.Context, replica providers.Replica
 	}
 	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "rm -rf "+RecoverDir); err != nil {
 		return fmt.Errorf("master %s: %w (stderr: %s)", replica.Name, err, tail(stderr))
+	}
+	// The endpoint admin.conf names answers again before the recovery's
+	// next steps read through it: on metal that is the VIP, which
+	// follows the apiserver's /readyz and so left the master while its
+	// etcd or its apiserver restarted (keepalived takes it back a few
+	// seconds after /readyz is 200 again).
+	ectx, cancel := context.WithTimeout(ctx, RecoverTimeout)
+	defer cancel()
+	var last string
+	if err := wait.Until(ectx, 500*time.Millisecond, "the cluster's endpoint (admin.conf's server) answering through "+replica.Name, func() (bool, error) {
+		_, stderr, err := f.m.RunOnMachine(ectx, replica.Name, adminKubectl+"get --raw /readyz")
+		last = tail(stderr)
+		return err == nil, nil
+	}); err != nil {
+		return fmt.Errorf("master %s: %w (last: %s)", replica.Name, err, last)
 	}
 	return nil
 }
