@@ -75,7 +75,7 @@ func (c *labCLI) hm(args ...string) string {
 	cmd, out := c.command(nil, args...)
 	start := time.Now()
 	err := cmd.Run()
-	c.t.Logf("hamaster %s: %v (%s)", strings.Join(args, " "), err, time.Since(start).Round(100*time.Millisecond))
+	c.t.Logf("hamaster %s: %v (%s, from %s)", strings.Join(args, " "), err, time.Since(start).Round(100*time.Millisecond), start.Format("15:04:05.000"))
 	if err != nil {
 		c.t.Fatalf("hamaster %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -91,7 +91,7 @@ func (c *labCLI) crashAfter(step string, args ...string) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
 		c.t.Fatalf("hamaster %s with a crash after %s: %v, want killed\n%s", strings.Join(args, " "), step, err, out)
 	}
-	c.t.Logf("hamaster %s: killed after %s", strings.Join(args, " "), step)
+	c.t.Logf("hamaster %s: killed after %s at %s", strings.Join(args, " "), step, time.Now().Format("15:04:05.000"))
 }
 
 // jsonOut runs hamaster with args and stdin and decodes its stdout alone
