@@ -315,7 +315,7 @@ func upgradeLeg(ctx context.Context, t *testing.T, cli *labCLI, binDir string, r
 			var v struct {
 				GitVersion string `json:"gitVersion"`
 			}
-			if err := getJSON(ctx, hc, "https://"+net.JoinHostPort(a, "6443")+"/version", &v); err != nil || v.GitVersion != want {
+			if err := probeload.GetJSON(ctx, hc, "https://"+net.JoinHostPort(a, "6443")+"/version", &v); err != nil || v.GitVersion != want {
 				return false
 			}
 		}
@@ -429,23 +429,6 @@ func (f *firstLine) Write(p []byte) (int, error) {
 		}
 	}
 	return f.w.Write(p)
-}
-
-// getJSON decodes the body of a 200 answer to a GET of url into v.
-func getJSON(ctx context.Context, c *http.Client, url string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 func asSlice(v any) []any {

@@ -9,6 +9,7 @@ package probeload
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -66,6 +67,12 @@ func Start(ctx context.Context, url string, tlsCfg *tls.Config, interval time.Du
 // Get makes one GET of url with c: an error for a failed request or any
 // status but 200 (with the start of the body).
 func Get(ctx context.Context, c *http.Client, url string) error {
+	return GetJSON(ctx, c, url, nil)
+}
+
+// GetJSON is Get that also decodes a 200 answer's body into v (unless
+// v is nil).
+func GetJSON(ctx context.Context, c *http.Client, url string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -75,9 +82,16 @@ func Get(ctx context.Context, c *http.Client, url string) error {
 		return err
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	if v == nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 512))
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
 	}
 	return nil
 }

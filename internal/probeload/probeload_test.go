@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,5 +45,38 @@ func TestCountsWhatClientsSee(t *testing.T) {
 	res := l.Stop()
 	if Failed(res) < 2 || len(res["new"].Errors) == 0 {
 		t.Fatalf("failures not counted: %+v", res)
+	}
+}
+
+func TestGetJSON(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/version":
+			_, _ = w.Write([]byte(`{"gitVersion":"v1.33.13"}`))
+		case "/garbled":
+			_, _ = w.Write([]byte(`{"gitVersion":`))
+		default:
+			http.Error(w, "etcd not ready", http.StatusInternalServerError)
+		}
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		path, want, wantErr string
+	}{
+		{"/version", "v1.33.13", ""},
+		{"/garbled", "", "unexpected EOF"},
+		{"/readyz", "", "500 Internal Server Error: etcd not ready"},
+	} {
+		var v struct {
+			GitVersion string `json:"gitVersion"`
+		}
+		err := GetJSON(context.Background(), srv.Client(), srv.URL+tc.path, &v)
+		if v.GitVersion != tc.want || (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("GetJSON(%s) = %q, %v; want %q, error containing %q", tc.path, v.GitVersion, err, tc.want, tc.wantErr)
+		}
+	}
+	if err := Get(context.Background(), srv.Client(), srv.URL+"/version"); err != nil {
+		t.Errorf("Get(/version) = %v", err)
 	}
 }
