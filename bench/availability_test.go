@@ -56,6 +56,10 @@ func (m *armSink) Event(e workflows.Event) {
 	case e.State == "info" && strings.HasPrefix(e.Message, "upgrading "):
 		m.current = strings.TrimPrefix(e.Message, "upgrading ")
 		m.marker("drain+recreate " + shortName(m.current))
+	case e.State == workflows.StateStart && strings.HasSuffix(e.Step, "/recreate") && m.current != "":
+		// Counted through its drain (leadership moves off its member
+		// then, and its apiserver still serves the sessions the drain
+		// grace lets finish) until its VM is stopped.
 		m.ws.down(m.current)
 	case e.State == "info" && strings.HasPrefix(e.Message, "surge: adding "):
 		// "surge: adding <new> at <version> before removing <old>"
@@ -395,7 +399,7 @@ func report(b *testing.B, prof Profile, scale float64, cp controlPlane, arms []*
 	row("upgrade wall time s", "%.1f", func(a *ArmResult) float64 { return a.WallMS / 1000 })
 	tw.Flush()
 	fmt.Fprintf(os.Stdout, "\nrolling upgrade of 3 replicas under load (one run), %s control plane %s → %s, profile %s at scale %g (%+v):\n%s", cp.Name, cmp.Or(cp.From, "default"), cp.To, prof.Name, scale, prof, sb.String())
-	fmt.Fprintln(os.Stdout, "etcd writes: one writer through each replica's own member (as its apiserver's --etcd-servers), counted while its replica is up: from its first write after the replica is back until the replica is drained or stopped")
+	fmt.Fprintln(os.Stdout, "etcd writes: one writer through each replica's own member (as its apiserver's --etcd-servers), counted while its replica is up: from its first write after the replica is back until its VM is stopped or it leaves the LB for good (a drain grace, when leadership moves off its member, is counted)")
 	for _, a := range arms {
 		fmt.Fprintf(os.Stdout, "  %s: longest stall %.0f ms by the writer on %s at %.1f s (%s);", a.Arm, a.WriteStallMS, a.StallWriter, a.StallAtMS/1000, duringStep(a.Events, a.start.Add(time.Duration(a.StallAtMS*float64(time.Millisecond)))))
 		for _, w := range a.Writers {

@@ -23,9 +23,12 @@ type memberWriter struct {
 	mu      sync.Mutex
 	tries   []writeAttempt
 	// downs and ups are when the writer's own replica started going away
-	// (drained, or about to be stopped) and when it was back (its VM
-	// recreated); between the two the writer is off duty: what it sees is
-	// its own member gone, which no client of a surviving replica sees.
+	// (its VM about to be stopped, or out of the LB for good; a drain
+	// grace is counted, since its apiserver still serves sessions and
+	// etcd leadership moves off its member then) and when it was back
+	// (its VM recreated); between the two the writer is off duty: what
+	// it sees is its own member gone, which no client of a surviving
+	// replica sees.
 	downs, ups []time.Time
 }
 

@@ -279,28 +279,20 @@ func slotReplica(ctx context.Context, d *Deps, p UpgradeParams, r *Run, k int) (
 
 func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 	inst := d.Provider.Instances()
-	l := d.Provider.LoadBalancer()
 	name := func(r *Run) string { return r.Get(fmt.Sprintf("slot-%d", k)) }
 	lkgKey := func(n string) string { return "last-known-good:" + n }
 	prefix := fmt.Sprintf("replica-%d/", k)
 	return []Step{
 		{
-			Name: prefix + "drain", Plan: []string{"pick the next replica (followers first, the etcd leader last; move leadership to an upgraded replica first)", fmt.Sprintf("loadBalancer.DrainTarget, wait %s", p.DrainGrace)},
+			Name: prefix + "drain", Plan: []string{"pick the next replica (followers first, the etcd leader last)", fmt.Sprintf("loadBalancer.DrainTarget; inside the drain grace (%s) move etcd leadership to an upgraded replica; wait the rest of the grace", p.DrainGrace)},
 			Run: func(ctx context.Context, r *Run) error {
 				n, err := slotReplica(ctx, d, p, r, k)
 				if err != nil || n == "" {
 					return err
 				}
 				r.Info("upgrading %s", n)
-				if err := moveLeaderOff(ctx, d, r, n); err != nil {
-					return err
-				}
-				exists, err := lb.Exists(ctx, l)
-				if err != nil || !exists {
-					return err
-				}
-				r.Waiting("drain grace period of %s for %s", p.DrainGrace, n)
-				return lb.Drain(ctx, l, n, p.DrainGrace)
+				_, err = drainMovingLeader(ctx, d, r, n, p.DrainGrace, nil)
+				return err
 			},
 		},
 		{
@@ -386,6 +378,59 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 			},
 		},
 	}
+}
+
+// drainMovingLeader takes replica name out of service before it is
+// changed. With a load balancer it drains name's target (after
+// beforeDrain, when not nil, has journaled that it will), moves etcd
+// leadership off name's member inside the drain grace, as
+// remove-replica's drain-lb-target and move-etcd-leader do, waits what is
+// left of the grace and ends the sessions still open; without one it
+// only moves leadership. It reports whether a load balancer exists.
+//
+// Why leadership moves inside the grace: while the leader hands over,
+// raft drops the proposals it is given (go.etcd.io/raft stepLeader:
+// "transfer leadership ... is in progress; dropping proposal"), so a
+// write through the old leader's member fails at once, and one that
+// another member forwards to it is lost and waits out its client's
+// timeout (etcd-io/etcd#8975). Drained, the old leader's apiserver gets
+// no new client for that moment. The forwarded writes of the third
+// member are etcd's to lose whenever leadership changes; hamaster keeps
+// that to one hand-over per leader it replaces (the leader goes last),
+// to the most caught-up voter (etcdmember.Client.MoveLeader).
+// If leadership cannot be moved, the target goes back into the load
+// balancer and the error is returned.
+func drainMovingLeader(ctx context.Context, d *Deps, r *Run, name string, grace time.Duration, beforeDrain func() error) (bool, error) {
+	l := d.Provider.LoadBalancer()
+	exists, err := lb.Exists(ctx, l)
+	if err != nil {
+		return false, err
+	}
+	if !exists {
+		return false, moveLeaderOff(ctx, d, r, name)
+	}
+	if beforeDrain != nil {
+		if err := beforeDrain(); err != nil {
+			return true, err
+		}
+	}
+	if err := l.DrainTarget(ctx, name); err != nil {
+		return true, fmt.Errorf("drain %s: %w", name, err)
+	}
+	until := r.now().Add(grace)
+	if err := moveLeaderOff(ctx, d, r, name); err != nil {
+		if ctx.Err() == nil {
+			if uerr := undrain(ctx, d, r, name, grace+time.Minute); uerr != nil {
+				return true, errors.Join(err, fmt.Errorf("put %s back into the load balancer: %w", name, uerr))
+			}
+		}
+		return true, err
+	}
+	left := min(until.Sub(r.now()), grace)
+	if left > 0 {
+		r.Waiting("rest of the drain grace period for %s: %s of %s", name, left.Round(time.Millisecond), grace)
+	}
+	return true, lb.FinishDrain(ctx, l, name, left)
 }
 
 // moveLeaderOff moves etcd leadership away from name if it leads (the

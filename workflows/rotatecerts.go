@@ -10,7 +10,6 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/flavors"
-	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
 
@@ -152,21 +151,12 @@ func rollbackRenewal(ctx context.Context, d *Deps, r *Run, p RotateParams, renew
 	return fmt.Errorf("%w: renewing the certificates of %s failed (%v); its previous certificates are restored and it serves again; the masters after it were not touched", ErrConcluded, rep.Name, cause)
 }
 
-// takeOutForRotation moves etcd leadership off replica name and, when
-// the cluster has a load balancer (exists), drains it for p.DrainGrace,
-// journaling drainedKey first so that an interrupted run puts it back.
+// takeOutForRotation drains replica name for p.DrainGrace when the
+// cluster has a load balancer (exists), journaling drainedKey first so
+// that an interrupted run puts it back, and moves etcd leadership off it
+// (drainMovingLeader).
 func takeOutForRotation(ctx context.Context, d *Deps, r *Run, p RotateParams, name, drainedKey string) (exists bool, err error) {
-	if err := moveLeaderOff(ctx, d, r, name); err != nil {
-		return false, err
-	}
-	if exists, err = lb.Exists(ctx, d.Provider.LoadBalancer()); err != nil || !exists {
-		return false, err
-	}
-	if err := r.Set(drainedKey, "true"); err != nil {
-		return true, err
-	}
-	r.Waiting("drain grace period of %s for %s", p.DrainGrace, name)
-	return true, lb.Drain(ctx, d.Provider.LoadBalancer(), name, p.DrainGrace)
+	return drainMovingLeader(ctx, d, r, name, p.DrainGrace, func() error { return r.Set(drainedKey, "true") })
 }
 
 func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string) error {

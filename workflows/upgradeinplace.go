@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/hamaster/hamaster/flavors"
-	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
 
@@ -106,22 +105,15 @@ func inPlaceSteps(d *Deps, p UpgradeParams, up flavors.Upgrader, k int) []Step {
 	}
 	return []Step{
 		{
-			Name: prefix + "drain", Plan: []string{"pick the next master not at " + p.Version + " (the etcd leader last; leadership moved off it)", fmt.Sprintf("loadBalancer.DrainTarget, wait %s", p.DrainGrace)},
+			Name: prefix + "drain", Plan: []string{"pick the next master not at " + p.Version + " (the etcd leader last)", fmt.Sprintf("loadBalancer.DrainTarget; inside the drain grace (%s) move etcd leadership off it; wait the rest of the grace", p.DrainGrace)},
 			Run: func(ctx context.Context, r *Run) error {
 				n, err := inPlaceSlot(ctx, d, p, r, k)
 				if err != nil || n == "" {
 					return err
 				}
 				r.Info("upgrading %s in place from %s to %s", n, r.Get(fromKey(n)), p.Version)
-				if err := moveLeaderOff(ctx, d, r, n); err != nil {
-					return err
-				}
-				exists, err := lb.Exists(ctx, d.Provider.LoadBalancer())
-				if err != nil || !exists {
-					return err
-				}
-				r.Waiting("drain grace period of %s for %s", p.DrainGrace, n)
-				return lb.Drain(ctx, d.Provider.LoadBalancer(), n, p.DrainGrace)
+				_, err = drainMovingLeader(ctx, d, r, n, p.DrainGrace, nil)
+				return err
 			},
 		},
 		{
