@@ -1,3 +1,9 @@
+//go:build fidelity
+
+// Run by .ci/run's cloud-upgrade tier after 'make test', which stays under
+// 10 minutes on 2 cores: the upgrade waits on each recreated instance's
+// boot and the NLB's health checks (~140 s).
+
 package aws_test
 
 import (

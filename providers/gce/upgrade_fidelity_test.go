@@ -1,0 +1,73 @@
+//go:build fidelity
+
+// Run by .ci/run's cloud-upgrade tier after 'make test', which stays under
+// 10 minutes on 2 cores: the upgrade waits on each recreated VM's boot
+// and the LB's health checks (~100 s). TestRollingUpgradeBadFlagRollsBack
+// (make test) drives the same steps on GCE up to its rollback.
+
+package gce_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hamaster/hamaster/providers/gce"
+	"github.com/hamaster/hamaster/testbed/gce/gcetest"
+	"github.com/hamaster/hamaster/workflows"
+)
+
+// TestRollingUpgradeRecreate upgrades 3 replicas one by one, each
+// recreated on its data disk with the new template; clients of the LB see
+// no failure; a re-run finds nothing to do.
+func TestRollingUpgradeRecreate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "upg", gcetest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	names := []string{e.c.Master}
+	for i := 1; i <= 2; i++ {
+		n := fmt.Sprintf("upg-master-b%02d", i)
+		if err := e.add(ctx, n, nil); err != nil {
+			t.Fatalf("add %s: %v", n, err)
+		}
+		names = append(names, n)
+	}
+	upgrade := func(version string) error {
+		d := e.deps(nil)
+		return workflows.Execute(ctx, d, workflows.RollingUpgrade(d, workflows.UpgradeParams{
+			Version: version, Strategy: workflows.StrategyRecreate, DrainGrace: 300 * time.Millisecond, HealthTimeout: 2 * time.Minute}, 3), workflows.Options{})
+	}
+	before, _ := e.c.Provider.Instances().List(ctx)
+	pr := startProber(e)
+	e.c.Fake.ResetStats()
+	start := time.Now()
+	if err := upgrade("v1.31.0"); err != nil {
+		t.Fatalf("rolling-upgrade: %v", err)
+	}
+	pr.finish()
+	t.Logf("rolling-upgrade of 3 replicas: %v, %d API calls; readyz through the LB: %d ok, %d failed", time.Since(start).Round(time.Millisecond), total(e.c.Fake.Calls()), pr.ok.Load(), pr.failed.Load())
+	if pr.failed.Load() != 0 {
+		t.Errorf("%d client failures through the LB during the upgrade", pr.failed.Load())
+	}
+	after, err := e.c.Provider.Instances().List(ctx)
+	if err != nil || len(after) != 3 {
+		t.Fatalf("after upgrade: %d replicas, %v", len(after), err)
+	}
+	for i, r := range after {
+		if r.Template.Version != "v1.31.0" || r.Address != before[i].Address || r.Zone != before[i].Zone {
+			t.Errorf("replica %s after upgrade: version %s address %s zone %s; before: address %s zone %s", r.Name, r.Template.Version, r.Address, r.Zone, before[i].Address, before[i].Zone)
+		}
+		if r.Template.Env["CLUSTER_NAME"] != "upg" || r.Template.Machine[gce.MachineImage] != before[i].Template.Machine[gce.MachineImage] {
+			t.Errorf("replica %s lost cloned settings: %v", r.Name, r.Template.Machine)
+		}
+	}
+	// kube-up masters: the devel upload became v1.31.0's release from the
+	// mirror, as kube-up's upgrade writes it, and that is what they run.
+	e.assertRelease(ctx, "v1.31.0", names...)
+	e.assertConverged(ctx, names...)
+	if err := upgrade("v1.31.0"); err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+}
