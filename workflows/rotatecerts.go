@@ -25,10 +25,11 @@ type RotateParams struct {
 // RotateCerts builds the rotate-certs workflow: for each replica in turn
 // whose apiserver certificate does not cover the endpoint (static IP / LB,
 // every DNS name, the service IP, kubernetes.*, itself) or expires within
-// p.Within: leadership moved away, drained from the LB, certificates
-// reissued by the cluster CA, recreated with them on the same disk,
-// health-gated (fail-fast), back in the LB. A replica that fails is
-// restored from its last known-good template and the run stops.
+// p.Within: drained from the LB, etcd leadership moved off it inside the
+// drain grace, certificates reissued by the cluster CA, recreated with
+// them on the same disk, health-gated (fail-fast), back in the LB. A
+// replica that fails is restored from its last known-good template and
+// the run stops.
 func RotateCerts(d *Deps, p RotateParams, replicas []string) *Workflow {
 	if p.Within <= 0 {
 		p.Within = CertRenewWindow
@@ -52,14 +53,14 @@ func RotateCerts(d *Deps, p RotateParams, replicas []string) *Workflow {
 		if renews {
 			wf.Steps = append(wf.Steps, Step{
 				Name: "rotate/" + name,
-				Plan: []string{"skip unless one of its certificates the flavor's tool renews expires within " + p.Within.String() + " (kubeadm certs check-expiration)", "move etcd leadership away, drain from the LB", "the flavor renews them (backup; kubeadm certs renew all; its static pods restarted one at a time)", "health gate (the flavor's rollback to the backup on failure, and stop)", "back in the LB"},
+				Plan: []string{"skip unless one of its certificates the flavor's tool renews expires within " + p.Within.String() + " (kubeadm certs check-expiration)", "drain from the LB; move etcd leadership away inside the drain grace", "the flavor renews them (backup; kubeadm certs renew all; its static pods restarted one at a time)", "health gate (the flavor's rollback to the backup on failure, and stop)", "back in the LB"},
 				Run:  func(ctx context.Context, r *Run) error { return renewOne(ctx, d, r, p, renewer, name) },
 			})
 			continue
 		}
 		wf.Steps = append(wf.Steps, Step{
 			Name: "rotate/" + name,
-			Plan: []string{"skip if its certificate covers every SAN and is not expiring", "move etcd leadership away, drain from the LB", "reissue its certificates, instances.Recreate with them", "health gate (rollback to last known good on failure)", "back in the LB"},
+			Plan: []string{"skip if its certificate covers every SAN and is not expiring", "drain from the LB; move etcd leadership away inside the drain grace", "reissue its certificates, instances.Recreate with them", "health gate (rollback to last known good on failure)", "back in the LB"},
 			Run:  func(ctx context.Context, r *Run) error { return rotateOne(ctx, d, r, p, name) },
 		})
 	}
@@ -67,7 +68,7 @@ func RotateCerts(d *Deps, p RotateParams, replicas []string) *Workflow {
 }
 
 // renewOne has the flavor renew replica name's certificates when one of
-// them expires within p.Within: leadership moved off it, drained, renewed
+// them expires within p.Within: drained, leadership moved off it, renewed
 // (the flavor saves what its rollback restores), health-gated at the
 // version it ran, the flavor's backup dropped, back in the LB. A failure
 // rolls it back with the flavor's RollbackMaster and concludes the run.
