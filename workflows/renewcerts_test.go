@@ -78,6 +78,15 @@ func TestRotateCertsWithTheFlavorsTool(t *testing.T) {
 	for _, r := range rs {
 		names = append(names, r.Name)
 	}
+	// The CLI's order: the etcd leader's replica last, the others as given.
+	leader := e.leader(ctx)
+	for _, in := range [][]string{names, {names[1], names[0]}} {
+		got := workflows.LeaderLast(ctx, e.deps(nil), in)
+		want := append(slices.DeleteFunc(slices.Clone(in), func(n string) bool { return n == leader }), leader)
+		if !slices.Equal(got, want) {
+			t.Errorf("LeaderLast(%v) = %v; want %v (leader %s)", in, got, want, leader)
+		}
+	}
 	own, err := registry.Open("", e.c.Provider, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,6 +66,40 @@ func RotateCerts(d *Deps, p RotateParams, replicas []string) *Workflow {
 		})
 	}
 	return wf
+}
+
+// LeaderLast returns replicas with the one whose etcd member leads moved
+// to the end, for RotateCerts: leadership then moves once, onto a replica
+// already done, instead of once for each replica it lands on that is
+// still to come (each hand-over can cost a client a write:
+// drainMovingLeader). When etcd cannot be asked the order is kept; the
+// workflow's own steps report an unreachable etcd. A resumed run may
+// get another order: its journal skips the steps done by name.
+func LeaderLast(ctx context.Context, d *Deps, replicas []string) []string {
+	rs, err := d.Provider.Instances().List(ctx)
+	if err != nil || len(rs) < 2 {
+		return replicas
+	}
+	cli, err := d.Etcd(ctx)
+	if err != nil {
+		return replicas
+	}
+	defer cli.Close()
+	ms, err := cli.Members(ctx)
+	if err != nil {
+		return replicas
+	}
+	leader := ""
+	for _, m := range ms {
+		if m.Leader {
+			leader = d.replicaOf(m, providers.EtcdMain, rs)
+		}
+	}
+	if leader == "" || !slices.Contains(replicas, leader) {
+		return replicas
+	}
+	out := slices.DeleteFunc(slices.Clone(replicas), func(n string) bool { return n == leader })
+	return append(out, leader)
 }
 
 // renewOne has the flavor renew replica name's certificates when one of

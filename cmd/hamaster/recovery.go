@@ -198,18 +198,20 @@ func rotateCertsCommand(e *env, g *globals) *cli.Command {
 		Usage: "reissue apiserver certificates that miss a SAN of the endpoint or expire soon (kubeadm: kubeadm certs renew), one replica at a time",
 		Description: `Every apiserver certificate must cover the static IP / LB, every DNS name of
 the endpoint, the service IP (10.0.0.1), kubernetes.* and the replica.
-For each replica whose certificate does not, or expires within
---expiring-within: etcd leadership moved away → drained from the LB and
---drain-grace → certificates reissued by the cluster CA → recreated with
-them on the same disk → health gate (fail-fast; on failure its last
-known-good template is restored and the command stops, exit 1) → back in
-the LB. 'add-replica --dns-name' runs it by itself when needed.
+One replica at a time, the etcd leader's last (leadership then moves
+once), for each replica whose certificate does not, or expires within
+--expiring-within: drained from the LB → etcd leadership moved away
+inside --drain-grace → certificates reissued by the cluster CA →
+recreated with them on the same disk → health gate (fail-fast; on
+failure its last known-good template is restored and the command stops,
+exit 1) → back in the LB. 'add-replica --dns-name' runs it by itself
+when needed.
 
 On a kubeadm cluster (--flavor kubeadm) the certificates are kubeadm's:
 for each master with a certificate kubeadm renews that expires within
---expiring-within ('kubeadm certs check-expiration'): etcd leadership
-moved away → drained (the VIP handed over first when it holds it) → a
-backup of its certificates, kubeconfigs and manifests → 'kubeadm certs
+--expiring-within ('kubeadm certs check-expiration'): drained (the VIP
+handed over first when it holds it) → etcd leadership moved away inside
+the grace → a backup of its certificates, kubeconfigs and manifests → 'kubeadm certs
 renew all' → kube-apiserver, kube-controller-manager and kube-scheduler
 restarted one at a time on them (etcd reloads its own) → health gate (on
 failure the backup is restored and the command stops, exit 1) → back in
@@ -251,6 +253,7 @@ Example:
 			for _, r := range rs {
 				names = append(names, r.Name)
 			}
+			names = workflows.LeaderLast(c.Context, d, names)
 			wf := workflows.RotateCerts(d, workflows.RotateParams{Within: within, DrainGrace: c.Duration("drain-grace"), HealthTimeout: c.Duration("health-timeout")}, names)
 			return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e)})
 		},
@@ -264,6 +267,7 @@ func rotateAfterDNS(c *cli.Context, e *env, g *globals, d *workflows.Deps, dnsNa
 	if err != nil || len(names) == 0 {
 		return err
 	}
+	names = workflows.LeaderLast(c.Context, d, names)
 	fmt.Fprintf(e.stderr, "hamaster: certificates of %v do not cover %s: rotating them (rotate-certs)\n", names, dnsName)
 	wf := workflows.RotateCerts(d, workflows.RotateParams{DrainGrace: c.Duration("drain-grace"), HealthTimeout: c.Duration("timeout")}, names)
 	return workflows.Execute(c.Context, d, wf, workflows.Options{Confirm: func(string) error { return nil }})
