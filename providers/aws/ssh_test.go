@@ -1,3 +1,10 @@
+//go:build fidelity
+
+// Run by .ci/run's cloud-slow tier after 'make test' (~70 s: a bastion
+// and a master booted on the namespace VPC, two SSH paths); the GCE
+// package's TestEtcdThroughSSHChecksHostKeys covers the provider-side
+// SSH tunnel in make test.
+
 package aws_test
 
 import (

@@ -2,7 +2,6 @@ package gce_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -272,11 +271,6 @@ func growShrink(t *testing.T, e *env) {
 	}
 }
 
-func TestGrowAndShrink1to3to1(t *testing.T) {
-	t.Parallel()
-	growShrink(t, newEnv(t, "grow", gcetest.Options{}))
-}
-
 // TestGrowAndShrinkUnderFaults fails every distinct call once, with 429
 // rateLimitExceeded or 503 backendError in turn.
 func TestGrowAndShrinkUnderFaults(t *testing.T) {
@@ -326,37 +320,4 @@ func (e *env) assertLBResources() {
 	if got := fmt.Sprint(fw["allowed"], fw["targetTags"]); got != "[map[IPProtocol:tcp ports:[443]]] ["+master+"]" {
 		e.t.Errorf("firewall rule allows %s, want tcp:443 to tag %s", got, master)
 	}
-}
-
-// TestRollingUpgradeBadFlagRollsBack upgrades kube-up masters to an
-// apiserver flag the apiserver refuses, carried as kube-up carries extra
-// flags (kube-env APISERVER_TEST_ARGS), with the surge strategy: the new
-// master (cloned, learners in both etcd clusters) never gets ready and is
-// removed again, members and all; master 0 is never touched.
-func TestRollingUpgradeBadFlagRollsBack(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, "badflag", gcetest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	d := e.deps(nil)
-	start := time.Now()
-	err := workflows.Execute(ctx, d, workflows.RollingUpgrade(d, workflows.UpgradeParams{ExtraArgs: []string{"--no-such-flag"}, ExtraArgsSet: true,
-		Strategy: workflows.StrategySurge, DrainGrace: 300 * time.Millisecond, HealthTimeout: 20 * time.Second}, 1), workflows.Options{})
-	// A real kube-up master's apiserver crash-loops under the kubelet and
-	// its VM runs on: the provider cannot tell that from a slow start, so
-	// the gate waits out its timeout (no fail-fast on GCE).
-	if !errors.Is(err, workflows.ErrConcluded) {
-		t.Fatalf("rolling-upgrade to a refused flag: %v; want a concluded rollback", err)
-	}
-	t.Logf("refused flag to rollback complete: %v", time.Since(start).Round(time.Millisecond))
-	rs, err := e.c.Provider.Instances().List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rs {
-		if len(r.Template.ExtraArgs) != 0 || r.Template.Env[kubeenv.APIServerTestArgs] != "" {
-			t.Errorf("%s kept the refused flag: %v", r.Name, r.Template.ExtraArgs)
-		}
-	}
-	e.assertConverged(ctx, e.c.Master)
 }
