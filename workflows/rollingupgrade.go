@@ -240,20 +240,9 @@ func pickNext(ctx context.Context, d *Deps, p UpgradeParams, exclude map[string]
 	if len(todo) == 0 {
 		return providers.Replica{}, false, nil
 	}
-	cli, err := d.Etcd(ctx)
+	leader, err := leaderReplica(ctx, d, rs)
 	if err != nil {
 		return providers.Replica{}, false, err
-	}
-	defer cli.Close()
-	ms, err := cli.Members(ctx)
-	if err != nil {
-		return providers.Replica{}, false, err
-	}
-	leader := ""
-	for _, m := range ms {
-		if m.Leader {
-			leader = d.replicaOf(m, providers.EtcdMain, rs)
-		}
 	}
 	for _, rep := range todo {
 		if rep.Name != leader {
@@ -261,6 +250,26 @@ func pickNext(ctx context.Context, d *Deps, p UpgradeParams, exclude map[string]
 		}
 	}
 	return todo[0], true, nil
+}
+
+// leaderReplica names the replica of rs whose main etcd member leads,
+// or "" when none does.
+func leaderReplica(ctx context.Context, d *Deps, rs []providers.Replica) (string, error) {
+	cli, err := d.Etcd(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer cli.Close()
+	ms, err := cli.Members(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range ms {
+		if m.Leader {
+			return d.replicaOf(m, providers.EtcdMain, rs), nil
+		}
+	}
+	return "", nil
 }
 
 // slotReplica returns the replica slot k works on, choosing and recording

@@ -80,22 +80,8 @@ func LeaderLast(ctx context.Context, d *Deps, replicas []string) []string {
 	if err != nil || len(rs) < 2 {
 		return replicas
 	}
-	cli, err := d.Etcd(ctx)
-	if err != nil {
-		return replicas
-	}
-	defer cli.Close()
-	ms, err := cli.Members(ctx)
-	if err != nil {
-		return replicas
-	}
-	leader := ""
-	for _, m := range ms {
-		if m.Leader {
-			leader = d.replicaOf(m, providers.EtcdMain, rs)
-		}
-	}
-	if leader == "" || !slices.Contains(replicas, leader) {
+	leader, err := leaderReplica(ctx, d, rs)
+	if err != nil || leader == "" || !slices.Contains(replicas, leader) {
 		return replicas
 	}
 	out := slices.DeleteFunc(slices.Clone(replicas), func(n string) bool { return n == leader })
