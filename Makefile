@@ -13,7 +13,7 @@ DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
-.PHONY: test-prereqs test-race-integration build test lint demo bench verify-fmt fix-fmt clean dist man kube-apiserver test-real test-metal test-gce-kubeadm
+.PHONY: test-prereqs test-race build test lint demo bench verify-fmt fix-fmt clean dist man kube-apiserver test-real test-metal test-gce-kubeadm
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster ./cmd/hamaster
@@ -41,49 +41,42 @@ man:
 # what the tests need on a fresh machine (scripts/test-prereqs.sh: gcc,
 # openssh-server, iproute2; moto checked), or says how and stops. From a
 # fresh clone it is CPU-bound on 2 cores (a cold build cache), so:
-#  - the logic packages (etcdmember, certs, dataplane, flavors, kubeenv,
-#    remote, ...) run with -race; NORACE_PKGS, the packages whose tests
-#    drive whole clusters of processes (the workflows against local
-#    replicas, the providers and their test beds, the CLI, the
-#    benchmark), run without it, at the same time: the replicas they
-#    drive are built without -race anyway, and with the workflows and
-#    the local provider under -race make test took 618 s on 2 cores from
-#    a fresh clone. So do the packages that embed a real etcd server or
-#    client-go (etcdmember, remote's tests, the node, the test bed's
-#    kubelet): under -race they had etcd's server and client-go compiled
-#    a second time, instrumented (make test: 607 s from a fresh clone
-#    with them under -race). .ci/run runs them all with -race after make test
-#    ('make test-race-integration');
+#  - every package runs without -race: the race detector's build (the
+#    standard library and every dependency compiled a second time,
+#    instrumented) and its slower tests cost what took make test past
+#    10 minutes (669 s from a fresh clone with the logic packages under
+#    -race, at b2bf77d); .ci/run runs every package with -race after make
+#    test ('make test-race');
+#  - hamaster-node and hamaster are built once for every package that
+#    starts local clusters (TEST_BINARIES);
 #  - several packages at once (the slow ones mostly wait on their fakes'
 #    timers; more tests at once within a package overloads moto);
 #  - go vet's full set runs in 'make lint' (.ci/run runs it); go test runs
-#    vet's high-confidence checks.
+#    vet's high-confidence checks;
+#  - the slowest cloud tests are -tags fidelity: .ci/run runs them.
 TEST_P ?= 4
-NORACE_PKGS ?= ./cmd/... ./providers/... ./testbed/... ./workflows/... ./bench/... ./etcdmember/... ./remote/... ./dataplane/node/... ./dataplane/kubelet/...
+# hamaster-node and hamaster with the tests' crash hook (-tags
+# hamaster_faults), built once for every test package of make test
+# (localtest.BinariesEnv) instead of linked again by each of the eight
+# packages that start local clusters.
+TEST_BINARIES ?= $(abspath $(BIN))/test
 test: test-prereqs
-	@all=$$($(GO) list $(PKGS)) && norace=$$($(GO) list $(NORACE_PKGS)) || exit 2; \
-	race=$$(printf '%s\n' $$all | grep -vxF "$$norace"); \
-	plain=$$(printf '%s\n' $$all | grep -xF "$$norace"); \
-	echo "go test -race: $$(echo $$race | wc -w) packages; go test (no -race): $$(echo $$plain | wc -w) packages ($(NORACE_PKGS))"; \
-	rc=0; \
-	if [ -n "$$plain" ]; then $(GO) test -p $(TEST_P) -timeout 15m $$plain & pid=$$!; fi; \
-	if [ -n "$$race" ]; then $(GO) test -race -p $(TEST_P) -timeout 15m $$race || rc=1; fi; \
-	if [ -n "$$plain" ]; then wait $$pid || rc=1; fi; \
-	exit $$rc
+	$(GO) build -tags hamaster_faults -o $(TEST_BINARIES)/ ./cmd/hamaster-node ./cmd/hamaster
+	HAMASTER_TEST_BINARIES=$(TEST_BINARIES) $(GO) test -p $(TEST_P) -timeout 15m $(PKGS)
 
-# The packages make test runs without -race, with it (.ci/run). With
+# Every package under -race (.ci/run, after make test). With
 # RACE_CLOUD_RUN (a -run pattern), the GCE and AWS packages run only the
 # tests it matches (.ci/run: their conformance suites, every provider
 # call made concurrently as the workflows make them; make test ran all
 # their tests without -race): their whole packages under -race are
 # ~250 s each of mostly moto and the fake's timers.
 CLOUD_RACE_PKGS = github.com/hamaster/hamaster/providers/aws github.com/hamaster/hamaster/providers/gce
-test-race-integration:
+test-race:
 	@if [ -z "$(RACE_CLOUD_RUN)" ]; then \
-		echo "$(GO) test -race -count=1 -p 2 -timeout 25m $(NORACE_PKGS)"; \
-		$(GO) test -race -count=1 -p 2 -timeout 25m $(NORACE_PKGS); \
+		echo "$(GO) test -race -count=1 -p 2 -timeout 25m $(PKGS)"; \
+		$(GO) test -race -count=1 -p 2 -timeout 25m $(PKGS); \
 	else \
-		pkgs=$$($(GO) list $(NORACE_PKGS) | grep -vxF $(addprefix -e ,$(CLOUD_RACE_PKGS))) || exit 2; \
+		pkgs=$$($(GO) list $(PKGS) | grep -vxF $(addprefix -e ,$(CLOUD_RACE_PKGS))) || exit 2; \
 		echo "go test -race: $$(echo $$pkgs | wc -w) packages; $(CLOUD_RACE_PKGS) with -run '$(RACE_CLOUD_RUN)'"; \
 		$(GO) test -race -count=1 -p 2 -timeout 25m $$pkgs && \
 		$(GO) test -race -count=1 -p 2 -timeout 25m -run '$(RACE_CLOUD_RUN)' $(CLOUD_RACE_PKGS); \

@@ -25,7 +25,8 @@ import (
 
 var (
 	buildOnce sync.Once
-	buildDir  string
+	buildDir  string // built by this process: Main removes it
+	shared    string // BinariesEnv's: left as it is
 	buildErr  error
 )
 
@@ -33,13 +34,31 @@ var (
 // binPrefix<pid>-<random>, so a later process can tell whose it is.
 const binPrefix = "hamaster-bin-"
 
+// BinariesEnv names a directory holding hamaster-node and hamaster built
+// with -tags hamaster_faults, shared by every test package of one run:
+// make test builds them once and sets it, instead of each package
+// linking its own pair (about 10 s of CPU a package on 2 cores).
+const BinariesEnv = "HAMASTER_TEST_BINARIES"
+
 // Binaries builds hamaster-node (and hamaster) once per test process and
 // returns the directory holding them (~140 MB). Main removes it when the
 // package's tests end; a process killed before that leaves it behind, and
-// the next Binaries in any package reclaims it (its pid is gone).
+// the next Binaries in any package reclaims it (its pid is gone). With
+// BinariesEnv set, it returns that directory instead, once both binaries
+// are found there, and nobody removes it.
 func Binaries(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if dir := os.Getenv(BinariesEnv); dir != "" {
+			for _, name := range []string{"hamaster-node", "hamaster"} {
+				if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+					buildErr = fmt.Errorf("%s=%s: %w (make test builds them: go build -tags hamaster_faults -o %s ./cmd/hamaster-node ./cmd/hamaster)", BinariesEnv, dir, err, dir)
+					return
+				}
+			}
+			shared = dir
+			return
+		}
 		reclaimBuildDirs(os.TempDir())
 		buildDir, buildErr = os.MkdirTemp("", binPrefix+strconv.Itoa(os.Getpid())+"-")
 		if buildErr != nil {
@@ -58,6 +77,9 @@ func Binaries(t testing.TB) string {
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
+	}
+	if shared != "" {
+		return shared
 	}
 	return buildDir
 }
