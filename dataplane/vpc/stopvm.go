@@ -11,7 +11,9 @@ import (
 func StopProcesses(node, sshd *vm.Process) {
 	node.Stop()
 	if sshd != nil {
-		proctree.KillDescendants(sshd.Pid())
-		sshd.Stop()
+		if sshd.Running() {
+			proctree.KillTree(sshd.Pid())
+		}
+		sshd.Stop() // reaps it
 	}
 }

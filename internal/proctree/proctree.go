@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Descendants lists the processes below pid, parents before children;
@@ -65,4 +66,16 @@ func KillDescendants(pid int) {
 			}
 		}
 	}
+}
+
+// KillTree kills pid and every process below it, leaving pid no moment
+// to fork a survivor: pid is stopped (SIGSTOP) first, so that a child it
+// forks is either already below it, and killed, or never forked (sshd
+// accepting a connection between its children's kill and its own stop
+// forked a session that outlived both), then killed with SIGKILL. The
+// caller still reaps pid; pid must be its live child.
+func KillTree(pid int) {
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	KillDescendants(pid)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
 }

@@ -25,7 +25,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -334,18 +333,15 @@ func (s *Server) stop(t testing.TB, exited chan error) {
 	}
 }
 
-// kill kills every descendant of sshd (per-connection processes run in
-// sessions of their own, so a process-group kill would miss them), then
-// sshd itself, and waits for sshd.
+// kill kills sshd and every descendant (per-connection processes run in
+// sessions of their own, so a process-group kill would miss them; sshd
+// is frozen first so that it forks none meanwhile: proctree.KillTree),
+// and waits for sshd.
 func (s *Server) kill(exited chan error) {
-	proctree.KillDescendants(s.cmd.Process.Pid)
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	timer := time.NewTimer(5 * time.Second)
-	defer timer.Stop()
 	select {
-	case <-exited:
-	case <-timer.C:
-		_ = s.cmd.Process.Kill()
+	case <-exited: // reaped already: its pid may be another process's now
+	default:
+		proctree.KillTree(s.cmd.Process.Pid)
 		<-exited
 	}
 	s.closeLog()
