@@ -400,13 +400,14 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 // Why leadership moves inside the grace: while the leader hands over,
 // raft drops the proposals it is given (go.etcd.io/raft stepLeader:
 // "transfer leadership ... is in progress; dropping proposal"), so a
-// write through the old leader's member fails at once, and one that
-// another member forwards to it is lost and waits out its client's
-// timeout (etcd-io/etcd#8975). Drained, the old leader's apiserver gets
-// no new client for that moment. The forwarded writes of the third
-// member are etcd's to lose whenever leadership changes; hamaster keeps
-// that to one hand-over per leader it replaces (the leader goes last),
-// to the most caught-up voter (etcdmember.Client.MoveLeader).
+// write through the old leader's member fails at once, and one that a
+// follower forwards to it is lost and waits out its client's timeout
+// (etcd-io/etcd#8975; bench BenchmarkLeaderTransfer). Drained, the old
+// leader's apiserver gets no new client for that moment. The followers'
+// forwarded writes are etcd's to lose whenever leadership changes (its
+// own graceful stop of a leader hands over too); hamaster keeps that to
+// one hand-over per leader it replaces (the leader goes last), to the
+// most caught-up voter (etcdmember.Client.MoveLeader).
 // If leadership cannot be moved, the target goes back into the load
 // balancer and the error is returned.
 func drainMovingLeader(ctx context.Context, d *Deps, r *Run, name string, grace time.Duration, beforeDrain func() error) (bool, error) {
