@@ -598,11 +598,7 @@ func TestAddLearnerReusingARemovedPeerURL(t *testing.T) {
 	ec := etcdtest.Start(t, 1, etcdtest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cli, err := etcdmember.New(ctx, ec.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := ec.Client(ctx, t)
 	peer, _ := ec.FreeURLs(t)
 	m, err := cli.AddLearner(ctx, "first", peer)
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hamaster/hamaster/errkind"
-	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/etcdmember/etcdtest"
 	"github.com/hamaster/hamaster/internal/procid"
 )
@@ -27,11 +26,7 @@ func TestClusterLock(t *testing.T) {
 	ec := etcdtest.Start(t, 1, etcdtest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cli, err := etcdmember.New(ctx, ec.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := ec.Client(ctx, t)
 
 	first, err := AcquireLock(ctx, cli.Raw(), "c1", "add-replica")
 	if err != nil {
@@ -69,11 +64,7 @@ func TestClusterLockBrokenOnlyWhenLeaseExpires(t *testing.T) {
 	ec := etcdtest.Start(t, 1, etcdtest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cli, err := etcdmember.New(ctx, ec.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := ec.Client(ctx, t)
 	host, _ := os.Hostname()
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
@@ -130,11 +121,7 @@ func TestClusterLockTakenAtOnceFromAnEndedHolder(t *testing.T) {
 	ec := etcdtest.Start(t, 1, etcdtest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cli, err := etcdmember.New(ctx, ec.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := ec.Client(ctx, t)
 	ended := exec.Command("true")
 	if err := ended.Run(); err != nil {
 		t.Fatal(err)
@@ -211,16 +198,8 @@ func TestFencingPausedHolderChangesNothing(t *testing.T) {
 	ec := etcdtest.Start(t, 1, etcdtest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	op1, err := etcdmember.New(ctx, ec.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer op1.Close()
-	op2, err := etcdmember.New(ctx, ec.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer op2.Close()
+	op1 := ec.Client(ctx, t)
+	op2 := ec.Client(ctx, t)
 
 	lock1, err := AcquireLock(ctx, op1.Raw(), "fence", "rolling-upgrade")
 	if err != nil {
@@ -274,11 +253,7 @@ func TestLockCheckSeesAKeyRebound(t *testing.T) {
 	ec := etcdtest.Start(t, 1, etcdtest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cli, err := etcdmember.New(ctx, ec.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := ec.Client(ctx, t)
 	l, err := AcquireLock(ctx, cli.Raw(), "rebound", "add-replica")
 	if err != nil {
 		t.Fatal(err)

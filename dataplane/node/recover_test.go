@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/etcdmember/etcdtest"
 )
 
@@ -20,11 +19,7 @@ func TestRestoreSnapshotTo(t *testing.T) {
 	ec := etcdtest.Start(t, 1, etcdtest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cli, err := etcdmember.New(ctx, ec.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := ec.Client(ctx, t)
 	if _, err := cli.Raw().Put(ctx, "/k", "v"); err != nil {
 		t.Fatal(err)
 	}

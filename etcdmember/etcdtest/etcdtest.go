@@ -7,6 +7,7 @@
 package etcdtest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -151,6 +152,18 @@ func (c *Cluster) ClientConfig() etcdmember.Config {
 		Key:           c.ClientKeyFile,
 		StatusTimeout: time.Second,
 	}
+}
+
+// Client connects to the running members (ClientConfig) and closes the
+// client when the test ends.
+func (c *Cluster) Client(ctx context.Context, t testing.TB) *etcdmember.Client {
+	t.Helper()
+	cli, err := etcdmember.New(ctx, c.ClientConfig())
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }
 
 // Node returns the member called name, or nil.
