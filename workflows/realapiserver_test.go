@@ -459,11 +459,15 @@ func TestRealAPIServerBadFlagRollsBack(t *testing.T) {
 	if !strings.Contains(err.Error(), "unknown flag: --no-such-flag") {
 		t.Errorf("the error does not quote kube-apiserver's refusal: %v", err)
 	}
-	t.Logf("refused flag rolled back in %v: %v", took.Round(100*time.Millisecond), err)
-	// Fast: the refusal is diagnosed, not waited out (HealthTimeout 2m).
-	if took > time.Minute {
-		t.Errorf("rollback took %v; want it well inside the 2m health timeout", took)
+	// Fast: the refusal is diagnosed (the error quotes it, above), not
+	// waited out: the health gate's timeout (HealthTimeout 2m) would read
+	// "check failed: ...". How fast is a speed figure: logged here, and
+	// measured (on the apiserver stand-in) by make bench's
+	// BenchmarkBadFlagRollback.
+	if strings.Contains(err.Error(), "check failed") || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the rollback followed a health timeout, not the diagnosed refusal: %v", err)
 	}
+	t.Logf("refused flag rolled back in %v (a speed figure: BenchmarkBadFlagRollback): %v", took.Round(100*time.Millisecond), err)
 	e.assertVersions(ctx, realOldVersion, 3)
 	for name, v := range e.replicaVersions(ctx, k) {
 		if v != realOldVersion {

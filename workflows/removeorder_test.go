@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +22,12 @@ import (
 // snapshot is saved and leadership moved while the victim is still a
 // running member, both before anything destructive (its LB target's
 // removal, its stop, its member's removal); the grace is waited in full
-// from the drain, with the snapshot and the leader move inside it.
+// from the drain, with the snapshot and the leader move inside it: the
+// drain step does not wait it, and remove-from-lb waits only what is left
+// of it (never a grace counted from the leader move). How long the
+// snapshot and the move take is a speed figure, not asserted here: it is
+// logged, and make bench's BenchmarkLeaderRemoval reports it
+// (drain-to-moved-ms).
 func TestRemoveReplicaOverlapsTheDrainGrace(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "order")
@@ -49,6 +56,8 @@ func TestRemoveReplicaOverlapsTheDrainGrace(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			victim := pickByLeadership(ctx, t, e, replicas, tc.leader)
 			d := e.deps(nil)
+			events := &eventLog{}
+			d.Sink = events
 			var problems []string
 			check := func(step string) {
 				j, err := store.Load()
@@ -95,6 +104,7 @@ func TestRemoveReplicaOverlapsTheDrainGrace(t *testing.T) {
 					t.Fatalf("remove %s crashing after %s: %v", victim, tc.crashAfter, err)
 				}
 				d = e.deps(nil)
+				d.Sink = events
 				d.AfterStep = func(step string) error { check(step); return nil }
 				err = workflows.Execute(ctx, d, workflows.RemoveReplica(d, workflows.RemoveParams{Name: victim, DrainGrace: grace, Timeout: time.Minute}), opts)
 			}
@@ -133,13 +143,23 @@ func TestRemoveReplicaOverlapsTheDrainGrace(t *testing.T) {
 			if out := rec[workflows.StepRemoveFromLB].Ended; out.Before(until) {
 				t.Errorf("out of the LB at %s, before the grace ended at %s", out.Format(time.StampMicro), until.Format(time.StampMicro))
 			}
-			if tc.crashAfter == "" {
-				// Uninterrupted, the snapshot and the leader move run
-				// inside the grace, not after it.
-				if moved := rec[workflows.StepMoveLeader].Ended; moved.Sub(drained) >= grace {
-					t.Errorf("snapshot and leader move ended %s after the drain: not within its grace of %s", moved.Sub(drained), grace)
+			// The snapshot and the leader move run inside the grace, not
+			// after it: only remove-from-lb waits for it, and only for
+			// what is left of it at its start (none when the move outlasted
+			// it), whatever the machine's speed.
+			waits := events.graceWaits()
+			for _, w := range waits {
+				if w.step != workflows.StepRemoveFromLB || !w.rest {
+					t.Errorf("%s waited for the drain grace (%q): only remove-from-lb waits, for the rest of it", w.step, w.message)
 				}
 			}
+			if left := until.Sub(rec[workflows.StepRemoveFromLB].Started); left <= 0 && len(waits) > 0 {
+				t.Errorf("remove-from-lb started %s after the grace ended, yet waited: %+v", -left, waits)
+			} else if len(waits) > 1 || len(waits) == 1 && waits[0].left > left+time.Millisecond {
+				t.Errorf("remove-from-lb waited %+v; want at most what was left of the grace at its start, %s", waits, left)
+			}
+			t.Logf("snapshot and leader move ended %s after the drain (grace %s; a speed figure: make bench's BenchmarkLeaderRemoval reports it); grace waits %+v",
+				rec[workflows.StepMoveLeader].Ended.Sub(drained).Round(time.Millisecond), grace, waits)
 			replicas = slices.DeleteFunc(replicas, func(r string) bool { return r == victim })
 			e.assertConverged(ctx, replicas...)
 			next := "order-master-b0" + string(rune('1'+i))
@@ -168,4 +188,51 @@ func pickByLeadership(ctx context.Context, t *testing.T, e *env, replicas []stri
 	}
 	t.Fatalf("no replica of %v with leader=%v among members %+v", replicas, leader, rep.Members)
 	return ""
+}
+
+// eventLog keeps a run's progress events (heartbeats come from another
+// goroutine).
+type eventLog struct {
+	mu     sync.Mutex
+	events []workflows.Event
+}
+
+func (l *eventLog) Event(e workflows.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+// graceWait is a step's report that it waits for a drain grace.
+type graceWait struct {
+	step, message string
+	// rest: for what is left of a grace begun earlier; left is how much.
+	rest bool
+	left time.Duration
+}
+
+// graceWaits returns the waits for a drain grace the run reported
+// (heartbeats left out).
+func (l *eventLog) graceWaits() []graceWait {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []graceWait
+	for _, e := range l.events {
+		if e.State != workflows.StateWaiting || e.Heartbeat || !strings.Contains(e.Message, "drain grace") {
+			continue
+		}
+		w := graceWait{step: e.Step, message: e.Message}
+		// "rest of the drain grace period for <name>: <left> of <grace>"
+		if rest, ok := strings.CutPrefix(e.Message, "rest of the drain grace period for "); ok {
+			if _, after, ok := strings.Cut(rest, ": "); ok {
+				if left, _, ok := strings.Cut(after, " of "); ok {
+					if d, err := time.ParseDuration(left); err == nil {
+						w.rest, w.left = true, d
+					}
+				}
+			}
+		}
+		out = append(out, w)
+	}
+	return out
 }

@@ -185,8 +185,12 @@ func TestRollingUpgradeBadFlagRollsBack(t *testing.T) {
 
 // TestRollingUpgradeFailuresRollBack: on one 3-replica cluster, an
 // unstartable version with each strategy and a bad flag with surge all
-// end in exit 1 within seconds, every replica healthy at the old version
-// and no learner or extra replica left.
+// end in exit 1, every replica healthy at the old version and no learner
+// or extra replica left. The gate fails fast: the error is the replica's
+// own report of its failure (its process exited at start, its apiserver
+// refused to start), never a health timeout run out. How fast is a speed
+// figure, logged here and measured by make bench's
+// BenchmarkBadFlagRollback (rollback-s).
 func TestRollingUpgradeFailuresRollBack(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "upgfail")
@@ -197,24 +201,28 @@ func TestRollingUpgradeFailuresRollBack(t *testing.T) {
 		name string
 		p    workflows.UpgradeParams
 		want string
+		// failed is how the replica's own report of its failure reads.
+		failed string
 	}{
-		{"recreate unstartable version", workflows.UpgradeParams{Version: "v2.0.0"}, "no control-plane binary"},
-		{"surge unstartable version", workflows.UpgradeParams{Version: "v2.0.0", Strategy: workflows.StrategySurge}, "no control-plane binary"},
-		{"surge bad flag", workflows.UpgradeParams{Version: "v1.31.0", Strategy: workflows.StrategySurge, ExtraArgs: []string{"--no-such-flag"}, ExtraArgsSet: true}, "unknown flag"},
+		{"recreate unstartable version", workflows.UpgradeParams{Version: "v2.0.0"}, "no control-plane binary", "exited at start"},
+		{"surge unstartable version", workflows.UpgradeParams{Version: "v2.0.0", Strategy: workflows.StrategySurge}, "no control-plane binary", "exited at start"},
+		{"surge bad flag", workflows.UpgradeParams{Version: "v1.31.0", Strategy: workflows.StrategySurge, ExtraArgs: []string{"--no-such-flag"}, ExtraArgsSet: true}, "unknown flag", "refused to start"},
 	}
 	for _, c := range cases {
 		c.p.DrainGrace = 200 * time.Millisecond
-		c.p.HealthTimeout = time.Minute // fail-fast must beat it by far
+		c.p.HealthTimeout = time.Minute // fail-fast stops before it, on the replica's report
 		start := time.Now()
 		err := e.upgrade(ctx, c.p, nil, nil)
 		took := time.Since(start)
 		if !errors.Is(err, workflows.ErrConcluded) || errkind.ExitCode(err) != 1 || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%s: err = %v; want a concluded rollback (exit 1) naming %q", c.name, err, c.want)
 		}
-		if took > 30*time.Second {
-			t.Errorf("%s: took %s; the gate must fail fast", c.name, took)
+		// Failed fast: on the replica's report, not a wait run out (the
+		// health gate's timeout reads "check failed: ...").
+		if !strings.Contains(err.Error(), c.failed) || strings.Contains(err.Error(), "check failed") || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: err = %v; want the replica's own report (%q), not a health timeout", c.name, err, c.failed)
 		}
-		t.Logf("%s: rolled back in %s: %v", c.name, took.Round(time.Millisecond), err)
+		t.Logf("%s: rolled back in %s (a speed figure: BenchmarkBadFlagRollback): %v", c.name, took.Round(time.Millisecond), err)
 		e.assertVersions(ctx, "v1.30.2", 3)
 		cli, err := e.c.Provider.Etcd(ctx)
 		if err != nil {
