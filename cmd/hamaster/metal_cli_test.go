@@ -17,6 +17,7 @@ import (
 	"github.com/hamaster/hamaster/testbed/local/localtest"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
 	"github.com/hamaster/hamaster/workflows"
+	"github.com/hamaster/hamaster/workflows/workflowstest"
 )
 
 // labCLI is the real hamaster CLI pointed at a metal lab as an operator
@@ -110,33 +111,55 @@ func (c *labCLI) jsonOut(v any, stdin string, args ...string) {
 	}
 }
 
+// chainOpts says which steps of a crash chain are not crashed after in
+// every run.
+type chainOpts struct {
+	// skip: steps whose names start with one of these are run through,
+	// not crashed after (steps of the same kind as earlier ones).
+	skip []string
+	// rotate: of the steps whose names start with one of these, one shard
+	// is crashed after per run, chosen from the commit
+	// (workflowstest.SelectTagged; HAMASTER_CRASH_SEED=all crashes after
+	// all of them), so that successive runs cover them all.
+	rotate []string
+}
+
 // crashChain is the crash-resume matrix over every step of one run:
 // killed right after its first step, resumed (resumeArgs: the journal has
 // the rest) and killed after the next, and so on; the last resume
 // finishes. Each step so runs in a process of its own that dies once the
 // step is journaled, and the next process picks up from the journal, as
-// an operator's re-run does after any crash.
-//
-// Steps whose names start with one of skip are run through, not
-// crashed after (steps of the same kind as earlier ones).
-func (c *labCLI) crashChain(args, resumeArgs []string, skip ...string) {
+// an operator's re-run does after any crash. o leaves steps out (skip) or
+// to a shard of runs (rotate).
+func (c *labCLI) crashChain(args, resumeArgs []string, o chainOpts) {
 	c.t.Helper()
 	var plan workflows.PlanDoc
 	c.jsonOut(&plan, "", append(slices.Clone(args), "--dry-run", "--output", "json")...)
 	if len(plan.Steps) < 2 {
 		c.t.Fatalf("plan of %v: %d steps", args, len(plan.Steps))
 	}
-	start := time.Now()
-	run := args
-	n := 0
+	prefixed := func(name string, prefixes []string) bool {
+		return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) })
+	}
+	var steps, always []string
 	for _, st := range plan.Steps[:len(plan.Steps)-1] {
-		if slices.ContainsFunc(skip, func(p string) bool { return strings.HasPrefix(st.Name, p) }) {
+		if prefixed(st.Name, o.skip) {
 			continue
 		}
-		c.crashAfter(st.Name, run...)
+		steps = append(steps, st.Name)
+		if !prefixed(st.Name, o.rotate) {
+			always = append(always, st.Name)
+		}
+	}
+	if len(o.rotate) > 0 {
+		steps = workflowstest.SelectTagged(c.t, "metallab", steps, always)
+	}
+	start := time.Now()
+	run := args
+	for _, st := range steps {
+		c.crashAfter(st, run...)
 		run = resumeArgs
-		n++
 	}
 	c.hm(run...)
-	c.t.Logf("hamaster %s: killed after %d of its %d steps but the last (not after %v), resumed each time: %s", strings.Join(args, " "), n, len(plan.Steps)-1, skip, time.Since(start).Round(100*time.Millisecond))
+	c.t.Logf("hamaster %s: killed after %d of its %d steps but the last (%+v), resumed each time: %s", strings.Join(args, " "), len(steps), len(plan.Steps)-1, o, time.Since(start).Round(100*time.Millisecond))
 }

@@ -103,7 +103,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 
 	// The crash-resume matrix over the converting add's steps, resumed
 	// without --host (the journal has it).
-	crashChain([]string{"add-replica", "--host", h2.Name, "--yes"}, []string{"add-replica", "--yes"})
+	crashChain([]string{"add-replica", "--host", h2.Name, "--yes"}, []string{"add-replica", "--yes"}, chainOpts{})
 	vipLoad := probeload.Start(ctx, vipAddr, tlsFor(), 20*time.Millisecond)
 	if ep := must(h1, "kubectl --kubeconfig /etc/kubernetes/admin.conf -n kube-system get cm kubeadm-config -o jsonpath='{.data.ClusterConfiguration}' | grep controlPlaneEndpoint"); !strings.Contains(ep, lab.VIP.String()+":8443") {
 		t.Fatalf("kubeadm-config after the conversion: %s", ep)
@@ -193,7 +193,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 		t.Fatal("no host holds the VIP")
 	}
 	// The crash-resume matrix over the removal's steps.
-	crashChain([]string{"remove-replica", "--name", holder, "--yes"}, []string{"remove-replica", "--name", holder, "--yes"})
+	crashChain([]string{"remove-replica", "--name", holder, "--yes"}, []string{"remove-replica", "--name", holder, "--yes"}, chainOpts{})
 	var second string
 	for _, h := range []*metallab.Host{h1, h2, h3} {
 		if h.Name != holder {
@@ -394,12 +394,14 @@ func upgradeLeg(ctx context.Context, t *testing.T, cli *labCLI, binDir string, r
 	restore()
 
 	// The crash-resume matrix over the upgrade's steps: killed after
-	// each, resumed by the same command each time.
+	// each of the first master's (kubeadm upgrade apply) and a shard of
+	// the second's (kubeadm upgrade node; successive commits take the
+	// shards in turn), resumed by the same command each time.
 	start := time.Now()
 	upgrade := []string{"rolling-upgrade", "--version", metalUpgradeTo, "--yes"}
-	// The third master's steps are the second's (kubeadm upgrade node),
-	// crashed after already: run through.
-	cli.crashChain(upgrade, upgrade, "replica-3/")
+	// The third master's steps are the second's (kubeadm upgrade node):
+	// run through.
+	cli.crashChain(upgrade, upgrade, chainOpts{skip: []string{"replica-3/"}, rotate: []string{"replica-2/"}})
 	t.Logf("rolling-upgrade to %s: 3/3 healthy %s after its start", metalUpgradeTo, healthy(metalUpgradeTo).Sub(start).Round(100*time.Millisecond))
 	if v := run("kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o jsonpath='{.items[*].status.nodeInfo.kubeletVersion}'"); v != strings.TrimSpace(strings.Repeat(metalUpgradeTo+" ", 3)) {
 		t.Errorf("kubelet versions after the upgrade: %s", v)

@@ -185,8 +185,15 @@ func CloudPairs(all []Pair) []Pair {
 // that rerun exactly this subset and the whole matrix.
 func Select[T comparable](t testing.TB, all, always []T) []T {
 	t.Helper()
+	return SelectTagged(t, "fidelity", all, always)
+}
+
+// SelectTagged is Select for a test built with the build tags tags (what
+// the rerun commands it logs say).
+func SelectTagged[T comparable](t testing.TB, tags string, all, always []T) []T {
+	t.Helper()
 	rerun := func(seed string) string {
-		return fmt.Sprintf("%s=%s go test -tags fidelity -count=1 -run '^%s$' ./%s", SeedEnv, seed, t.Name(), packageDir())
+		return fmt.Sprintf("%s=%s go test -tags %s -count=1 -run '^%s$' ./%s", SeedEnv, seed, tags, t.Name(), packageDir())
 	}
 	v := os.Getenv(SeedEnv)
 	var seed int
