@@ -126,8 +126,11 @@ func TestRunCancel(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("Run did not return after its context was cancelled")
 	}
-	if took := time.Since(cancelled); took > 2*time.Second {
-		t.Errorf("Run returned %s after the cancel", took)
+	// Run returns at once with ctx's error (below); the time is only a
+	// hang guard: milliseconds are expected, and the remote command
+	// sleeps 30 s.
+	if took := time.Since(cancelled); took > 5*time.Second {
+		t.Errorf("hang guard: Run returned only %s after the cancel (expected at once, in milliseconds)", took)
 	}
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Run error %v, want context.Canceled", err)

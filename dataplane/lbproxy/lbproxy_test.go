@@ -37,9 +37,11 @@ func TestLBRoutesOnlyToHealthyTargets(t *testing.T) {
 		s.flip()
 		start := time.Now()
 		st := waitStatus(t, cfg.StatusFile, s.name, func(st Status) bool { return healthy(st, s.healthy...) })
-		// 2 failures at 50 ms intervals plus a check's latency.
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("%s: health change took %v", s.name, d)
+		// 2 failures at 50 ms intervals plus a check's latency: about
+		// 150 ms. Only a hang guard (20 x that): how fast is the
+		// configuration's thresholds × interval, not this test's claim.
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("hang guard: %s: health change seen only after %v (expected about 150 ms)", s.name, d)
 		}
 		counts := whoCounts(t, cl, cfg.Listen, 6*len(s.wantOnly))
 		for _, n := range s.wantOnly {
@@ -183,8 +185,11 @@ func TestLBNoHealthyTargetClosesConnection(t *testing.T) {
 	if !errors.Is(err, io.EOF) && !isReset(err) {
 		t.Fatalf("read = %d, %v; want the connection closed at once", n, err)
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("connection closed after %v, want at once", d)
+	// Closed, not proxied (above: a proxied connection would hit the
+	// read deadline); the time is only a hang guard: milliseconds are
+	// expected.
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("hang guard: connection closed only after %v (expected at once, in milliseconds)", d)
 	}
 }
 
@@ -347,14 +352,18 @@ func TestBuildBackendsKeepsHealthState(t *testing.T) {
 }
 
 // TestLBHungTargetDoesNotDelayOthers: a target whose check hangs until the
-// timeout does not slow down the checks of the others.
+// timeout does not slow down the checks of the others: the other target is
+// marked unhealthy while the hung check is still running.
 func TestLBHungTargetDoesNotDelayOthers(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	pki := newTestPKI(t, dir)
 	a, hung := newBackend(t, pki, "a", true), newBackend(t, pki, "hung", true)
 	cfg, path := testConfig(t, dir, pki, a, hung)
-	cfg.Health.Timeout = Duration{3 * time.Second}
+	// Far above the other target's 2 checks at 50 ms: the hung check
+	// cannot end first, however slow the machine (waitStatus gives up
+	// after 10 s).
+	cfg.Health.Timeout = Duration{30 * time.Second}
 	if err := WriteConfig(path, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -362,20 +371,24 @@ func TestLBHungTargetDoesNotDelayOthers(t *testing.T) {
 	waitStatus(t, cfg.StatusFile, "both healthy", func(s Status) bool { return healthy(s, "a", "hung") })
 	hung.hang.Store(true)
 	// Let checks of the hung target start hanging.
+	var hungChecked time.Time
 	waitStatus(t, cfg.StatusFile, "a checked again", func(s Status) bool {
 		tg, _ := s.Target("a")
 		h, _ := s.Target("hung")
+		hungChecked = h.LastChecked
 		return tg.LastChecked.After(h.LastChecked.Add(100 * time.Millisecond))
 	})
 	a.ready.Store(false)
 	start := time.Now()
-	waitStatus(t, cfg.StatusFile, "a unhealthy", func(s Status) bool {
+	st := waitStatus(t, cfg.StatusFile, "a unhealthy", func(s Status) bool {
 		tg, _ := s.Target("a")
 		return !tg.Healthy
 	})
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("a marked unhealthy after %v; the hung target's %v timeout held it up", d, cfg.Health.Timeout)
+	// The order, not a speed: a was marked before the hung check ended.
+	if h, _ := st.Target("hung"); !h.LastChecked.Equal(hungChecked) {
+		t.Errorf("a marked unhealthy after the hung target's check ended (%v, hung since %v): that check held it up", h.LastChecked, hungChecked)
 	}
+	t.Logf("a marked unhealthy %v after it failed, the hung target's check still running", time.Since(start).Round(time.Millisecond))
 }
 
 func TestPickNoDialRetry(t *testing.T) {

@@ -502,7 +502,11 @@ func TestNodeStopsWithoutQuorum(t *testing.T) {
 	if err := rn.stop(t); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("stop took %v", d)
+	// Stopped cleanly (above); the time is only a hang guard: a member
+	// without quorum must not hold the stop up waiting for one.
+	d := time.Since(start)
+	t.Logf("stopped in %v", d.Round(time.Millisecond))
+	if d > 10*time.Second {
+		t.Errorf("hang guard: stop returned only after %v (expected in milliseconds)", d)
 	}
 }

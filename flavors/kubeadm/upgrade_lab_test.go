@@ -22,8 +22,9 @@ const upgradeVersion = "v1.34.4"
 
 // In-place upgrade of a kubeadm-built single master (v1.33.13, no
 // controlPlaneEndpoint): a refused apiserver flag and an unstartable
-// release are each noticed within seconds (kubeadm stopped) and rolled
-// back to a master healthy at v1.33.13; then the upgrade to v1.34.4
+// release are each noticed (an *APIServerFailedError: kubeadm stopped on
+// the apiserver's own failure, not its timeout) and rolled back to a
+// master healthy at v1.33.13; then the upgrade to v1.34.4
 // succeeds (kubeadm upgrade plan reads v1.34.4, the Node reports a
 // v1.34.4 kubelet).
 func TestUpgradeKubeadmMaster(t *testing.T) {
@@ -76,9 +77,12 @@ func TestUpgradeKubeadmMaster(t *testing.T) {
 			t.Errorf("the backup is left after the rollback: %s", out)
 		}
 	}
-	// failThenRollback upgrades with fu, which must fail fast, then rolls
-	// back and measures the time from the failure noticed to a master
-	// healthy at the old version.
+	// failThenRollback upgrades with fu, which must fail fast (on the
+	// apiserver's failure: an *APIServerFailedError), then rolls back to
+	// a master healthy at the old version, and logs the time from the
+	// failure to that: a speed figure, not asserted (make bench's
+	// BenchmarkBadFlagRollback measures a rollback's time, on the local
+	// provider).
 	failThenRollback := func(name string, fu interface {
 		UpgradeMaster(context.Context, providers.Replica, string, bool, time.Duration) error
 	}) {
@@ -98,9 +102,6 @@ func TestUpgradeKubeadmMaster(t *testing.T) {
 		// The failure: the new apiserver's exit (its log's last write).
 		t.Logf("%s: noticed %v after the new apiserver exited (%v after it started, %v after kubeadm changed its manifest); healthy at %s %v after that (rollback): %v from the failure",
 			name, af.Exited, af.Started.Round(100*time.Millisecond), af.After.Round(100*time.Millisecond), labVersion, took.Round(100*time.Millisecond), (af.Exited + took).Round(100*time.Millisecond))
-		if af.Exited+took > 30*time.Second {
-			t.Errorf("%s: from the failure to a healthy %s took %v; want < 30 s", name, labVersion, af.Exited+took)
-		}
 		atOldVersion()
 		if err := f.RollbackMaster(ctx, r1, true); err != nil {
 			t.Errorf("%s: a second RollbackMaster: %v", name, err)
@@ -246,10 +247,9 @@ func TestUpgradeKubeadmTwoMasters(t *testing.T) {
 		t.Fatalf("RollbackMaster(host-2): %v", err)
 	}
 	took := time.Since(failed)
+	// Failed fast (an *APIServerFailedError, above) and rolled back
+	// (below); the time is a speed figure, logged only.
 	t.Logf("host-2 (upgrade node): %v; healthy at %s %v later: %v from the failure", err, labVersion, took.Round(100*time.Millisecond), (af.Exited + took).Round(100*time.Millisecond))
-	if af.Exited+took > 30*time.Second {
-		t.Errorf("host-2: from the failure to a healthy %s took %v; want < 30 s", labVersion, af.Exited+took)
-	}
 	if v, err := f.RunningVersion(ctx, h2.Name); err != nil || v != labVersion {
 		t.Errorf("host-2 after its rollback: %q, %v", v, err)
 	}
