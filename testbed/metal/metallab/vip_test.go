@@ -67,12 +67,13 @@ const (
 // The VIP with Debian's real keepalived and haproxy on the lab's hosts:
 // keepalived on host-1 (priority 101) and host-2 (100) gives the VIP to
 // exactly one of them; host-1 cut from the bridge, host-2 takes it over
-// within the VRRP bound, and never do two hosts on the segment hold it;
+// (VRRP's ~3.6 s: logged, not asserted), and never do two hosts on the
+// segment hold it;
 // host-1 back, it takes the VIP back (preemption); host-1's keepalived
 // stopped, host-2 takes over again. Throughout, haproxy on the VIP's
 // holder forwards TCP to host-3 (its sshd, whose host key proves it).
 func TestVIPFailover(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	lab := metallabtest.Start(ctx, t, 3, keepalived, haproxy)
 	h1, h2, h3 := lab.Hosts[0], lab.Hosts[1], lab.Hosts[2]
@@ -113,7 +114,8 @@ func TestVIPFailover(t *testing.T) {
 	}
 	// watch polls holders until want holds the VIP alone and returns how
 	// long it took. Two hosts on the segment holding it at once fail the
-	// test, unless overlap is allowed: then they are counted.
+	// test, unless overlap is allowed: then they are counted. bound is a
+	// hang guard, 10 x what VRRP's timers take: how long is logged.
 	watch := func(what string, want string, overlapAllowed bool, bound time.Duration) time.Duration {
 		t.Helper()
 		start := time.Now()
@@ -132,7 +134,7 @@ func TestVIPFailover(t *testing.T) {
 			return slices.Equal(hs, []string{want}), nil
 		})
 		if err != nil {
-			t.Fatalf("%v (holders now %v)", err, holders())
+			t.Fatalf("hang guard: %v: not held by %s alone after %v (holders now %v)", err, want, bound, holders())
 		}
 		d := time.Since(start)
 		t.Logf("%s: %v (%d polls, %d with two holders)", what, d.Round(time.Millisecond), polls, overlaps)
@@ -151,7 +153,7 @@ func TestVIPFailover(t *testing.T) {
 		}
 	}
 
-	watch("keepalived elects host-1 (priority 101)", h1.Name, false, 15*time.Second)
+	watch("keepalived elects host-1 (priority 101)", h1.Name, false, 40*time.Second)
 	forwardsTo("haproxy on the VIP forwards to host-3", h3)
 
 	// host-1 falls off the network: host-2 stops hearing its adverts and
@@ -160,7 +162,7 @@ func TestVIPFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	cut[h1.Name] = true
-	hard := watch("host-1 cut from the bridge: host-2 holds the VIP", h2.Name, false, 10*time.Second)
+	hard := watch("host-1 cut from the bridge: host-2 holds the VIP", h2.Name, false, 40*time.Second)
 	forwardsTo("haproxy on host-2 forwards to host-3", h3)
 
 	// host-1 back: it preempts (the higher priority). Two masters can
@@ -170,7 +172,7 @@ func TestVIPFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	cut[h1.Name] = false
-	watch("host-1 back: it takes the VIP back", h1.Name, true, 15*time.Second)
+	watch("host-1 back: it takes the VIP back", h1.Name, true, 30*time.Second)
 
 	// host-1's keepalived stopped (SIGTERM): it gives the VIP up and
 	// sends priority 0, and host-2 takes over at once.
