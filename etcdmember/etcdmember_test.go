@@ -475,11 +475,16 @@ func TestRemoveLeaderWriteStall(t *testing.T) {
 	without := removeLeader(ctx, t, a, false)
 	with := removeLeader(ctx, t, b, true)
 	t.Logf("write stall removing leader: without MoveLeader=%dms with MoveLeader=%dms", without.Milliseconds(), with.Milliseconds())
-	// Sanity only: a stall longer than this means writes were blocked for
-	// good, not merely slowed by an election.
+	// Sanity only: a stall was measured, and the upper bound is a hang
+	// guard (an election takes about a second): longer means writes were
+	// blocked for good, not slowed. Which stall is shorter is a speed
+	// figure: make bench's BenchmarkLeaderRemoval compares them.
 	for _, d := range []time.Duration{without, with} {
-		if d <= 0 || d > 15*time.Second {
-			t.Errorf("implausible stall %s", d)
+		if d <= 0 {
+			t.Errorf("no write stall measured (%s)", d)
+		}
+		if d > 15*time.Second {
+			t.Errorf("hang guard: writes stalled %s (an election takes about a second)", d)
 		}
 	}
 }

@@ -90,11 +90,16 @@ func TestFirstAddOutage(t *testing.T) {
 	for _, tc := range []struct {
 		mode string
 		// minOutage, maxOutage bound the outage as a fraction of the
-		// scaled NLB provisioning time.
+		// scaled NLB provisioning time: eip-handover's floor is fidelity
+		// (the address answers nowhere while the NLB provisions), its
+		// ceiling a hang guard (10 x); dns's ceiling is the outcome
+		// that mode is for (it never waits out the provisioning), not a
+		// speed. The outage figures are logged, and make bench
+		// PROFILE=aws's BenchmarkFirstAdd measures them.
 		minOutage, maxOutage float64
 	}{
 		{"eip-handover", 1, 10},
-		{"dns", 0, 0.25},
+		{"dns", 0, 1},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
@@ -171,7 +176,11 @@ func TestFirstAddOutage(t *testing.T) {
 			t.Logf("first add (%s): took %s; clients of the name saw no answer for %.2f s at scale %g = %.0f s unscaled (AWS: NLB provisioning %s + 2 health checks at 10s; record TTL 60s; %d of %d probes failed; the longest outage began with: %s)",
 				tc.mode, took.Round(time.Millisecond), o.longest.Seconds(), scale, o.longest.Seconds()/scale, awstest.AWSProvisioning, o.failure, o.probes, o.longestWhy)
 			if lo, hi := time.Duration(tc.minOutage*float64(prov)), time.Duration(tc.maxOutage*float64(prov)); o.longest < lo || o.longest > hi {
-				t.Errorf("outage %s, want between %s and %s (scaled provisioning %s)", o.longest, lo, hi, prov)
+				guard := ""
+				if tc.mode == "eip-handover" && o.longest > hi {
+					guard = "hang guard: "
+				}
+				t.Errorf("%soutage %s, want between %s and %s (scaled provisioning %s)", guard, o.longest, lo, hi, prov)
 			}
 		})
 	}

@@ -123,7 +123,9 @@ func TestNLBStates(t *testing.T) {
 			}
 			select {
 			case <-ctx.Done():
-				t.Fatalf("%s: still %q, want %q", what, got, want)
+				// The test's minute: a hang guard, 40 x the scaled
+				// delays (0.9 s, 0.6 s).
+				t.Fatalf("hang guard: %s: still %q, want %q", what, got, want)
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
@@ -139,6 +141,8 @@ func TestNLBStates(t *testing.T) {
 		t.Errorf("target of a provisioning NLB: %s", h)
 	}
 	waitFor("NLB state", func() string { s, _ := lbState(); return s }, "active", "provisioning")
+	// Fidelity, not speed: never active before AWS's provisioning time
+	// (scaled); a slow machine only lengthens it.
 	if d := time.Since(created); d < timing.D(AWSProvisioning) {
 		t.Errorf("active after %s, before the scaled provisioning time %s", d, timing.D(AWSProvisioning))
 	}
