@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/internal/wait"
+	"github.com/hamaster/hamaster/testbed/labcmd/labcmdtest"
 	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
 )
 
@@ -44,10 +45,10 @@ func TestGCEFakeKubeadmProcess(t *testing.T) {
 		t.Fatalf("the real binaries: %v (make kube-apiserver)", err)
 	}
 	start := time.Now()
-	bin := build(t, "cmd/gcefake", "cmd/hamaster-node", "cmd/hamaster-kubelet", "cmd/hamaster")
+	bin := labcmdtest.Build(t, "cmd/gcefake", "cmd/hamaster-node", "cmd/hamaster-kubelet", "cmd/hamaster")
 	t.Logf("built in %v", time.Since(start).Round(time.Millisecond))
 	state := filepath.Join(t.TempDir(), "state")
-	before := netnsList(t)
+	before := labcmdtest.Netns(t)
 	ext := fmt.Sprintf("198.18.%d.0/24", 240+rand.IntN(10))
 	cmd := exec.Command(filepath.Join(bin, "gcefake"), "--state", state, "--kubeadm-master", "kubernetes-master", "--kubeadm-version", kubeadmVersion,
 		"--kube-bin-dir", binDir, "--external-range", ext, "--op-latency", "20ms", "--log-level", "warn")
@@ -81,7 +82,7 @@ func TestGCEFakeKubeadmProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("kubeadm master ready after %v:\n%s", time.Since(start).Round(time.Millisecond), out.String())
-	env, err := readEnv(envFile)
+	env, err := labcmdtest.ReadEnv(envFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,12 +144,12 @@ func TestGCEFakeKubeadmProcess(t *testing.T) {
 		t.Errorf("gcefake exit: %v\n%s", err, out.String())
 	}
 	stopped = true
-	for ns := range netnsList(t) {
+	for ns := range labcmdtest.Netns(t) {
 		if !before[ns] && strings.HasPrefix(ns, "hm-f") {
 			t.Errorf("namespace %s left", ns)
 		}
 	}
-	if left := processesMentioning(bin); len(left) > 0 {
+	if left := labcmdtest.ProcessesMentioning(bin); len(left) > 0 {
 		t.Errorf("processes left: %v", left)
 	}
 	ents, _ := os.ReadDir(state)

@@ -9,25 +9,24 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hamaster/hamaster/dataplane/vpc"
+	"github.com/hamaster/hamaster/internal/nodebin"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake/kubeadmmaster"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake/kubeupmaster"
 	"github.com/hamaster/hamaster/testbed/kubeadmhost"
+	"github.com/hamaster/hamaster/testbed/labcmd"
 )
 
 const usage = `usage: gcefake --state DIR --kube-up-master NAME [flags]
@@ -83,20 +82,12 @@ type config struct {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	labcmd.Main(run)
 }
 
 func parse(args []string, stderr io.Writer) (config, int, error) {
 	var c config
-	fs := flag.NewFlagSet("gcefake", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
+	fs := labcmd.FlagSet("gcefake", usage, stderr)
 	fs.StringVar(&c.state, "state", "", "`DIR` for the fake's files (disks, logs, keys) and hamaster.env (required; created if missing)")
 	fs.StringVar(&c.master, "kube-up-master", "", "kube-up's MASTER_NAME of the master to create, `NAME` = INSTANCE_PREFIX-master, e.g. kubernetes-master (required)")
 	fs.StringVar(&c.kubeadmMaster, "kubeadm-master", "", "instead of a kube-up master, `NAME` (<cluster>-master) made from the fake's kubeadm image and initialised by the real kubeadm init over SSH")
@@ -121,14 +112,8 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 		}
 		return nil
 	})
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return c, 0, err
-		}
-		return c, 2, err
-	}
-	if fs.NArg() > 0 {
-		return c, 2, fmt.Errorf("unexpected arguments %q", fs.Args())
+	if code, err := labcmd.Parse(fs, args); err != nil {
+		return c, code, err
 	}
 	if c.releases == nil {
 		c.releases = []string{"v1.31.0"}
@@ -161,12 +146,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return code
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
-		fmt.Fprintf(stderr, "gcefake: --log-level %q: want debug, info, warn or error\n", c.logLevel)
+	logger, err := labcmd.Logger(stderr, c.logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "gcefake: %v\n", err)
 		return 2
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 	if err := serve(ctx, c, logger, stdout); err != nil {
 		fmt.Fprintf(stderr, "gcefake: %v\n", err)
 		return 1
@@ -185,69 +169,25 @@ func preflight(c *config) error {
 	if _, err := os.Stat("/usr/sbin/sshd"); err != nil {
 		return errors.New("/usr/sbin/sshd is missing: each VM runs OpenSSH's server (apt-get install openssh-server)")
 	}
-	if c.nodeBinary == "" {
-		if self, err := os.Executable(); err == nil {
-			if p := filepath.Join(filepath.Dir(self), "hamaster-node"); fileExists(p) {
-				c.nodeBinary = p
-			}
-		}
-	}
-	if c.nodeBinary == "" {
-		p, err := exec.LookPath("hamaster-node")
-		if err != nil {
-			return errors.New("hamaster-node not found next to gcefake nor on $PATH: run make build, or pass --node-binary")
-		}
-		c.nodeBinary = p
-	}
-	abs, err := filepath.Abs(c.nodeBinary)
+	nb, err := nodebin.Find(c.nodeBinary, "--node-binary")
 	if err != nil {
 		return err
 	}
-	c.nodeBinary = abs
+	if c.nodeBinary, err = filepath.Abs(nb); err != nil {
+		return err
+	}
 	if c.kubeadmMaster == "" {
 		return nil
 	}
 	if _, err := exec.LookPath("nsenter"); err != nil {
 		return errors.New("util-linux's nsenter is missing (apt-get install util-linux): the kubeadm VMs' kubelet runs in their namespaces")
 	}
-	if c.kubelet == "" {
-		if self, err := os.Executable(); err == nil {
-			if p := filepath.Join(filepath.Dir(self), "hamaster-kubelet"); fileExists(p) {
-				c.kubelet = p
-			}
-		}
-	}
-	if c.kubelet == "" {
-		p, err := exec.LookPath("hamaster-kubelet")
-		if err != nil {
-			return errors.New("hamaster-kubelet not found next to gcefake nor on $PATH: run make build, or pass --kubelet")
-		}
-		c.kubelet = p
-	}
-	if c.kubelet, err = filepath.Abs(c.kubelet); err != nil {
+	pkgs, err := kubeadmhost.FindPackages(kubeadmhost.Packages{Kubelet: c.kubelet, KubeletFlag: "--kubelet", BinDir: c.binDir, BinDirFlag: "--kube-bin-dir"}, c.kubeadmVersion)
+	if err != nil {
 		return err
 	}
-	if c.binDir == "" {
-		c.binDir = os.Getenv("HAMASTER_REAL_APISERVER_DIR")
-	}
-	if c.binDir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return err
-		}
-		c.binDir = filepath.Join(home, ".cache", "hamaster", "kube-apiserver")
-	}
-	for _, b := range []string{"kubeadm", "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		if !fileExists(filepath.Join(c.binDir, c.kubeadmVersion, b)) {
-			return fmt.Errorf("%s %s is not in %s: build the real binaries with make kube-apiserver, or pass --kube-bin-dir", b, c.kubeadmVersion, c.binDir)
-		}
-	}
+	c.kubelet, c.binDir = pkgs.Kubelet, pkgs.BinDir
 	return nil
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
 }
 
 // serve runs the fake until ctx is done; every process, namespace and

@@ -29,6 +29,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/hamaster/hamaster/dataplane/vpc/vpctest"
+	"github.com/hamaster/hamaster/testbed/labcmd/labcmdtest"
 )
 
 // TestGCEFakeProcess runs bin/gcefake as an operator would: it waits for
@@ -44,10 +45,10 @@ func TestGCEFakeProcess(t *testing.T) {
 		t.Skip("needs /usr/sbin/sshd (apt-get install openssh-server)")
 	}
 	start := time.Now()
-	bin := build(t, "cmd/gcefake", "cmd/hamaster-node", "cmd/hamaster")
+	bin := labcmdtest.Build(t, "cmd/gcefake", "cmd/hamaster-node", "cmd/hamaster")
 	t.Logf("built in %v", time.Since(start).Round(time.Millisecond))
 	state := filepath.Join(t.TempDir(), "state")
-	before := netnsList(t)
+	before := labcmdtest.Netns(t)
 	// 198.18.240-249: away from vpctest's 100-239.
 	ext := fmt.Sprintf("198.18.%d.0/24", 240+rand.IntN(10))
 	cmd := exec.Command(filepath.Join(bin, "gcefake"), "--state", state, "--kube-up-master", "kubernetes-master",
@@ -85,7 +86,7 @@ func TestGCEFakeProcess(t *testing.T) {
 		}
 	}
 	t.Logf("hamaster.env after %v", time.Since(launched).Round(time.Millisecond))
-	env, err := readEnv(envFile)
+	env, err := labcmdtest.ReadEnv(envFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestGCEFakeProcess(t *testing.T) {
 	cliFlow(t, bin, env)
 
 	// SIGTERM: every process, namespace and file goes.
-	nsDuring := netnsList(t)
+	nsDuring := labcmdtest.Netns(t)
 	made := 0
 	for ns := range nsDuring {
 		if !before[ns] && strings.HasPrefix(ns, "hm-f") {
@@ -189,12 +190,12 @@ func TestGCEFakeProcess(t *testing.T) {
 	}
 	t.Logf("stopped in %v", time.Since(stopStart).Round(time.Millisecond))
 	// gcefake's VPC is hm-f<hex>-*; other tests' run meanwhile.
-	for ns := range netnsList(t) {
+	for ns := range labcmdtest.Netns(t) {
 		if !before[ns] && nsDuring[ns] && strings.HasPrefix(ns, "hm-f") {
 			t.Errorf("namespace %s left behind", ns)
 		}
 	}
-	if ps := processesMentioning(state); len(ps) > 0 {
+	if ps := labcmdtest.ProcessesMentioning(state); len(ps) > 0 {
 		t.Errorf("processes left behind:\n%s", strings.Join(ps, "\n"))
 	}
 	left, _ := os.ReadDir(state)

@@ -8,18 +8,16 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
-	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/hamaster/hamaster/dataplane/kubelet"
+	"github.com/hamaster/hamaster/testbed/kubeadmhost"
+	"github.com/hamaster/hamaster/testbed/labcmd"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
 )
 
@@ -77,36 +75,22 @@ type config struct {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	labcmd.Main(run)
 }
 
 func parse(args []string, stderr io.Writer) (config, int, error) {
 	var c config
-	fs := flag.NewFlagSet("metallab", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
+	fs := labcmd.FlagSet("metallab", usage, stderr)
 	fs.IntVar(&c.hosts, "hosts", 0, fmt.Sprintf("how many hosts, `N` 1..%d (required)", metallab.MaxHosts))
 	fs.StringVar(&c.state, "state", "", "`DIR` for the lab's files and hamaster.env (required; created if missing; not under /run, /etc/kubernetes or /var/lib/{etcd,kubelet})")
 	fs.StringVar(&c.cleanup, "cleanup", "", "remove what a killed metallab recorded in `DIR` (its --state), then exit")
 	fs.StringVar(&c.subnet, "subnet", "", fmt.Sprintf("the lab's `CIDR`, 198.18.T.0/24 with T 1..%d (default: a free one)", metallab.MaxThird))
 	fs.StringVar(&c.kubeadm, "kubeadm-master", "", "install kubeadm, kubectl and the kubelet of `VERSION` (e.g. v1.33.13) on every host and kubeadm init host-1")
-	fs.StringVar(&c.kubelet, "kubelet", "", "the test bed's kubelet `PROGRAM` installed by --kubeadm-master (default: hamaster-kubelet next to this executable)")
-	fs.StringVar(&c.binDir, "bin-dir", "", "`DIR` of the real binaries, DIR/VERSION/kubeadm... ('make kube-apiserver'; default ~/.cache/hamaster/kube-apiserver)")
+	fs.StringVar(&c.kubelet, "kubelet", "", "the test bed's kubelet `PROGRAM` installed by --kubeadm-master (default: hamaster-kubelet next to this executable, then $PATH)")
+	fs.StringVar(&c.binDir, "bin-dir", "", "`DIR` of the real binaries, DIR/VERSION/kubeadm... ('make kube-apiserver'; default $HAMASTER_REAL_APISERVER_DIR, else ~/.cache/hamaster/kube-apiserver)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return c, 0, err
-		}
-		return c, 2, err
-	}
-	if fs.NArg() > 0 {
-		return c, 2, fmt.Errorf("unexpected arguments %q", fs.Args())
+	if code, err := labcmd.Parse(fs, args); err != nil {
+		return c, code, err
 	}
 	if c.kubeadm != "" {
 		if _, err := kubelet.ParseVersion(c.kubeadm); err != nil {
@@ -147,12 +131,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return code
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
-		fmt.Fprintf(stderr, "metallab: --log-level %q: want debug, info, warn or error\n", c.logLevel)
+	logger, err := labcmd.Logger(stderr, c.logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "metallab: %v\n", err)
 		return 2
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 	if c.cleanup != "" {
 		if err := metallab.Cleanup(ctx, c.cleanup, logger); err != nil {
 			fmt.Fprintf(stderr, "metallab: cleanup: %v\n", err)
@@ -214,39 +197,14 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 	return nil
 }
 
-// kubeadmDefaults fills --kubelet (hamaster-kubelet next to this
-// executable, where make build puts both) and --bin-dir (make
-// kube-apiserver's cache), and checks they hold what --kubeadm-master
+// kubeadmDefaults fills --kubelet and --bin-dir
+// (kubeadmhost.FindPackages) and checks they hold what --kubeadm-master
 // installs.
 func kubeadmDefaults(c *config) error {
-	if c.kubelet == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("--kubelet: %w", err)
-		}
-		c.kubelet = filepath.Join(filepath.Dir(self), "hamaster-kubelet")
-	}
-	if c.binDir == "" {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			return fmt.Errorf("--bin-dir: %w", err)
-		}
-		c.binDir = filepath.Join(cache, "hamaster", "kube-apiserver")
-	}
-	var err error
-	if c.kubelet, err = filepath.Abs(c.kubelet); err != nil {
+	pkgs, err := kubeadmhost.FindPackages(kubeadmhost.Packages{Kubelet: c.kubelet, KubeletFlag: "--kubelet", BinDir: c.binDir, BinDirFlag: "--bin-dir"}, c.kubeadm)
+	if err != nil {
 		return err
 	}
-	if c.binDir, err = filepath.Abs(c.binDir); err != nil {
-		return err
-	}
-	if _, err := os.Stat(c.kubelet); err != nil {
-		return fmt.Errorf("--kubelet: %w (make build builds bin/hamaster-kubelet)", err)
-	}
-	for _, b := range []string{"kubeadm", "kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		if _, err := os.Stat(filepath.Join(c.binDir, c.kubeadm, b)); err != nil {
-			return fmt.Errorf("--bin-dir: %w (make kube-apiserver builds the pinned versions)", err)
-		}
-	}
+	c.kubelet, c.binDir = pkgs.Kubelet, pkgs.BinDir
 	return nil
 }

@@ -1,45 +1,27 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"strings"
 	"testing"
+
+	"github.com/hamaster/hamaster/testbed/labcmd/labcmdtest"
 )
 
 func TestUsage(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		args []string
-		code int
-		want string
-	}{
-		{"help", []string{"--help"}, 0, "usage: metallab --hosts N --state DIR"},
-		{"help names kubeadm", []string{"--help"}, 0, "--kubeadm-master VERSION"},
-		{"missing", []string{"--state", "x"}, 2, "--hosts and --state are required"},
-		{"too many hosts", []string{"--state", "x", "--hosts", "33"}, 2, "--hosts 33: want 1..32"},
-		{"kubeadm version", []string{"--state", "x", "--hosts", "2", "--kubeadm-master", "1.33"}, 2, "--kubeadm-master \"1.33\""},
-		{"kubeadm binaries", []string{"--state", "x", "--hosts", "2", "--kubeadm-master", "v1.33.13", "--kubelet", "/nonexistent"}, 2, "--kubelet"},
-		{"kubelet without kubeadm", []string{"--state", "x", "--hosts", "2", "--bin-dir", "/x"}, 2, "go with --kubeadm-master"},
-		{"subnet elsewhere", []string{"--state", "x", "--hosts", "2", "--subnet", "10.0.0.0/24"}, 2, "want 198.18.T.0/24"},
-		{"subnet size", []string{"--state", "x", "--hosts", "2", "--subnet", "198.18.4.0/23"}, 2, "want 198.18.T.0/24"},
-		{"subnet zero", []string{"--state", "x", "--hosts", "2", "--subnet", "198.18.0.0/24"}, 2, "T 1..99"},
-		{"subnet of the fakes", []string{"--state", "x", "--hosts", "2", "--subnet", "198.18.100.0/24"}, 2, "T 1..99"},
-		{"cleanup with others", []string{"--cleanup", "x", "--hosts", "2"}, 2, "--cleanup DIR takes no other lab flags"},
-		{"extra", []string{"--state", "x", "--hosts", "2", "extra"}, 2, "unexpected arguments"},
-		{"log level", []string{"--state", "x", "--hosts", "2", "--log-level", "loud"}, 2, "--log-level"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			var out, errb bytes.Buffer
-			code := run(context.Background(), tc.args, &out, &errb)
-			if code != tc.code {
-				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tc.code, errb.String())
-			}
-			if !strings.Contains(errb.String(), tc.want) {
-				t.Errorf("stderr lacks %q:\n%s", tc.want, errb.String())
-			}
-		})
-	}
+	labcmdtest.Usage(t, run, []labcmdtest.UsageCase{
+		{Name: "help", Args: []string{"--help"}, Code: 0, Want: "usage: metallab --hosts N --state DIR"},
+		{Name: "help names kubeadm", Args: []string{"--help"}, Code: 0, Want: "--kubeadm-master VERSION"},
+		{Name: "missing", Args: []string{"--state", "x"}, Code: 2, Want: "--hosts and --state are required"},
+		{Name: "too many hosts", Args: []string{"--state", "x", "--hosts", "33"}, Code: 2, Want: "--hosts 33: want 1..32"},
+		{Name: "kubeadm version", Args: []string{"--state", "x", "--hosts", "2", "--kubeadm-master", "1.33"}, Code: 2, Want: "--kubeadm-master \"1.33\""},
+		{Name: "kubeadm binaries", Args: []string{"--state", "x", "--hosts", "2", "--kubeadm-master", "v1.33.13", "--kubelet", "/nonexistent"}, Code: 2, Want: "--kubelet"},
+		{Name: "kubelet without kubeadm", Args: []string{"--state", "x", "--hosts", "2", "--bin-dir", "/x"}, Code: 2, Want: "go with --kubeadm-master"},
+		{Name: "subnet elsewhere", Args: []string{"--state", "x", "--hosts", "2", "--subnet", "10.0.0.0/24"}, Code: 2, Want: "want 198.18.T.0/24"},
+		{Name: "subnet size", Args: []string{"--state", "x", "--hosts", "2", "--subnet", "198.18.4.0/23"}, Code: 2, Want: "want 198.18.T.0/24"},
+		{Name: "subnet zero", Args: []string{"--state", "x", "--hosts", "2", "--subnet", "198.18.0.0/24"}, Code: 2, Want: "T 1..99"},
+		{Name: "subnet of the fakes", Args: []string{"--state", "x", "--hosts", "2", "--subnet", "198.18.100.0/24"}, Code: 2, Want: "T 1..99"},
+		{Name: "cleanup with others", Args: []string{"--cleanup", "x", "--hosts", "2"}, Code: 2, Want: "--cleanup DIR takes no other lab flags"},
+		{Name: "extra", Args: []string{"--state", "x", "--hosts", "2", "extra"}, Code: 2, Want: "unexpected arguments"},
+		{Name: "log level", Args: []string{"--state", "x", "--hosts", "2", "--log-level", "loud"}, Code: 2, Want: "--log-level"},
+	})
 }

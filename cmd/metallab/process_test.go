@@ -7,7 +7,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"net"
@@ -22,18 +21,14 @@ import (
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers/metal"
 	"github.com/hamaster/hamaster/remote"
+	"github.com/hamaster/hamaster/testbed/labcmd/labcmdtest"
 	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
 )
 
 // build compiles bin/metallab into a temporary directory.
 func build(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "metallab")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/hamaster/hamaster/cmd/metallab").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return filepath.Join(labcmdtest.Build(t, "cmd/metallab"), "metallab")
 }
 
 // machine is what a lab may leave on this machine.
@@ -44,17 +39,9 @@ type machine struct {
 
 func snapshot(t *testing.T) machine {
 	t.Helper()
-	m := machine{namespaces: map[string]bool{}, links: map[string]bool{}, mounts: map[string]bool{}, mountPoints: map[string]bool{}}
-	out, err := exec.Command("ip", "netns", "list").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(l); len(f) > 0 {
-			m.namespaces[f[0]] = true
-		}
-	}
-	out, err = exec.Command("ip", "-o", "link", "show").Output()
+	m := machine{links: map[string]bool{}, mounts: map[string]bool{}, mountPoints: map[string]bool{}}
+	m.namespaces = labcmdtest.Netns(t)
+	out, err := exec.Command("ip", "-o", "link", "show").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +97,7 @@ func leftBehind(t *testing.T, before machine, state, prefix string) {
 			t.Errorf("mount point %s left", d)
 		}
 	}
-	if ps := processesMentioning(state); len(ps) > 0 {
+	if ps := labcmdtest.ProcessesMentioning(state); len(ps) > 0 {
 		t.Errorf("processes left:\n%s", strings.Join(ps, "\n"))
 	}
 	if _, err := os.Stat(state); err == nil {
@@ -130,32 +117,11 @@ func keys(m map[string]bool) []string {
 	return out
 }
 
-// processesMentioning lists the processes whose command line holds s.
-func processesMentioning(s string) []string {
-	var pids []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(s)) {
-			pids = append(pids, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	return pids
-}
-
 func readEnv(t *testing.T, path string) map[string]string {
 	t.Helper()
-	f, err := os.Open(path)
+	env, err := labcmdtest.ReadEnv(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "="); ok && !strings.HasPrefix(k, "#") {
-			env[k] = strings.Trim(v, "'")
-		}
 	}
 	return env
 }
@@ -350,9 +316,7 @@ func TestMetallabKubeadmMaster(t *testing.T) {
 	metallabtest.Need(t)
 	kubeletProgram, binDir := metallabtest.Kubeadm(t, version)
 	bin := filepath.Join(filepath.Dir(kubeletProgram), "metallab")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/hamaster/hamaster/cmd/metallab").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	labcmdtest.BuildInto(t, filepath.Dir(bin), "cmd/metallab")
 	state := filepath.Join(t.TempDir(), "state")
 	before := snapshot(t)
 	launched := time.Now()
