@@ -103,6 +103,17 @@ func (g *globals) openProvider(c *cli.Context) (providers.Provider, error) {
 	return p, nil
 }
 
+// withDeps opens the provider (its flags checked) and runs fn with the
+// workflows' dependencies on it; the provider is closed after.
+func (g *globals) withDeps(c *cli.Context, e *env, fn func(p providers.Provider, d *workflows.Deps) error) error {
+	p, err := g.openCheckedProvider(c)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return fn(p, g.deps(c, e, p))
+}
+
 func (g *globals) deps(c *cli.Context, e *env, p providers.Provider) *workflows.Deps {
 	var sink workflows.Sink = &workflows.TextSink{W: e.stdout}
 	if g.json() {
@@ -534,27 +545,20 @@ Example:
 			if c.String("name") == "" {
 				return usageErr("--name: required: the replica to remove (see 'hamaster status'), or --member-id for an orphan etcd member")
 			}
-			if c.Duration("drain-grace") < 0 {
-				return usageErr("--drain-grace: must not be negative")
-			}
-			if err := positiveDuration(c, "timeout"); err != nil {
+			if err := drainDurations(c, "timeout"); err != nil {
 				return err
 			}
-			p, err := g.openCheckedProvider(c)
-			if err != nil {
+			return g.withDeps(c, e, func(_ providers.Provider, d *workflows.Deps) error {
+				name := c.String("name")
+				wf := workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Force: c.Bool("force"), DrainGrace: c.Duration("drain-grace"), Timeout: c.Duration("timeout")})
+				err := workflows.Execute(c.Context, d, wf, workflows.Options{
+					DryRun: g.dryRun, Confirm: g.confirm(e), Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}, ShowPlan: g.showPlan(e),
+				})
+				if err == nil && !g.dryRun {
+					warnEvenVoters(c.Context, e, d, "remove-replica")
+				}
 				return err
-			}
-			defer p.Close()
-			d := g.deps(c, e, p)
-			name := c.String("name")
-			wf := workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Force: c.Bool("force"), DrainGrace: c.Duration("drain-grace"), Timeout: c.Duration("timeout")})
-			err = workflows.Execute(c.Context, d, wf, workflows.Options{
-				DryRun: g.dryRun, Confirm: g.confirm(e), Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}, ShowPlan: g.showPlan(e),
 			})
-			if err == nil && !g.dryRun {
-				warnEvenVoters(c.Context, e, d, "remove-replica")
-			}
-			return err
 		},
 	}
 }
@@ -577,42 +581,38 @@ Example:
 			if err := positiveDuration(c, "timeout"); err != nil {
 				return err
 			}
-			p, err := g.openCheckedProvider(c)
-			if err != nil {
-				return err
-			}
-			defer p.Close()
-			d := g.deps(c, e, p)
-			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
-			defer cancel()
-			rep, err := workflows.Status(ctx, d)
-			if err != nil {
-				return err
-			}
-			// The local provider's replicas run the stand-in or the real
-			// kube-apiserver (local up --control-plane).
-			controlPlane := ""
-			if lp, ok := p.(*local.Provider); ok {
-				controlPlane = cmp.Or(lp.Info().ControlPlane, "standin")
-			}
-			if g.json() {
-				out := statusJSON(rep)
-				if controlPlane != "" {
-					out["control_plane"] = controlPlane
-				}
-				if err := writeJSON(e.stdout, out); err != nil {
+			return g.withDeps(c, e, func(p providers.Provider, d *workflows.Deps) error {
+				ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+				defer cancel()
+				rep, err := workflows.Status(ctx, d)
+				if err != nil {
 					return err
 				}
-			} else {
-				printStatus(e, rep)
-				if controlPlane != "" {
-					fmt.Fprintf(e.stdout, "\nCONTROL PLANE: %s\n", map[string]string{"standin": "standin (hamaster-node's apiserver stand-in: /readyz, /version, /kv)", "real": "real (kube-apiserver; hamaster kubeconfig writes a kubeconfig for it)"}[controlPlane])
+				// The local provider's replicas run the stand-in or the real
+				// kube-apiserver (local up --control-plane).
+				controlPlane := ""
+				if lp, ok := p.(*local.Provider); ok {
+					controlPlane = cmp.Or(lp.Info().ControlPlane, "standin")
 				}
-			}
-			if !rep.Healthy() {
-				return errkind.Errorf(errkind.FailedPrecondition, "cluster %s is not healthy", g.cluster)
-			}
-			return nil
+				if g.json() {
+					out := statusJSON(rep)
+					if controlPlane != "" {
+						out["control_plane"] = controlPlane
+					}
+					if err := writeJSON(e.stdout, out); err != nil {
+						return err
+					}
+				} else {
+					printStatus(e, rep)
+					if controlPlane != "" {
+						fmt.Fprintf(e.stdout, "\nCONTROL PLANE: %s\n", map[string]string{"standin": "standin (hamaster-node's apiserver stand-in: /readyz, /version, /kv)", "real": "real (kube-apiserver; hamaster kubeconfig writes a kubeconfig for it)"}[controlPlane])
+					}
+				}
+				if !rep.Healthy() {
+					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s is not healthy", g.cluster)
+				}
+				return nil
+			})
 		},
 	}
 }
@@ -788,10 +788,7 @@ Example:
 			if strategy != workflows.StrategyRecreate && strategy != workflows.StrategySurge {
 				return usageErr("--strategy: %q is not valid (valid: recreate, surge)", strategy)
 			}
-			if c.Duration("drain-grace") < 0 {
-				return usageErr("--drain-grace: must not be negative")
-			}
-			if err := positiveDuration(c, "health-timeout"); err != nil {
+			if err := drainDurations(c, "health-timeout"); err != nil {
 				return err
 			}
 			for _, a := range strings.Fields(c.String("extra-args")) {
@@ -799,32 +796,28 @@ Example:
 					return usageErr("--extra-args: %q is not a flag (want --name=value words)", a)
 				}
 			}
-			p, err := g.openCheckedProvider(c)
-			if err != nil {
-				return err
-			}
-			defer p.Close()
-			d := g.deps(c, e, p)
-			rs, err := p.Instances().List(c.Context)
-			if err != nil {
-				return err
-			}
-			if err := checkUpgradePath(target, rs, c.Bool("allow-downgrade"), c.Bool("allow-skew")); err != nil {
-				return err
-			}
-			// Before the plan and the prompt (the workflow checks again
-			// before its first step): a release that cannot be had is bad
-			// input, refused with nothing changed (exit 2).
-			if err := d.Flavor().CheckVersion(c.Context, v); err != nil {
-				return err
-			}
-			params := workflows.UpgradeParams{
-				Version: v, Strategy: strategy, DrainGrace: c.Duration("drain-grace"),
-				HealthTimeout: c.Duration("health-timeout"), AllowDowntime: c.Bool("allow-downtime"),
-				ExtraArgs: strings.Fields(c.String("extra-args")), ExtraArgsSet: c.IsSet("extra-args"),
-			}
-			wf := workflows.RollingUpgrade(d, params, len(rs))
-			return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e), SoleReplicaOutage: params.AllowDowntime})
+			return g.withDeps(c, e, func(p providers.Provider, d *workflows.Deps) error {
+				rs, err := p.Instances().List(c.Context)
+				if err != nil {
+					return err
+				}
+				if err := checkUpgradePath(target, rs, c.Bool("allow-downgrade"), c.Bool("allow-skew")); err != nil {
+					return err
+				}
+				// Before the plan and the prompt (the workflow checks again
+				// before its first step): a release that cannot be had is bad
+				// input, refused with nothing changed (exit 2).
+				if err := d.Flavor().CheckVersion(c.Context, v); err != nil {
+					return err
+				}
+				params := workflows.UpgradeParams{
+					Version: v, Strategy: strategy, DrainGrace: c.Duration("drain-grace"),
+					HealthTimeout: c.Duration("health-timeout"), AllowDowntime: c.Bool("allow-downtime"),
+					ExtraArgs: strings.Fields(c.String("extra-args")), ExtraArgsSet: c.IsSet("extra-args"),
+				}
+				wf := workflows.RollingUpgrade(d, params, len(rs))
+				return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e), SoleReplicaOutage: params.AllowDowntime})
+			})
 		},
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/hamaster/hamaster/internal/fsutil"
+	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/workflows"
 )
 
@@ -57,27 +58,23 @@ Examples:
 					return usageErr("--server %q: %v", s, err)
 				}
 			}
-			p, err := g.openCheckedProvider(c)
-			if err != nil {
-				return err
-			}
-			defer p.Close()
-			d := g.deps(c, e, p)
-			ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
-			defer cancel()
-			out, err := workflows.Kubeconfig(ctx, d, workflows.KubeconfigParams{User: c.String("user"), Groups: c.StringSlice("group"), Server: c.String("server")})
-			if err != nil {
-				return fmt.Errorf("kubeconfig: %w", err)
-			}
-			if f := c.String("file"); f != "" {
-				if err := fsutil.WriteFileAtomic(f, out, 0o600); err != nil {
-					return usageErr("--file %s: %v", f, err)
+			return g.withDeps(c, e, func(_ providers.Provider, d *workflows.Deps) error {
+				ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
+				defer cancel()
+				out, err := workflows.Kubeconfig(ctx, d, workflows.KubeconfigParams{User: c.String("user"), Groups: c.StringSlice("group"), Server: c.String("server")})
+				if err != nil {
+					return fmt.Errorf("kubeconfig: %w", err)
 				}
-				fmt.Fprintf(e.stderr, "wrote %s (user %s); try: kubectl --kubeconfig %s get --raw /readyz\n", f, c.String("user"), f)
-				return nil
-			}
-			_, err = e.stdout.Write(out)
-			return err
+				if f := c.String("file"); f != "" {
+					if err := fsutil.WriteFileAtomic(f, out, 0o600); err != nil {
+						return usageErr("--file %s: %v", f, err)
+					}
+					fmt.Fprintf(e.stderr, "wrote %s (user %s); try: kubectl --kubeconfig %s get --raw /readyz\n", f, c.String("user"), f)
+					return nil
+				}
+				_, err = e.stdout.Write(out)
+				return err
+			})
 		},
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/workflows"
 )
 
@@ -23,14 +24,10 @@ func removeMember(c *cli.Context, e *env, g *globals) error {
 	if err != nil {
 		return err
 	}
-	p, err := g.openCheckedProvider(c)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	d := g.deps(c, e, p)
-	wf := workflows.RemoveMember(d, id, c.Bool("force"))
-	return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e)})
+	return g.withDeps(c, e, func(_ providers.Provider, d *workflows.Deps) error {
+		wf := workflows.RemoveMember(d, id, c.Bool("force"))
+		return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e)})
+	})
 }
 
 // addStatusJSON adds the recovery-related parts of status.
@@ -132,14 +129,10 @@ Example:
 					return usageErr("--snapshot: %s is not a readable file", snap)
 				}
 			}
-			p, err := g.openCheckedProvider(c)
-			if err != nil {
-				return err
-			}
-			defer p.Close()
-			d := g.deps(c, e, p)
-			wf := workflows.Recover(d, workflows.RecoverParams{From: from, Snapshot: snap, Force: c.Bool("force"), Timeout: c.Duration("timeout")})
-			return workflows.ExecuteRecover(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e)})
+			return g.withDeps(c, e, func(_ providers.Provider, d *workflows.Deps) error {
+				wf := workflows.Recover(d, workflows.RecoverParams{From: from, Snapshot: snap, Force: c.Bool("force"), Timeout: c.Duration("timeout")})
+				return workflows.ExecuteRecover(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e)})
+			})
 		},
 	}
 }
@@ -233,29 +226,22 @@ Example:
 			if err != nil {
 				return err
 			}
-			if c.Duration("drain-grace") < 0 {
-				return usageErr("--drain-grace: must not be negative")
-			}
-			if err := positiveDuration(c, "health-timeout"); err != nil {
+			if err := drainDurations(c, "health-timeout"); err != nil {
 				return err
 			}
-			p, err := g.openCheckedProvider(c)
-			if err != nil {
-				return err
-			}
-			defer p.Close()
-			d := g.deps(c, e, p)
-			rs, err := p.Instances().List(c.Context)
-			if err != nil {
-				return err
-			}
-			names := make([]string, 0, len(rs))
-			for _, r := range rs {
-				names = append(names, r.Name)
-			}
-			names = workflows.LeaderLast(c.Context, d, names)
-			wf := workflows.RotateCerts(d, workflows.RotateParams{Within: within, DrainGrace: c.Duration("drain-grace"), HealthTimeout: c.Duration("health-timeout")}, names)
-			return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e)})
+			return g.withDeps(c, e, func(p providers.Provider, d *workflows.Deps) error {
+				rs, err := p.Instances().List(c.Context)
+				if err != nil {
+					return err
+				}
+				names := make([]string, 0, len(rs))
+				for _, r := range rs {
+					names = append(names, r.Name)
+				}
+				names = workflows.LeaderLast(c.Context, d, names)
+				wf := workflows.RotateCerts(d, workflows.RotateParams{Within: within, DrainGrace: c.Duration("drain-grace"), HealthTimeout: c.Duration("health-timeout")}, names)
+				return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e)})
+			})
 		},
 	}
 }

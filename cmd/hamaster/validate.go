@@ -40,6 +40,16 @@ func noPositionalArgs(c *cli.Command) {
 	}
 }
 
+// drainDurations checks the flags of a command that drains replicas from
+// the LB: --drain-grace not negative, bound (the flag of its wait)
+// positive.
+func drainDurations(c *cli.Context, bound string) error {
+	if c.Duration("drain-grace") < 0 {
+		return usageErr("--drain-grace: must not be negative")
+	}
+	return positiveDuration(c, bound)
+}
+
 // positiveDuration refuses zero and negative durations: "-5s" is an
 // error, not a silent default.
 func positiveDuration(c *cli.Context, flag string) error {
