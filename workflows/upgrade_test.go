@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers/local"
 	"github.com/hamaster/hamaster/workflows"
@@ -73,18 +74,41 @@ func (e *env) leader(ctx context.Context) string {
 	return ""
 }
 
+// assertVersions checks that want replicas run version and are healthy.
+// Health is what each replica's /readyz says at one instant, which a
+// loaded machine can fail for a moment (an etcd linearizable read timing
+// out); so the check waits for every replica to answer healthy, under a
+// hang guard of a minute (seconds are expected). A replica at another
+// version fails at once.
 func (e *env) assertVersions(ctx context.Context, version string, want int) {
 	e.t.Helper()
-	rep, err := workflows.Status(ctx, e.deps(nil))
-	if err != nil {
-		e.t.Fatal(err)
+	var rep workflows.Report
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := wait.Until(wctx, 250*time.Millisecond, "every replica healthy at "+version, func() (bool, error) {
+		var err error
+		if rep, err = workflows.Status(wctx, e.deps(nil)); err != nil {
+			return false, nil
+		}
+		for _, r := range rep.Replicas {
+			if r.Version != version && r.Version != "" {
+				return true, nil // fails below, without waiting
+			}
+			if !r.Healthy {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if rep.Replicas == nil && err != nil {
+		e.t.Fatalf("status: %v", err)
 	}
 	if len(rep.Replicas) != want {
 		e.t.Errorf("%d replicas, want %d", len(rep.Replicas), want)
 	}
 	for _, r := range rep.Replicas {
 		if r.Version != version || !r.Healthy {
-			e.t.Errorf("replica %s: version %s healthy %v (%s); want %s", r.Name, r.Version, r.Healthy, r.Error, version)
+			e.t.Errorf("replica %s: version %s healthy %v (%s); want %s (hang guard: %v)", r.Name, r.Version, r.Healthy, r.Error, version, err)
 		}
 	}
 	if rep.LB != nil {
