@@ -46,11 +46,11 @@ man:
 #    instrumented) and its slower tests cost what took make test past
 #    10 minutes (669 s from a fresh clone with the logic packages under
 #    -race, at b2bf77d; 531 s at 806e116 with the changes here); .ci/run
-#    runs every package with -race after make test ('make test-race');
+#    runs it with RACE=1: every package under -race;
 #  - hamaster-node and hamaster are built once for every package that
 #    starts local clusters (TEST_BINARIES);
-#  - several packages at once (the slow ones mostly wait on their fakes'
-#    timers; more tests at once within a package overloads moto);
+#  - several packages at once, and several tests at once in each (the
+#    slow ones mostly wait on their fakes' timers and processes);
 #  - go vet's full set runs in 'make lint' (.ci/run runs it); go test runs
 #    vet's high-confidence checks;
 #  - the slowest cloud tests are -tags fidelity: .ci/run runs them.
@@ -77,31 +77,22 @@ TEST_BINARIES ?= $(abspath $(BIN))/test
 # and running packages in the order named, and from a fresh clone the
 # workflows package (~190 s of tests) started last set make test's length.
 SLOW_FIRST = github.com/hamaster/hamaster/workflows github.com/hamaster/hamaster/providers/aws github.com/hamaster/hamaster/cmd/hamaster
+# RACE=1: every test of every package under the race detector (.ci/run
+# runs make test so: one run of every test, instrumented, instead of make
+# test and then a second run of most of it under -race). The binaries
+# the tests start (TEST_BINARIES) stay uninstrumented, as before.
+RACE ?=
 test: test-prereqs
 	$(GO) build -tags hamaster_faults -ldflags=$(TEST_LDFLAGS) -o $(TEST_BINARIES)/ ./cmd/hamaster-node ./cmd/hamaster
 	@pkgs=$$($(GO) list $(PKGS)) || exit 2; \
 	first=$$(printf '%s\n' $$pkgs | grep -xF $(addprefix -e ,$(SLOW_FIRST))); \
 	rest=$$(printf '%s\n' $$pkgs | grep -vxF $(addprefix -e ,$(SLOW_FIRST))); \
-	echo "HAMASTER_TEST_BINARIES=$(TEST_BINARIES) $(GO) test -ldflags=$(TEST_LDFLAGS) -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 15m $$(echo $$first) ./... (the slowest first)"; \
-	HAMASTER_TEST_BINARIES=$(TEST_BINARIES) $(GO) test -ldflags=$(TEST_LDFLAGS) -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 15m $$first $$rest
+	echo "HAMASTER_TEST_BINARIES=$(TEST_BINARIES) $(GO) test $(if $(RACE),-race )-ldflags=$(TEST_LDFLAGS) -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 15m $$(echo $$first) ./... (the slowest first)"; \
+	HAMASTER_TEST_BINARIES=$(TEST_BINARIES) $(GO) test $(if $(RACE),-race) -ldflags=$(TEST_LDFLAGS) -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 15m $$first $$rest
 
-# Every package under -race (.ci/run, after make test). With
-# RACE_CLOUD_RUN (a -run pattern), the GCE and AWS packages run only the
-# tests it matches (.ci/run: their conformance suites, every provider
-# call made concurrently as the workflows make them; make test ran all
-# their tests without -race): their whole packages under -race are
-# ~250 s each of mostly moto and the fake's timers.
-CLOUD_RACE_PKGS = github.com/hamaster/hamaster/providers/aws github.com/hamaster/hamaster/providers/gce
+# make test with every package under -race.
 test-race:
-	@if [ -z "$(RACE_CLOUD_RUN)" ]; then \
-		echo "$(GO) test -race -ldflags=$(TEST_LDFLAGS) -count=1 -p 2 -timeout 25m $(PKGS)"; \
-		$(GO) test -race -ldflags=$(TEST_LDFLAGS) -count=1 -p 2 -timeout 25m $(PKGS); \
-	else \
-		pkgs=$$($(GO) list $(PKGS) | grep -vxF $(addprefix -e ,$(CLOUD_RACE_PKGS))) || exit 2; \
-		echo "go test -race: $$(echo $$pkgs | wc -w) packages; $(CLOUD_RACE_PKGS) with -run '$(RACE_CLOUD_RUN)'"; \
-		$(GO) test -race -ldflags=$(TEST_LDFLAGS) -count=1 -p 2 -timeout 25m $$pkgs && \
-		$(GO) test -race -ldflags=$(TEST_LDFLAGS) -count=1 -p 2 -timeout 25m -run '$(RACE_CLOUD_RUN)' $(CLOUD_RACE_PKGS); \
-	fi
+	$(MAKE) test RACE=1
 
 test-prereqs:
 	./scripts/test-prereqs.sh

@@ -26,14 +26,5 @@ func TestCrashResumeMatrix(t *testing.T) {
 	// A hang guard: the whole matrix takes ~3 minutes.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	m := workflowstest.CrashMatrix{
-		Master:    e.c.Master,
-		Deps:      func() *workflows.Deps { return e.deps(nil) },
-		Add:       e.add,
-		Remove:    e.remove,
-		Converged: e.assertConverged,
-		HalfAdded: []string{workflows.StepCreateVM},
-	}
-	m.Always = workflowstest.CloudPairs(m.Pairs())
-	m.Run(ctx, t)
+	workflowstest.CloudCrashMatrix(e.c.Master, func() *workflows.Deps { return e.deps(nil) }, e.add, e.remove, e.assertConverged).Run(ctx, t)
 }

@@ -159,6 +159,15 @@ func (m CrashMatrix) moveLeaderFrom(ctx context.Context, master uint64) error {
 	return err
 }
 
+// CloudCrashMatrix is a cloud provider's matrix: the pairs that change
+// the cloud (CloudPairs) every run, the rest a shard at a time, and a
+// crash right after create-vm undone by remove-replica.
+func CloudCrashMatrix(master string, deps func() *workflows.Deps, add, remove func(ctx context.Context, name string, after func(string) error) error, converged func(ctx context.Context, want ...string)) CrashMatrix {
+	m := CrashMatrix{Master: master, Deps: deps, Add: add, Remove: remove, Converged: converged, HalfAdded: []string{workflows.StepCreateVM}}
+	m.Always = CloudPairs(m.Pairs())
+	return m
+}
+
 // CloudPairs are the pairs of all with a step that changes a cloud's
 // resources (an address, a VM, the load balancer, a DNS record) or takes
 // the leader's member out: what a cloud provider's matrix crashes every
