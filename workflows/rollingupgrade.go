@@ -275,20 +275,52 @@ func leaderReplica(ctx context.Context, d *Deps, rs []providers.Replica) (string
 // slotReplica returns the replica slot k works on, choosing and recording
 // it the first time.
 func slotReplica(ctx context.Context, d *Deps, p UpgradeParams, r *Run, k int) (string, error) {
-	key := fmt.Sprintf("slot-%d", k)
-	if name := r.Get(key); name != "" {
+	if name := slotName(r, k); name != "" {
 		return name, nil
 	}
 	rep, ok, err := pickNext(ctx, d, p, nil)
 	if err != nil || !ok {
 		return "", err
 	}
-	return rep.Name, r.Set(key, rep.Name)
+	return rep.Name, r.Set(fmt.Sprintf("slot-%d", k), rep.Name)
+}
+
+// slotName is the replica upgrade slot k works on ("" until its first
+// step picks one).
+func slotName(r *Run, k int) string { return r.Get(fmt.Sprintf("slot-%d", k)) }
+
+// getSlotReplica looks up the replica called n of an upgrade slot; ok is
+// false when the slot is empty (n is "": the step has nothing to do) or
+// the lookup failed (err).
+func getSlotReplica(ctx context.Context, inst providers.Instances, n string) (rep providers.Replica, ok bool, err error) {
+	if n == "" {
+		return rep, false, nil
+	}
+	rep, err = inst.Get(ctx, n)
+	return rep, err == nil, err
+}
+
+// backInLBStep is slot k's last step, in either strategy: the replica
+// back in the LB, healthy there, and the slot done.
+func backInLBStep(d *Deps, p UpgradeParams, k int) Step {
+	return Step{
+		Name: fmt.Sprintf("replica-%d/back-in-lb", k), Plan: []string{"loadBalancer.AddTarget(replica)", "wait until the LB sees it healthy"},
+		Run: func(ctx context.Context, r *Run) error {
+			n := slotName(r, k)
+			if n == "" {
+				return nil
+			}
+			if err := undrain(ctx, d, r, n, p.HealthTimeout); err != nil {
+				return err
+			}
+			return r.Set(fmt.Sprintf("slot-%d-done", k), "true")
+		},
+	}
 }
 
 func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 	inst := d.Provider.Instances()
-	name := func(r *Run) string { return r.Get(fmt.Sprintf("slot-%d", k)) }
+	name := func(r *Run) string { return slotName(r, k) }
 	lkgKey := func(n string) string { return "last-known-good:" + n }
 	prefix := fmt.Sprintf("replica-%d/", k)
 	return []Step{
@@ -336,11 +368,8 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 			Name: prefix + "recreate", Plan: []string{"instances.Recreate(replica, template with the new version/flags) on the same data disk"},
 			Run: func(ctx context.Context, r *Run) error {
 				n := name(r)
-				if n == "" {
-					return nil
-				}
-				rep, err := inst.Get(ctx, n)
-				if err != nil || p.atTarget(rep) {
+				rep, ok, err := getSlotReplica(ctx, inst, n)
+				if !ok || p.atTarget(rep) {
 					return err
 				}
 				r.Waiting("recreating %s at %s", n, p.Version)
@@ -359,11 +388,8 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 			Name: prefix + "health-gate", Plan: []string{"etcd member healthy and caught up, /readyz 200, /version = " + p.Version, fmt.Sprintf("within %s, else restore the last known-good template (healthy within %s) and stop", p.HealthTimeout, RestoreHealthTimeout(p.HealthTimeout))},
 			Run: func(ctx context.Context, r *Run) error {
 				n := name(r)
-				if n == "" {
-					return nil
-				}
-				rep, err := inst.Get(ctx, n)
-				if err != nil {
+				rep, ok, err := getSlotReplica(ctx, inst, n)
+				if !ok {
 					return err
 				}
 				gerr := healthGate(ctx, d, r, rep, p.Version, p.HealthTimeout)
@@ -373,19 +399,7 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 				return rollback(ctx, d, r, n, lkgKey(n), p, gerr)
 			},
 		},
-		{
-			Name: prefix + "back-in-lb", Plan: []string{"loadBalancer.AddTarget(replica)", "wait until the LB sees it healthy"},
-			Run: func(ctx context.Context, r *Run) error {
-				n := name(r)
-				if n == "" {
-					return nil
-				}
-				if err := undrain(ctx, d, r, n, p.HealthTimeout); err != nil {
-					return err
-				}
-				return r.Set(fmt.Sprintf("slot-%d-done", k), "true")
-			},
-		},
+		backInLBStep(d, p, k),
 	}
 }
 

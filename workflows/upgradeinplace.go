@@ -33,8 +33,7 @@ func fromKey(name string) string { return "in-place-from:" + name }
 // apiserver does not report p.Version, not chosen by an earlier slot,
 // the etcd leader last.
 func inPlaceSlot(ctx context.Context, d *Deps, p UpgradeParams, r *Run, k int) (string, error) {
-	key := fmt.Sprintf("slot-%d", k)
-	if name := r.Get(key); name != "" {
+	if name := slotName(r, k); name != "" {
 		return name, nil
 	}
 	taken := map[string]bool{}
@@ -84,7 +83,7 @@ func inPlaceSlot(ctx context.Context, d *Deps, p UpgradeParams, r *Run, k int) (
 	if err := r.Set(fromKey(pick.Name), from[pick.Name]); err != nil {
 		return "", err
 	}
-	return pick.Name, r.Set(key, pick.Name)
+	return pick.Name, r.Set(fmt.Sprintf("slot-%d", k), pick.Name)
 }
 
 // inPlaceSteps upgrade one master in place with the flavor's own tool
@@ -97,7 +96,7 @@ func inPlaceSlot(ctx context.Context, d *Deps, p UpgradeParams, r *Run, k int) (
 func inPlaceSteps(d *Deps, p UpgradeParams, up flavors.Upgrader, k int) []Step {
 	inst := d.Provider.Instances()
 	first := k == 1
-	name := func(r *Run) string { return r.Get(fmt.Sprintf("slot-%d", k)) }
+	name := func(r *Run) string { return slotName(r, k) }
 	prefix := fmt.Sprintf("replica-%d/", k)
 	tool := "the flavor's node upgrade (kubeadm upgrade node)"
 	if first {
@@ -120,11 +119,8 @@ func inPlaceSteps(d *Deps, p UpgradeParams, up flavors.Upgrader, k int) []Step {
 			Name: prefix + "upgrade-in-place", Plan: []string{tool + " to " + p.Version + ": backup first, stopped within seconds when the new apiserver cannot start", "on failure: the flavor's rollback, the master back in the LB at its old version, and stop"},
 			Run: func(ctx context.Context, r *Run) error {
 				n := name(r)
-				if n == "" {
-					return nil
-				}
-				rep, err := inst.Get(ctx, n)
-				if err != nil {
+				rep, ok, err := getSlotReplica(ctx, inst, n)
+				if !ok {
 					return err
 				}
 				r.Waiting("upgrading %s to %s in place", n, p.Version)
@@ -139,11 +135,8 @@ func inPlaceSteps(d *Deps, p UpgradeParams, up flavors.Upgrader, k int) []Step {
 			Name: prefix + "health-gate", Plan: []string{"etcd member healthy and caught up, /readyz 200, /version = " + p.Version, fmt.Sprintf("within %s, else the flavor's rollback and stop", p.HealthTimeout)},
 			Run: func(ctx context.Context, r *Run) error {
 				n := name(r)
-				if n == "" {
-					return nil
-				}
-				rep, err := inst.Get(ctx, n)
-				if err != nil {
+				rep, ok, err := getSlotReplica(ctx, inst, n)
+				if !ok {
 					return err
 				}
 				gerr := healthGate(ctx, d, r, rep, p.Version, p.HealthTimeout)
@@ -153,19 +146,7 @@ func inPlaceSteps(d *Deps, p UpgradeParams, up flavors.Upgrader, k int) []Step {
 				return rollbackInPlace(ctx, d, r, up, rep, first, p, gerr)
 			},
 		},
-		{
-			Name: prefix + "back-in-lb", Plan: []string{"loadBalancer.AddTarget(replica)", "wait until the LB sees it healthy"},
-			Run: func(ctx context.Context, r *Run) error {
-				n := name(r)
-				if n == "" {
-					return nil
-				}
-				if err := undrain(ctx, d, r, n, p.HealthTimeout); err != nil {
-					return err
-				}
-				return r.Set(fmt.Sprintf("slot-%d-done", k), "true")
-			},
-		},
+		backInLBStep(d, p, k),
 	}
 }
 
