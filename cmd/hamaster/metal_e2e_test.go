@@ -394,15 +394,17 @@ func upgradeLeg(ctx context.Context, t *testing.T, cli *labCLI, binDir string, r
 	failed("an unstartable release")
 	restore()
 
-	// The crash-resume matrix over the upgrade's steps: killed after
-	// each of the first master's (kubeadm upgrade apply) and a shard of
-	// the second's (kubeadm upgrade node; successive commits take the
-	// shards in turn), resumed by the same command each time.
+	// The crash-resume matrix over the upgrade's steps: killed after a
+	// shard of the first master's (kubeadm upgrade apply) and the
+	// second's (kubeadm upgrade node), chosen from the commit so that
+	// successive commits take the shards in turn (the converting add and
+	// the holder's removal, above and below, are crashed after every
+	// step every run), resumed by the same command each time.
 	start := time.Now()
 	upgrade := []string{"rolling-upgrade", "--version", metalUpgradeTo, "--yes"}
 	// The third master's steps are the second's (kubeadm upgrade node):
 	// run through.
-	cli.crashChain(upgrade, upgrade, chainOpts{skip: []string{"replica-3/"}, rotate: []string{"replica-2/"}})
+	cli.crashChain(upgrade, upgrade, chainOpts{skip: []string{"replica-3/"}, rotate: []string{"replica-1/", "replica-2/"}})
 	t.Logf("rolling-upgrade to %s: 3/3 healthy %s after its start", metalUpgradeTo, healthy(metalUpgradeTo).Sub(start).Round(100*time.Millisecond))
 	if v := run("kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o jsonpath='{.items[*].status.nodeInfo.kubeletVersion}'"); v != strings.TrimSpace(strings.Repeat(metalUpgradeTo+" ", 3)) {
 		t.Errorf("kubelet versions after the upgrade: %s", v)
