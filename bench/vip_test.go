@@ -158,7 +158,7 @@ func hamasterArm() vipArm {
 		for _, h := range e.hosts {
 			ms = append(ms, vip.Master{Name: h.Name, Address: h.Addr.String()})
 		}
-		return vip.Config{VIP: e.lab.VIP.String(), Priority: vip.DefaultPriority(i * 10), Host: e.hosts[i].Name, Masters: ms}
+		return vip.Config{VIP: e.lab.VIP.String(), Priority: vip.DefaultPriority(i, len(e.hosts)), Host: e.hosts[i].Name, Masters: ms}
 	}
 	return vipArm{
 		name:   "hamaster",

@@ -79,7 +79,7 @@ func TestConvertToHA(t *testing.T) {
 	}
 	defer c1.Close()
 	vh := vip.Host{Name: h1.Name, Exec: c1}
-	if _, err := vip.Apply(ctx, vh, vip.Config{VIP: vipHost, Priority: vip.DefaultPriority(0), Host: h1.Name,
+	if _, err := vip.Apply(ctx, vh, vip.Config{VIP: vipHost, Priority: vip.DefaultPriority(0, 1), Host: h1.Name,
 		Masters: []vip.Master{{Name: h1.Name, Address: h1.Addr.String()}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -258,6 +258,9 @@ func (f *Flavor) MasterCA(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(rs) == 0 {
+		return nil, errkind.Errorf(errkind.Unavailable, "the cluster CA (%s): no master is running", CACert)
+	}
 	var errs []error
 	for _, r := range rs {
 		b, err := f.read(ctx, r.Name, CACert)

@@ -145,7 +145,8 @@ func (p *Provider) vipHost(name string) vip.Host {
 // changes its peers from none to some (the first AddTarget) or back (the
 // last RemoveTarget but one) restarts the VRRP instance and drops the VIP
 // for ~2 s, measured on the lab. Each host's priority is
-// vip.DefaultPriority of its place in the inventory, stable too. The VRRP
+// vip.DefaultPriority of its place among the inventory's control-plane
+// hosts (vipPriority), stable too. The VRRP
 // router id is the VIP's last byte, so that two clusters of one
 // inventory (or one segment) with VIPs in one /24 never share one: each
 // master accepts adverts from every control-plane host of the
@@ -163,9 +164,22 @@ func (p *Provider) vipConfig(s *lbState, host string) vip.Config {
 		}
 	}
 	return vip.Config{
-		VIP: s.VIP, Host: host, Masters: masters, Peers: peers, Priority: vip.DefaultPriority(p.inventoryIndex(host)),
+		VIP: s.VIP, Host: host, Masters: masters, Peers: peers, Priority: p.vipPriority(host),
 		RouterID: routerID(s.VIP), APIServerPort: p.apiPort, FrontendPort: p.vipPort, Drained: slices.Clone(s.Drained),
 	}
+}
+
+// vipPriority is host's VRRP priority: vip.DefaultPriority of its place
+// among the inventory's control-plane hosts.
+func (p *Provider) vipPriority(host string) int {
+	cp := p.inv.ControlPlaneHosts()
+	// A host not among them (none is: targets are control-plane hosts)
+	// would share the lowest priority (DefaultPriority clamps i).
+	i := slices.IndexFunc(cp, func(h Host) bool { return h.Name == host })
+	if i < 0 {
+		i = len(cp)
+	}
+	return vip.DefaultPriority(i, len(cp))
 }
 
 // routerID is VRRP's virtual_router_id for vip: its last byte, or

@@ -69,7 +69,8 @@ func openLB(t *testing.T, opts map[string]string) *Provider {
 }
 
 // Each master's VIP config lists every target in the inventory's order,
-// with a priority that depends only on its place in the inventory.
+// with a priority that depends only on its place among the inventory's
+// control-plane hosts (a worker between them does not count).
 func TestVIPConfig(t *testing.T) {
 	p := openLB(t, nil)
 	s := &lbState{VIP: "192.0.2.100", Targets: []lb.Target{{Name: "cp-2", Address: "192.0.2.12"}, {Name: "cp-1", Address: "192.0.2.11"}}, Drained: []string{"cp-2"}}
@@ -77,7 +78,7 @@ func TestVIPConfig(t *testing.T) {
 	if got := []string{c.Masters[0].Name, c.Masters[1].Name}; !slices.Equal(got, []string{"cp-1", "cp-2"}) {
 		t.Errorf("masters %v, want the inventory's order", got)
 	}
-	if c.Priority != vip.DefaultPriority(2) || p.vipConfig(s, "cp-1").Priority != vip.DefaultPriority(0) {
+	if c.Priority != 210 || p.vipConfig(s, "cp-1").Priority != 250 || p.vipConfig(s, "cp-3").Priority != 170 {
 		t.Errorf("priorities %d, %d", c.Priority, p.vipConfig(s, "cp-1").Priority)
 	}
 	if c.FrontendPort != vip.DefaultFrontendPort || c.APIServerPort != providers.APIServerPort || !slices.Equal(c.Drained, []string{"cp-2"}) {

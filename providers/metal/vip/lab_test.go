@@ -261,7 +261,7 @@ func TestVIPLab(t *testing.T) {
 		masters = append(masters, vip.Master{Name: h.Name, Address: h.Addr.String()})
 	}
 	cfgOf := func(i int) vip.Config {
-		return vip.Config{VIP: lab.VIP.String(), Priority: vip.DefaultPriority(i * 10), Host: hosts[i].Name, Masters: masters}
+		return vip.Config{VIP: lab.VIP.String(), Priority: vip.DefaultPriority(i, len(hosts)), Host: hosts[i].Name, Masters: masters}
 	}
 	// Remove on every host at the end, then nothing may be left.
 	t.Cleanup(func() {
