@@ -208,3 +208,13 @@ func (failing) Run(context.Context, string) ([]byte, []byte, error) {
 func (failing) Upload(context.Context, string, []byte, os.FileMode) error {
 	return errkind.Errorf(errkind.Unavailable, "connection refused")
 }
+
+// A planned move waits at most handoffWait, inside the lifetime of the
+// drop of new connections it sets on the old holder (which outlives an
+// interrupted handoff by that lifetime at most).
+func TestHandoffWaitInsideTheDropLifetime(t *testing.T) {
+	t.Parallel()
+	if handoffWait >= vip.SynDropLifetime {
+		t.Errorf("handoffWait %v ≥ vip.SynDropLifetime %v: a slow handoff would outlast its drop", handoffWait, vip.SynDropLifetime)
+	}
+}

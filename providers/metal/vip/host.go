@@ -445,26 +445,42 @@ func Handoff(ctx context.Context, h Host, peers []Host, vip string) (err error) 
 // new TCP connections to the VIP on the old holder while the VIP moves.
 const SynDropTable = "hamaster_vip"
 
+// SynDropLifetime bounds how long Handoff's drop of new connections
+// lasts on a host nobody removes it from (hamaster killed mid-handoff):
+// the VIP is an element of an nftables set with this timeout, and once it
+// expires the rule matches nothing, without any command. It outlasts any
+// handoff's wait (providers/metal's handoffWait, 30 s); Handoff deletes
+// the table itself as soon as the VIP has moved.
+const SynDropLifetime = 40 * time.Second
+
 // dropSYN makes h drop new TCP connections (a SYN without ACK) to vip
-// addressed to it, in the input hook before any other filter; it reports
-// false, changing nothing, when h has no nft. Idempotent: the table is
-// replaced whole.
+// addressed to it, in the input hook before any other filter, for
+// SynDropLifetime at most (nftables: the set element's timeout, in
+// Debian's nftables 1.0.6 and every kernel since 4.1); it reports false,
+// changing nothing, when h has no nft. Idempotent: the table is replaced
+// whole (its element's lifetime starts again).
 func dropSYN(ctx context.Context, h Host, vip string) (bool, error) {
-	if _, err := netip.ParseAddr(vip); err != nil {
-		return false, errkind.Errorf(errkind.InvalidArgument, "drop new connections to the vip on %s: %q is not an IP address", h.Name, vip)
+	a, err := netip.ParseAddr(vip)
+	if err != nil || !a.Is4() {
+		return false, errkind.Errorf(errkind.InvalidArgument, "drop new connections to the vip on %s: %q is not an IPv4 address", h.Name, vip)
 	}
 	out, err := h.run(ctx, "drop new connections to the vip "+vip, fmt.Sprintf(`command -v nft >/dev/null 2>&1 || exit 0
 nft -f - <<'RULES'
 add table inet %[1]s
 delete table inet %[1]s
 table inet %[1]s {
+	set handoff {
+		type ipv4_addr
+		flags timeout
+		elements = { %[2]s timeout %[3]ds }
+	}
 	chain input {
 		type filter hook input priority filter - 10; policy accept;
-		ip daddr %[2]s tcp flags & (syn | ack) == syn drop
+		ip daddr @handoff tcp flags & (syn | ack) == syn drop
 	}
 }
 RULES
-echo dropping`, SynDropTable, vip))
+echo dropping`, SynDropTable, a, int(SynDropLifetime/time.Second)))
 	if err != nil {
 		return false, err
 	}

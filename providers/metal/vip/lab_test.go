@@ -717,3 +717,77 @@ func TestVIPKubeadmDocArm(t *testing.T) {
 		t.Errorf("the doc's arm moved in %v: expected ~30 s (fall 10 × interval 3 s)", d)
 	}
 }
+
+// A planned handoff whose hamaster dies right after it made the holder
+// drop new connections to the VIP, before the maintenance file (the VIP
+// stays on the holder), heals by itself: new connections through the VIP
+// are dropped at first, then accepted again once the drop's lifetime
+// (vip.SynDropLifetime) has run out, with no command run on any host.
+func TestVIPInterruptedHandoffHeals(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	lab := metallabtest.Start(ctx, t, 1, keepalivedBin, haproxyBin, "/usr/sbin/nft")
+	h0 := lab.Hosts[0]
+	c, err := lab.Dial(ctx, h0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	h := vip.Host{Name: h0.Name, Exec: c, Log: slog.New(slog.NewTextHandler(tlog{t}, nil))}
+	startAPIServer(t, h0, metallabtest.SelfSigned(t))
+	cfg := vip.Config{VIP: lab.VIP.String(), Priority: vip.DefaultPriority(0, 1), Host: h0.Name, Masters: []vip.Master{{Name: h0.Name, Address: h0.Addr.String()}}}
+	if _, err := vip.Apply(ctx, h, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := vip.Remove(ctx, h, lab.VIP.String()); err != nil {
+			t.Errorf("Remove: %v", err)
+		}
+	})
+	cfg.Interface = "eth0"
+	files, err := vip.Render(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startDaemon(ctx, t, c, vip.RunDir+"/haproxy.log", files.HAProxyCommand)
+	startDaemon(ctx, t, c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
+	addr := net.JoinHostPort(lab.VIP.String(), "8443")
+	dial := func() error {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	}
+	// A hang guard: the VIP is up and answering within seconds.
+	if err := wait.Until(ctx, 100*time.Millisecond, "the VIP answering", func() (bool, error) { return dial() == nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+
+	// The handoff's first step, then nothing: hamaster is gone.
+	dropping, err := vip.DropSYN(ctx, h, lab.VIP.String())
+	if err != nil || !dropping {
+		t.Fatalf("drop new connections on %s: dropping %v, %v (the lab's hosts have nft)", h0.Name, dropping, err)
+	}
+	dropped := time.Now()
+	if err := dial(); err == nil {
+		t.Fatalf("a new connection to %s went through right after the drop", addr)
+	}
+	// A hang guard: the drop ends after SynDropLifetime (the kernel's
+	// timer), and nothing else may be needed.
+	hctx, hcancel := context.WithTimeout(ctx, vip.SynDropLifetime+time.Minute)
+	defer hcancel()
+	if err := wait.Until(hctx, 500*time.Millisecond, "new connections to the VIP accepted again", func() (bool, error) { return dial() == nil, nil }); err != nil {
+		t.Fatalf("hang guard: %v", err)
+	}
+	healed := time.Since(dropped)
+	if healed < vip.SynDropLifetime-time.Second {
+		t.Errorf("new connections accepted again %v after the drop, before its lifetime of %v ran out: the drop did not hold", healed, vip.SynDropLifetime)
+	}
+	if out := run(ctx, t, c, "nft list set inet "+vip.SynDropTable+" handoff"); strings.Contains(out, lab.VIP.String()) {
+		t.Errorf("the VIP is still in the drop set:\n%s", out)
+	}
+	t.Logf("an interrupted handoff's drop healed by itself %v after it began (its lifetime %v)", healed.Round(100*time.Millisecond), vip.SynDropLifetime)
+}
