@@ -9,6 +9,7 @@
 package lb
 
 import (
+	"strings"
 	"context"
 )
 
@@ -39,6 +40,15 @@ type Status struct {
 	// Viewer is the machine whose view Targets are when each master runs
 	// its own balancer (metal: the holder's HAProxy), "" for a cloud's.
 	Viewer string `json:"viewer,omitempty"`
+}
+
+// Holders lists the machines holding IP (Holder, split at its commas):
+// more than one is a split brain, two masters answering for the VIP.
+func (s Status) Holders() []string {
+	if s.Holder == "" {
+		return nil
+	}
+	return strings.Split(s.Holder, ",")
 }
 
 // LoadBalancer is an L4 (TCP) load balancer on the cluster's static IP that

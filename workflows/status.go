@@ -79,6 +79,9 @@ func (r Report) Healthy() bool {
 	if r.MembersError != "" || len(r.Replicas) == 0 || r.EndpointError != "" || len(r.Orphans) > 0 {
 		return false
 	}
+	if r.LB != nil && len(r.LB.Holders()) > 1 {
+		return false // a split brain: two masters answer for the VIP
+	}
 	for _, rep := range r.Replicas {
 		if !rep.Healthy {
 			return false

@@ -608,6 +608,10 @@ Example:
 						fmt.Fprintf(e.stdout, "\nCONTROL PLANE: %s\n", map[string]string{"standin": "standin (hamaster-node's apiserver stand-in: /readyz, /version, /kv)", "real": "real (kube-apiserver; hamaster kubeconfig writes a kubeconfig for it)"}[controlPlane])
 					}
 				}
+				if rep.LB != nil && len(rep.LB.Holders()) > 1 {
+					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s is not healthy: the VIP %s is held by %s at once (split brain: are VRRP's adverts, IP protocol 112, blocked between them? docs/metal.md)",
+						g.cluster, rep.LB.IP, strings.Join(rep.LB.Holders(), " and "))
+				}
 				if !rep.Healthy() {
 					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s is not healthy", g.cluster)
 				}
@@ -692,6 +696,9 @@ func printStatus(e *env, rep workflows.Report) {
 			holder, view := rep.LB.Holder, "backends as "+rep.LB.Viewer+"'s HAProxy sees them"
 			if holder == "" {
 				holder = "NOBODY"
+			}
+			if hs := rep.LB.Holders(); len(hs) > 1 {
+				holder = strings.Join(hs, " AND ") + " AT ONCE (split brain)"
 			}
 			if rep.LB.Viewer == "" {
 				view = "no master's HAProxy answers"

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/workflows"
 )
@@ -88,5 +89,23 @@ func TestStatusShowsTheVIPHolder(t *testing.T) {
 	printStatus(&env{stdout: &out}, rep)
 	if !strings.Contains(out.String(), "VIP 192.0.2.100 held by NOBODY; no master's HAProxy answers") {
 		t.Errorf("status with no holder:\n%s", out.String())
+	}
+	// Two holders: a split brain, named, and the cluster not healthy
+	// (status exits 3) however healthy the rest is.
+	rep.LB.Holder, rep.LB.Viewer = "cp-1,cp-2", "cp-1"
+	out.Reset()
+	printStatus(&env{stdout: &out}, rep)
+	if !strings.Contains(out.String(), "VIP 192.0.2.100 held by cp-1 AND cp-2 AT ONCE (split brain)") {
+		t.Errorf("status with two holders:\n%s", out.String())
+	}
+	rep.Replicas = []workflows.ReplicaStatus{{Name: "cp-1", Healthy: true}}
+	rep.Members = []etcdmember.Member{{Name: "cp-1", Healthy: true, Leader: true}}
+	rep.LB.Holder = "cp-1"
+	if !rep.Healthy() {
+		t.Fatalf("the report without its split brain is not healthy: %+v", rep)
+	}
+	rep.LB.Holder = "cp-1,cp-2"
+	if rep.Healthy() {
+		t.Error("a split brain reported healthy")
 	}
 }
