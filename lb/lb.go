@@ -9,8 +9,8 @@
 package lb
 
 import (
-	"strings"
 	"context"
+	"strings"
 )
 
 // Target is one apiserver behind the LB, named by its replica.
