@@ -73,6 +73,14 @@ type LoadBalancer interface {
 	Delete(ctx context.Context) error
 }
 
+// CreateChecker is a LoadBalancer that can tell, before anything changes,
+// that Create on ip with targets would give a reachable endpoint (metal:
+// the VIP inside the masters' subnet). The first add-replica's preflight
+// asks it.
+type CreateChecker interface {
+	CheckCreate(ctx context.Context, ip string, targets []Target) error
+}
+
 // StaticIP is the cluster's reserved public address.
 type StaticIP interface {
 	// Get returns the address and the replica it is attached to ("" when

@@ -131,6 +131,9 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				if source == "" {
 					return errkind.Errorf(errkind.FailedPrecondition, "no replica with a healthy etcd voter to clone")
 				}
+				if err := checkFirstLB(ctx, d, rs, source); err != nil {
+					return err
+				}
 				if r.Get("source") == "" {
 					return r.Set("source", source)
 				}
@@ -538,4 +541,28 @@ func promotePlan(d *Deps) []string {
 		}
 	}
 	return plan
+}
+
+// checkFirstLB asks a load balancer that can check itself
+// (lb.CreateChecker) whether the first add's promote-static-ip-to-lb
+// would give a reachable endpoint, before anything changes; once the load
+// balancer exists there is nothing to check.
+func checkFirstLB(ctx context.Context, d *Deps, rs []providers.Replica, source string) error {
+	cc, ok := d.Provider.LoadBalancer().(lb.CreateChecker)
+	if !ok {
+		return nil
+	}
+	if _, err := d.Provider.LoadBalancer().Get(ctx); !errors.Is(err, errkind.NotFound) {
+		return err
+	}
+	ip, _, err := d.Provider.StaticIP().Get(ctx)
+	if err != nil {
+		return err
+	}
+	for _, rep := range rs {
+		if rep.Name == source {
+			return cc.CheckCreate(ctx, ip, []lb.Target{{Name: rep.Name, Address: rep.Address}})
+		}
+	}
+	return nil
 }

@@ -340,6 +340,22 @@ func (l loadBalancer) Get(ctx context.Context) (lb.Status, error) {
 	return st, nil
 }
 
+// CheckCreate implements lb.CreateChecker: before anything changes (the
+// first add-replica's preflight), the VIP must lie inside the subnet of
+// the interface each target's address is on (vip.CheckPrefix).
+func (l loadBalancer) CheckCreate(ctx context.Context, ip string, targets []lb.Target) error {
+	p := l.p
+	if ip == "" {
+		ip = p.inv.VIP
+	}
+	for _, t := range targets {
+		if err := vip.CheckPrefix(ctx, p.vipHost(t.Name), t.Address, ip); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Create implements lb.LoadBalancer: the record is written, the VIP's
 // files applied on every target (the kubelets start keepalived and
 // HAProxy), and Create returns once exactly one target holds the VIP. ip

@@ -85,6 +85,46 @@ func ResolveInterface(ctx context.Context, h Host, address string) (string, erro
 	return "", errkind.Errorf(errkind.NotFound, "find the interface of %s on %s: no interface holds it", address, h.Name)
 }
 
+// CheckPrefix checks that vip lies inside the prefix of the interface
+// holding address on h: keepalived adds the VIP to that interface, and a
+// VIP outside its subnet is held but reached by nobody (neighbours do not
+// ARP for it there). errkind.InvalidArgument names the host, the
+// interface and its prefix.
+func CheckPrefix(ctx context.Context, h Host, address, vip string) error {
+	v, err := netip.ParseAddr(vip)
+	if err != nil || !v.Is4() {
+		return errkind.Errorf(errkind.InvalidArgument, "the vip %q is not an IPv4 address", vip)
+	}
+	if _, err := netip.ParseAddr(address); err != nil {
+		return errkind.Errorf(errkind.InvalidArgument, "check the vip on %s: %q is not an IP address", h.Name, address)
+	}
+	out, err := h.run(ctx, "find the prefix of "+address, "ip -o -4 addr show to "+remote.ShellQuote(address+"/32"))
+	if err != nil {
+		return err
+	}
+	for l := range strings.Lines(string(out)) {
+		// "2: eth0    inet 198.18.6.1/24 brd 198.18.6.255 scope global eth0"
+		f := strings.Fields(l)
+		if len(f) < 4 || f[2] != "inet" {
+			continue
+		}
+		pfx, err := netip.ParsePrefix(f[3])
+		if err != nil {
+			continue
+		}
+		name, _, _ := strings.Cut(f[1], "@")
+		if !pfx.Masked().Contains(v) {
+			return errkind.Errorf(errkind.InvalidArgument, "the vip %s is outside %s's subnet: %s holds %s on %s (%s); choose a free address in %s (the inventory's vip, or --vip)",
+				vip, h.Name, h.Name, address, name, pfx, pfx.Masked())
+		}
+		if v == pfx.Addr() {
+			return errkind.Errorf(errkind.InvalidArgument, "the vip %s is %s's own address on %s", vip, h.Name, name)
+		}
+		return nil
+	}
+	return errkind.Errorf(errkind.NotFound, "check the vip on %s: no interface holds %s", h.Name, address)
+}
+
 // Apply makes h's files those rendered from cfg: it finds the interface
 // when cfg.Interface is empty, creates the directories, replaces each file
 // that differs (content or mode) atomically, configuration before

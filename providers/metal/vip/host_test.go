@@ -271,3 +271,38 @@ func TestHandoffWaitsForAPeerInBackup(t *testing.T) {
 		t.Errorf("maintenance written at %d, the peer's last state read at %d (%d reads): %q", maint, backup, reads, log)
 	}
 }
+
+// CheckPrefix reads the prefix of the interface holding the master's
+// address ("ip -o -4 addr show to ADDR/32", as iproute2 prints it) and
+// refuses a VIP outside it or equal to the master's own address, naming
+// the host and the prefix.
+func TestCheckPrefix(t *testing.T) {
+	t.Parallel()
+	const line = "2: eth0@if7    inet 198.18.6.1/24 brd 198.18.6.255 scope global eth0\\       valid_lft forever preferred_lft forever\n"
+	for _, c := range []struct {
+		name, out, vip string
+		kind           error
+		says           string
+	}{
+		{"inside", line, "198.18.6.100", nil, ""},
+		{"outside", line, "198.18.7.100", errkind.InvalidArgument, "outside cp-1's subnet: cp-1 holds 198.18.6.1 on eth0 (198.18.6.1/24)"},
+		{"its own address", line, "198.18.6.1", errkind.InvalidArgument, "cp-1's own address"},
+		{"no interface", "", "198.18.6.100", errkind.NotFound, "on cp-1: no interface holds 198.18.6.1"},
+		{"not an address", line, "vip.example", errkind.InvalidArgument, "not an IPv4 address"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			x := &fakeExec{answers: map[string]string{"addr show to": c.out}}
+			err := CheckPrefix(t.Context(), Host{Name: "cp-1", Exec: x}, "198.18.6.1", c.vip)
+			if c.kind == nil {
+				if err != nil {
+					t.Errorf("err %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, c.kind) || err == nil || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("err %v, want %v saying %q", err, c.kind, c.says)
+			}
+		})
+	}
+}
