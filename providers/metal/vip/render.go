@@ -105,7 +105,10 @@ func haproxyCommand() []string {
 //     (256-priority)/256 × 0.5 s), under 2 s; with v2's whole seconds it
 //     would be over 3 s (the lab's own self-test measures ~3.3 s).
 //   - unicast to the other masters, adverts from anyone else ignored
-//     (check_unicast_src): no reliance on multicast on the segment
+//     (check_unicast_src; with no other master, no unicast keyword at all:
+//     keepalived 2.2.7's --config-test calls unicast keywords without a
+//     peer deprecated, and falls back to multicast): no reliance on
+//     multicast on the segment
 //     (switches with IGMP snooping, some virtual networks), and another
 //     cluster's router with the same id is not heard. (VRRPv3 has no
 //     authentication; v2's PASS was only a collision guard too.)
@@ -139,6 +142,7 @@ vrrp_instance hamaster_apiserver {
     priority {{.Priority}}
     version 3
     advert_int 0.5
+{{- if .Peers}}
     check_unicast_src
     unicast_src_ip {{.Self}}
     unicast_peer {
@@ -146,6 +150,7 @@ vrrp_instance hamaster_apiserver {
         {{.}}
 {{- end}}
     }
+{{- end}}
     virtual_ipaddress {
         {{.VIP}}/32 dev {{.Interface}}
     }
