@@ -99,7 +99,9 @@ func (d *Deps) HTTP(ctx context.Context) (*http.Client, error) {
 	if d.http != nil {
 		return d.http, nil
 	}
-	pool, err := d.trustPool(ctx)
+	pctx, cancel := withoutDeadline(ctx, trustPoolTimeout)
+	defer cancel()
+	pool, err := d.trustPool(pctx)
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +118,27 @@ func (d *Deps) HTTP(ctx context.Context) (*http.Client, error) {
 		Transport: tr,
 	}
 	return d.http, nil
+}
+
+// trustPoolTimeout bounds the read of the CA the probes' client trusts.
+// That read is set-up, not the probe: for a flavor whose masters carry
+// the CA it lists the masters and reads a file over SSH, sessions that
+// take a second or more each to start on real hosts (PAM, motd, the
+// user's shell profile), so a probe attempt's deadline (waitFor's 3 s)
+// does not bound it: only the caller's cancellation and this do. Once
+// read, the client is kept.
+const trustPoolTimeout = 2 * time.Minute
+
+// withoutDeadline is ctx without its deadline, bounded by d instead: it
+// ends when ctx is cancelled, but not when ctx's deadline passes.
+func withoutDeadline(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	return c, func() { stop(); cancel() }
 }
 
 // trustPool is the CA the apiservers' certificates chain to: the one the
