@@ -78,7 +78,7 @@ func TestVIPConfig(t *testing.T) {
 	if got := []string{c.Masters[0].Name, c.Masters[1].Name}; !slices.Equal(got, []string{"cp-1", "cp-2"}) {
 		t.Errorf("masters %v, want the inventory's order", got)
 	}
-	if c.Priority != 210 || p.vipConfig(s, "cp-1").Priority != 250 || p.vipConfig(s, "cp-3").Priority != 170 {
+	if c.Priority != 160 || p.vipConfig(s, "cp-1").Priority != 200 || p.vipConfig(s, "cp-3").Priority != 120 {
 		t.Errorf("priorities %d, %d", c.Priority, p.vipConfig(s, "cp-1").Priority)
 	}
 	if c.FrontendPort != vip.DefaultFrontendPort || c.APIServerPort != providers.APIServerPort || !slices.Equal(c.Drained, []string{"cp-2"}) {

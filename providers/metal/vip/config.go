@@ -218,21 +218,22 @@ func (c Config) self() Master {
 }
 
 // DefaultPriority is the VRRP priority of the i-th (0-based) of n
-// masters: 250 for the first, then down in steps of 120/(n-1), at most 40
-// (250, 210, 170 for three masters; never below 130). High priorities make
-// a backup's skew time, and so a failover, short: RFC 5798 6.1,
-// Skew_Time = ((256 − Priority) × Master_Adver_Interval) / 256, 0.1 s at
-// 210 with 0.5 s adverts. Priorities far apart make the backups' timers
-// expire far apart: when the holder gives the VIP up (its priority-0
-// advert) every backup's Master_Down timer runs out after its own skew,
-// and the first to send its advert silences the others only if that
-// advert arrives before their timers expire. A step of 1 (the priorities
-// this replaced: 200, 199, …) put the two backups' expiries ~2 ms apart,
-// less than an advert takes on a busy host, and both took the VIP
-// (make bench VIP=1 saw two holders within ~30 ms); 40 puts them 78 ms
-// apart (19.5 ms with thirteen).
+// masters: 200 for the first, then down in steps of 120/(n-1), at most 40
+// (200, 160, 120 for three masters; never below 80). A backup takes the
+// VIP after its skew time (RFC 5798 6.1: Skew_Time = ((256 − Priority) ×
+// Master_Adver_Interval) / 256, with 0.5 s adverts 109 ms at 200, 188 ms
+// at 160), and priorities far apart make the backups' timers expire far
+// apart: when the holder gives the VIP up (its priority-0 advert), the
+// first backup's advert must reach the others before their own timers
+// run out. A step of 1 (the priorities this replaced: 200, 199, …) put
+// two backups' expiries ~2 ms apart, less than an advert takes on a busy
+// host, and both took the VIP (make bench VIP=1 saw two holders within
+// ~30 ms); 40 puts them 78 ms apart (19.5 ms with thirteen masters). The
+// top stays at 200: at 250 the first backup's skew was 12 ms, and on the
+// lab it took the VIP before the old holder had removed it (one poll saw
+// both holding it in TestLoadBalancerOnTheLab).
 func DefaultPriority(i, n int) int {
-	const top, lowest, widest = 250, 130, 40
+	const top, lowest, widest = 200, 80, 40
 	step := widest
 	if n > 1 {
 		step = min(max((top-lowest)/(n-1), 1), widest)

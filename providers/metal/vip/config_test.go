@@ -18,11 +18,11 @@ func TestDefaultPriority(t *testing.T) {
 		n    int
 		want []int
 	}{
-		{1, []int{250}},
-		{2, []int{250, 210}},
-		{3, []int{250, 210, 170}},
-		{5, []int{250, 220, 190, 160, 130}},
-		{7, []int{250, 230, 210, 190, 170, 150, 130}},
+		{1, []int{200}},
+		{2, []int{200, 160}},
+		{3, []int{200, 160, 120}},
+		{5, []int{200, 170, 140, 110, 80}},
+		{7, []int{200, 180, 160, 140, 120, 100, 80}},
 	} {
 		var got []int
 		for i := range c.n {
@@ -36,13 +36,13 @@ func TestDefaultPriority(t *testing.T) {
 	for n := 2; n <= 13; n++ {
 		for i := 1; i < n; i++ {
 			hi, lo := vip.DefaultPriority(i-1, n), vip.DefaultPriority(i, n)
-			if lo < 130 || hi > 254 || skew(lo)-skew(hi) < 19*time.Millisecond {
+			if lo < 80 || hi > 200 || skew(lo)-skew(hi) < 19*time.Millisecond {
 				t.Errorf("n=%d: priorities %d and %d: skews %v and %v", n, hi, lo, skew(hi), skew(lo))
 			}
 		}
 	}
 	// A place past the last master shares the lowest priority.
-	if got := vip.DefaultPriority(5, 3); got != 170 {
-		t.Errorf("DefaultPriority(5, 3) = %d, want 170", got)
+	if got := vip.DefaultPriority(5, 3); got != 120 {
+		t.Errorf("DefaultPriority(5, 3) = %d, want 120", got)
 	}
 }
