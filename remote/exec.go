@@ -69,6 +69,36 @@ func (c *Client) Run(ctx context.Context, cmd string) (stdout, stderr []byte, er
 	return c.run(ctx, cmd, nil, true)
 }
 
+// sudoWrap is cmd run as root by sudo: -n fails at once where sudo would
+// ask for a password, and sh -c runs the whole command line (its pipes,
+// redirections and variables) as root, not only its first word. Without a
+// terminal sudo keeps the command in the session's process group, so a
+// cancelled command is still killed by its group.
+func sudoWrap(cmd string) string {
+	return "sudo -n -- sh -c " + ShellQuote(cmd)
+}
+
+// CheckSudo makes sure that a Client with Config.Sudo can run commands as
+// root without a password: `sudo -n true`, once. It returns nil for a
+// client without Sudo, and an errkind.FailedPrecondition error naming the
+// user, the host and the fix when sudo is missing or asks for a password.
+func (c *Client) CheckSudo(ctx context.Context) error {
+	if !c.sudo {
+		return nil
+	}
+	_, _, err := c.run(ctx, "true", nil, false)
+	var exit *ExitError
+	if errors.As(err, &exit) {
+		return errkind.Errorf(errkind.FailedPrecondition,
+			"ssh user %q on %s is not root and cannot run commands as root with `sudo -n` (%s): give it passwordless sudo (a sudoers line `%s ALL=(ALL:ALL) NOPASSWD: ALL`, in /etc/sudoers.d/) or log in as root",
+			c.user, c.addr, exit.outcome(), c.user)
+	}
+	if err != nil {
+		return fmt.Errorf("check sudo for %q on %s: %w", c.user, c.addr, err)
+	}
+	return nil
+}
+
 // killTimeout bounds the background kill of a cancelled command.
 const killTimeout = 10 * time.Second
 
@@ -86,13 +116,16 @@ func (c *Client) run(ctx context.Context, cmd string, stdin io.Reader, killable 
 	sess.Stderr = &errOut
 	sess.Stdin = stdin
 	wire := cmd
+	if c.sudo {
+		wire = sudoWrap(cmd)
+	}
 	var pg *pgidFilter
 	if killable {
 		// $PPID of this sh is the login shell, the session's process
 		// group leader. The quotes keep it from any shell but sh.
 		pg = newPGIDFilter(&errOut)
 		sess.Stderr = pg
-		wire = "sh -c 'echo " + pg.token + "$PPID >&2'\n" + cmd
+		wire = "sh -c 'echo " + pg.token + "$PPID >&2'\n" + wire
 	}
 	if err := sess.Start(wire); err != nil {
 		if end := c.waitEnd(time.Second); end != nil {

@@ -23,6 +23,10 @@ func sq(s string) string {
 
 func TestRun(t *testing.T) {
 	t.Parallel()
+	withSudo(t, testRun)
+}
+
+func testRun(t *testing.T, config func(*sshtest.Server) remote.Config) {
 	s := sshtest.Start(t, sshtest.Options{})
 	c := dial(t.Context(), t, config(s))
 	tests := []struct {
@@ -100,12 +104,37 @@ func seq(n int) string {
 
 // TestRunCancel cancels a long command once it is known to run: Run must
 // return at once with ctx's error, and the remote command must die.
+// withSudo runs test once as the login user and once through sudo
+// (remote.Config.Sudo, as for a non-root login; here the login is the
+// test's user, root on CI, whom sudo lets in without a password).
+func withSudo(t *testing.T, test func(t *testing.T, cfg func(*sshtest.Server) remote.Config)) {
+	for _, sudo := range []bool{false, true} {
+		t.Run(map[bool]string{false: "login user", true: "sudo"}[sudo], func(t *testing.T) {
+			t.Parallel()
+			test(t, func(s *sshtest.Server) remote.Config {
+				c := config(s)
+				c.Sudo = sudo
+				return c
+			})
+		})
+	}
+}
+
 func TestRunCancel(t *testing.T) {
 	t.Parallel()
+	withSudo(t, testRunCancel)
+}
+
+// testRunCancel: a cancelled Run returns at once and its remote command
+// (its whole process group, through sudo too) is killed.
+func testRunCancel(t *testing.T, config func(*sshtest.Server) remote.Config) {
 	s := sshtest.Start(t, sshtest.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 	c := dial(ctx, t, config(s))
+	if err := c.CheckSudo(ctx); err != nil {
+		t.Fatalf("CheckSudo: %v", err)
+	}
 	pidFile := filepath.Join(t.TempDir(), "pid")
 
 	runCtx, cancelRun := context.WithCancel(ctx)
@@ -151,6 +180,10 @@ func TestRunCancel(t *testing.T) {
 
 func TestUpload(t *testing.T) {
 	t.Parallel()
+	withSudo(t, testUpload)
+}
+
+func testUpload(t *testing.T, config func(*sshtest.Server) remote.Config) {
 	s := sshtest.Start(t, sshtest.Options{})
 	c := dial(t.Context(), t, config(s))
 	allBytes := make([]byte, 256*64)

@@ -88,6 +88,12 @@ type Config struct {
 	// reach (a master's private IP behind a bastion). The host key of Addr
 	// is checked as usual.
 	Via *Client
+	// Sudo runs every command (Run, Upload, and the kill of a cancelled
+	// command) through `sudo -n -- sh -c CMD`: for a User other than root,
+	// which is how most hosts let operators in. sudo must not ask for a
+	// password (-n makes it fail instead of waiting); CheckSudo says so
+	// before any change. Tunnels need no privilege and are unchanged.
+	Sudo bool
 }
 
 // withDefaults returns cfg with zero fields filled in. It reads the home
@@ -138,6 +144,8 @@ func (cfg Config) validate() error {
 // Close it when done.
 type Client struct {
 	addr string // host:port
+	user string
+	sudo bool
 	log  *slog.Logger
 	ssh  *ssh.Client
 
@@ -247,6 +255,8 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := &Client{
 		addr:    cfg.Addr,
+		user:    cfg.User,
+		sudo:    cfg.Sudo,
 		log:     log,
 		ssh:     ssh.NewClient(sc, chans, reqs),
 		done:    make(chan struct{}),

@@ -16,6 +16,9 @@
 #                   connections to the VIP on the old holder while it
 #                   moves (make test-metal; the ruleset is never loaded as
 #                   a service)
+#   sudo            /usr/bin/sudo: remote's tests run commands through
+#                   sudo -n (a non-root login's path), and the metal lab's
+#                   login user is not root
 #   moto            moto_server: the AWS provider tests (a Python package,
 #                   not a Debian one: checked, and how to get it said)
 # and about 12 GB free under TMPDIR (a warning before any test when not).
@@ -57,6 +60,7 @@ have ip || missing+=(iproute2)
 [ -x /usr/sbin/keepalived ] || missing+=(keepalived)
 [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
 [ -x /usr/sbin/nft ] || missing+=(nftables)
+[ -x /usr/bin/sudo ] || missing+=(sudo)
 have make || missing+=(make)
 
 if [ ${#missing[@]} -gt 0 ]; then

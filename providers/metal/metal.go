@@ -226,9 +226,16 @@ func (p *Provider) client(ctx context.Context, machine string) (*remote.Client, 
 	c, err = remote.Dial(ctx, remote.Config{
 		Addr: h.SSHAddr(), User: h.SSH.User, KeyFile: p.opts[OptSSHKey], AgentSocket: p.opts[OptSSHAgent],
 		KnownHostsFile: p.opts[OptSSHKnownHosts], InsecureSkipHostKeyCheck: p.opts[OptSSHInsecure] == "true", Logger: p.log,
+		Sudo: h.SSH.User != "root",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("host %s (ssh %s@%s): %w", machine, h.SSH.User, h.SSHAddr(), err)
+	}
+	// Every change is made through this connection, so a login that
+	// cannot become root is refused here, before any.
+	if err := c.CheckSudo(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("host %s: %w", machine, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -6,6 +6,10 @@
 // sshd run as root needs its privilege separation directory /run/sshd,
 // which is created when missing (systemd normally does it).
 //
+// Every session starts as slowly as on a real host with a heavy shell
+// setup: a second, or what HAMASTER_SSH_LOGIN_DELAY says (package
+// testbed/slowlogin).
+//
 // Every process the server starts (the per-connection sshd processes and
 // the commands they run) is killed when the test ends.
 package sshtest
@@ -32,6 +36,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/hamaster/hamaster/internal/proctree"
+	"github.com/hamaster/hamaster/testbed/slowlogin"
 )
 
 // SSHD is the server binary.
@@ -216,7 +221,11 @@ func (s *Server) start(t testing.TB, opts Options) error {
 	s.Addr = l.Addr().String()
 	l.Close()
 
-	conf := append(append([]string(nil), opts.Config...),
+	delay, err := slowlogin.FromEnv()
+	if err != nil {
+		t.Fatalf("sshtest: %v", err)
+	}
+	conf := append(append(append([]string(nil), opts.Config...), slowlogin.SSHDConfig(delay)...),
 		"ListenAddress "+s.Addr,
 		"HostKey "+filepath.Join(s.Dir, "ssh_host_ed25519_key"),
 		"HostKey "+filepath.Join(s.Dir, "ssh_host_ecdsa_key"),
@@ -238,8 +247,9 @@ func (s *Server) start(t testing.TB, opts Options) error {
 		"MaxSessions 100",
 		"LogLevel VERBOSE",
 		// bash sources ~/.bashrc when run by sshd unless SHLVL says it is
-		// nested: keep the tests off the user's shell setup (which may be
-		// slow, say a pyenv init) and make commands start in milliseconds.
+		// nested: keep the tests off this machine's shell setup, whatever
+		// it is, and give every session the same start-up time instead,
+		// slowlogin's (a second unless HAMASTER_SSH_LOGIN_DELAY says).
 		"SetEnv SHLVL=1",
 	)
 	cfgFile := filepath.Join(s.Dir, "sshd_config")
