@@ -6,6 +6,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/hamaster/hamaster/testbed/kubeadmhost"
 	"github.com/hamaster/hamaster/testbed/labcmd"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
+	"github.com/hamaster/hamaster/testbed/slowlogin"
 )
 
 const usage = `usage: metallab --hosts N --state DIR [flags]
@@ -27,9 +29,12 @@ const usage = `usage: metallab --hosts N --state DIR [flags]
 metallab builds N bare-metal hosts on this machine and runs until SIGINT
 or SIGTERM. Each host is a network namespace, host-<i> at 198.18.T.<i> on
 one Linux bridge (VRRP works between them), running its own OpenSSH sshd
-on port 22 (root login with DIR/id_ed25519 only) in a mount namespace of
-its own: its own hostname, /etc/hosts, /etc/kubernetes, /var/lib/etcd,
-/var/lib/kubelet and /run. This machine reaches the hosts at
+on port 22 in a mount namespace of its own: its own hostname,
+/etc/hosts, /etc/kubernetes, /var/lib/etcd, /var/lib/kubelet and /run.
+Logins with DIR/id_ed25519 only: the inventory's user, labop, not root,
+with passwordless sudo (hamaster runs every command through sudo -n), and
+root for inspection. As on a real host with a heavy shell setup, every
+SSH session takes --login-delay to start (default: a second). This machine reaches the hosts at
 198.18.T.254; 198.18.T.100 is left free for the VIP. Nothing leaves the
 machine.
 
@@ -46,7 +51,7 @@ ip, util-linux's unshare and OpenSSH's sshd.
   terminal 1:  sudo bin/metallab --hosts 4 --state /tmp/lab
   terminal 2:  sudo -s
                . /tmp/lab/hamaster.env
-               ssh -i $HAMASTER_SSH_KEY -o UserKnownHostsFile=$HAMASTER_SSH_KNOWN_HOSTS root@198.18.T.1
+               ssh -i $HAMASTER_SSH_KEY -o UserKnownHostsFile=$HAMASTER_SSH_KNOWN_HOSTS labop@198.18.T.1
 
 With --kubeadm-master VERSION it then makes host-1 a kubeadm master as
 an operator would: on every host it "installs the packages" (kubeadm and
@@ -72,6 +77,7 @@ type config struct {
 	state, cleanup, subnet, logLevel, kubeadm string
 	kubelet, binDir                           string
 	third                                     int
+	loginDelay                                time.Duration
 }
 
 func main() {
@@ -89,8 +95,17 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 	fs.StringVar(&c.kubelet, "kubelet", "", "the test bed's kubelet `PROGRAM` installed by --kubeadm-master (default: hamaster-kubelet next to this executable, then $PATH)")
 	fs.StringVar(&c.binDir, "bin-dir", "", "`DIR` of the real binaries, DIR/VERSION/kubeadm... ('make kube-apiserver'; default $HAMASTER_REAL_APISERVER_DIR, else ~/.cache/hamaster/kube-apiserver)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	delay := fs.String("login-delay", "", "how long every SSH session takes to start, a `DURATION` from 0 to 1m (default $"+slowlogin.Env+", else 1s): a real host's shell setup")
 	if code, err := labcmd.Parse(fs, args); err != nil {
 		return c, code, err
+	}
+	if *delay != "" {
+		d, err := slowlogin.Parse("--login-delay", *delay)
+		if err != nil {
+			return c, 2, err
+		}
+		// 0 asks for none: the lab's Options say that with a negative.
+		c.loginDelay = cmp.Or(d, -1)
 	}
 	if c.kubeadm != "" {
 		if _, err := kubelet.ParseVersion(c.kubeadm); err != nil {
@@ -160,7 +175,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // serve runs the lab until ctx is done; every process, namespace and file
 // it made is gone when it returns.
 func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer) (err error) {
-	lab, err := metallab.New(ctx, metallab.Options{Hosts: c.hosts, Dir: c.state, Third: c.third, Logger: logger, Kubelet: c.kubelet, BinDir: c.binDir})
+	lab, err := metallab.New(ctx, metallab.Options{Hosts: c.hosts, Dir: c.state, Third: c.third, Logger: logger, Kubelet: c.kubelet, BinDir: c.binDir, LoginDelay: c.loginDelay})
 	if err != nil {
 		return err
 	}
@@ -176,7 +191,7 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 	}
 	fmt.Fprintf(stdout, "metallab: inventory %s, known_hosts %s\n", lab.InventoryFile, lab.KnownHostsFile)
 	fmt.Fprintf(stdout, "metallab: in another terminal: . %s\n", lab.EnvFile)
-	fmt.Fprintf(stdout, "metallab: SSH: ssh -i %s -o UserKnownHostsFile=%s root@%s\n", lab.ClientKeyFile, lab.KnownHostsFile, lab.Hosts[0].Addr)
+	fmt.Fprintf(stdout, "metallab: SSH: ssh -i %s -o UserKnownHostsFile=%s %s@%s\n", lab.ClientKeyFile, lab.KnownHostsFile, metallab.LoginUser, lab.Hosts[0].Addr)
 	if c.kubeadm != "" {
 		for _, h := range lab.Hosts {
 			if err := lab.Install(ctx, h, c.kubeadm); err != nil {

@@ -98,7 +98,9 @@ type Host struct {
 
 // SSH is a host's login.
 type SSH struct {
-	// User logs in (default root).
+	// User logs in (default root). Any other user runs every command
+	// through `sudo -n` and must have passwordless sudo: checked on the
+	// first connection, before any change.
 	User string `yaml:"user,omitempty"`
 	// Port of the host's sshd, 1..65535 (default 22).
 	Port int `yaml:"port,omitempty"`

@@ -160,7 +160,8 @@ func TestInstancesOnTheLab(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	lab := metallabtest.Start(ctx, t, 2)
+	// host-2's login user may not use sudo.
+	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 2, NoSudo: []string{"host-2"}})
 	// known_hosts with host-1's key under host-2's address and vice versa.
 	b, err := os.ReadFile(lab.KnownHostsFile)
 	if err != nil {
@@ -175,6 +176,27 @@ func TestRefusals(t *testing.T) {
 	p := open(t, lab, "prod", lab.InventoryFile, bad)
 	if _, err := p.Instances().ReserveAddress(ctx, "host-1", ""); err == nil || !strings.Contains(err.Error(), "host-1") || !strings.Contains(strings.ToLower(err.Error()), "key") {
 		t.Errorf("wrong host key: %v; want a refusal naming host-1 and its key", err)
+	}
+
+	// A login that cannot become root: refused before any change, naming
+	// the host, the user and the fix.
+	good := open(t, lab, "prod", lab.InventoryFile, lab.KnownHostsFile)
+	_, err = good.Instances().ReserveAddress(ctx, "host-2", "")
+	if !errors.Is(err, errkind.FailedPrecondition) {
+		t.Errorf("host without passwordless sudo: %v; want FailedPrecondition", err)
+	}
+	for _, want := range []string{"host-2", metallab.LoginUser, "sudo -n", "NOPASSWD"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("host without passwordless sudo: %v; want it to say %q", err, want)
+		}
+	}
+	root, err := lab.Dial(ctx, lab.Host("host-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if out, _, err := root.Run(ctx, "ls -A /var/lib/hamaster"); err != nil || len(out) != 0 {
+		t.Errorf("host-2 after the refusal: /var/lib/hamaster holds %q (%v), want nothing", out, err)
 	}
 
 	// An inventory host nobody answers on.

@@ -19,12 +19,17 @@
 //   - 198.18.<T>.100 is the VIP, held by no host until keepalived gives
 //     it to one.
 //   - Each host runs its own OpenSSH sshd on port 22 with its own host key
-//     (listed under the host's address in DIR/known_hosts), root login by
-//     key only (DIR/id_ed25519). sshd starts in a mount and UTS namespace
+//     (listed under the host's address in DIR/known_hosts), logins by key
+//     only (DIR/id_ed25519): LoginUser, not root, with passwordless sudo,
+//     the inventory's user; root, for the tests' own inspection. Every
+//     session takes Options.LoginDelay to start (a second by default), as
+//     on a host whose shell setup is heavy. sshd starts in a mount and UTS namespace
 //     of its own (ip netns exec NS unshare --mount --uts --propagation
 //     private), so that it and every session it spawns see the host's
 //     hostname (its inventory name), /etc/hosts (every host's name), and
-//     its own /etc/kubernetes, /var/lib/etcd, /var/lib/kubelet,
+//     its own /etc/passwd, /etc/group, /etc/shadow, /etc/sudoers.d and
+//     /home (LoginUser's account), /etc/kubernetes, /var/lib/etcd,
+//     /var/lib/kubelet,
 //     /var/lib/hamaster (the metal provider's claim), /usr/local/bin,
 //     /var/log/pods and /run,
 //     bind mounts of DIR/hosts/<name>/... Per-host pid files
@@ -38,7 +43,8 @@
 //
 // DIR/metallab.json records what the lab made before it makes it; Cleanup
 // (bin/metallab --cleanup DIR) removes a killed lab's leftovers from it.
-// It needs root, iproute2's ip, util-linux's unshare and OpenSSH's sshd.
+// It needs root, iproute2's ip, util-linux's unshare, OpenSSH's sshd and
+// sudo.
 package metallab
 
 import (
@@ -55,6 +61,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,6 +74,7 @@ import (
 	"github.com/hamaster/hamaster/providers/metal"
 	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/kubeadmhost"
+	"github.com/hamaster/hamaster/testbed/slowlogin"
 )
 
 // Binaries the lab runs.
@@ -118,6 +126,14 @@ type Options struct {
 	// restarting an exited kubelet: systemd's RestartSec of kubeadm's
 	// kubelet.service (10 s), scaled down; 0 means DefaultKubeletRestartDelay.
 	KubeletRestartDelay time.Duration
+	// LoginDelay is how long every SSH session on a host takes to start,
+	// as a real host's shell setup makes it (package slowlogin): 0 means
+	// HAMASTER_SSH_LOGIN_DELAY's, a second when that is unset; negative,
+	// none.
+	LoginDelay time.Duration
+	// NoSudo names hosts whose LoginUser may not use sudo (the test of
+	// hamaster's refusal of such a host).
+	NoSudo []string
 }
 
 // Lab is a running set of hosts.
@@ -138,6 +154,10 @@ type Lab struct {
 	rec    *record
 	closed bool
 	opts   Options
+	// loginID is LoginUser's uid and gid on every host; loginDelay the
+	// sessions' start-up delay.
+	loginID    int
+	loginDelay time.Duration
 }
 
 // Host is one host of the lab.
@@ -238,6 +258,9 @@ func Preflight() error {
 	if _, err := os.Stat(SSHD); err != nil {
 		return fmt.Errorf("metallab: %s is missing: each host runs OpenSSH's server (apt-get install openssh-server)", SSHD)
 	}
+	if _, err := os.Stat("/etc/sudoers"); err != nil {
+		return fmt.Errorf("metallab: sudo is missing: each host's login user (%s) becomes root with it (apt-get install sudo)", LoginUser)
+	}
 	return nil
 }
 
@@ -277,6 +300,12 @@ func (l *Lab) build(ctx context.Context, o Options) error {
 		return fmt.Errorf("metallab: %w", err)
 	}
 	if err := os.MkdirAll(filepath.Join(l.Dir, "hosts"), 0o755); err != nil {
+		return fmt.Errorf("metallab: %w", err)
+	}
+	if l.loginID, err = freeLoginID(); err != nil {
+		return err
+	}
+	if l.loginDelay, err = loginDelay(o); err != nil {
 		return fmt.Errorf("metallab: %w", err)
 	}
 	for i := 1; i <= o.Hosts; i++ {
@@ -412,6 +441,11 @@ func (l *Lab) startHost(ctx context.Context, h *Host, clientPub ssh.PublicKey, e
 	if err != nil {
 		return fmt.Errorf("metallab: %w", err)
 	}
+	logins, err := loginMounts(h, l.loginID, !slices.Contains(l.opts.NoSudo, h.Name), clientPub)
+	if err != nil {
+		return err
+	}
+	hostArgs = append(hostArgs, logins...)
 	args := append([]string{"netns", "exec", h.NS}, kubeadmhost.UnshareArgs("metallab-"+h.Name, hostArgs)...)
 	if err := os.WriteFile(filepath.Join(h.Dir, "etc-hosts"), []byte(etcHosts), 0o644); err != nil {
 		return fmt.Errorf("metallab: %s: %w", h.Name, err)
@@ -426,7 +460,7 @@ func (l *Lab) startHost(ctx context.Context, h *Host, clientPub ssh.PublicKey, e
 	if err := os.WriteFile(auth, ssh.MarshalAuthorizedKey(clientPub), 0o600); err != nil {
 		return fmt.Errorf("metallab: %s: %w", h.Name, err)
 	}
-	conf := strings.Join([]string{
+	conf := strings.Join(append([]string{
 		"# metallab host " + h.Name,
 		"ListenAddress 0.0.0.0:22",
 		"HostKey " + hostKey,
@@ -441,10 +475,16 @@ func (l *Lab) startHost(ctx context.Context, h *Host, clientPub ssh.PublicKey, e
 		"AllowTcpForwarding yes",
 		"X11Forwarding no",
 		"PrintMotd no",
-		"Subsystem sftp internal-sftp",
+		// A program, not internal-sftp: under the login delay's
+		// ForceCommand a subsystem runs as a command.
+		"Subsystem sftp /usr/lib/openssh/sftp-server",
 		"LogLevel VERBOSE",
-		"",
-	}, "\n")
+	}, append(slowlogin.SSHDConfig(l.loginDelay),
+		// sshd reads a user's keys as that user: LoginUser's are in its
+		// home (Match blocks come last).
+		"Match User "+LoginUser,
+		"    AuthorizedKeysFile .ssh/authorized_keys",
+		"")...), "\n")
 	if err := os.WriteFile(filepath.Join(sshDir, "sshd_config"), []byte(conf), 0o600); err != nil {
 		return fmt.Errorf("metallab: %s: %w", h.Name, err)
 	}
@@ -538,7 +578,7 @@ func (l *Lab) writeFiles() error {
 	for _, h := range l.Hosts {
 		kh.WriteString(knownhosts.Line([]string{knownhosts.Normalize(h.Addr.String())}, h.HostKey) + "\n")
 		inv.Hosts = append(inv.Hosts, metal.Host{Name: h.Name, Address: h.Addr.String(), Role: metal.RoleControlPlane,
-			SSH: metal.SSH{User: "root", Port: 22}})
+			SSH: metal.SSH{User: LoginUser, Port: 22}})
 	}
 	if err := writeAtomic(l.KnownHostsFile, []byte(kh.String()), 0o644); err != nil {
 		return err
