@@ -342,7 +342,8 @@ func (l loadBalancer) Get(ctx context.Context) (lb.Status, error) {
 
 // CheckCreate implements lb.CreateChecker: before anything changes (the
 // first add-replica's preflight), the VIP must lie inside the subnet of
-// the interface each target's address is on (vip.CheckPrefix).
+// the interface each target's address is on (vip.CheckPrefix), and, unless
+// a create has begun, nobody may answer ARP for it (vip.CheckUnused).
 func (l loadBalancer) CheckCreate(ctx context.Context, ip string, targets []lb.Target) error {
 	p := l.p
 	if ip == "" {
@@ -353,7 +354,14 @@ func (l loadBalancer) CheckCreate(ctx context.Context, ip string, targets []lb.T
 			return err
 		}
 	}
-	return nil
+	// Nobody answers for it yet: asked from one target, the segment being
+	// one (VRRP's adverts need it). Once a create has begun (its record
+	// is written before any keepalived starts) the holder may be ours.
+	s, err := p.loadLB()
+	if err != nil || s != nil || len(targets) == 0 {
+		return err
+	}
+	return vip.CheckUnused(ctx, p.vipHost(targets[0].Name), targets[0].Address, ip)
 }
 
 // Create implements lb.LoadBalancer: the record is written, the VIP's

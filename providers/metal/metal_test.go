@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/metal"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
@@ -197,6 +198,26 @@ func TestRefusals(t *testing.T) {
 	defer root.Close()
 	if out, _, err := root.Run(ctx, "ls -A /var/lib/hamaster"); err != nil || len(out) != 0 {
 		t.Errorf("host-2 after the refusal: /var/lib/hamaster holds %q (%v), want nothing", out, err)
+	}
+
+	// A VIP someone else already answers for (host-2 holds it outside
+	// keepalived): refused by the load balancer's preflight, from host-1;
+	// free again, accepted.
+	cc := good.LoadBalancer().(lb.CreateChecker)
+	targets := []lb.Target{{Name: "host-1", Address: a1}}
+	vipOn := "ip addr add " + lab.VIP.String() + "/24 dev eth0"
+	if _, _, err := root.Run(ctx, vipOn); err != nil {
+		t.Fatal(err)
+	}
+	err = cc.CheckCreate(ctx, "", targets)
+	if !errors.Is(err, errkind.FailedPrecondition) || !strings.Contains(err.Error(), "already in use") || !strings.Contains(err.Error(), "host-1") {
+		t.Errorf("CheckCreate with the VIP in use: %v; want FailedPrecondition saying it is in use, seen from host-1", err)
+	}
+	if _, _, err := root.Run(ctx, strings.Replace(vipOn, " add ", " del ", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cc.CheckCreate(ctx, "", targets); err != nil {
+		t.Errorf("CheckCreate with the VIP free: %v", err)
 	}
 
 	// An inventory host nobody answers on.

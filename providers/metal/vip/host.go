@@ -125,6 +125,60 @@ func CheckPrefix(ctx context.Context, h Host, address, vip string) error {
 	return errkind.Errorf(errkind.NotFound, "check the vip on %s: no interface holds %s", h.Name, address)
 }
 
+// dadWait is how long CheckUnused waits for an answer to its ARP request
+// for the VIP: a live neighbour on the segment answers in milliseconds;
+// the kernel sends its next probe only after a second.
+const dadWait = 2 * time.Second
+
+// CheckUnused checks that nobody answers ARP for vip on the segment of the
+// interface holding address on h (duplicate address detection, as
+// RFC 5227's probe: ask, and see whether an owner answers), in one session:
+// the kernel's neighbour entry for vip on that interface is flushed, a
+// connection to vip makes the kernel ask for it, and an entry that then
+// has a link-layer address is an answer. h itself carrying vip (a create
+// resumed after its keepalived took it) is not a conflict.
+// errkind.FailedPrecondition names the host, the interface and the MAC
+// that answered.
+func CheckUnused(ctx context.Context, h Host, address, vip string) error {
+	if _, err := netip.ParseAddr(address); err != nil {
+		return errkind.Errorf(errkind.InvalidArgument, "check that the vip is free on %s: %q is not an IP address", h.Name, address)
+	}
+	v, err := netip.ParseAddr(vip)
+	if err != nil || !v.Is4() {
+		return errkind.Errorf(errkind.InvalidArgument, "the vip %q is not an IPv4 address", vip)
+	}
+	// curl is on every master already (keepalived's check uses it); port
+	// 9 (discard) is as good as any: only the ARP request matters.
+	script := fmt.Sprintf(`if=$(ip -o -4 addr show to %[1]s | awk '{sub("@.*","",$2); print $2; exit}')
+[ -n "$if" ] || { echo "no interface holds %[1]s" >&2; exit 3; }
+echo "if $if"
+if ip -o -4 addr show | grep -qF ' %[2]s/'; then echo held; exit 0; fi
+ip neigh flush to %[2]s dev "$if" 2>/dev/null || true
+curl --silent --output /dev/null --connect-timeout %[3]d http://%[2]s:9/ 2>/dev/null || true
+ip -4 neigh show to %[2]s dev "$if"`, remote.ShellQuote(address+"/32"), v, int(dadWait/time.Second))
+	out, err := h.run(ctx, "check that the vip "+vip+" is free", script)
+	if err != nil {
+		return err
+	}
+	var iface string
+	for l := range strings.Lines(string(out)) {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 2 && f[0] == "if":
+			iface = f[1]
+		case len(f) == 1 && f[0] == "held":
+			return nil
+		default:
+			// "198.18.6.100 lladdr 02:..:01 REACHABLE"
+			if i := slices.Index(f, "lladdr"); i >= 0 && i+1 < len(f) {
+				return errkind.Errorf(errkind.FailedPrecondition, "the vip %s is already in use: on %s's %s, %s answers ARP for it; choose a free address in the masters' subnet (the inventory's vip, or --vip), or stop whatever holds it",
+					vip, h.Name, iface, f[i+1])
+			}
+		}
+	}
+	return nil
+}
+
 // Apply makes h's files those rendered from cfg: it finds the interface
 // when cfg.Interface is empty, creates the directories, replaces each file
 // that differs (content or mode) atomically, configuration before
