@@ -33,6 +33,10 @@ const (
 	// failoverWait bounds the measurement itself: a hang guard, 10 x the
 	// goal, so that a slow failover is measured rather than cut off.
 	failoverWait = 30 * time.Second
+	// quorumDropWait is a hang guard on a cut-off holder giving the VIP
+	// up: seconds expected (etcd's election timeout, the apiserver's etcd
+	// readiness timeout, two failed checks), the goal 10 s.
+	quorumDropWait = 2 * time.Minute
 	// failoverPoll is the holder watcher's period on each host and the
 	// probe's request period.
 	failoverPoll = 50 * time.Millisecond
@@ -98,10 +102,26 @@ func failoverLeg(ctx context.Context, t *testing.T, lab *metallab.Lab,
 			t.Fatalf("link of %s %s: %v: %s", holder.Name, state, err, out)
 		}
 	}
+	var cutAt time.Time
 	r := measureFailover(ctx, t, w, vipAddr, tlsCfg, holder.Name, "host cut off", func() {
 		link("down")
+		cutAt = time.Now()
 		w.SetCut(holder.Name, true)
 	})
+	// Split brain bounded by quorum: the cut-off master, a minority of
+	// one, gives the VIP up too. Its etcd member loses the quorum, so its
+	// apiserver's /readyz fails, so does its keepalived check, and its
+	// instance goes to FAULT, releasing the VIP, although no advert
+	// reaches it.
+	dctx, cancelDrop := context.WithTimeout(ctx, quorumDropWait)
+	if err := wait.Until(dctx, failoverPoll, "the cut-off "+holder.Name+" to give the VIP up", func() (bool, error) {
+		return !w.Holds(holder.Name), w.Err()
+	}); err != nil {
+		t.Errorf("hang guard: split brain: %v", err)
+	} else {
+		t.Logf("failover, host cut off: the cut-off %s (a minority of one) gave the VIP up %.2f s after the cut (goal: 10 s)", holder.Name, time.Since(cutAt).Seconds())
+	}
+	cancelDrop()
 	// Back: the host's link up. Its keepalived rejoins as a backup
 	// (nopreempt): the VIP stays where it went.
 	w.SetCut(holder.Name, false)

@@ -101,6 +101,15 @@ func (w *Holders) Current() []string {
 	return slices.Clone(w.holders)
 }
 
+// Holds reports whether the host called name held the VIP at its last
+// poll, cut off or not: a cut host is still polled, from this machine,
+// through its namespace.
+func (w *Holders) Holds(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.held[name]
+}
+
 // Err is the poll that failed, if one did (its host is no longer watched).
 func (w *Holders) Err() error {
 	w.mu.Lock()
