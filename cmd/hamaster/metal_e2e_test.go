@@ -71,7 +71,7 @@ func labEnv(t *testing.T, path string) []string {
 // each of its steps in turn and resumed each time) and of another → one master
 // left, no member or Node of the others, the freed hosts clean.
 func TestMetalKubeadmEndToEnd(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	kubeletProgram, cache := metallabtest.Kubeadm(t, metalVersion, metalUpgradeTo)
 	// A copy of links, so that one release can be made unstartable.

@@ -3,6 +3,7 @@ package vip
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -10,8 +11,8 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
@@ -204,15 +205,12 @@ func Apply(ctx context.Context, h Host, cfg Config) (Applied, error) {
 		return Applied{}, err
 	}
 	res := Applied{Interface: cfg.Interface}
-	if _, err := h.run(ctx, "create the vip directories", "mkdir -p "+strings.Join([]string{ConfigDir, ManifestsDir, RunDir}, " ")); err != nil {
+	have, err := fileSums(ctx, h, files.All())
+	if err != nil {
 		return res, err
 	}
 	for _, f := range files.All() {
-		same, err := sameFile(ctx, h, f)
-		if err != nil {
-			return res, err
-		}
-		if same {
+		if have[f.Path] == sum(f) {
 			continue
 		}
 		if err := h.Exec.Upload(ctx, f.Path, f.Data, f.Mode); err != nil {
@@ -242,15 +240,35 @@ func Apply(ctx context.Context, h Host, cfg Config) (Applied, error) {
 	return res, nil
 }
 
-// sameFile reports whether f is on h with its content and mode.
-func sameFile(ctx context.Context, h Host, f File) (bool, error) {
-	p := remote.ShellQuote(f.Path)
-	out, err := h.run(ctx, "read "+f.Path, "if [ -f "+p+" ]; then stat -c %a "+p+" && cat "+p+"; fi")
-	if err != nil || len(out) == 0 {
-		return false, err
+// sum is a file's mode and content as fileSums reports them: "644
+// <sha256 hex>".
+func sum(f File) string {
+	return fmt.Sprintf("%o %x", f.Mode.Perm(), sha256.Sum256(f.Data))
+}
+
+// fileSums creates the VIP's directories on h and reads the mode and
+// SHA-256 of each of files there, in one session (every session on a
+// real host runs its login's shell setup first: a second is common).
+// A missing file has no entry.
+func fileSums(ctx context.Context, h Host, files []File) (map[string]string, error) {
+	var b strings.Builder
+	b.WriteString("mkdir -p " + strings.Join([]string{ConfigDir, ManifestsDir, RunDir}, " ") + " || exit 1\n")
+	for _, f := range files {
+		p := remote.ShellQuote(f.Path)
+		fmt.Fprintf(&b, "[ -f %[1]s ] && printf '%%s %%s %%s\\n' %[1]s \"$(stat -c %%a %[1]s)\" \"$(sha256sum < %[1]s | cut -d' ' -f1)\"\n", p)
 	}
-	mode, data, _ := bytes.Cut(out, []byte("\n"))
-	return string(mode) == strconv.FormatUint(uint64(f.Mode.Perm()), 8) && bytes.Equal(data, f.Data), nil
+	b.WriteString("exit 0")
+	out, err := h.run(ctx, "read the vip files", b.String())
+	if err != nil {
+		return nil, err
+	}
+	have := map[string]string{}
+	for l := range strings.Lines(string(out)) {
+		if f := strings.Fields(l); len(f) == 3 {
+			have[f[0]] = f[1] + " " + f[2]
+		}
+	}
+	return have, nil
 }
 
 // signal sends sig to the process named in pidfile when it is running and
@@ -331,8 +349,10 @@ func State(ctx context.Context, h Host) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// peerReadyWait bounds Handoff's wait for a peer in BACKUP.
-const peerReadyWait = 10 * time.Second
+// peerReadyWait bounds Handoff's wait for a peer in BACKUP: polls of a
+// session each (all peers at once), several even where every session
+// takes 2 s to start.
+const peerReadyWait = 15 * time.Second
 
 // waitPeerReady waits until one of peers' keepalived is in BACKUP (it
 // takes the VIP at once on the holder's priority-0 advert; a peer still
@@ -345,22 +365,44 @@ func waitPeerReady(ctx context.Context, h Host, peers []Host) {
 	defer cancel()
 	var states []string
 	err := wait.Until(wctx, 100*time.Millisecond, "a peer of "+h.Name+" in BACKUP", func() (bool, error) {
+		got := onEach(peers, func(p Host) (string, error) { return State(wctx, p) })
 		states = states[:0]
-		for _, p := range peers {
-			st, err := State(wctx, p)
-			if err != nil {
+		ready := false
+		for i, p := range peers {
+			st := got[i].v
+			if got[i].err != nil {
 				st = "unreachable"
 			}
 			states = append(states, p.Name+"="+st)
-			if st == "BACKUP" {
-				return true, nil
-			}
+			ready = ready || st == "BACKUP"
 		}
-		return false, nil
+		return ready, nil
 	})
 	if err != nil && ctx.Err() == nil {
 		h.log().Warn("vip: no peer is in BACKUP; handing off all the same (the VIP may be held by nobody for a peer's master-down timer)", "peers", states)
 	}
+}
+
+// result is one host's answer in onEach.
+type result[T any] struct {
+	v   T
+	err error
+}
+
+// onEach runs fn on every host at once and returns their answers in the
+// hosts' order: a poll of n hosts takes one session's time, not n (on a
+// real host every session starts with the login's shell setup).
+func onEach[T any](hosts []Host, fn func(Host) (T, error)) []result[T] {
+	out := make([]result[T], len(hosts))
+	var wg sync.WaitGroup
+	for i, x := range hosts {
+		wg.Go(func() {
+			v, err := fn(x)
+			out[i] = result[T]{v, err}
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // runtime sends one command to HAProxy's admin socket on h (curl's
@@ -512,14 +554,15 @@ func Handoff(ctx context.Context, h Host, peers []Host, vip string) (err error) 
 	// checked only h).
 	h.log().Info("vip: maintenance on, handing the vip off")
 	var holders []string
+	all := append([]Host{h}, peers...)
 	err = wait.Until(ctx, 50*time.Millisecond, "the vip to leave "+h.Name, func() (bool, error) {
+		got := onEach(all, func(x Host) (bool, error) { return Holder(ctx, x, vip) })
 		holders = holders[:0]
-		for _, x := range append([]Host{h}, peers...) {
-			ok, err := Holder(ctx, x, vip)
-			if err != nil {
-				return false, err
+		for i, x := range all {
+			if got[i].err != nil {
+				return false, got[i].err
 			}
-			if ok {
+			if got[i].v {
 				holders = append(holders, x.Name)
 			}
 		}

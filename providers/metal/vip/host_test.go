@@ -2,11 +2,14 @@ package vip
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hamaster/hamaster/errkind"
@@ -116,14 +119,17 @@ func TestApplyFake(t *testing.T) {
 	}
 	// The host has every file as rendered except haproxy.cfg; keepalived
 	// runs (its pid file names a keepalived), haproxy does not.
+	// One session reads every file's mode and checksum.
+	var sums strings.Builder
+	for _, x := range f.All() {
+		if x.Path != HAProxyCfgPath {
+			fmt.Fprintf(&sums, "%s %s %x\n", x.Path, strconv.FormatUint(uint64(x.Mode.Perm()), 8), sha256.Sum256(x.Data))
+		}
+	}
 	answers := map[string]string{
 		"ip -o -4 addr show to '192.0.2.12/32'": "2: eth0    inet 192.0.2.12/24 brd 192.0.2.255 scope global eth0\n",
 		"kill -HUP":                             "signalled\n",
-	}
-	for _, x := range f.All() {
-		if x.Path != HAProxyCfgPath {
-			answers["stat -c %a '"+x.Path+"'"] = strconv.FormatUint(uint64(x.Mode.Perm()), 8) + "\n" + string(x.Data)
-		}
+		"sha256sum":                             sums.String(),
 	}
 	ex := &fakeExec{answers: answers}
 	res, err := Apply(context.Background(), Host{Name: "cp-2", Exec: ex}, cfg)
@@ -135,6 +141,12 @@ func TestApplyFake(t *testing.T) {
 	}
 	if string(ex.uploads[HAProxyCfgPath]) != string(f.HAProxyCfg.Data) {
 		t.Error("haproxy.cfg not written as rendered")
+	}
+	// Sessions (each a second on a slow host): the interface, one read of
+	// every file (directories made first), haproxy's reload (it does not
+	// run: nothing signalled); the write is the one upload.
+	if len(ex.ran) != 3 || !strings.HasPrefix(ex.ran[1], "mkdir -p "+ConfigDir) || !strings.Contains(ex.ran[2], "kill -USR2") {
+		t.Errorf("Apply ran %d commands, want 3 (the interface, one read of every file, haproxy's reload): %q", len(ex.ran), ex.ran)
 	}
 	ex = &fakeExec{answers: answers, uploadErr: errors.New("disk full")}
 	_, err = Apply(context.Background(), Host{Name: "cp-2", Exec: ex}, cfg)
@@ -160,7 +172,13 @@ type moving struct {
 	state func() string
 }
 
+// movingMu serializes the fake hosts' commands: Handoff polls its hosts
+// at once, and the fakes share their log and the tests' counters.
+var movingMu sync.Mutex
+
 func (m *moving) Run(_ context.Context, cmd string) ([]byte, []byte, error) {
+	movingMu.Lock()
+	defer movingMu.Unlock()
 	first, _, _ := strings.Cut(cmd, "\n")
 	*m.log = append(*m.log, m.name+": "+first)
 	if strings.HasPrefix(cmd, "ip -o addr show") && m.holds() {
@@ -179,6 +197,8 @@ func (m *moving) Run(_ context.Context, cmd string) ([]byte, []byte, error) {
 }
 
 func (m *moving) Upload(_ context.Context, path string, data []byte, _ os.FileMode) error {
+	movingMu.Lock()
+	defer movingMu.Unlock()
 	*m.log = append(*m.log, m.name+": write "+path+" "+strings.TrimSpace(string(data)))
 	m.maintain = path == MaintenancePath && string(data) == "1\n"
 	return nil

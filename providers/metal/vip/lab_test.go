@@ -38,6 +38,9 @@ const (
 	// is a speed figure, logged here and measured by make bench VIP=1's
 	// BenchmarkVIPFailover, beside kubeadm's documented configuration.
 	failoverHangGuard = 30 * time.Second
+	// labHangGuard bounds a whole lab test: every SSH session on the lab
+	// starts a second late (a slow login), and a test runs hundreds.
+	labHangGuard = 10 * time.Minute
 )
 
 // apiserver is a stand-in kube-apiserver on one lab host: HTTPS on
@@ -244,7 +247,7 @@ func setLink(ctx context.Context, t *testing.T, lab *metallab.Lab, i int, state 
 // BenchmarkVIPFailover); a planned handoff, drain and apiserver stop lose
 // no request, on new connections or kept-alive ones; never two holders.
 func TestVIPLab(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), labHangGuard)
 	defer cancel()
 	lab := metallabtest.Start(ctx, t, 3, keepalivedBin, haproxyBin, "curl")
 	log := slog.New(slog.NewTextHandler(tlog{t}, nil))
@@ -404,7 +407,8 @@ func TestVIPLab(t *testing.T) {
 	load := startLoad(ctx, t, net.JoinHostPort(lab.VIP.String(), "8443"))
 	load.await(ctx, t, 50)
 	start = time.Now()
-	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
+	// A hang guard: a handoff is a few sessions, each a second late.
+	hctx, hcancel := context.WithTimeout(ctx, time.Minute)
 	if err := vip.Handoff(hctx, hosts[old].h, peers, lab.VIP.String()); err != nil {
 		t.Fatal(err)
 	}
@@ -661,7 +665,7 @@ curl --silent --fail --max-time 2 --insecure https://localhost:6443/readyz -o /d
 `
 
 func TestVIPKubeadmDocArm(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), labHangGuard)
 	defer cancel()
 	lab := metallabtest.Start(ctx, t, 2, keepalivedBin, "curl")
 	cert := metallabtest.SelfSigned(t)
@@ -724,7 +728,7 @@ func TestVIPKubeadmDocArm(t *testing.T) {
 // are dropped at first, then accepted again once the drop's lifetime
 // (vip.SynDropLifetime) has run out, with no command run on any host.
 func TestVIPInterruptedHandoffHeals(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), labHangGuard)
 	defer cancel()
 	lab := metallabtest.Start(ctx, t, 1, keepalivedBin, haproxyBin, "/usr/sbin/nft")
 	h0 := lab.Hosts[0]
