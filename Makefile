@@ -161,7 +161,7 @@ test-metal-lab: test-prereqs kube-apiserver build
 	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 40m -v $(if $(METAL_SKIP),-skip '$(METAL_SKIP)') ./testbed/metal/... ./cmd/metallab/ ./providers/metal/... ./flavors/kubeadm/
 # The real CLI's walk on the lab (TestMetalKubeadmEndToEnd) and recover.
 test-metal-walk: test-prereqs kube-apiserver build
-	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 40m -v -run 'TestMetal' ./cmd/hamaster/
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 75m -v -run 'TestMetal' ./cmd/hamaster/
 
 # The GCE fake's kubeadm tier (as root; not part of make test): VMs made
 # from the fake's kubeadm image (kubeadm, kubectl and the test bed's
