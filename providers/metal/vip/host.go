@@ -296,37 +296,38 @@ func Remove(ctx context.Context, h Host, vip string) error {
 	if _, err := netip.ParseAddr(vip); err != nil {
 		return errkind.Errorf(errkind.InvalidArgument, "remove vip from %s: %q is not an IP address", h.Name, vip)
 	}
-	if _, err := h.run(ctx, "remove the vip manifests", "rm -f "+KeepalivedManifestPath+" "+HAProxyManifestPath); err != nil {
-		return err
-	}
+	// One session (every session on a real host runs its login's shell
+	// setup first): the manifests, then each daemon stopped and awaited
+	// (stopWait; a stale pid file names someone else), the VIP, the drop
+	// rule and the files.
+	var b strings.Builder
+	b.WriteString("rm -f " + KeepalivedManifestPath + " " + HAProxyManifestPath + " || exit 1\n")
 	for _, d := range []struct{ name, pidfile string }{{"keepalived", KeepalivedPidPath}, {"haproxy", HAProxyPidPath}} {
-		if _, err := signal(ctx, h, d.name, d.pidfile, "TERM"); err != nil {
-			return fmt.Errorf("stop %s: %w", d.name, err)
-		}
-		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		err := wait.Until(wctx, 100*time.Millisecond, d.name+" on "+h.Name+" to stop", func() (bool, error) {
-			running, err := signal(wctx, h, d.name, d.pidfile, "0")
-			return !running, err
-		})
-		cancel()
-		if err != nil {
-			return fmt.Errorf("remove vip from %s: %w", h.Name, err)
-		}
+		fmt.Fprintf(&b, `pid=$(cat %[1]s 2>/dev/null) && [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = %[2]s ] && {
+  kill -TERM "$pid" 2>/dev/null
+  i=0
+  while [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = %[2]s ]; do
+    i=$((i+1)); [ $i -le %[3]d ] || { echo "%[2]s (pid $pid) still runs %[4]s after SIGTERM" >&2; exit 1; }
+    sleep 0.1
+  done
+}
+`, remote.ShellQuote(d.pidfile), remote.ShellQuote(d.name), int(stopWait/(100*time.Millisecond)), stopWait)
 	}
-	if _, err := h.run(ctx, "delete the vip "+vip, fmt.Sprintf(`ip -o -4 addr show | while read -r _ dev _ addr _; do
+	fmt.Fprintf(&b, `ip -o -4 addr show | while read -r _ dev _ addr _; do
   [ "${addr%%/*}" = %s ] && ip addr del "$addr" dev "$dev"
-done; true`, remote.ShellQuote(vip))); err != nil {
-		return err
-	}
-	if err := undropSYN(ctx, h); err != nil {
-		return err
-	}
-	if _, err := h.run(ctx, "remove the vip configuration", "rm -rf "+strings.Join([]string{ConfigDir, RunDir}, " ")); err != nil {
-		return err
+done
+if command -v nft >/dev/null 2>&1 && nft list table inet %s >/dev/null 2>&1; then nft delete table inet %s || exit 1; fi
+rm -rf %s`, remote.ShellQuote(vip), SynDropTable, SynDropTable, strings.Join([]string{ConfigDir, RunDir}, " "))
+	if _, err := h.run(ctx, "remove the vip", b.String()); err != nil {
+		return fmt.Errorf("remove vip from %s: %w", h.Name, err)
 	}
 	h.log().Info("vip: removed")
 	return nil
 }
+
+// stopWait bounds Remove's wait for a daemon to exit after SIGTERM
+// (keepalived sends its priority-0 advert and removes the VIP first).
+const stopWait = 15 * time.Second
 
 // Holder reports whether h carries vip on any interface ("ip -o addr
 // show").
