@@ -23,6 +23,7 @@ import (
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/flavors/registry"
+	"github.com/hamaster/hamaster/internal/ctxutil"
 	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -99,7 +100,7 @@ func (d *Deps) HTTP(ctx context.Context) (*http.Client, error) {
 	if d.http != nil {
 		return d.http, nil
 	}
-	pctx, cancel := withoutDeadline(ctx, trustPoolTimeout)
+	pctx, cancel := ctxutil.WithoutDeadline(ctx, trustPoolTimeout)
 	defer cancel()
 	pool, err := d.trustPool(pctx)
 	if err != nil {
@@ -128,18 +129,6 @@ func (d *Deps) HTTP(ctx context.Context) (*http.Client, error) {
 // does not bound it: only the caller's cancellation and this do. Once
 // read, the client is kept.
 const trustPoolTimeout = 2 * time.Minute
-
-// withoutDeadline is ctx without its deadline, bounded by d instead: it
-// ends when ctx is cancelled, but not when ctx's deadline passes.
-func withoutDeadline(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
-	stop := context.AfterFunc(ctx, func() {
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			cancel()
-		}
-	})
-	return c, func() { stop(); cancel() }
-}
 
 // trustPool is the CA the apiservers' certificates chain to: the one the
 // masters carry (flavors.Flavor.MasterCA), else the cluster CA in the

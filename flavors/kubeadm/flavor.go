@@ -4,19 +4,24 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/internal/ctxutil"
 	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/remote"
 )
 
 // Name is the flavor's registry name (--flavor kubeadm).
@@ -62,6 +67,16 @@ type Flavor struct {
 	// nodeBinary is hamaster-node's path for a snapshot restore ("":
 	// next to hamaster, then $PATH).
 	nodeBinary string
+
+	// etcd keeps the etcd client certificate once read (etcdTLS),
+	// shared by the copies WithAPIServerArgs makes.
+	etcd *etcdTLSCache
+}
+
+// etcdTLSCache is the etcd client certificate and CA once read.
+type etcdTLSCache struct {
+	mu  sync.Mutex
+	cfg *tls.Config
 }
 
 var (
@@ -78,7 +93,7 @@ func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &Flavor{p: p, m: m, log: log}
+	f := &Flavor{p: p, m: m, log: log, etcd: &etcdTLSCache{}}
 	if fp, ok := p.(providers.Formatted); ok {
 		// GCE: the machine's metadata is all the machine's (MachineFormat).
 		if c := fp.Carrier(); c != providers.CarrierMetadata {
@@ -109,17 +124,84 @@ func (f *Flavor) EtcdMember(_, replica, address string) (string, string) {
 	return name, "https://" + net.JoinHostPort(address, strconv.Itoa(EtcdPeerPort))
 }
 
-// read returns the files at paths on machine, each in full.
+// read returns the files at paths on machine, each in full, in one
+// session (each session on a real host starts with the login's shell
+// setup, a second or more): a line of base64 each.
 func (f *Flavor) read(ctx context.Context, machine string, paths ...string) ([][]byte, error) {
+	var script strings.Builder
+	for _, p := range paths {
+		fmt.Fprintf(&script, "base64 -w0 < %s || exit 1; echo\n", remote.ShellQuote(p))
+	}
+	what := strings.Join(paths, ", ")
+	b, _, err := f.m.RunOnMachine(ctx, machine, script.String())
+	if err != nil {
+		return nil, fmt.Errorf("master %s: read %s: %w", machine, what, err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) != len(paths) {
+		return nil, fmt.Errorf("master %s: read %s: %d files in the answer, want %d", machine, what, len(lines), len(paths))
+	}
 	out := make([][]byte, len(paths))
-	for i, p := range paths {
-		b, _, err := f.m.RunOnMachine(ctx, machine, "cat "+p)
-		if err != nil {
-			return nil, fmt.Errorf("master %s: read %s: %w", machine, p, err)
+	for i, l := range lines {
+		if out[i], err = base64.StdEncoding.DecodeString(l); err != nil {
+			return nil, fmt.Errorf("master %s: read %s: %w", machine, paths[i], err)
 		}
-		out[i] = b
 	}
 	return out, nil
+}
+
+// etcdTLSTimeout bounds the read of the etcd client certificate and CA:
+// set-up an attempt needs but does not own (a probe attempt's deadline
+// may be seconds, and each session on a real host takes a second or more
+// to start). Once read, it is kept until a client made with it fails.
+const etcdTLSTimeout = 2 * time.Minute
+
+// etcdTLS is the apiserver's etcd client certificate with the etcd CA,
+// read from the first of cands that answers, or kept from before.
+func (f *Flavor) etcdTLS(ctx context.Context, cands []providers.Replica) (*tls.Config, error) {
+	c := f.etcd
+	if c == nil {
+		c = &etcdTLSCache{} // not kept
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cfg != nil {
+		return c.cfg, nil
+	}
+	rctx, cancel := ctxutil.WithoutDeadline(ctx, etcdTLSTimeout)
+	defer cancel()
+	var errs []error
+	for _, r := range cands {
+		files, err := f.read(rctx, r.Name, EtcdCACert, EtcdClientCert, EtcdClientKey)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		pair, err := tls.X509KeyPair(files[1], files[2])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("master %s: %s: %w", r.Name, EtcdClientCert, err))
+			continue
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(files[0]) {
+			errs = append(errs, fmt.Errorf("master %s: %s is not PEM", r.Name, EtcdCACert))
+			continue
+		}
+		c.cfg = &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+		return c.cfg, nil
+	}
+	return nil, errkind.Errorf(errkind.Unavailable, "no master's etcd client certificate readable: %w", errors.Join(errs...))
+}
+
+// forgetEtcdTLS drops the kept etcd client certificate (a client made
+// with it failed: it may have been renewed since).
+func (f *Flavor) forgetEtcdTLS() {
+	if f.etcd == nil {
+		return
+	}
+	f.etcd.mu.Lock()
+	f.etcd.cfg = nil
+	f.etcd.mu.Unlock()
 }
 
 // running lists the running masters not in exclude.
@@ -167,29 +249,9 @@ func (f *Flavor) EtcdCluster(ctx context.Context, cluster string, exclude ...str
 	if len(cands) == 0 {
 		return nil, errkind.Errorf(errkind.FailedPrecondition, "no running master to reach etcd through (excluding %v)", exclude)
 	}
-	var tlsCfg *tls.Config
-	var errs []error
-	for _, r := range cands {
-		files, err := f.read(ctx, r.Name, EtcdCACert, EtcdClientCert, EtcdClientKey)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		pair, err := tls.X509KeyPair(files[1], files[2])
-		if err != nil {
-			errs = append(errs, fmt.Errorf("master %s: %s: %w", r.Name, EtcdClientCert, err))
-			continue
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(files[0]) {
-			errs = append(errs, fmt.Errorf("master %s: %s is not PEM", r.Name, EtcdCACert))
-			continue
-		}
-		tlsCfg = &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}
-		break
-	}
-	if tlsCfg == nil {
-		return nil, errkind.Errorf(errkind.Unavailable, "no master's etcd client certificate readable: %w", errors.Join(errs...))
+	tlsCfg, err := f.etcdTLS(ctx, cands)
+	if err != nil {
+		return nil, err
 	}
 	// Every running master's member is reachable by its Node name (an
 	// excluded one too: a leadership transfer is asked of the leader,
@@ -233,6 +295,7 @@ func (f *Flavor) EtcdCluster(ctx context.Context, cluster string, exclude ...str
 		}}
 	cli, err := etcdmember.New(ctx, cfg)
 	if err != nil {
+		f.forgetEtcdTLS()
 		return nil, errkind.Errorf(errkind.Unavailable, "no master's etcd reachable through the %s provider: %w", f.p.Name(), err)
 	}
 	return cli, nil
