@@ -14,6 +14,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/internal/ctxutil"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -503,6 +504,9 @@ func undrain(ctx context.Context, d *Deps, r *Run, name string, timeout time.Dur
 	return lb.WaitHealthyObserved(wctx, l, name, r.Observe)
 }
 
+// etcdSetupTimeout bounds the making of a health gate's etcd client.
+const etcdSetupTimeout = time.Minute
+
 // healthGate waits until the replica's etcd member is a healthy voter
 // caught up with the leader, /readyz answers 200 and /version reports
 // version. The error names the check that failed last.
@@ -510,6 +514,16 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 	gctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	base := d.Provider.APIServerURL(rep)
+	// One etcd client for every attempt, made again only after it fails:
+	// making one lists the masters and may read certificates over SSH,
+	// sessions that take a second or more each on real hosts, so it is
+	// set-up bounded by etcdSetupTimeout, not by an attempt's deadline.
+	var cli *etcdmember.Client
+	defer func() {
+		if cli != nil {
+			cli.Close()
+		}
+	}()
 	err := gateWithFailFast(gctx, d, r, rep.Name, fmt.Sprintf("%s healthy: /readyz, /version=%s, etcd caught up", rep.Name, version), func(cctx context.Context) error {
 		if _, err := d.Probe(cctx, base, "/readyz"); err != nil {
 			return fmt.Errorf("/readyz: %w", err)
@@ -525,13 +539,19 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 				return fmt.Errorf("/version reports %s, want %s", v, version)
 			}
 		}
-		cli, err := d.Etcd(cctx)
-		if err != nil {
-			return fmt.Errorf("etcd member: %w", err)
+		if cli == nil {
+			ectx, cancel := ctxutil.WithoutDeadline(cctx, etcdSetupTimeout)
+			c, err := d.Etcd(ectx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("etcd member: %w", err)
+			}
+			cli = c
 		}
 		ms, err := cli.Members(cctx)
-		cli.Close()
 		if err != nil {
+			cli.Close()
+			cli = nil
 			return fmt.Errorf("etcd member: %w", err)
 		}
 		m, ok := d.findMember(ms, providers.EtcdMain, rep.Name, rep.Address)
