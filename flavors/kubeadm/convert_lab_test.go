@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/etcdmember"
-	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/flavors/flavortest"
 	"github.com/hamaster/hamaster/flavors/kubeadm"
 	"github.com/hamaster/hamaster/internal/probeload"
 	"github.com/hamaster/hamaster/internal/wait"
@@ -237,14 +237,7 @@ func TestConvertToHA(t *testing.T) {
 
 	// host-2 joins through the flavor: kubeadm join reads the VIP from
 	// kubeadm-config and cluster-info.
-	claim := func(h *metallab.Host) providers.Replica {
-		t.Helper()
-		r, err := p.Instances().Create(ctx, h.Name, "", providers.Template{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	claim := func(h *metallab.Host) providers.Replica { t.Helper(); return claimHost(ctx, t, p, h) }
 	start := time.Now()
 	if err := f.Join(ctx, claim(h2), 0); err != nil {
 		t.Fatalf("Join(host-2) after the conversion: %v", err)
@@ -295,14 +288,8 @@ func TestConvertToHA(t *testing.T) {
 	}
 
 	// Three voters, and the joined masters' certificates name the VIP.
-	cli, err := f.EtcdCluster(ctx, flavors.EtcdMain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ms, err := cli.Members(ctx)
-	if err != nil || len(ms) != 3 || slices.ContainsFunc(ms, func(m etcdmember.Member) bool { return m.Learner }) {
-		t.Errorf("members after the two joins: %+v, %v", ms, err)
+	if ms := flavortest.Members(ctx, t, f); len(ms) != 3 || slices.ContainsFunc(ms, func(m etcdmember.Member) bool { return m.Learner }) {
+		t.Errorf("members after the two joins: %+v", ms)
 	}
 	for _, h := range []*metallab.Host{h2, h3} {
 		b, _ := pem.Decode([]byte(run(h.Name, "cat "+kubeadm.APIServerCert)))

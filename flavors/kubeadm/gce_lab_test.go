@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/etcdmember"
-	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/flavors/flavortest"
 	"github.com/hamaster/hamaster/flavors/kubeadm"
 	"github.com/hamaster/hamaster/internal/wait"
@@ -84,25 +83,9 @@ func TestFlavorOnGCEKubeadmMasters(t *testing.T) {
 
 	run := func(machine, cmd string) string {
 		t.Helper()
-		out, stderr, err := p.RunOnMachine(ctx, machine, cmd)
-		if err != nil {
-			t.Fatalf("%s: %s: %v\n%s", machine, cmd, err, stderr)
-		}
-		return strings.TrimSpace(string(out))
+		return flavortest.RunOn(ctx, t, p, machine, cmd)
 	}
-	members := func() []etcdmember.Member {
-		t.Helper()
-		cli, err := f.EtcdCluster(ctx, flavors.EtcdMain)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cli.Close()
-		ms, err := cli.Members(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ms
-	}
+	members := func() []etcdmember.Member { t.Helper(); return flavortest.Members(ctx, t, f) }
 	nodes := func() string {
 		return run(c.Master, "kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o name | sort | tr '\\n' ' '")
 	}

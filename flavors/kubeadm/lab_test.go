@@ -66,30 +66,11 @@ func TestFlavorOnKubeadmMasters(t *testing.T) {
 		t.Errorf("CheckVersion(v1.34.4): %v", err)
 	}
 
-	members := func() []etcdmember.Member {
-		t.Helper()
-		cli, err := f.EtcdCluster(ctx, flavors.EtcdMain)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cli.Close()
-		ms, err := cli.Members(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ms
-	}
+	members := func() []etcdmember.Member { t.Helper(); return flavortest.Members(ctx, t, f) }
 	nodes := func() string {
 		return run(h1.Name, "kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o name | sort | tr '\\n' ' '")
 	}
-	claim := func(h *metallab.Host) providers.Replica {
-		t.Helper()
-		r, err := p.Instances().Create(ctx, h.Name, "", providers.Template{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	claim := func(h *metallab.Host) providers.Replica { t.Helper(); return claimHost(ctx, t, p, h) }
 
 	// host-2 joins.
 	start := time.Now()
@@ -292,11 +273,18 @@ func kubeadmHosts(ctx context.Context, t *testing.T, o metallab.Options, bins ..
 	p := pr.(*metal.Provider)
 	run := func(host, cmd string) string {
 		t.Helper()
-		out, stderr, err := p.RunOnMachine(ctx, host, cmd)
-		if err != nil {
-			t.Fatalf("%s: %s: %v\n%s", host, cmd, err, stderr)
-		}
-		return strings.TrimSpace(string(out))
+		return flavortest.RunOn(ctx, t, p, host, cmd)
 	}
 	return lab, p, run
+}
+
+// claimHost makes a lab host a replica of p's cluster (the metal
+// provider's Create claims it from the inventory).
+func claimHost(ctx context.Context, t *testing.T, p *metal.Provider, h *metallab.Host) providers.Replica {
+	t.Helper()
+	r, err := p.Instances().Create(ctx, h.Name, "", providers.Template{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

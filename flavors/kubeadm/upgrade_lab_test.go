@@ -32,25 +32,11 @@ func TestUpgradeKubeadmMaster(t *testing.T) {
 	defer cancel()
 	kubeletProgram, cache := metallabtest.Kubeadm(t, labVersion, upgradeVersion)
 	binDir := metallabtest.LinkBinaries(t, cache, labVersion, upgradeVersion)
-	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 1, Kubelet: kubeletProgram, BinDir: binDir})
+	lab, p, runOn := kubeadmHosts(ctx, t, metallab.Options{Hosts: 1, Kubelet: kubeletProgram, BinDir: binDir})
 	h1 := lab.Hosts[0]
-	if err := lab.Install(ctx, h1, labVersion); err != nil {
-		t.Fatal(err)
-	}
-	pr, err := metal.New(ctx, providers.Settings{Cluster: "lab", StateDir: t.TempDir(), Options: map[string]string{
-		metal.OptInventory: lab.InventoryFile, metal.OptSSHKey: lab.ClientKeyFile, metal.OptSSHKnownHosts: lab.KnownHostsFile}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
-	p := pr.(*metal.Provider)
 	run := func(cmd string) string {
 		t.Helper()
-		out, stderr, err := p.RunOnMachine(ctx, h1.Name, cmd)
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", cmd, err, stderr)
-		}
-		return strings.TrimSpace(string(out))
+		return runOn(h1.Name, cmd)
 	}
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {
 		t.Fatal(err)
