@@ -317,41 +317,12 @@ func (w tlog) Write(p []byte) (int, error) {
 }
 
 // The naive arm, for comparison: kubeadm's docs/ha-considerations.md as
-// written (check every 3 s, fall 10, rise 2, weight -2; priorities 101 and
-// 100, MASTER and BACKUP, preemption, multicast, adverts every 1 s), its
-// check run against /readyz with --fail: the doc's check_apiserver.sh asks
-// "/" without --fail and so never sees a /readyz 500, only a refused
-// connection. Scenario (b): the holder's /readyz fails.
-const docKeepalivedConf = `! after kubeadm's docs/ha-considerations.md
-global_defs {
-    router_id LVS_DEVEL
-}
-vrrp_script check_apiserver {
-  script "/etc/kubernetes/doc-arm/check_apiserver.sh"
-  interval 3
-  weight -2
-  fall 10
-  rise 2
-}
-
-vrrp_instance VI_1 {
-    state %s
-    interface eth0
-    virtual_router_id 51
-    priority %d
-    authentication {
-        auth_type PASS
-        auth_pass 42
-    }
-    virtual_ipaddress {
-        %s
-    }
-    track_script {
-        check_apiserver
-    }
-}
-`
-
+// written (metallabtest.DocKeepalivedConf: check every 3 s, fall 10, rise
+// 2, weight -2; priorities 101 and 100, MASTER and BACKUP, preemption,
+// multicast, adverts every 1 s), its check (docCheck) run against /readyz
+// with --fail: the doc's check_apiserver.sh asks "/" without --fail and so
+// never sees a /readyz 500, only a refused connection. Scenario (b): the
+// holder's /readyz fails.
 const docCheck = `#!/bin/sh
 errorExit() {
     echo "*** $*" 1>&2
@@ -378,7 +349,7 @@ func TestVIPKubeadmDocArm(t *testing.T) {
 			state, prio = "BACKUP", 100
 		}
 		metallabtest.Run(ctx, t, c, "mkdir -p /etc/kubernetes/doc-arm /run/doc-arm")
-		if err := c.Upload(ctx, "/etc/kubernetes/doc-arm/keepalived.conf", fmt.Appendf(nil, docKeepalivedConf, state, prio, lab.VIP), 0o644); err != nil {
+		if err := c.Upload(ctx, "/etc/kubernetes/doc-arm/keepalived.conf", fmt.Appendf(nil, metallabtest.DocKeepalivedConf, state, prio, lab.VIP), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Upload(ctx, "/etc/kubernetes/doc-arm/check_apiserver.sh", []byte(docCheck), 0o755); err != nil {
