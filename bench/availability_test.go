@@ -156,7 +156,7 @@ func runArm(b *testing.B, prof Profile, cp controlPlane, arm string, upgrade upg
 	c, d, ca, ecli := threeReplicasOn(ctx, b, prof, cp, name, workflows.Discard{})
 	ecli.Close()
 
-	l := startClients(ctx, b, c, d, ca, cp, 3)
+	l := startLoad(ctx, b, c, d, ca, cp, 3)
 	defer l.stop()
 	start, ws := l.start, l.ws
 
@@ -210,13 +210,13 @@ func runArm(b *testing.B, prof Profile, cp controlPlane, arm string, upgrade upg
 	return r
 }
 
-// clients is the load a benchmark runs its control plane under, from
+// clusterLoad is the load a benchmark runs its control plane under, from
 // start: a writer on each replica (etcd writes) and clients of the
 // apiservers as cluster admin (/kv of the stand-in needs a client
 // certificate signed by the cluster CA, the real apiserver a
 // system:masters one): on a real apiserver GETs and the number of
 // watches asked, on the stand-in /kv writes and reads.
-type clients struct {
+type clusterLoad struct {
 	start time.Time
 	ws    *writers
 	api   *apiLoad
@@ -225,7 +225,7 @@ type clients struct {
 	wg    sync.WaitGroup
 }
 
-func startClients(ctx context.Context, b *testing.B, c *localtest.Cluster, d *workflows.Deps, ca *certs.CA, cp controlPlane, watches int) *clients {
+func startLoad(ctx context.Context, b *testing.B, c *localtest.Cluster, d *workflows.Deps, ca *certs.CA, cp controlPlane, watches int) *clusterLoad {
 	b.Helper()
 	client, err := ca.IssueClient("bench-load", []string{"system:masters"}, certs.ECDSA)
 	if err != nil {
@@ -237,7 +237,7 @@ func startClients(ctx context.Context, b *testing.B, c *localtest.Cluster, d *wo
 	}
 	base := fmt.Sprintf("https://%s:%d", c.Provider.Info().StaticIP, providers.APIServerPort)
 	tlsCfg := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{clientCert}}
-	l := &clients{start: time.Now()}
+	l := &clusterLoad{start: time.Now()}
 	loadCtx, stop := context.WithCancel(ctx)
 	l.stop = stop
 	l.ws = newWriters(loadCtx, d.StateDir, d.Cluster)
@@ -268,9 +268,9 @@ func startClients(ctx context.Context, b *testing.B, c *localtest.Cluster, d *wo
 	return l
 }
 
-// results stops the clients and returns the apiserver clients' samples
+// results stops the load and returns the apiserver clients' samples
 // and, on a real apiserver, the watches' (end is the load's end).
-func (l *clients) results(end time.Time) ([]Sample, []watchStats) {
+func (l *clusterLoad) results(end time.Time) ([]Sample, []watchStats) {
 	l.stop()
 	l.wg.Wait()
 	if l.api != nil {

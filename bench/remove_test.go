@@ -56,7 +56,7 @@ func BenchmarkRemoveUnderClients(b *testing.B) {
 		if err := workflows.Execute(ctx, d, wf, workflows.Options{}); err != nil {
 			b.Fatalf("grow to 4: %v", err)
 		}
-		l := startClients(ctx, b, c, d, ca, cp, 4)
+		l := startLoad(ctx, b, c, d, ca, cp, 4)
 		start, ws := l.start, l.ws
 		time.Sleep(warmup) // steady load before the first removal: part of what is measured
 		var results []*removal
