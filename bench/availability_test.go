@@ -210,6 +210,22 @@ func runArm(b *testing.B, prof Profile, cp controlPlane, arm string, upgrade upg
 	return r
 }
 
+// benchEnv is the timing profile, its scale and the control plane the
+// environment asks for (HAMASTER_BENCH_PROFILE, HAMASTER_BENCH_SCALE,
+// HAMASTER_BENCH_CONTROL_PLANE).
+func benchEnv(b *testing.B) (Profile, float64, controlPlane) {
+	b.Helper()
+	prof, scale, err := profileFromEnv()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cp, err := controlPlaneFromEnv()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return prof, scale, cp
+}
+
 // clusterLoad is the load a benchmark runs its control plane under, from
 // start: a writer on each replica (etcd writes) and clients of the
 // apiservers as cluster admin (/kv of the stand-in needs a client
@@ -297,14 +313,7 @@ func arm(b *testing.B, prof Profile, cp controlPlane, name string, upgrade upgra
 // (standin, real), prints the clients' table and the overhead table, and
 // writes bench-results/availability.{json,png}.
 func BenchmarkRollingUpgradeAvailability(b *testing.B) {
-	prof, scale, err := profileFromEnv()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cp, err := controlPlaneFromEnv()
-	if err != nil {
-		b.Fatal(err)
-	}
+	prof, scale, cp := benchEnv(b)
 	hamaster := func(strategy string) upgradeFunc {
 		return func(ctx context.Context, d *workflows.Deps, sink *armSink) error {
 			wf := workflows.RollingUpgrade(d, workflows.UpgradeParams{Version: cp.To, Strategy: strategy, DrainGrace: drainGrace, HealthTimeout: prof.StepTimeout()}, 3)

@@ -39,14 +39,7 @@ type removal struct {
 // stopped first, then the member removed). One cluster, the two removals
 // one after the other, the same clients throughout.
 func BenchmarkRemoveUnderClients(b *testing.B) {
-	prof, scale, err := profileFromEnv()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cp, err := controlPlaneFromEnv()
-	if err != nil {
-		b.Fatal(err)
-	}
+	prof, scale, cp := benchEnv(b)
 	for i := 0; i < b.N; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+10*prof.StepTimeout())
 		name := "bench-remove"
