@@ -17,16 +17,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/etcdmember/etcdtest"
 	"github.com/hamaster/hamaster/internal/procid"
 )
 
 func TestClusterLock(t *testing.T) {
 	t.Parallel()
-	ec := etcdtest.Start(t, 1, etcdtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cli := ec.Client(ctx, t)
+	ctx, _, cli := lockEtcd(t)
 
 	first, err := AcquireLock(ctx, cli.Raw(), "c1", "add-replica")
 	if err != nil {
@@ -61,10 +59,7 @@ func TestClusterLock(t *testing.T) {
 // paused, even with a live PID) is taken over once the lease expired.
 func TestClusterLockBrokenOnlyWhenLeaseExpires(t *testing.T) {
 	t.Parallel()
-	ec := etcdtest.Start(t, 1, etcdtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cli := ec.Client(ctx, t)
+	ctx, _, cli := lockEtcd(t)
 	host, _ := os.Hostname()
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
@@ -118,10 +113,7 @@ func TestClusterLockTakenAtOnceFromAnEndedHolder(t *testing.T) {
 		}
 		t.Skip("no /proc: no process can be proven gone here")
 	}
-	ec := etcdtest.Start(t, 1, etcdtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cli := ec.Client(ctx, t)
+	ctx, _, cli := lockEtcd(t)
 	ended := exec.Command("true")
 	if err := ended.Run(); err != nil {
 		t.Fatal(err)
@@ -196,10 +188,7 @@ func TestClusterLockTakenAtOnceFromAnEndedHolder(t *testing.T) {
 // next step never runs.
 func TestFencingPausedHolderChangesNothing(t *testing.T) {
 	t.Parallel()
-	ec := etcdtest.Start(t, 1, etcdtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	op1 := ec.Client(ctx, t)
+	ctx, ec, op1 := lockEtcd(t)
 	op2 := ec.Client(ctx, t)
 
 	lock1, err := AcquireLock(ctx, op1.Raw(), "fence", "rolling-upgrade")
@@ -251,10 +240,7 @@ func TestFencingPausedHolderChangesNothing(t *testing.T) {
 // session's Done channel, catches a lock key that another lease now owns.
 func TestLockCheckSeesAKeyRebound(t *testing.T) {
 	t.Parallel()
-	ec := etcdtest.Start(t, 1, etcdtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cli := ec.Client(ctx, t)
+	ctx, _, cli := lockEtcd(t)
 	l, err := AcquireLock(ctx, cli.Raw(), "rebound", "add-replica")
 	if err != nil {
 		t.Fatal(err)
@@ -314,4 +300,14 @@ func TestConnectionLost(t *testing.T) {
 			t.Errorf("%s: connectionLost(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
 	}
+}
+
+// lockEtcd starts a one-member etcd for a lock test and returns a
+// context bounded to 30 s, the cluster and a client of it.
+func lockEtcd(t *testing.T) (context.Context, *etcdtest.Cluster, *etcdmember.Client) {
+	t.Helper()
+	ec := etcdtest.Start(t, 1, etcdtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx, ec, ec.Client(ctx, t)
 }
