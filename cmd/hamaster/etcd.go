@@ -109,6 +109,12 @@ func etcdConfig(c *cli.Context, g *globals) (etcdmember.Config, error) {
 	return cfg, nil
 }
 
+// demoEtcdTLS is the help examples' client TLS flags: the local demo
+// cluster's.
+const demoEtcdTLS = `      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
+      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
+      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key`
+
 func etcdCommand(e *env, g *globals) *cli.Command {
 	connect := func(c *cli.Context) (*etcdmember.Client, error) {
 		if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
@@ -140,9 +146,7 @@ and --key are given.
 
 Example (any etcd; here the master of the local demo cluster):
   hamaster etcd members --endpoints https://127.0.65.2:2379 \
-      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
-      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
-      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key --output json`,
+` + demoEtcdTLS + ` --output json`,
 		Subcommands: []*cli.Command{
 			{
 				Name:  "members",
@@ -154,9 +158,7 @@ Example (any etcd; here the master of the local demo cluster):
 
 Example (the master of the local demo cluster):
   hamaster etcd members --endpoints https://127.0.65.2:2379 \
-      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
-      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
-      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key`,
+` + demoEtcdTLS,
 				Flags: etcdFlags(),
 				Action: func(c *cli.Context) error {
 					var ms []etcdmember.Member
@@ -180,9 +182,7 @@ Example (the master of the local demo cluster):
 				Usage: "check every member; exit 3 when any voter is unhealthy or there is no leader",
 				Description: `Example (the master of the local demo cluster):
   hamaster etcd health --endpoints https://127.0.65.2:2379 \
-      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
-      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
-      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key`,
+` + demoEtcdTLS,
 				Flags: etcdFlags(),
 				Action: func(c *cli.Context) error {
 					// Unreachable: a connection that failed as unavailable,
@@ -225,9 +225,7 @@ Example (the master of the local demo cluster):
 
 Example (the master of the local demo cluster):
   hamaster etcd snapshot --endpoints https://127.0.65.2:2379 --file backup.db \
-      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
-      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
-      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key`,
+` + demoEtcdTLS,
 				Flags: append(etcdFlags(), &cli.StringFlag{Name: "file", Usage: "`PATH` to write the snapshot to (required)"}),
 				Action: func(c *cli.Context) error {
 					return withClient(c, func(ctx context.Context, cli *etcdmember.Client) error {
