@@ -78,20 +78,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 	case len(want) == 1 && rep.StaticIPHolder != want[0]:
 		e.t.Errorf("static IP attached to %q, want %s", rep.StaticIPHolder, want[0])
 	case len(want) > 1:
-		if rep.LB == nil {
-			e.t.Fatalf("%d replicas but no load balancer", len(want))
-		}
-		var targets []string
-		for _, tg := range rep.LB.Targets {
-			targets = append(targets, tg.Name)
-			if !tg.Healthy || tg.Draining {
-				e.t.Errorf("LB target %+v not serving", tg)
-			}
-		}
-		sort.Strings(targets)
-		if !slices.Equal(targets, want) {
-			e.t.Errorf("LB targets %v, want %v", targets, want)
-		}
+		workflowstest.AssertLBTargets(e.t, rep, want)
 	}
 	dir := filepath.Join(e.c.Settings.StateDir, e.name)
 	if got := dirNames(e.t, filepath.Join(dir, "replicas")); !slices.Equal(got, want) {

@@ -140,20 +140,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 		} else if aws.ToString(eip.AssociationId) != "" {
 			t.Errorf("Elastic IP still associated with %s while the NLB owns it", aws.ToString(eip.InstanceId))
 		}
-		if rep.LB == nil {
-			t.Fatalf("no load balancer in status")
-		}
-		var targets []string
-		for _, tg := range rep.LB.Targets {
-			targets = append(targets, tg.Name)
-			if !tg.Healthy || tg.Draining {
-				t.Errorf("LB target %+v not serving", tg)
-			}
-		}
-		sort.Strings(targets)
-		if !slices.Equal(targets, want) {
-			t.Errorf("LB targets %v, want %v", targets, want)
-		}
+		workflowstest.AssertLBTargets(t, rep, want)
 	}
 	is, err := c.EC2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
 		{Name: aws.String("tag:" + awsp.TagCluster), Values: []string{c.Name}},

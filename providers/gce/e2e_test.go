@@ -97,20 +97,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 			}
 		}
 	default:
-		if rep.LB == nil {
-			e.t.Fatalf("%d replicas but no load balancer", len(want))
-		}
-		var targets []string
-		for _, tg := range rep.LB.Targets {
-			targets = append(targets, tg.Name)
-			if !tg.Healthy || tg.Draining {
-				e.t.Errorf("LB target %+v not serving", tg)
-			}
-		}
-		sort.Strings(targets)
-		if !slices.Equal(targets, want) {
-			e.t.Errorf("LB targets %v, want %v", targets, want)
-		}
+		workflowstest.AssertLBTargets(e.t, rep, want)
 		e.assertLBResources()
 	}
 	var disks, addrs []string

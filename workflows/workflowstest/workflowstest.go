@@ -18,6 +18,26 @@ func AssertReplicasAndMembers(t testing.TB, rep workflows.Report, want []string)
 	AssertReplicasAndMembersNamed(t, rep, want, func(r string) string { return r })
 }
 
+// AssertLBTargets checks that rep shows a load balancer whose targets
+// are exactly want (sorted or not), each serving (healthy, not draining).
+func AssertLBTargets(t testing.TB, rep workflows.Report, want []string) {
+	t.Helper()
+	if rep.LB == nil {
+		t.Fatalf("%d replicas but no load balancer", len(want))
+	}
+	var targets []string
+	for _, tg := range rep.LB.Targets {
+		targets = append(targets, tg.Name)
+		if !tg.Healthy || tg.Draining {
+			t.Errorf("LB target %+v not serving", tg)
+		}
+	}
+	sort.Strings(targets)
+	if want = slices.Sorted(slices.Values(want)); !slices.Equal(targets, want) {
+		t.Errorf("LB targets %v, want %v", targets, want)
+	}
+}
+
 // AssertReplicasAndMembersNamed is AssertReplicasAndMembers for masters
 // whose etcd members are named otherwise (kube-up's: etcd-<hostname>).
 func AssertReplicasAndMembersNamed(t testing.TB, rep workflows.Report, want []string, member func(replica string) string) {
