@@ -457,21 +457,10 @@ func TestRealAPIServerKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, o, slog.New(slog.NewJSONHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	}()
+	ctx := t.Context()
+	stop := runInBackground(t, o, slog.New(slog.NewJSONHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})), 90*time.Second, "the kubelet did not stop its pods within 90 s")
 	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(90 * time.Second):
-			t.Error("the kubelet did not stop its pods within 90 s")
-		}
+		stop()
 		if t.Failed() {
 			b, _ := os.ReadFile(filepath.Join(e.Dir, "kubelet.log"))
 			t.Logf("kubelet log:\n%s", b)
