@@ -66,21 +66,8 @@ func TestClusterLockBrokenOnlyWhenLeaseExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	plant := func(cluster string, pid int, ttl int64, keepAlive bool) {
-		lease, err := cli.Raw().Grant(ctx, ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if keepAlive {
-			kctx, kcancel := context.WithCancel(ctx)
-			t.Cleanup(kcancel)
-			if _, err := cli.Raw().KeepAlive(kctx, lease.ID); err != nil {
-				t.Fatal(err)
-			}
-		}
-		val, _ := json.Marshal(Holder{Who: "ghost", Host: host, PID: pid, Command: "add-replica", Since: time.Now(), Lease: int64(lease.ID)})
-		if _, err := cli.Raw().Put(ctx, LockKey(cluster), string(val), clientv3.WithLease(lease.ID)); err != nil {
-			t.Fatal(err)
-		}
+		t.Helper()
+		plantHolder(ctx, t, cli, cluster, Holder{Host: host, PID: pid}, ttl, keepAlive)
 	}
 	// Live lease, dead-looking PID: refused, not broken.
 	plant("live", dead.Process.Pid, 3, true)
@@ -122,27 +109,10 @@ func TestClusterLockTakenAtOnceFromAnEndedHolder(t *testing.T) {
 	// second, so the refusal is quick).
 	plant := func(cluster string, h Holder, keepAlive bool) clientv3.LeaseID {
 		t.Helper()
-		ttl := int64(60)
 		if keepAlive {
-			ttl = 3
+			return plantHolder(ctx, t, cli, cluster, h, 3, true)
 		}
-		lease, err := cli.Raw().Grant(ctx, ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if keepAlive {
-			kctx, kcancel := context.WithCancel(ctx)
-			t.Cleanup(kcancel)
-			if _, err := cli.Raw().KeepAlive(kctx, lease.ID); err != nil {
-				t.Fatal(err)
-			}
-		}
-		h.Who, h.Command, h.Since, h.Lease = "ghost", "add-replica", time.Now(), int64(lease.ID)
-		val, _ := json.Marshal(h)
-		if _, err := cli.Raw().Put(ctx, LockKey(cluster), string(val), clientv3.WithLease(lease.ID)); err != nil {
-			t.Fatal(err)
-		}
-		return lease.ID
+		return plantHolder(ctx, t, cli, cluster, h, 60, false)
 	}
 	for _, tc := range []struct {
 		name   string
@@ -310,4 +280,28 @@ func lockEtcd(t *testing.T) (context.Context, *etcdtest.Cluster, *etcdmember.Cli
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx, ec, ec.Client(ctx, t)
+}
+
+// plantHolder writes h as cluster's lock holder, a "ghost" running
+// add-replica since now, on a lease of ttl seconds, renewed until the
+// test ends when keepAlive; it returns the lease.
+func plantHolder(ctx context.Context, t *testing.T, cli *etcdmember.Client, cluster string, h Holder, ttl int64, keepAlive bool) clientv3.LeaseID {
+	t.Helper()
+	lease, err := cli.Raw().Grant(ctx, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keepAlive {
+		kctx, kcancel := context.WithCancel(ctx)
+		t.Cleanup(kcancel)
+		if _, err := cli.Raw().KeepAlive(kctx, lease.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Who, h.Command, h.Since, h.Lease = "ghost", "add-replica", time.Now(), int64(lease.ID)
+	val, _ := json.Marshal(h)
+	if _, err := cli.Raw().Put(ctx, LockKey(cluster), string(val), clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	return lease.ID
 }
