@@ -126,16 +126,12 @@ func ReissueConfig(clusterConfig []byte, nodeName, advertiseAddress, certDir str
 	if net.ParseIP(advertiseAddress) == nil || nodeName == "" || !strings.HasPrefix(certDir, "/") {
 		return nil, fmt.Errorf("reissue config: advertise address %q, node name %q, certificates dir %q: want an IP, a name and an absolute path", advertiseAddress, nodeName, certDir)
 	}
-	doc, _, err := AddCertSANs(clusterConfig, extra)
+	doc, _, err := editClusterConfiguration(clusterConfig, func(top *yaml.Node) (bool, error) {
+		addCertSANs(top, extra)
+		setMapValue(top, "certificatesDir", scalar(certDir))
+		return true, nil
+	})
 	if err != nil {
-		return nil, err
-	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(doc, &root); err != nil {
-		return nil, fmt.Errorf("kubeadm-config ClusterConfiguration: %w", err)
-	}
-	setMapValue(root.Content[0], "certificatesDir", scalar(certDir))
-	if doc, err = encodeYAML(&root); err != nil {
 		return nil, err
 	}
 	init := fmt.Sprintf("apiVersion: %s\nkind: InitConfiguration\nlocalAPIEndpoint:\n  advertiseAddress: %s\n  bindPort: %d\nnodeRegistration:\n  name: %s\n",
