@@ -233,15 +233,7 @@ func (ca *CA) issue(spec leafSpec) (*Pair, error) {
 	if notAfter.After(ca.Cert.NotAfter) {
 		notAfter = ca.Cert.NotAfter
 	}
-	key, err := generateKey(spec.keyType)
-	if err != nil {
-		return nil, err
-	}
-	serial, err := randomSerial()
-	if err != nil {
-		return nil, err
-	}
-	skid, err := subjectKeyID(key.Public())
+	key, serial, skid, err := newCertKey(spec.keyType)
 	if err != nil {
 		return nil, err
 	}
