@@ -220,17 +220,7 @@ func (f *Flavor) EtcdCluster(ctx context.Context, cluster string, exclude ...str
 			}
 			return []string{"https://" + net.JoinHostPort(m.Name, strconv.Itoa(EtcdClientPort))}
 		},
-		DialContext: func(ctx context.Context, addr string) (net.Conn, error) {
-			host, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			name, ok := byHost[host]
-			if !ok {
-				return nil, errkind.Errorf(errkind.NotFound, "etcd member on %s: no running master has that name", host)
-			}
-			return f.m.DialMachine(ctx, name, etcdLoopbackClient)
-		}}
+		DialContext: flavors.DialMemberVia(f.m, byHost, "name", func(string) string { return etcdLoopbackClient })}
 	cli, err := etcdmember.New(ctx, cfg)
 	if err != nil {
 		return nil, errkind.Errorf(errkind.Unavailable, "no master's etcd reachable through the %s provider: %w", f.p.Name(), err)

@@ -221,17 +221,7 @@ func (f *Flavor) EtcdCluster(ctx context.Context, c string, exclude ...string) (
 			}
 			return out
 		},
-		DialContext: func(ctx context.Context, addr string) (net.Conn, error) {
-			host, p, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			name, ok := byHost[host]
-			if !ok {
-				return nil, errkind.Errorf(errkind.NotFound, "etcd member on %s: no running master has that hostname", host)
-			}
-			return f.dial.DialMachine(ctx, name, net.JoinHostPort("127.0.0.1", p))
-		}}
+		DialContext: flavors.DialMemberVia(f.dial, byHost, "hostname", func(port string) string { return net.JoinHostPort("127.0.0.1", port) })}
 	cli, err := etcdmember.New(ctx, cfg)
 	if err != nil {
 		return nil, errkind.Errorf(errkind.Unavailable, "no master's etcd %s reachable through the %s provider: %w", c, f.p.Name(), err)
