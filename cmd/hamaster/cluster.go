@@ -202,6 +202,21 @@ func nodeBinaryFlag() cli.Flag {
 	return &cli.StringFlag{Name: "node-binary", EnvVars: []string{"HAMASTER_NODE_BINARY"}, Usage: "local provider: `PATH` of hamaster-node (default: next to hamaster, then $PATH)"}
 }
 
+// readOnlyFlags are the flags of a command that reads the cluster: its
+// own, --timeout (20 s by default) and the provider's.
+func readOnlyFlags(own ...cli.Flag) []cli.Flag {
+	return append(append(own, &cli.DurationFlag{Name: "timeout", Value: 20 * time.Second, Usage: "overall timeout"}), providerFlags(false)...)
+}
+
+// applyReadOnly fills the flags of readOnlyFlags from the environment
+// and the config file, and checks --timeout.
+func applyReadOnly(c *cli.Context, e *env) error {
+	if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
+		return err
+	}
+	return positiveDuration(c, "timeout")
+}
+
 // providerFlags are the flags of every command that opens a provider:
 // the local, gce, aws and metal settings, and --yes/--dry-run for the
 // commands that change the cluster.
@@ -571,14 +586,9 @@ func statusCommand(e *env, g *globals) *cli.Command {
 
 Example:
   hamaster --cluster demo status --output json`,
-		Flags: append([]cli.Flag{
-			&cli.DurationFlag{Name: "timeout", Value: 20 * time.Second, Usage: "overall timeout"},
-		}, providerFlags(false)...),
+		Flags: readOnlyFlags(),
 		Action: func(c *cli.Context) error {
-			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
-				return err
-			}
-			if err := positiveDuration(c, "timeout"); err != nil {
+			if err := applyReadOnly(c, e); err != nil {
 				return err
 			}
 			return g.withDeps(c, e, func(p providers.Provider, d *workflows.Deps) error {
