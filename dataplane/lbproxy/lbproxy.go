@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/inetaf/tcpproxy"
+
+	"github.com/hamaster/hamaster/internal/fsutil"
 )
 
 // configPollInterval is how often the config file's mtime is checked.
@@ -94,7 +96,7 @@ func Run(ctx context.Context, cfg Config, configPath string, logger *slog.Logger
 	}
 	l.log.Info("load balancer listening", "targets", len(cfg.Targets))
 	if cfg.PIDFile != "" {
-		if err := writeFileAtomic(cfg.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		if err := fsutil.ReplaceFile(cfg.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 			_ = p.Close()
 			return fmt.Errorf("write pid file: %w", err)
 		}
@@ -529,7 +531,7 @@ func (l *lb) writeStatus() {
 		l.log.Error("encode status", "err", err)
 		return
 	}
-	if err := writeFileAtomic(l.statusFile, append(b, '\n'), 0o644); err != nil {
+	if err := fsutil.ReplaceFile(l.statusFile, append(b, '\n'), 0o644); err != nil {
 		l.log.Error("write status file", "err", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/kubeenv"
 )
 
@@ -323,7 +324,7 @@ func (m *kubeUpMaster) writeFiles(disk string, env, crt map[string]string) error
 		if f.isKey {
 			mode = 0o600
 		}
-		if err := writeFileAtomic(*f.path, b, mode); err != nil {
+		if err := fsutil.ReplaceFile(*f.path, b, mode); err != nil {
 			return fmt.Errorf("kube-up master: write %s: %w", f.key, err)
 		}
 	}

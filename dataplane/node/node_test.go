@@ -20,6 +20,7 @@ import (
 
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
+	"github.com/hamaster/hamaster/internal/fsutil"
 )
 
 const startTimeout = 30 * time.Second
@@ -250,7 +251,7 @@ func TestNodeStaticIPAttachDetach(t *testing.T) {
 			if err := os.Remove(cfg.StaticIPFile); err != nil {
 				t.Fatal(err)
 			}
-		} else if err := writeFileAtomic(cfg.StaticIPFile, []byte(s.file), 0o644); err != nil {
+		} else if err := fsutil.ReplaceFile(cfg.StaticIPFile, []byte(s.file), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		st := waitStatus(t, cfg, 5*time.Second, s.name, func(st nodeapi.Status) bool {
