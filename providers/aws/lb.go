@@ -274,23 +274,17 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 	case e.instanceID != "":
 		return errkind.Errorf(errkind.FailedPrecondition, "Elastic IP %s is still attached to instance %s; detach it first", ip, e.instanceID)
 	}
-	if len(targets) == 0 {
-		return errkind.Errorf(errkind.InvalidArgument, "load balancer: at least one target is needed (its subnet places the load balancer)")
-	}
-	first, err := b.p.inst.describe(ctx, targets[0].Name)
+	first, err := b.firstTarget(ctx, targets)
 	if err != nil {
 		return err
 	}
-	if len(first) == 0 {
-		return errkind.Errorf(errkind.NotFound, "target %s: no such replica", targets[0].Name)
-	}
-	tg, err := b.ensureTG(ctx, first[0].vpc)
+	tg, err := b.ensureTG(ctx, first.vpc)
 	if err != nil {
 		return err
 	}
 	arn, err := b.findLB(ctx)
 	if errors.Is(err, errkind.NotFound) {
-		arn, err = b.createLB(ctx, first[0].subnet, allocation)
+		arn, err = b.createLB(ctx, first.subnet, allocation)
 	}
 	if err != nil {
 		return err
@@ -413,6 +407,22 @@ func (b *loadBalancer) ensureTGAttributes(ctx context.Context, tg string) error 
 	return nil
 }
 
+// firstTarget is the instance of the first of targets: its subnet places
+// the load balancer, its VPC the target group.
+func (b *loadBalancer) firstTarget(ctx context.Context, targets []lb.Target) (instance, error) {
+	if len(targets) == 0 {
+		return instance{}, errkind.Errorf(errkind.InvalidArgument, "load balancer: at least one target is needed (its subnet places the load balancer)")
+	}
+	is, err := b.p.inst.describe(ctx, targets[0].Name)
+	if err != nil {
+		return instance{}, err
+	}
+	if len(is) == 0 {
+		return instance{}, errkind.Errorf(errkind.NotFound, "target %s: no such replica", targets[0].Name)
+	}
+	return is[0], nil
+}
+
 // Prepare implements lb.Preparer: before the Elastic IP leaves master 0,
 // check that the masters' security groups let the NLB's health checks and
 // the clients in (the error names the missing rule), and build the target
@@ -420,20 +430,14 @@ func (b *loadBalancer) ensureTGAttributes(ctx context.Context, tg string) error 
 // changes.
 func (b *loadBalancer) Prepare(ctx context.Context, targets []lb.Target) error {
 	defer b.invalidate()
-	if len(targets) == 0 {
-		return errkind.Errorf(errkind.InvalidArgument, "load balancer: at least one target is needed (its subnet places the load balancer)")
-	}
-	first, err := b.p.inst.describe(ctx, targets[0].Name)
+	first, err := b.firstTarget(ctx, targets)
 	if err != nil {
 		return err
 	}
-	if len(first) == 0 {
-		return errkind.Errorf(errkind.NotFound, "target %s: no such replica", targets[0].Name)
-	}
-	if err := b.p.checkSecurityGroups(ctx, first[0]); err != nil {
+	if err := b.p.checkSecurityGroups(ctx, first); err != nil {
 		return err
 	}
-	tg, err := b.ensureTG(ctx, first[0].vpc)
+	tg, err := b.ensureTG(ctx, first.vpc)
 	if err != nil {
 		return err
 	}
