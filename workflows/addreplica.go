@@ -91,14 +91,9 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				if source == "" {
 					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no running replica to clone", d.Cluster)
 				}
-				cli, err := d.Etcd(ctx, name(r))
+				members, err := d.members(ctx, name(r))
 				if err != nil {
 					return err
-				}
-				defer cli.Close()
-				members, err := cli.Members(ctx)
-				if err != nil {
-					return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
 				}
 				// Our own learner from an interrupted run is expected; any
 				// other pending learner or unhealthy voter refuses.

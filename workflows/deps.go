@@ -327,6 +327,22 @@ func (d *Deps) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Client,
 	return d.Flavor().EtcdCluster(ctx, providers.EtcdMain, exclude...)
 }
 
+// members lists the main etcd cluster's members, reached as Etcd reaches
+// them; a listing that fails is errkind.FailedPrecondition (etcd
+// unreachable: nothing can be checked, nothing may change).
+func (d *Deps) members(ctx context.Context, exclude ...string) ([]etcdmember.Member, error) {
+	cli, err := d.Etcd(ctx, exclude...)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ms, err := cli.Members(ctx)
+	if err != nil {
+		return nil, errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
+	}
+	return ms, nil
+}
+
 // memberIDKey is the journal key of a replica's member ID in cluster
 // ("member_id" for the main cluster, as journals have always said).
 func memberIDKey(cluster string) string {

@@ -177,14 +177,9 @@ func upgradePreflight(d *Deps, p UpgradeParams, inPlace bool) Step {
 					return errkind.Errorf(errkind.FailedPrecondition, "replica %s is not healthy: %v", rep.Name, err)
 				}
 			}
-			cli, err := d.Etcd(ctx)
+			ms, err := d.members(ctx)
 			if err != nil {
 				return err
-			}
-			defer cli.Close()
-			ms, err := cli.Members(ctx)
-			if err != nil {
-				return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
 			}
 			voters := 0
 			for _, m := range ms {
