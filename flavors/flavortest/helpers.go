@@ -26,6 +26,23 @@ func Members(ctx context.Context, t testing.TB, f flavors.Flavor) []etcdmember.M
 	return ms
 }
 
+// Voters checks that f's main etcd cluster has n members, none of them a
+// learner still (what a join must leave: a wrong count fails t at once),
+// and returns them.
+func Voters(ctx context.Context, t testing.TB, f flavors.Flavor, n int) []etcdmember.Member {
+	t.Helper()
+	ms := Members(ctx, t, f)
+	if len(ms) != n {
+		t.Fatalf("%d members, want %d voters: %+v", len(ms), n, ms)
+	}
+	for _, m := range ms {
+		if m.Learner {
+			t.Errorf("member %s is still a learner", m.Name)
+		}
+	}
+	return ms
+}
+
 // RunOn runs cmd on machine through p's way in and returns its stdout,
 // trimmed; a failure fails t with the command's stderr.
 func RunOn(ctx context.Context, t testing.TB, p providers.MachineRunner, machine, cmd string) string {

@@ -120,15 +120,7 @@ func TestFlavorOnGCEKubeadmMasters(t *testing.T) {
 		t.Fatalf("Join(%s): %v", replica, err)
 	}
 	t.Logf("Join(%s) took %v", replica, time.Since(start).Round(time.Millisecond))
-	ms := members()
-	if len(ms) != 2 {
-		t.Fatalf("members after the join: %+v", ms)
-	}
-	for _, m := range ms {
-		if m.Learner {
-			t.Errorf("member %s is still a learner", m.Name)
-		}
-	}
+	flavortest.Voters(ctx, t, f, 2) // after the join
 	if n := nodes(); !strings.Contains(n, "node/"+replica) || !strings.Contains(n, "node/"+c.Master) {
 		t.Errorf("Nodes after the join: %s", n)
 	}

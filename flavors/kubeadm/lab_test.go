@@ -78,15 +78,7 @@ func TestFlavorOnKubeadmMasters(t *testing.T) {
 		t.Fatalf("Join(host-2): %v", err)
 	}
 	t.Logf("Join(host-2) took %v", time.Since(start).Round(time.Millisecond))
-	ms := members()
-	if len(ms) != 2 {
-		t.Fatalf("members after the join: %+v", ms)
-	}
-	for _, m := range ms {
-		if m.Learner {
-			t.Errorf("member %s is still a learner", m.Name)
-		}
-	}
+	flavortest.Voters(ctx, t, f, 2) // after the join
 	if r, err := p.Instances().Get(ctx, h2.Name); err != nil || !r.Running() {
 		t.Errorf("host-2 after its join: %+v, %v; want running", r, err)
 	}
