@@ -336,15 +336,11 @@ func addLearner(ctx context.Context, d *Deps, r *Run, cluster string) error {
 // withMember connects to cluster (not through the replica itself) and
 // resolves the replica's member ID there.
 func withMember(ctx context.Context, d *Deps, r *Run, cluster string, f func(context.Context, *etcdmember.Client, uint64) error) error {
-	cli, err := d.Flavor().EtcdCluster(ctx, cluster, r.Param("name"))
+	cli, ms, err := d.etcdMembers(ctx, cluster, []string{r.Param("name")}, nil)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	ms, err := cli.Members(ctx)
-	if err != nil {
-		return err
-	}
 	m, ok := d.findMember(ms, cluster, r.Param("name"), r.Get("address"))
 	if !ok {
 		member, peer := d.Flavor().EtcdMember(cluster, r.Param("name"), r.Get("address"))

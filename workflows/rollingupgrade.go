@@ -250,15 +250,11 @@ func pickNext(ctx context.Context, d *Deps, p UpgradeParams, exclude map[string]
 // leaderReplica names the replica of rs whose main etcd member leads,
 // or "" when none does.
 func leaderReplica(ctx context.Context, d *Deps, rs []providers.Replica) (string, error) {
-	cli, err := d.Etcd(ctx)
+	cli, ms, err := d.etcdMembers(ctx, providers.EtcdMain, nil, nil)
 	if err != nil {
 		return "", err
 	}
-	defer cli.Close()
-	ms, err := cli.Members(ctx)
-	if err != nil {
-		return "", err
-	}
+	cli.Close()
 	for _, m := range ms {
 		if m.Leader {
 			return d.replicaOf(m, providers.EtcdMain, rs), nil
@@ -458,15 +454,11 @@ func moveLeaderOff(ctx context.Context, d *Deps, r *Run, name string) error {
 	if rs, err := d.Provider.Instances().List(ctx); err != nil || len(rs) < 2 {
 		return err // a single replica has nobody to hand leadership to
 	}
-	cli, err := d.Etcd(ctx, name)
+	cli, ms, err := d.etcdMembers(ctx, providers.EtcdMain, []string{name}, nil)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	ms, err := cli.Members(ctx)
-	if err != nil {
-		return err
-	}
 	m, ok := d.findMember(ms, providers.EtcdMain, name, "")
 	if !ok || !m.Leader || len(ms) == 1 {
 		return nil

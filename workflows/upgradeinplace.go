@@ -64,15 +64,11 @@ func inPlaceSlot(ctx context.Context, d *Deps, p UpgradeParams, r *Run, k int) (
 	}
 	pick := todo[0]
 	if len(todo) > 1 {
-		cli, err := d.Etcd(ctx)
+		cli, ms, err := d.etcdMembers(ctx, providers.EtcdMain, nil, nil)
 		if err != nil {
 			return "", err
 		}
-		ms, err := cli.Members(ctx)
 		cli.Close()
-		if err != nil {
-			return "", err
-		}
 		for _, rep := range todo {
 			if m, ok := d.findMember(ms, providers.EtcdMain, rep.Name, rep.Address); !ok || !m.Leader {
 				pick = rep
