@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,55 +135,17 @@ func nodeProcesses(t *testing.T, dir string) int {
 }
 
 // prober reads /readyz through the static IP in a loop and counts.
-type prober struct {
-	ok, failed atomic.Int64
-	mu         sync.Mutex
-	failures   []string
-	stop       chan struct{}
-	done       chan struct{}
-}
-
-func startProber(t *testing.T, e *env) *prober {
+// startProber probes /readyz through the static IP, trusting the
+// cluster CA.
+func startProber(t *testing.T, e *env) *workflowstest.Prober {
 	pki := filepath.Join(e.c.Settings.StateDir, e.name, "pki")
 	ca, err := certs.LoadCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, DisableKeepAlives: true}}
-	url := fmt.Sprintf("https://%s:6443/readyz", e.c.Provider.Info().StaticIP)
-	p := &prober{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; i < 100000; i++ {
-			select {
-			case <-p.stop:
-				return
-			case <-tick.C:
-			}
-			resp, err := client.Get(url)
-			if err == nil {
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					err = fmt.Errorf("status %s: %s", resp.Status, strings.TrimSpace(string(body)))
-				}
-			}
-			if err != nil {
-				p.failed.Add(1)
-				p.mu.Lock()
-				p.failures = append(p.failures, time.Now().Format("15:04:05.000")+" "+err.Error())
-				p.mu.Unlock()
-			} else {
-				p.ok.Add(1)
-			}
-		}
-	}()
-	return p
+	return workflowstest.StartProber(client, fmt.Sprintf("https://%s:6443/readyz", e.c.Provider.Info().StaticIP))
 }
-
-func (p *prober) finish() { close(p.stop); <-p.done }
 
 func TestGrowAndShrink1to5to1(t *testing.T) {
 	t.Parallel()
@@ -201,7 +161,7 @@ func TestGrowAndShrink1to5to1(t *testing.T) {
 	}
 	var phases []phase
 	mark := func(what string) {
-		phases = append(phases, phase{what, pr.failed.Load()})
+		phases = append(phases, phase{what, pr.Failed.Load()})
 	}
 	for i, n := range names {
 		if err := e.add(ctx, n, nil); err != nil {
@@ -222,15 +182,15 @@ func TestGrowAndShrink1to5to1(t *testing.T) {
 			e.assertConverged(ctx, append([]string{master}, names[:2]...)...)
 		}
 	}
-	pr.finish()
+	pr.Finish()
 	e.assertConverged(ctx, master)
 	prev := int64(0)
 	for _, p := range phases {
 		t.Logf("readyz through the static IP: %d failed during %s", p.failed-prev, p.what)
 		prev = p.failed
 	}
-	t.Logf("readyz through the static IP over 1→5→1: %d ok, %d failed", pr.ok.Load(), pr.failed.Load())
-	for _, f := range pr.failures {
+	t.Logf("readyz through the static IP over 1→5→1: %d ok, %d failed", pr.OK.Load(), pr.Failed.Load())
+	for _, f := range pr.Failures() {
 		t.Logf("  failure: %s", f)
 	}
 	// Failures are allowed only at the promotion and demotion instants

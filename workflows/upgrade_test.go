@@ -157,7 +157,7 @@ func TestRollingUpgradeRecreate(t *testing.T) {
 			pr := startProber(t, e)
 			rec := &recorder{}
 			err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", DrainGrace: 500 * time.Millisecond}, rec, nil)
-			pr.finish()
+			pr.Finish()
 			if err != nil {
 				t.Fatalf("rolling-upgrade: %v", err)
 			}
@@ -166,9 +166,9 @@ func TestRollingUpgradeRecreate(t *testing.T) {
 			if len(order) != n || order[n-1] != leader {
 				t.Errorf("upgrade order %v; want %d replicas with the leader %s last", order, n, leader)
 			}
-			t.Logf("%d replicas upgraded in order %v (leader %s); readyz through the LB: %d ok, %d failed %v", n, order, leader, pr.ok.Load(), pr.failed.Load(), pr.failures)
-			if pr.failed.Load() != 0 {
-				t.Errorf("%d client failures through the LB during the upgrade", pr.failed.Load())
+			t.Logf("%d replicas upgraded in order %v (leader %s); readyz through the LB: %d ok, %d failed %v", n, order, leader, pr.OK.Load(), pr.Failed.Load(), pr.Failures())
+			if pr.Failed.Load() != 0 {
+				t.Errorf("%d client failures through the LB during the upgrade", pr.Failed.Load())
 			}
 			// A re-run finds nothing to do.
 			rec = &recorder{}
@@ -187,7 +187,7 @@ func TestRollingUpgradeBadFlagRollsBack(t *testing.T) {
 	e.grow(ctx, 2)
 	pr := startProber(t, e)
 	err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", ExtraArgs: []string{"--no-such-flag"}, ExtraArgsSet: true, HealthTimeout: 3 * time.Second, DrainGrace: 300 * time.Millisecond}, nil, nil)
-	pr.finish()
+	pr.Finish()
 	if !errors.Is(err, workflows.ErrConcluded) || errkind.ExitCode(err) != 1 {
 		t.Fatalf("err = %v; want a concluded rollback (exit 1)", err)
 	}
@@ -197,8 +197,8 @@ func TestRollingUpgradeBadFlagRollsBack(t *testing.T) {
 		}
 	}
 	e.assertVersions(ctx, "v1.30.2", 3)
-	if pr.failed.Load() != 0 {
-		t.Errorf("%d client failures during the failed upgrade: %v", pr.failed.Load(), pr.failures)
+	if pr.Failed.Load() != 0 {
+		t.Errorf("%d client failures during the failed upgrade: %v", pr.Failed.Load(), pr.Failures())
 	}
 	// The rollback closed the run: a corrected upgrade starts fresh.
 	if err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", ExtraArgs: []string{"--v=2"}, ExtraArgsSet: true}, nil, nil); err != nil {

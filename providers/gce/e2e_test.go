@@ -3,7 +3,6 @@ package gce_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -135,44 +134,10 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 }
 
 // prober reads /readyz through the static IP in a loop.
-type prober struct {
-	ok, failed atomic.Int64
-	stop, done chan struct{}
+// startProber probes /readyz through the static IP.
+func startProber(e *env) *workflowstest.Prober {
+	return workflowstest.StartProber(e.c.HTTP(), fmt.Sprintf("https://%s:%d/readyz", e.c.StaticIP, e.c.Provider.APIServerPort()))
 }
-
-func startProber(e *env) *prober {
-	p := &prober{stop: make(chan struct{}), done: make(chan struct{})}
-	client := e.c.HTTP()
-	url := fmt.Sprintf("https://%s:%d/readyz", e.c.StaticIP, e.c.Provider.APIServerPort())
-	go func() {
-		defer close(p.done)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-p.stop:
-				return
-			case <-tick.C:
-			}
-			resp, err := client.Get(url)
-			if err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					err = fmt.Errorf("%s", resp.Status)
-				}
-			}
-			if err != nil {
-				p.failed.Add(1)
-			} else {
-				p.ok.Add(1)
-			}
-		}
-	}()
-	return p
-}
-
-func (p *prober) finish() { close(p.stop); <-p.done }
 
 // opWindow is the wall time during which at least one operation of the
 // fake was in flight (the union of their intervals): the critical path
@@ -234,7 +199,7 @@ func growShrink(t *testing.T, e *env) {
 		union, sum := opWindow(e.c.Fake.OpStats())
 		t.Logf("add-replica #%d (%s): %d API calls, wall %v, operations in flight %v (sum %v), wall/critical-path %.2f;%s",
 			i+1, n, total(calls), wall.Round(time.Millisecond), union.Round(time.Millisecond), sum.Round(time.Millisecond), float64(wall)/float64(union), callSummary(calls))
-		failedAt = append(failedAt, pr.failed.Load())
+		failedAt = append(failedAt, pr.Failed.Load())
 	}
 	e.assertConverged(ctx, append([]string{master}, names...)...)
 	for i := len(names) - 1; i >= 0; i-- {
@@ -247,11 +212,11 @@ func growShrink(t *testing.T, e *env) {
 		calls := e.c.Fake.Calls()
 		union, _ := opWindow(e.c.Fake.OpStats())
 		t.Logf("remove-replica (%s): %d API calls, wall %v, operations in flight %v;%s", names[i], total(calls), wall.Round(time.Millisecond), union.Round(time.Millisecond), callSummary(calls))
-		failedAt = append(failedAt, pr.failed.Load())
+		failedAt = append(failedAt, pr.Failed.Load())
 	}
-	pr.finish()
+	pr.Finish()
 	e.assertConverged(ctx, master)
-	t.Logf("readyz through the static IP: %d ok, %d failed (cumulative failures after each command: %v)", pr.ok.Load(), pr.failed.Load(), failedAt)
+	t.Logf("readyz through the static IP: %d ok, %d failed (cumulative failures after each command: %v)", pr.OK.Load(), pr.Failed.Load(), failedAt)
 	// Only promotion (first add) and demotion (last remove) may drop requests.
 	if failedAt[1] != failedAt[0] || failedAt[2] != failedAt[1] {
 		t.Errorf("client failures outside promotion/demotion: %v", failedAt)

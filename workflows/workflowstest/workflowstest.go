@@ -3,11 +3,17 @@
 package workflowstest
 
 import (
+	"context"
 	"errors"
+	"net/http"
 	"slices"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/hamaster/hamaster/internal/probeload"
 	"github.com/hamaster/hamaster/workflows"
 )
 
@@ -92,4 +98,50 @@ func StepNames(wf *workflows.Workflow) []string {
 		names = append(names, s.Name)
 	}
 	return names
+}
+
+// Prober GETs a URL every 20 ms until Finish, as a client of the cluster
+// would while a workflow changes it: OK counts the answers 200, Failed
+// the rest, each kept with its time (Failures).
+type Prober struct {
+	OK, Failed atomic.Int64
+	mu         sync.Mutex
+	failures   []string
+	stop, done chan struct{}
+}
+
+// StartProber starts probing url with client.
+func StartProber(client *http.Client, url string) *Prober {
+	p := &Prober{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+			}
+			if err := probeload.Get(context.Background(), client, url); err != nil {
+				p.Failed.Add(1)
+				p.mu.Lock()
+				p.failures = append(p.failures, time.Now().Format("15:04:05.000")+" "+err.Error())
+				p.mu.Unlock()
+			} else {
+				p.OK.Add(1)
+			}
+		}
+	}()
+	return p
+}
+
+// Finish stops the probes and waits for the last.
+func (p *Prober) Finish() { close(p.stop); <-p.done }
+
+// Failures is every failed probe so far, with its time.
+func (p *Prober) Failures() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.failures)
 }
