@@ -21,7 +21,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -36,6 +35,7 @@ import (
 	"github.com/hamaster/hamaster/providers/local"
 	"github.com/hamaster/hamaster/testbed/local/localtest"
 	"github.com/hamaster/hamaster/workflows"
+	"github.com/hamaster/hamaster/workflows/workflowstest"
 )
 
 // The real-apiserver tier: the same workflows against kube-apiserver
@@ -344,11 +344,9 @@ func TestRealAPIServerGrowShrinkLeases(t *testing.T) {
 
 // load creates and reads ConfigMaps through the LB until stopped.
 type load struct {
-	ok, failed atomic.Int64
-	mu         sync.Mutex
-	failures   []string
-	stop       chan struct{}
-	wg         sync.WaitGroup
+	workflowstest.Tally
+	stop chan struct{}
+	wg   sync.WaitGroup
 }
 
 func startLoad(ctx context.Context, k *kubeAPI, workers int, prefix string) *load {
@@ -369,14 +367,7 @@ func startLoad(ctx context.Context, k *kubeAPI, workers int, prefix string) *loa
 						err = fmt.Errorf("configmap %s reads %q", name, v)
 					}
 				}
-				if err != nil {
-					l.failed.Add(1)
-					l.mu.Lock()
-					l.failures = append(l.failures, time.Now().Format("15:04:05.000")+" "+err.Error())
-					l.mu.Unlock()
-				} else {
-					l.ok.Add(2) // a create and a read
-				}
+				l.Record(err, 2) // a create and a read
 			}
 		})
 	}
@@ -407,14 +398,14 @@ func TestRealAPIServerRollingUpgradeUnderLoad(t *testing.T) {
 		t.Fatalf("rolling-upgrade %s → %s: %v", realOldVersion, realNewVersion, err)
 	}
 	t.Logf("rolling-upgrade %s → %s of 3 replicas in %v under load through the LB: %d requests ok, %d failed",
-		realOldVersion, realNewVersion, time.Since(start).Round(100*time.Millisecond), ld.ok.Load(), ld.failed.Load())
+		realOldVersion, realNewVersion, time.Since(start).Round(100*time.Millisecond), ld.OK.Load(), ld.Failed.Load())
 	// The one failure kube-apiserver itself lets through: a read in
 	// flight while etcd's leadership moves (hamaster moves it off the
 	// leader before recreating it) gets etcd's ErrLeaderChanged as a 500;
 	// the apiserver does not retry it. Counted and bounded, never
 	// anything else.
 	leaderChanged := 0
-	for _, f := range ld.failures {
+	for _, f := range ld.Failures() {
 		if strings.Contains(f, "etcdserver: leader changed") {
 			leaderChanged++
 		} else {
@@ -422,12 +413,12 @@ func TestRealAPIServerRollingUpgradeUnderLoad(t *testing.T) {
 		}
 	}
 	if leaderChanged > 0 {
-		t.Logf("%d of %d requests failed with etcd's \"leader changed\" while leadership moved: %v", leaderChanged, ld.ok.Load()+ld.failed.Load(), ld.failures)
+		t.Logf("%d of %d requests failed with etcd's \"leader changed\" while leadership moved: %v", leaderChanged, ld.OK.Load()+ld.Failed.Load(), ld.Failures())
 	}
 	if leaderChanged > 3 {
 		t.Errorf("%d requests failed with etcd's \"leader changed\": more than the leadership moves of one upgrade explain", leaderChanged)
 	}
-	if ld.ok.Load() == 0 {
+	if ld.OK.Load() == 0 {
 		t.Error("the load made no successful request: it proves nothing")
 	}
 	e.assertVersions(ctx, realNewVersion, 3)

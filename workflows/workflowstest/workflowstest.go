@@ -100,13 +100,39 @@ func StepNames(wf *workflows.Workflow) []string {
 	return names
 }
 
-// Prober GETs a URL every 20 ms until Finish, as a client of the cluster
-// would while a workflow changes it: OK counts the answers 200, Failed
-// the rest, each kept with its time (Failures).
-type Prober struct {
+// Tally counts a client's requests while a workflow changes the
+// cluster: OK the answered ones, Failed the rest, each failure kept with
+// its time (Failures).
+type Tally struct {
 	OK, Failed atomic.Int64
 	mu         sync.Mutex
 	failures   []string
+}
+
+// Record counts one request that failed with err, or, when err is nil,
+// oks answered ones.
+func (c *Tally) Record(err error, oks int64) {
+	if err == nil {
+		c.OK.Add(oks)
+		return
+	}
+	c.Failed.Add(1)
+	c.mu.Lock()
+	c.failures = append(c.failures, time.Now().Format("15:04:05.000")+" "+err.Error())
+	c.mu.Unlock()
+}
+
+// Failures is every failed request so far, with its time.
+func (c *Tally) Failures() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.failures)
+}
+
+// Prober GETs a URL every 20 ms until Finish, as a client of the cluster
+// would while a workflow changes it, tallying the answers: 200 is OK.
+type Prober struct {
+	Tally
 	stop, done chan struct{}
 }
 
@@ -123,14 +149,7 @@ func StartProber(client *http.Client, url string) *Prober {
 				return
 			case <-tick.C:
 			}
-			if err := probeload.Get(context.Background(), client, url); err != nil {
-				p.Failed.Add(1)
-				p.mu.Lock()
-				p.failures = append(p.failures, time.Now().Format("15:04:05.000")+" "+err.Error())
-				p.mu.Unlock()
-			} else {
-				p.OK.Add(1)
-			}
+			p.Record(probeload.Get(context.Background(), client, url), 1)
 		}
 	}()
 	return p
@@ -138,10 +157,3 @@ func StartProber(client *http.Client, url string) *Prober {
 
 // Finish stops the probes and waits for the last.
 func (p *Prober) Finish() { close(p.stop); <-p.done }
-
-// Failures is every failed probe so far, with its time.
-func (p *Prober) Failures() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.failures)
-}
