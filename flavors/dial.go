@@ -3,6 +3,7 @@ package flavors
 import (
 	"context"
 	"net"
+	"slices"
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
@@ -25,4 +26,23 @@ func DialMemberVia(d providers.MachineDialer, byHost map[string]string, what str
 		}
 		return d.DialMachine(ctx, name, to(port))
 	}
+}
+
+// RunningMasters lists p's running replicas (all) and those of them not
+// in exclude (through: the masters a flavor reaches etcd through).
+func RunningMasters(ctx context.Context, p providers.Provider, exclude ...string) (all, through []providers.Replica, err error) {
+	rs, err := p.Instances().List(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, r := range rs {
+		if !r.Running() {
+			continue
+		}
+		all = append(all, r)
+		if !slices.Contains(exclude, r.Name) {
+			through = append(through, r)
+		}
+	}
+	return all, through, nil
 }

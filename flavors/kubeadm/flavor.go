@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -124,21 +125,8 @@ func (f *Flavor) read(ctx context.Context, machine string, paths ...string) ([][
 
 // running lists the running masters not in exclude.
 func (f *Flavor) running(ctx context.Context, exclude ...string) ([]providers.Replica, error) {
-	rs, err := f.p.Instances().List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	skip := map[string]bool{}
-	for _, e := range exclude {
-		skip[e] = true
-	}
-	var out []providers.Replica
-	for _, r := range rs {
-		if r.Running() && !skip[r.Name] {
-			out = append(out, r)
-		}
-	}
-	return out, nil
+	_, rs, err := flavors.RunningMasters(ctx, f.p, exclude...)
+	return rs, err
 }
 
 // EtcdCluster implements flavors.Flavor: through every running master
@@ -150,19 +138,9 @@ func (f *Flavor) EtcdCluster(ctx context.Context, cluster string, exclude ...str
 	if cluster != flavors.EtcdMain {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "kubeadm's masters run one etcd cluster (%s), not %q", flavors.EtcdMain, cluster)
 	}
-	all, err := f.running(ctx)
+	all, cands, err := flavors.RunningMasters(ctx, f.p, exclude...)
 	if err != nil {
 		return nil, err
-	}
-	skip := map[string]bool{}
-	for _, e := range exclude {
-		skip[e] = true
-	}
-	var cands []providers.Replica
-	for _, r := range all {
-		if !skip[r.Name] {
-			cands = append(cands, r)
-		}
 	}
 	if len(cands) == 0 {
 		return nil, errkind.Errorf(errkind.FailedPrecondition, "no running master to reach etcd through (excluding %v)", exclude)
@@ -204,7 +182,7 @@ func (f *Flavor) EtcdCluster(ctx context.Context, cluster string, exclude ...str
 			continue
 		}
 		byHost[host] = r.Name
-		if skip[r.Name] {
+		if slices.Contains(exclude, r.Name) {
 			continue
 		}
 		// The member's serving certificate names its Node and its

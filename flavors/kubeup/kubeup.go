@@ -149,25 +149,14 @@ func (f *Flavor) EtcdCluster(ctx context.Context, c string, exclude ...string) (
 	if err != nil {
 		return nil, err
 	}
-	rs, err := f.p.Instances().List(ctx)
+	all, cands, err := flavors.RunningMasters(ctx, f.p, exclude...)
 	if err != nil {
 		return nil, err
 	}
-	skip := map[string]bool{}
-	for _, e := range exclude {
-		skip[e] = true
-	}
 	byHost := map[string]string{}
-	var cands []providers.Replica
-	for _, r := range rs {
-		if !r.Running() {
-			continue
-		}
+	for _, r := range all {
 		if h := f.dial.MachineHostname(r.Name, r.Address); h != "" {
 			byHost[h] = r.Name
-		}
-		if !skip[r.Name] {
-			cands = append(cands, r)
 		}
 	}
 	if len(cands) == 0 {
