@@ -47,8 +47,7 @@ import (
 func TestConvertToHA(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	kubeletProgram, binDir := metallabtest.Kubeadm(t, labVersion)
-	lab, p, run := kubeadmHosts(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir}, "/usr/sbin/keepalived", "/usr/sbin/haproxy", "curl")
+	lab, p, run := kubeadmHosts(ctx, t, metallabtest.KubeadmOptions(t, 3, labVersion), "/usr/sbin/keepalived", "/usr/sbin/haproxy", "curl")
 	h1, h2, h3 := lab.Hosts[0], lab.Hosts[1], lab.Hosts[2]
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {
 		t.Fatal(err)

@@ -38,8 +38,7 @@ const labVersion = "v1.33.13"
 func TestFlavorOnKubeadmMasters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	kubeletProgram, binDir := metallabtest.Kubeadm(t, labVersion)
-	lab, p, run := kubeadmHosts(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir})
+	lab, p, run := kubeadmHosts(ctx, t, metallabtest.KubeadmOptions(t, 3, labVersion))
 	h1, h2, h3 := lab.Hosts[0], lab.Hosts[1], lab.Hosts[2]
 	run(h1.Name, fmt.Sprintf("ip addr add %s/24 dev eth0", lab.VIP))
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion, ControlPlaneEndpoint: lab.VIPEndpoint()}); err != nil {
@@ -250,12 +249,7 @@ func checkView(ctx context.Context, t *testing.T, f *kubeadm.Flavor, p *metal.Pr
 // on a host that fails the test when it fails.
 func kubeadmHosts(ctx context.Context, t *testing.T, o metallab.Options, bins ...string) (*metallab.Lab, *metal.Provider, func(host, cmd string) string) {
 	t.Helper()
-	lab := metallabtest.StartWith(ctx, t, o, bins...)
-	for _, h := range lab.Hosts {
-		if err := lab.Install(ctx, h, labVersion); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lab := metallabtest.StartKubeadm(ctx, t, o, labVersion, bins...)
 	pr, err := metal.New(ctx, providers.Settings{Cluster: "lab", StateDir: t.TempDir(), Options: map[string]string{
 		metal.OptInventory: lab.InventoryFile, metal.OptSSHKey: lab.ClientKeyFile, metal.OptSSHKnownHosts: lab.KnownHostsFile}})
 	if err != nil {
