@@ -375,22 +375,32 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 				return nil
 			},
 		},
-		{
-			Name: prefix + "health-gate", Plan: []string{"etcd member healthy and caught up, /readyz 200, /version = " + p.Version, fmt.Sprintf("within %s, else restore the last known-good template (healthy within %s) and stop", p.HealthTimeout, RestoreHealthTimeout(p.HealthTimeout))},
-			Run: func(ctx context.Context, r *Run) error {
-				n := name(r)
-				rep, ok, err := getSlotReplica(ctx, inst, n)
-				if !ok {
-					return err
-				}
-				gerr := healthGate(ctx, d, r, rep, p.Version, p.HealthTimeout)
-				if gerr == nil {
-					return nil
-				}
-				return rollback(ctx, d, r, n, lkgKey(n), p, gerr)
-			},
-		},
+		healthGateStep(d, p, k, fmt.Sprintf("restore the last known-good template (healthy within %s)", RestoreHealthTimeout(p.HealthTimeout)),
+			func(ctx context.Context, r *Run, rep providers.Replica, cause error) error {
+				return rollback(ctx, d, r, rep.Name, lkgKey(rep.Name), p, cause)
+			}),
 		backInLBStep(d, p, k),
+	}
+}
+
+// healthGateStep is slot k's health gate after its upgrade: its replica
+// healthy at p.Version within p.HealthTimeout, else rollback (onFail
+// says what it does, for the plan) and stop. An interrupted gate is not a
+// failure: a re-run gates the replica again.
+func healthGateStep(d *Deps, p UpgradeParams, k int, onFail string, rollback func(ctx context.Context, r *Run, rep providers.Replica, cause error) error) Step {
+	return Step{
+		Name: fmt.Sprintf("replica-%d/health-gate", k), Plan: []string{"etcd member healthy and caught up, /readyz 200, /version = " + p.Version, fmt.Sprintf("within %s, else %s and stop", p.HealthTimeout, onFail)},
+		Run: func(ctx context.Context, r *Run) error {
+			rep, ok, err := getSlotReplica(ctx, d.Provider.Instances(), slotName(r, k))
+			if !ok {
+				return err
+			}
+			gerr := healthGate(ctx, d, r, rep, p.Version, p.HealthTimeout)
+			if gerr == nil || ctx.Err() != nil {
+				return gerr // healthy, or interrupted: a re-run gates it again
+			}
+			return rollback(ctx, r, rep, gerr)
+		},
 	}
 }
 

@@ -127,21 +127,9 @@ func inPlaceSteps(d *Deps, p UpgradeParams, up flavors.Upgrader, k int) []Step {
 				return rollbackInPlace(ctx, d, r, up, rep, first, p, uerr)
 			},
 		},
-		{
-			Name: prefix + "health-gate", Plan: []string{"etcd member healthy and caught up, /readyz 200, /version = " + p.Version, fmt.Sprintf("within %s, else the flavor's rollback and stop", p.HealthTimeout)},
-			Run: func(ctx context.Context, r *Run) error {
-				n := name(r)
-				rep, ok, err := getSlotReplica(ctx, inst, n)
-				if !ok {
-					return err
-				}
-				gerr := healthGate(ctx, d, r, rep, p.Version, p.HealthTimeout)
-				if gerr == nil || ctx.Err() != nil {
-					return gerr
-				}
-				return rollbackInPlace(ctx, d, r, up, rep, first, p, gerr)
-			},
-		},
+		healthGateStep(d, p, k, "the flavor's rollback", func(ctx context.Context, r *Run, rep providers.Replica, cause error) error {
+			return rollbackInPlace(ctx, d, r, up, rep, first, p, cause)
+		}),
 		backInLBStep(d, p, k),
 	}
 }
