@@ -22,6 +22,7 @@ import (
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/providers/local"
 	"github.com/hamaster/hamaster/providers/metal"
+	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/workflows"
 )
 
@@ -54,12 +55,12 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 		gce.OptMasterName:    c.String("gce-master-name"),
 		gce.OptAPIServerPort: c.String("gce-apiserver-port"),
 		gce.OptDNSZone:       c.String("dns-zone"),
-		gce.OptSSHUser:       c.String("ssh-user"),
-		gce.OptSSHKey:        c.String("ssh-key"),
-		gce.OptSSHKnownHosts: c.String("ssh-known-hosts"),
-		gce.OptSSHInsecure:   strconv.FormatBool(c.Bool("ssh-insecure-skip-host-key-check")),
-		gce.OptSSHPort:       c.String("ssh-port"),
-		gce.OptSSHAgent:      g.sshAgent,
+		remote.OptUser:       c.String("ssh-user"),
+		remote.OptKey:        c.String("ssh-key"),
+		remote.OptKnownHosts: c.String("ssh-known-hosts"),
+		remote.OptInsecure:   strconv.FormatBool(c.Bool("ssh-insecure-skip-host-key-check")),
+		remote.OptPort:       c.String("ssh-port"),
+		remote.OptAgent:      g.sshAgent,
 		gce.OptReleaseURL:    c.String("gce-release-url"),
 		gce.OptMasterFormat:  c.String("gce-master-format"),
 		awsp.OptReleaseURL:   c.String("aws-release-url"),

@@ -15,6 +15,7 @@ import (
 	"github.com/hamaster/hamaster/flavors/kubeup"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
+	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake"
 	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 )
@@ -55,7 +56,7 @@ func TestFindsMastersByNameWithoutLabels(t *testing.T) {
 		}
 	}
 	p, err := gce.New(ctx, providers.Settings{Cluster: "kubernetes", StateDir: t.TempDir(), Options: map[string]string{
-		gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA + "," + gcetest.ZoneB, gce.OptEndpoint: f.URL, gce.OptSSHUser: "unused"}})
+		gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA + "," + gcetest.ZoneB, gce.OptEndpoint: f.URL, remote.OptUser: "unused"}})
 	if err != nil {
 		t.Fatal(err)
 	}

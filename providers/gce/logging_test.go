@@ -9,6 +9,7 @@ import (
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/providers/providertest"
+	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake"
 	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 	"github.com/hamaster/hamaster/testbed/local/localtest"
@@ -25,7 +26,7 @@ func TestSettingsLoggerLogsSDKRequestsAtDebug(t *testing.T) {
 	t.Cleanup(func() { f.Close() })
 	providertest.SDKCallsLoggedAtDebug(t, func(ctx context.Context, logger *slog.Logger) (providers.Provider, error) {
 		return gce.New(ctx, providers.Settings{Cluster: "logs", StateDir: t.TempDir(), Logger: logger,
-			Options: map[string]string{gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA, gce.OptEndpoint: f.URL, gce.OptSSHUser: "unused"}})
+			Options: map[string]string{gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA, gce.OptEndpoint: f.URL, remote.OptUser: "unused"}})
 	}, func(_ *testing.T, out string, _ error) bool {
 		return strings.Contains(out, "/instances") // what List finds does not matter here
 	})
