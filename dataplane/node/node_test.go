@@ -167,12 +167,7 @@ func TestNodeBadExtraArgsRefused(t *testing.T) {
 			cfg := testConfig(t, dir, pki, "refused-0")
 			cfg.APIServerExtraArgs = tc.args
 			startNode(t, cfg)
-			st := waitStatus(t, cfg, startTimeout, "apiserver refused, etcd running", func(s nodeapi.Status) bool {
-				return s.APIServer == nodeapi.APIServerRefused && s.Etcd == nodeapi.EtcdRunning
-			})
-			if !strings.Contains(st.APIServerError, tc.wantErr) {
-				t.Errorf("apiserver_error = %q, want it to contain %q", st.APIServerError, tc.wantErr)
-			}
+			st := waitRefused(t, cfg, tc.wantErr)
 			if len(st.Listeners) != 0 || st.Ready {
 				t.Errorf("refused apiserver: listeners %v ready %v, want none and false", st.Listeners, st.Ready)
 			}
