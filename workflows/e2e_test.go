@@ -37,6 +37,14 @@ func newEnv(t *testing.T, name string) *env {
 	return &env{t: t, c: c, name: name, out: &strings.Builder{}}
 }
 
+// within is the test's bound: a context that ends after d, or when the
+// test ends.
+func (e *env) within(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(e.t.Context(), d)
+	e.t.Cleanup(cancel)
+	return ctx
+}
+
 func (e *env) deps(after func(string) error) *workflows.Deps {
 	return &workflows.Deps{Provider: e.c.Provider, Cluster: e.name, StateDir: e.c.Settings.StateDir, Sink: workflows.Discard{}, Out: e, AfterStep: after, Holder: "test"}
 }
@@ -150,8 +158,7 @@ func startProber(t *testing.T, e *env) *workflowstest.Prober {
 func TestGrowAndShrink1to5to1(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "grow")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx := e.within(5 * time.Minute)
 	master := local.MasterName("grow")
 	names := []string{"grow-master-a01", "grow-master-a02", "grow-master-a03", "grow-master-a04"}
 	pr := startProber(t, e)
@@ -209,8 +216,7 @@ func TestGrowAndShrink1to5to1(t *testing.T) {
 func TestConcurrentAddsOneWins(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "race")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := e.within(3 * time.Minute)
 	// The two operators use separate state dirs' journals would be the
 	// realistic case; here they share one and race on the etcd lock.
 	errs := make([]error, 2)
@@ -265,8 +271,7 @@ func TestConcurrentAddsOneWins(t *testing.T) {
 func TestBadInputChangesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "badin")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := e.within(2 * time.Minute)
 	master := local.MasterName("badin")
 	cases := []struct {
 		name string

@@ -294,8 +294,7 @@ func (e *env) replicaVersions(ctx context.Context, k *kubeAPI) map[string]string
 func TestRealAPIServerGrowShrinkLeases(t *testing.T) {
 	t.Parallel()
 	e := newRealEnv(t, "rgrow")
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
+	ctx := e.within(6 * time.Minute)
 	k := newKubeAPI(t, e)
 	if err := k.createConfigMap(ctx, "before-grow", "1"); err != nil {
 		t.Fatalf("create a ConfigMap on the single master: %v", err)
@@ -384,8 +383,7 @@ func (l *load) finish() { close(l.stop); l.wg.Wait() }
 // CI, a 500 that says nothing about hamaster.
 func TestRealAPIServerRollingUpgradeUnderLoad(t *testing.T) {
 	e := newRealEnv(t, "rupg")
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
+	ctx := e.within(8 * time.Minute)
 	e.grow(ctx, 2)
 	k := newKubeAPI(t, e)
 	leader := e.leader(ctx)
@@ -437,8 +435,7 @@ func TestRealAPIServerRollingUpgradeUnderLoad(t *testing.T) {
 func TestRealAPIServerBadFlagRollsBack(t *testing.T) {
 	t.Parallel()
 	e := newRealEnv(t, "rbad")
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
+	ctx := e.within(6 * time.Minute)
 	e.grow(ctx, 2)
 	k := newKubeAPI(t, e)
 	start := time.Now()
@@ -489,8 +486,7 @@ func TestRealAPIServerKillMidUpgrade(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newRealEnv(t, fmt.Sprintf("rkill%d", i))
-			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-			defer cancel()
+			ctx := e.within(8 * time.Minute)
 			e.grow(ctx, 2)
 			k := newKubeAPI(t, e)
 			for i := range 20 {

@@ -1,7 +1,6 @@
 package workflows_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +15,7 @@ import (
 func TestDNSNameAddedThenCertsRotated(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "rot")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := e.within(3 * time.Minute)
 	e.grow(ctx, 1)
 	d := e.deps(nil)
 	wf := workflows.AddReplica(d, workflows.AddParams{Name: "rot-master-dns", DNSKind: "static", DNSName: "api.rot.example.test", Timeout: time.Minute})
