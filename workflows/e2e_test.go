@@ -28,13 +28,16 @@ type env struct {
 	t    *testing.T
 	c    *localtest.Cluster
 	name string
-	out  *strings.Builder
-	mu   sync.Mutex
+	wf   *workflowstest.Runner
 }
 
 func newEnv(t *testing.T, name string) *env {
 	c := localtest.Up(t, name, localtest.Options{})
-	return &env{t: t, c: c, name: name, out: &strings.Builder{}}
+	return newEnvOn(t, c, name)
+}
+
+func newEnvOn(t *testing.T, c *localtest.Cluster, name string) *env {
+	return &env{t: t, c: c, name: name, wf: workflowstest.NewRunner(c.Provider, name, c.Settings.StateDir)}
 }
 
 // within is the test's bound: a context that ends after d, or when the
@@ -45,25 +48,14 @@ func (e *env) within(d time.Duration) context.Context {
 	return ctx
 }
 
-func (e *env) deps(after func(string) error) *workflows.Deps {
-	return &workflows.Deps{Provider: e.c.Provider, Cluster: e.name, StateDir: e.c.Settings.StateDir, Sink: workflows.Discard{}, Out: e, AfterStep: after, Holder: "test"}
-}
-
-func (e *env) Write(p []byte) (int, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.out.Write(p)
-}
+func (e *env) deps(after func(string) error) *workflows.Deps { return e.wf.Deps(after) }
 
 func (e *env) add(ctx context.Context, name string, after func(string) error) error {
-	d := e.deps(after)
-	return workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: name, Timeout: time.Minute}), workflows.Options{})
+	return e.wf.Add(ctx, workflows.AddParams{Name: name, Timeout: time.Minute}, after)
 }
 
 func (e *env) remove(ctx context.Context, name string, after func(string) error) error {
-	d := e.deps(after)
-	return workflows.Execute(ctx, d, workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Timeout: time.Minute}),
-		workflows.Options{Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}})
+	return e.wf.Remove(ctx, workflows.RemoveParams{Name: name, Timeout: time.Minute}, after)
 }
 
 // assertConverged checks that replicas, etcd members, LB targets, node
@@ -256,9 +248,7 @@ func TestConcurrentAddsOneWins(t *testing.T) {
 		t.Fatalf("add with --dns-name: %v", err)
 	}
 	ip := e.c.Provider.Info().StaticIP
-	e.mu.Lock()
-	out := e.out.String()
-	e.mu.Unlock()
+	out := e.wf.Output()
 	if !strings.Contains(out, "set api.race.example.com. A "+ip) {
 		t.Errorf("static DNS driver did not print the record for %s:\n%s", ip, out)
 	}

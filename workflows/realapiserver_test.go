@@ -70,7 +70,7 @@ func realAPIServerDir(t *testing.T) string {
 
 func newRealEnv(t *testing.T, name string) *env {
 	c := localtest.Up(t, name, localtest.Options{Version: realOldVersion, ControlPlane: nodeapi.ControlPlaneReal, KubeAPIServerDir: realAPIServerDir(t)})
-	return &env{t: t, c: c, name: name, out: &strings.Builder{}}
+	return newEnvOn(t, c, name)
 }
 
 // kubeAPI is a cluster-admin client of the Kubernetes API through the

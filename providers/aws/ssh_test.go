@@ -126,8 +126,8 @@ func TestEtcdThroughSSH(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, c: c, dns: true}
-	e.c.Provider = pb
+	c.Provider = pb
+	e := envOn(t, c, true)
 	const second = "sshetcd-master-b01"
 	if err := e.addIn(ctx, second, awstest.ZoneB, nil); err != nil {
 		t.Fatalf("add %s: %v", second, err)

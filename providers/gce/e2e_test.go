@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,33 +23,22 @@ const dnsName = "api.example.test."
 type env struct {
 	t  *testing.T
 	c  *gcetest.Cluster
-	mu sync.Mutex
-	sb strings.Builder
+	wf *workflowstest.Runner
 }
 
 func newEnv(t *testing.T, name string, o gcetest.Options) *env {
-	return &env{t: t, c: gcetest.Up(t, name, o)}
+	c := gcetest.Up(t, name, o)
+	return &env{t: t, c: c, wf: workflowstest.NewRunner(c.Provider, c.Name, c.Settings.StateDir)}
 }
 
-func (e *env) Write(p []byte) (int, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.sb.Write(p)
-}
-
-func (e *env) deps(after func(string) error) *workflows.Deps {
-	return &workflows.Deps{Provider: e.c.Provider, Cluster: e.c.Name, StateDir: e.c.Settings.StateDir, Sink: workflows.Discard{}, Out: e, AfterStep: after, Holder: "test"}
-}
+func (e *env) deps(after func(string) error) *workflows.Deps { return e.wf.Deps(after) }
 
 func (e *env) add(ctx context.Context, name string, after func(string) error) error {
-	d := e.deps(after)
-	return workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: name, Timeout: time.Minute, DNSKind: "clouddns", DNSName: dnsName}), workflows.Options{})
+	return e.wf.Add(ctx, workflows.AddParams{Name: name, Timeout: time.Minute, DNSKind: "clouddns", DNSName: dnsName}, after)
 }
 
 func (e *env) remove(ctx context.Context, name string, after func(string) error) error {
-	d := e.deps(after)
-	return workflows.Execute(ctx, d, workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Timeout: time.Minute, DrainGrace: 200 * time.Millisecond}),
-		workflows.Options{Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}})
+	return e.wf.Remove(ctx, workflows.RemoveParams{Name: name, Timeout: time.Minute, DrainGrace: 200 * time.Millisecond}, after)
 }
 
 // assertConverged checks replicas, etcd members, LB targets, the DNS
