@@ -52,7 +52,7 @@ func TestGCEFakeKubeadmProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	env := g.awaitEnv(ctx, t, state, 8*time.Minute)
-	t.Logf("kubeadm master ready after %v:\n%s", time.Since(start).Round(time.Millisecond), g.out.String())
+	t.Logf("kubeadm master ready after %v:\n%s", time.Since(start).Round(time.Millisecond), g.Output())
 	for k, want := range map[string]string{"HAMASTER_FLAVOR": "kubeadm", "HAMASTER_GCE_MASTER_FORMAT": "kubeadm", "KUBECONFIG": filepath.Join(state, "admin.conf")} {
 		if env[k] != want {
 			t.Errorf("hamaster.env %s=%q; want %q", k, env[k], want)
@@ -68,7 +68,7 @@ func TestGCEFakeKubeadmProcess(t *testing.T) {
 		c.Env = environ
 		b, err := c.CombinedOutput()
 		if err != nil {
-			t.Fatalf("%s %s: %v\n%s\ngcefake:\n%s", filepath.Base(name), strings.Join(args, " "), err, b, g.out.String())
+			t.Fatalf("%s %s: %v\n%s\ngcefake:\n%s", filepath.Base(name), strings.Join(args, " "), err, b, g.Output())
 		}
 		return string(b)
 	}
