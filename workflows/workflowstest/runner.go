@@ -2,9 +2,8 @@ package workflowstest
 
 import (
 	"context"
-	"strings"
-	"sync"
 
+	"github.com/hamaster/hamaster/internal/syncbuf"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/workflows"
 )
@@ -17,8 +16,7 @@ type Runner struct {
 	Cluster  string
 	StateDir string
 
-	mu  sync.Mutex
-	out strings.Builder
+	out syncbuf.Buffer
 }
 
 // NewRunner is the Runner of cluster on p, its state in stateDir.
@@ -26,23 +24,12 @@ func NewRunner(p providers.Provider, cluster, stateDir string) *Runner {
 	return &Runner{Provider: p, Cluster: cluster, StateDir: stateDir}
 }
 
-// Write collects what the workflows print (Deps.Out).
-func (r *Runner) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.out.Write(p)
-}
-
 // Output is what the workflows have printed.
-func (r *Runner) Output() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.out.String()
-}
+func (r *Runner) Output() string { return r.out.String() }
 
 // Deps are the workflows' dependencies, with after as AfterStep.
 func (r *Runner) Deps(after func(string) error) *workflows.Deps {
-	return &workflows.Deps{Provider: r.Provider, Cluster: r.Cluster, StateDir: r.StateDir, Sink: workflows.Discard{}, Out: r, AfterStep: after, Holder: "test"}
+	return &workflows.Deps{Provider: r.Provider, Cluster: r.Cluster, StateDir: r.StateDir, Sink: workflows.Discard{}, Out: &r.out, AfterStep: after, Holder: "test"}
 }
 
 // Add runs add-replica with p.
