@@ -56,7 +56,7 @@ func loadFiles(what, certPath, keyPath string) (*x509.Certificate, []byte, crypt
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("load %scertificate: %w", what, err)
 	}
-	cert, err := parseCertPEM(certPEM)
+	cert, err := ParseCertPEM(certPEM)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("load %scertificate %s: %w", what, certPath, err)
 	}

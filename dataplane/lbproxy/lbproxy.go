@@ -29,6 +29,7 @@ import (
 
 	"github.com/inetaf/tcpproxy"
 
+	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/internal/fsutil"
 )
 
@@ -148,13 +149,9 @@ func bindError(addr string, err error) error {
 
 // loadCA reads the PEM CA bundle health checks verify targets with.
 func loadCA(path string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(path)
+	pool, err := certs.LoadPool(path)
 	if err != nil {
 		return nil, fmt.Errorf("health.ca_file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("health.ca_file %s: no PEM certificate in it", path)
 	}
 	return pool, nil
 }
