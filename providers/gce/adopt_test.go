@@ -25,11 +25,7 @@ import (
 // Instances are made here with plain Compute calls, never by the provider.
 func TestFindsMastersByNameWithoutLabels(t *testing.T) {
 	t.Parallel()
-	f, err := gcefake.New(gcefake.Options{Subnet: 250, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	f := gcetest.Fake(t, gcefake.Options{Subnet: 250})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	raw, err := compute.NewInstancesRESTClient(ctx, option.WithEndpoint(f.URL), option.WithoutAuthentication())

@@ -51,11 +51,7 @@ func TestConformance(t *testing.T) {
 
 func TestCloudDNS(t *testing.T) {
 	t.Parallel()
-	f, err := gcefake.New(gcefake.Options{Subnet: 251, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	f := gcetest.Fake(t, gcefake.Options{Subnet: 251})
 	f.AddManagedZone("z", "example.test.")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -19,11 +19,7 @@ import (
 // request is logged at debug, and nothing at a higher level.
 func TestSettingsLoggerLogsSDKRequestsAtDebug(t *testing.T) {
 	t.Parallel()
-	f, err := gcefake.New(gcefake.Options{Subnet: localtest.AllocSubnet(t), Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	f := gcetest.Fake(t, gcefake.Options{Subnet: localtest.AllocSubnet(t)})
 	providertest.SDKCallsLoggedAtDebug(t, func(ctx context.Context, logger *slog.Logger) (providers.Provider, error) {
 		return gce.New(ctx, providers.Settings{Cluster: "logs", StateDir: t.TempDir(), Logger: logger,
 			Options: map[string]string{gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA, gce.OptEndpoint: f.URL, remote.OptUser: "unused"}})
