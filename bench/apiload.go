@@ -93,10 +93,7 @@ func (g *apiLoad) do(ctx context.Context, c *http.Client, kind, method, path str
 	if ctx.Err() != nil {
 		return false // the run ended mid-request: not a sample
 	}
-	s := Sample{AtMS: ms(t0.Sub(g.start)), Kind: kind, OK: err == nil, LatencyMS: ms(time.Since(t0))}
-	if err != nil {
-		s.Error = err.Error()
-	}
+	s := sampleOf(g.start, kind, t0, err)
 	g.mu.Lock()
 	g.samples = append(g.samples, s)
 	g.mu.Unlock()

@@ -156,46 +156,9 @@ func runArm(b *testing.B, prof Profile, cp controlPlane, arm string, upgrade upg
 	c, d, ca, ecli := threeReplicasOn(ctx, b, prof, cp, name, workflows.Discard{})
 	ecli.Close()
 
-	start := time.Now()
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
-	// Cluster admin: /kv of the stand-in needs a client certificate signed
-	// by the cluster CA, the real apiserver a system:masters one.
-	client, err := ca.IssueClient("bench-load", []string{"system:masters"}, certs.ECDSA)
-	if err != nil {
-		b.Fatal(err)
-	}
-	clientCert, err := client.TLSCertificate()
-	if err != nil {
-		b.Fatal(err)
-	}
-	base := fmt.Sprintf("https://%s:%d", c.Provider.Info().StaticIP, providers.APIServerPort)
-	tlsCfg := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{clientCert}}
-	ws := newWriters(loadCtx, d.StateDir, d.Cluster)
-	rs, err := d.Provider.Instances().List(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, r := range rs {
-		ws.start(r)
-	}
-	var wg sync.WaitGroup
-	var gen *loadGen
-	var api *apiLoad
-	if cp.real() {
-		api = newAPILoad(base, tlsCfg, start)
-		rv, err := api.resourceVersion(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, k := range []string{"watch-a", "watch-b", "watch-c"} {
-			wg.Go(func() { api.watch(loadCtx, k, rv) })
-		}
-		wg.Go(func() { api.run(loadCtx, 50*time.Millisecond) })
-	} else {
-		gen = newLoadGen(base, tlsCfg, start)
-		wg.Go(func() { gen.run(loadCtx, 20*time.Millisecond, 1<<30) })
-	}
+	l := startLoad(ctx, b, c, d, ca, cp, 3)
+	defer l.stop()
+	start, ws := l.start, l.ws
 
 	time.Sleep(warmup) // steady load before the upgrade: part of what is measured, not synchronisation
 	sink := &armSink{ctx: ctx, start: start, inst: d.Provider.Instances(), ws: ws}
@@ -211,8 +174,7 @@ func runArm(b *testing.B, prof Profile, cp controlPlane, arm string, upgrade upg
 	sink.mu.Unlock()
 	time.Sleep(cooldown)
 	end := time.Now()
-	stopLoad()
-	wg.Wait()
+	samples, watches := l.results(end)
 	views, werrs := ws.wait(start, t0.Add(-warmup/2), end)
 	if uerr != nil {
 		b.Fatalf("%s arm: %v", arm, uerr)
@@ -222,15 +184,10 @@ func runArm(b *testing.B, prof Profile, cp controlPlane, arm string, upgrade upg
 	}
 	events, markers := sink.snapshot()
 	r := &ArmResult{Arm: arm, ControlPlane: cp.Name, Markers: markers, WallMS: ms(wall), Writers: views, Events: events, start: start}
-	if api != nil {
-		r.Samples = api.samples
-		r.Watches = api.watchResults(end.Add(-cooldown / 2))
-		for _, w := range r.Watches {
-			r.WatchBreaks += w.Breaks
-			r.WatchMissed += w.Missed
-		}
-	} else {
-		r.Samples = gen.samples
+	r.Samples, r.Watches = samples, watches
+	for _, w := range r.Watches {
+		r.WatchBreaks += w.Breaks
+		r.WatchMissed += w.Missed
 	}
 	sort.Slice(r.Writers, func(i, j int) bool { return r.Writers[i].Replica < r.Writers[j].Replica })
 	for _, v := range r.Writers {
@@ -253,6 +210,91 @@ func runArm(b *testing.B, prof Profile, cp controlPlane, arm string, upgrade upg
 	return r
 }
 
+// benchEnv is the timing profile, its scale and the control plane the
+// environment asks for (HAMASTER_BENCH_PROFILE, HAMASTER_BENCH_SCALE,
+// HAMASTER_BENCH_CONTROL_PLANE).
+func benchEnv(b *testing.B) (Profile, float64, controlPlane) {
+	b.Helper()
+	prof, scale, err := profileFromEnv()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cp, err := controlPlaneFromEnv()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return prof, scale, cp
+}
+
+// clusterLoad is the load a benchmark runs its control plane under, from
+// start: a writer on each replica (etcd writes) and clients of the
+// apiservers as cluster admin (/kv of the stand-in needs a client
+// certificate signed by the cluster CA, the real apiserver a
+// system:masters one): on a real apiserver GETs and the number of
+// watches asked, on the stand-in /kv writes and reads.
+type clusterLoad struct {
+	start time.Time
+	ws    *writers
+	api   *apiLoad
+	gen   *loadGen
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+}
+
+func startLoad(ctx context.Context, b *testing.B, c *localtest.Cluster, d *workflows.Deps, ca *certs.CA, cp controlPlane, watches int) *clusterLoad {
+	b.Helper()
+	client, err := ca.IssueClient("bench-load", []string{"system:masters"}, certs.ECDSA)
+	if err != nil {
+		b.Fatal(err)
+	}
+	clientCert, err := client.TLSCertificate()
+	if err != nil {
+		b.Fatal(err)
+	}
+	base := fmt.Sprintf("https://%s:%d", c.Provider.Info().StaticIP, providers.APIServerPort)
+	tlsCfg := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{clientCert}}
+	l := &clusterLoad{start: time.Now()}
+	loadCtx, stop := context.WithCancel(ctx)
+	l.stop = stop
+	l.ws = newWriters(loadCtx, d.StateDir, d.Cluster)
+	rs, err := d.Provider.Instances().List(ctx)
+	if err != nil {
+		stop()
+		b.Fatal(err)
+	}
+	for _, r := range rs {
+		l.ws.start(r)
+	}
+	if cp.real() {
+		l.api = newAPILoad(base, tlsCfg, l.start)
+		rv, err := l.api.resourceVersion(ctx)
+		if err != nil {
+			stop()
+			b.Fatal(err)
+		}
+		for i := range watches {
+			k := fmt.Sprintf("watch-%c", 'a'+i)
+			l.wg.Go(func() { l.api.watch(loadCtx, k, rv) })
+		}
+		l.wg.Go(func() { l.api.run(loadCtx, 50*time.Millisecond) })
+	} else {
+		l.gen = newLoadGen(base, tlsCfg, l.start)
+		l.wg.Go(func() { l.gen.run(loadCtx, 20*time.Millisecond, 1<<30) })
+	}
+	return l
+}
+
+// results stops the load and returns the apiserver clients' samples
+// and, on a real apiserver, the watches' (end is the load's end).
+func (l *clusterLoad) results(end time.Time) ([]Sample, []watchStats) {
+	l.stop()
+	l.wg.Wait()
+	if l.api != nil {
+		return l.api.samples, l.api.watchResults(end.Add(-cooldown / 2))
+	}
+	return l.gen.samples, nil
+}
+
 // arm runs one arm as a sub-benchmark, so that its cluster is torn down
 // (every process stopped) before the next arm starts: the arms share the
 // machine's cores, never with each other's replicas.
@@ -271,14 +313,7 @@ func arm(b *testing.B, prof Profile, cp controlPlane, name string, upgrade upgra
 // (standin, real), prints the clients' table and the overhead table, and
 // writes bench-results/availability.{json,png}.
 func BenchmarkRollingUpgradeAvailability(b *testing.B) {
-	prof, scale, err := profileFromEnv()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cp, err := controlPlaneFromEnv()
-	if err != nil {
-		b.Fatal(err)
-	}
+	prof, scale, cp := benchEnv(b)
 	hamaster := func(strategy string) upgradeFunc {
 		return func(ctx context.Context, d *workflows.Deps, sink *armSink) error {
 			wf := workflows.RollingUpgrade(d, workflows.UpgradeParams{Version: cp.To, Strategy: strategy, DrainGrace: drainGrace, HealthTimeout: prof.StepTimeout()}, 3)

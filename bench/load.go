@@ -67,13 +67,20 @@ func (g *loadGen) do(ctx context.Context, kind, method, path string, body []byte
 	if ctx.Err() != nil {
 		return // the run ended mid-request: not a sample
 	}
-	s := Sample{AtMS: ms(t0.Sub(g.start)), Kind: kind, OK: err == nil, LatencyMS: ms(time.Since(t0))}
-	if err != nil {
-		s.Error = err.Error()
-	}
+	s := sampleOf(g.start, kind, t0, err)
 	g.mu.Lock()
 	g.samples = append(g.samples, s)
 	g.mu.Unlock()
+}
+
+// sampleOf is the sample of a request of kind sent at t0 (start: the
+// run's) that ended now with err.
+func sampleOf(start time.Time, kind string, t0 time.Time, err error) Sample {
+	s := Sample{AtMS: ms(t0.Sub(start)), Kind: kind, OK: err == nil, LatencyMS: ms(time.Since(t0))}
+	if err != nil {
+		s.Error = err.Error()
+	}
+	return s
 }
 
 // run issues a tick every interval until ctx ends (bounded by maxTicks).

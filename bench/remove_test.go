@@ -2,19 +2,15 @@ package bench
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"text/tabwriter"
 	"time"
 
-	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/etcdmember"
-	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/workflows"
 )
 
@@ -43,14 +39,7 @@ type removal struct {
 // stopped first, then the member removed). One cluster, the two removals
 // one after the other, the same clients throughout.
 func BenchmarkRemoveUnderClients(b *testing.B) {
-	prof, scale, err := profileFromEnv()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cp, err := controlPlaneFromEnv()
-	if err != nil {
-		b.Fatal(err)
-	}
+	prof, scale, cp := benchEnv(b)
 	for i := 0; i < b.N; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+10*prof.StepTimeout())
 		name := "bench-remove"
@@ -60,43 +49,8 @@ func BenchmarkRemoveUnderClients(b *testing.B) {
 		if err := workflows.Execute(ctx, d, wf, workflows.Options{}); err != nil {
 			b.Fatalf("grow to 4: %v", err)
 		}
-		client, err := ca.IssueClient("bench-load", []string{"system:masters"}, certs.ECDSA)
-		if err != nil {
-			b.Fatal(err)
-		}
-		clientCert, err := client.TLSCertificate()
-		if err != nil {
-			b.Fatal(err)
-		}
-		base := fmt.Sprintf("https://%s:%d", c.Provider.Info().StaticIP, providers.APIServerPort)
-		tlsCfg := &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{clientCert}}
-		start := time.Now()
-		loadCtx, stopLoad := context.WithCancel(ctx)
-		ws := newWriters(loadCtx, d.StateDir, d.Cluster)
-		rs, err := d.Provider.Instances().List(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, r := range rs {
-			ws.start(r)
-		}
-		var wg sync.WaitGroup
-		var api *apiLoad
-		var gen *loadGen
-		if cp.real() {
-			api = newAPILoad(base, tlsCfg, start)
-			rv, err := api.resourceVersion(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, k := range []string{"watch-a", "watch-b", "watch-c", "watch-d"} {
-				wg.Go(func() { api.watch(loadCtx, k, rv) })
-			}
-			wg.Go(func() { api.run(loadCtx, 50*time.Millisecond) })
-		} else {
-			gen = newLoadGen(base, tlsCfg, start)
-			wg.Go(func() { gen.run(loadCtx, 20*time.Millisecond, 1<<30) })
-		}
+		l := startLoad(ctx, b, c, d, ca, cp, 4)
+		start, ws := l.start, l.ws
 		time.Sleep(warmup) // steady load before the first removal: part of what is measured
 		var results []*removal
 		for _, order := range []string{"member first (before)", "VM first (now)"} {
@@ -130,16 +84,7 @@ func BenchmarkRemoveUnderClients(b *testing.B) {
 			results = append(results, res)
 		}
 		end := time.Now()
-		stopLoad()
-		wg.Wait()
-		var samples []Sample
-		var watches []watchStats
-		if api != nil {
-			samples = api.samples
-			watches = api.watchResults(end.Add(-cooldown / 2))
-		} else {
-			samples = gen.samples
-		}
+		samples, watches := l.results(end)
 		if _, werrs := ws.wait(start, start, end); len(werrs) > 0 {
 			b.Fatal(werrs)
 		}

@@ -127,15 +127,7 @@ func newCA(commonName string, kt KeyType, validity time.Duration, now time.Time)
 	if validity == 0 {
 		validity = defaultCAValidity
 	}
-	key, err := generateKey(kt)
-	if err != nil {
-		return nil, err
-	}
-	serial, err := randomSerial()
-	if err != nil {
-		return nil, err
-	}
-	skid, err := subjectKeyID(key.Public())
+	key, serial, skid, err := newCertKey(kt)
 	if err != nil {
 		return nil, err
 	}
@@ -265,6 +257,21 @@ func exists(path string) (bool, error) {
 }
 
 // randomSerial returns a random positive 128-bit serial number.
+// newCertKey makes what a new certificate needs of its own: a key of
+// type kt, a random serial number and the key's subject key ID.
+func newCertKey(kt KeyType) (key crypto.Signer, serial *big.Int, skid []byte, err error) {
+	if key, err = generateKey(kt); err != nil {
+		return nil, nil, nil, err
+	}
+	if serial, err = randomSerial(); err != nil {
+		return nil, nil, nil, err
+	}
+	if skid, err = subjectKeyID(key.Public()); err != nil {
+		return nil, nil, nil, err
+	}
+	return key, serial, skid, nil
+}
+
 func randomSerial() (*big.Int, error) {
 	limit := new(big.Int).Lsh(big.NewInt(1), 128)
 	for {

@@ -37,7 +37,7 @@ type Info struct {
 // Inspect summarizes the first certificate of certPEM, which must start with
 // a CERTIFICATE PEM block.
 func Inspect(certPEM []byte) (Info, error) {
-	cert, err := parseCertPEM(certPEM)
+	cert, err := ParseCertPEM(certPEM)
 	if err != nil {
 		return Info{}, fmt.Errorf("inspect certificate: %w", err)
 	}
@@ -50,7 +50,7 @@ func InspectFile(path string) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("inspect certificate: %w", err)
 	}
-	cert, err := parseCertPEM(data)
+	cert, err := ParseCertPEM(data)
 	if err != nil {
 		return Info{}, fmt.Errorf("inspect certificate %s: %w", path, err)
 	}
@@ -85,7 +85,7 @@ func inspect(cert *x509.Certificate) Info {
 // first certificate in certPEM, as Info.SHA256 and `openssl x509
 // -fingerprint -sha256` (without colons) show it.
 func SHA256Fingerprint(certPEM []byte) (string, error) {
-	cert, err := parseCertPEM(certPEM)
+	cert, err := ParseCertPEM(certPEM)
 	if err != nil {
 		return "", fmt.Errorf("certificate fingerprint: %w", err)
 	}

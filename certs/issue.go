@@ -56,7 +56,7 @@ func loadFiles(what, certPath, keyPath string) (*x509.Certificate, []byte, crypt
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("load %scertificate: %w", what, err)
 	}
-	cert, err := parseCertPEM(certPEM)
+	cert, err := ParseCertPEM(certPEM)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("load %scertificate %s: %w", what, certPath, err)
 	}
@@ -233,15 +233,7 @@ func (ca *CA) issue(spec leafSpec) (*Pair, error) {
 	if notAfter.After(ca.Cert.NotAfter) {
 		notAfter = ca.Cert.NotAfter
 	}
-	key, err := generateKey(spec.keyType)
-	if err != nil {
-		return nil, err
-	}
-	serial, err := randomSerial()
-	if err != nil {
-		return nil, err
-	}
-	skid, err := subjectKeyID(key.Public())
+	key, serial, skid, err := newCertKey(spec.keyType)
 	if err != nil {
 		return nil, err
 	}

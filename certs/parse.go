@@ -6,7 +6,7 @@ import "fmt"
 // kube-env's ETCD_CA_CERT / ETCD_CA_KEY, say). The key must match the
 // certificate and the certificate must be a CA.
 func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
-	cert, err := parseCertPEM(certPEM)
+	cert, err := ParseCertPEM(certPEM)
 	if err != nil {
 		return nil, fmt.Errorf("parse CA certificate: %w", err)
 	}

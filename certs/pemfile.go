@@ -26,9 +26,10 @@ func encodeCertPEM(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: pemCertificate, Bytes: der})
 }
 
-// parseCertPEM decodes the first PEM block of data, which must be a
+// ParseCertPEM decodes the first PEM block of data, which must be a
 // CERTIFICATE, and parses it. Blocks after the first (a chain) are ignored.
-func parseCertPEM(data []byte) (*x509.Certificate, error) {
+// The error says what is wrong, without naming data: the caller wraps it.
+func ParseCertPEM(data []byte) (*x509.Certificate, error) {
 	block, _ := pem.Decode(data)
 	if block == nil {
 		return nil, errors.New("no PEM data found, want a CERTIFICATE block")
@@ -41,6 +42,20 @@ func parseCertPEM(data []byte) (*x509.Certificate, error) {
 		return nil, fmt.Errorf("parse certificate: %w", err)
 	}
 	return cert, nil
+}
+
+// LoadPool reads the PEM certificates at path (a CA bundle) into a pool,
+// for tls.Config.RootCAs / ClientCAs; a file that holds none is an error.
+func LoadPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 // encodeKeyPEM encodes key as SEC1 (ECDSA), PKCS#1 (RSA) or, for any other

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/kubeenv/kubeuptest"
 )
@@ -128,7 +129,7 @@ func TestReplicate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := parseCert(pem)
+			c, err := certs.ParseCertPEM(pem)
 			if err != nil {
 				t.Fatalf("%s: %v", key, err)
 			}
@@ -141,7 +142,7 @@ func TestReplicate(t *testing.T) {
 		verify(got.Certs, "ETCD_APISERVER_CLIENT_CERT", fx.EtcdClientCA.Pool(), "", x509.ExtKeyUsageClientAuth)
 		if separate {
 			pem, _ := kubeenv.DecodeGzipBase64("ETCD_PEER_CERT", got.Env["ETCD_PEER_CERT"])
-			c, _ := parseCert(pem)
+			c, _ := certs.ParseCertPEM(pem)
 			if _, err := c.Verify(x509.VerifyOptions{Roots: fx.EtcdClientCA.Pool(), DNSName: "kubernetes-master-a1b"}); err == nil {
 				t.Error("peer certificate signed by the etcd-apiserver CA, want ETCD_CA")
 			}

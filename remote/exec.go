@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/syncbuf"
 )
 
 // stderrTailBytes bounds the stderr an ExitError quotes.
@@ -111,7 +112,7 @@ func (c *Client) run(ctx context.Context, cmd string, stdin io.Reader, killable 
 		return nil, nil, fmt.Errorf("run %s: %w", quoteCmd(cmd), err)
 	}
 	defer sess.Close()
-	var out, errOut syncBuffer
+	var out, errOut syncbuf.Buffer // read early when ctx ends, as the session copies
 	sess.Stdout = &out
 	sess.Stderr = &errOut
 	sess.Stdin = stdin
@@ -417,24 +418,4 @@ func tail(b []byte, n int) string {
 		s = "…" + s
 	}
 	return s
-}
-
-// syncBuffer is a bytes.Buffer safe for the session's copying goroutine
-// and a reader that gives up on it early.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// Bytes returns a copy of the contents.
-func (b *syncBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
 }

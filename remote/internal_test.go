@@ -3,6 +3,8 @@ package remote
 import (
 	"strings"
 	"testing"
+
+	"github.com/hamaster/hamaster/internal/syncbuf"
 )
 
 func TestPGIDFilter(t *testing.T) {
@@ -50,7 +52,7 @@ func TestPGIDFilter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var out syncBuffer
+			var out syncbuf.Buffer
 			f := newPGIDFilter(&out)
 			for _, w := range tt.writes(f.token) {
 				if n, err := f.Write([]byte(w)); n != len(w) || err != nil {

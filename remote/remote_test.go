@@ -1,7 +1,6 @@
 package remote_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/syncbuf"
 	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/remote/sshtest"
 )
@@ -67,6 +67,14 @@ func startAgent(t *testing.T, keys ...ed25519.PrivateKey) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serve(t, l, func(c net.Conn) { _ = agent.ServeAgent(kr, c) })
+	return sock
+}
+
+// serve hands each connection accepted on l to handle, in a goroutine
+// of its own, and closes it after; the test's end closes l and waits for
+// the handlers.
+func serve(t *testing.T, l net.Listener, handle func(net.Conn)) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
@@ -76,7 +84,7 @@ func startAgent(t *testing.T, keys ...ed25519.PrivateKey) string {
 			}
 			wg.Go(func() {
 				defer c.Close()
-				_ = agent.ServeAgent(kr, c)
+				handle(c)
 			})
 		}
 	})
@@ -84,26 +92,6 @@ func startAgent(t *testing.T, keys ...ed25519.PrivateKey) string {
 		l.Close()
 		wg.Wait()
 	})
-	return sock
-}
-
-// syncBuffer is an io.Writer for slog handlers written by several
-// goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // newLogger logs everything as text to w.
@@ -265,7 +253,7 @@ func TestDial(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 			defer cancel()
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			cfg := config(s)
 			cfg.Logger = newLogger(&logs)
 			tt.mutate(&cfg)
@@ -328,22 +316,8 @@ func TestDialContextCancelled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				_, _ = io.Copy(io.Discard, c) // until the client goes away
-			})
-		}
-	})
-	t.Cleanup(func() {
-		l.Close()
-		wg.Wait()
+	serve(t, l, func(c net.Conn) {
+		_, _ = io.Copy(io.Discard, c) // until the client goes away
 	})
 	s := sshtest.Start(t, sshtest.Options{})
 	for _, tt := range []struct {

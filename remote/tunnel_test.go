@@ -15,6 +15,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/etcdmember/etcdtest"
+	"github.com/hamaster/hamaster/internal/syncbuf"
 	"github.com/hamaster/hamaster/remote/sshtest"
 )
 
@@ -122,7 +123,7 @@ func TestKeepaliveDetectsDeadConnection(t *testing.T) {
 	defer cancel()
 	s := sshtest.Start(t, sshtest.Options{})
 	p := startProxy(t, s.Addr)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cfg := config(s)
 	cfg.Addr = p.addr
 	cfg.KnownHostsFile = s.KnownHosts(t, p.addr, s.HostKeys)

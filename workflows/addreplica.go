@@ -91,14 +91,9 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				if source == "" {
 					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no running replica to clone", d.Cluster)
 				}
-				cli, err := d.Etcd(ctx, name(r))
+				members, err := d.members(ctx, name(r))
 				if err != nil {
 					return err
-				}
-				defer cli.Close()
-				members, err := cli.Members(ctx)
-				if err != nil {
-					return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
 				}
 				// Our own learner from an interrupted run is expected; any
 				// other pending learner or unhealthy voter refuses.
@@ -341,15 +336,11 @@ func addLearner(ctx context.Context, d *Deps, r *Run, cluster string) error {
 // withMember connects to cluster (not through the replica itself) and
 // resolves the replica's member ID there.
 func withMember(ctx context.Context, d *Deps, r *Run, cluster string, f func(context.Context, *etcdmember.Client, uint64) error) error {
-	cli, err := d.Flavor().EtcdCluster(ctx, cluster, r.Param("name"))
+	cli, ms, err := d.etcdMembers(ctx, cluster, []string{r.Param("name")}, nil)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	ms, err := cli.Members(ctx)
-	if err != nil {
-		return err
-	}
 	m, ok := d.findMember(ms, cluster, r.Param("name"), r.Get("address"))
 	if !ok {
 		member, peer := d.Flavor().EtcdMember(cluster, r.Param("name"), r.Get("address"))

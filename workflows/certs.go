@@ -2,8 +2,6 @@ package workflows
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"time"
 
@@ -44,11 +42,11 @@ func clusterSANs(ctx context.Context, d *Deps, extraDNS string) (certs.APIServer
 // (missing SANs of want plus the replica itself, or expiring within
 // `within`), or "" when it need not.
 func certProblem(rep providers.Replica, want certs.APIServerSANs, within time.Duration, now time.Time) string {
-	blk, _ := pem.Decode(rep.Template.Files[providers.FileAPIServerCert])
-	if blk == nil {
+	file := rep.Template.Files[providers.FileAPIServerCert]
+	if len(file) == 0 {
 		return "no apiserver certificate"
 	}
-	cert, err := x509.ParseCertificate(blk.Bytes)
+	cert, err := certs.ParseCertPEM(file)
 	if err != nil {
 		return fmt.Sprintf("unreadable apiserver certificate: %v", err)
 	}

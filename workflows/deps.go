@@ -316,6 +316,39 @@ func (d *Deps) Etcd(ctx context.Context, exclude ...string) (*etcdmember.Client,
 	return d.Flavor().EtcdCluster(ctx, providers.EtcdMain, exclude...)
 }
 
+// members lists the main etcd cluster's members, reached as Etcd reaches
+// them; a listing that fails is errkind.FailedPrecondition (etcd
+// unreachable: nothing can be checked, nothing may change).
+func (d *Deps) members(ctx context.Context, exclude ...string) ([]etcdmember.Member, error) {
+	cli, ms, err := d.etcdMembers(ctx, providers.EtcdMain, exclude, func(err error) error {
+		return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	cli.Close()
+	return ms, nil
+}
+
+// etcdMembers connects to etcd cluster through replicas other than
+// exclude and lists its members; the caller closes cli. A connection that
+// fails is returned as it is, a listing that fails through listFailed
+// (nil: as it is).
+func (d *Deps) etcdMembers(ctx context.Context, cluster string, exclude []string, listFailed func(error) error) (cli *etcdmember.Client, ms []etcdmember.Member, err error) {
+	cli, err = d.Flavor().EtcdCluster(ctx, cluster, exclude...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ms, err = cli.Members(ctx); err != nil {
+		cli.Close()
+		if listFailed != nil {
+			err = listFailed(err)
+		}
+		return nil, nil, err
+	}
+	return cli, ms, nil
+}
+
 // memberIDKey is the journal key of a replica's member ID in cluster
 // ("member_id" for the main cluster, as journals have always said).
 func memberIDKey(cluster string) string {
@@ -339,15 +372,11 @@ func (d *Deps) findMember(ms []etcdmember.Member, cluster, replica, address stri
 // clusterMembers lists etcd cluster's members, reached through replicas
 // other than those in exclude.
 func (d *Deps) clusterMembers(ctx context.Context, cluster string, exclude ...string) ([]etcdmember.Member, error) {
-	cli, err := d.Flavor().EtcdCluster(ctx, cluster, exclude...)
+	cli, ms, err := d.etcdMembers(ctx, cluster, exclude, func(err error) error { return fmt.Errorf("etcd %s members: %w", cluster, err) })
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
-	ms, err := cli.Members(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("etcd %s members: %w", cluster, err)
-	}
+	cli.Close()
 	return ms, nil
 }
 

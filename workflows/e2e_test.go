@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,34 +28,34 @@ type env struct {
 	t    *testing.T
 	c    *localtest.Cluster
 	name string
-	out  *strings.Builder
-	mu   sync.Mutex
+	wf   *workflowstest.Runner
 }
 
 func newEnv(t *testing.T, name string) *env {
 	c := localtest.Up(t, name, localtest.Options{})
-	return &env{t: t, c: c, name: name, out: &strings.Builder{}}
+	return newEnvOn(t, c, name)
 }
 
-func (e *env) deps(after func(string) error) *workflows.Deps {
-	return &workflows.Deps{Provider: e.c.Provider, Cluster: e.name, StateDir: e.c.Settings.StateDir, Sink: workflows.Discard{}, Out: e, AfterStep: after, Holder: "test"}
+func newEnvOn(t *testing.T, c *localtest.Cluster, name string) *env {
+	return &env{t: t, c: c, name: name, wf: workflowstest.NewRunner(c.Provider, name, c.Settings.StateDir)}
 }
 
-func (e *env) Write(p []byte) (int, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.out.Write(p)
+// within is the test's bound: a context that ends after d, or when the
+// test ends.
+func (e *env) within(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(e.t.Context(), d)
+	e.t.Cleanup(cancel)
+	return ctx
 }
+
+func (e *env) deps(after func(string) error) *workflows.Deps { return e.wf.Deps(after) }
 
 func (e *env) add(ctx context.Context, name string, after func(string) error) error {
-	d := e.deps(after)
-	return workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: name, Timeout: time.Minute}), workflows.Options{})
+	return e.wf.Add(ctx, workflows.AddParams{Name: name, Timeout: time.Minute}, after)
 }
 
 func (e *env) remove(ctx context.Context, name string, after func(string) error) error {
-	d := e.deps(after)
-	return workflows.Execute(ctx, d, workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Timeout: time.Minute}),
-		workflows.Options{Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}})
+	return e.wf.Remove(ctx, workflows.RemoveParams{Name: name, Timeout: time.Minute}, after)
 }
 
 // assertConverged checks that replicas, etcd members, LB targets, node
@@ -78,20 +76,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 	case len(want) == 1 && rep.StaticIPHolder != want[0]:
 		e.t.Errorf("static IP attached to %q, want %s", rep.StaticIPHolder, want[0])
 	case len(want) > 1:
-		if rep.LB == nil {
-			e.t.Fatalf("%d replicas but no load balancer", len(want))
-		}
-		var targets []string
-		for _, tg := range rep.LB.Targets {
-			targets = append(targets, tg.Name)
-			if !tg.Healthy || tg.Draining {
-				e.t.Errorf("LB target %+v not serving", tg)
-			}
-		}
-		sort.Strings(targets)
-		if !slices.Equal(targets, want) {
-			e.t.Errorf("LB targets %v, want %v", targets, want)
-		}
+		workflowstest.AssertLBTargets(e.t, rep, want)
 	}
 	dir := filepath.Join(e.c.Settings.StateDir, e.name)
 	if got := dirNames(e.t, filepath.Join(dir, "replicas")); !slices.Equal(got, want) {
@@ -150,61 +135,22 @@ func nodeProcesses(t *testing.T, dir string) int {
 }
 
 // prober reads /readyz through the static IP in a loop and counts.
-type prober struct {
-	ok, failed atomic.Int64
-	mu         sync.Mutex
-	failures   []string
-	stop       chan struct{}
-	done       chan struct{}
-}
-
-func startProber(t *testing.T, e *env) *prober {
+// startProber probes /readyz through the static IP, trusting the
+// cluster CA.
+func startProber(t *testing.T, e *env) *workflowstest.Prober {
 	pki := filepath.Join(e.c.Settings.StateDir, e.name, "pki")
 	ca, err := certs.LoadCA(filepath.Join(pki, "ca.crt"), filepath.Join(pki, "ca.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, DisableKeepAlives: true}}
-	url := fmt.Sprintf("https://%s:6443/readyz", e.c.Provider.Info().StaticIP)
-	p := &prober{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; i < 100000; i++ {
-			select {
-			case <-p.stop:
-				return
-			case <-tick.C:
-			}
-			resp, err := client.Get(url)
-			if err == nil {
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					err = fmt.Errorf("status %s: %s", resp.Status, strings.TrimSpace(string(body)))
-				}
-			}
-			if err != nil {
-				p.failed.Add(1)
-				p.mu.Lock()
-				p.failures = append(p.failures, time.Now().Format("15:04:05.000")+" "+err.Error())
-				p.mu.Unlock()
-			} else {
-				p.ok.Add(1)
-			}
-		}
-	}()
-	return p
+	return workflowstest.StartProber(client, fmt.Sprintf("https://%s:6443/readyz", e.c.Provider.Info().StaticIP))
 }
-
-func (p *prober) finish() { close(p.stop); <-p.done }
 
 func TestGrowAndShrink1to5to1(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "grow")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx := e.within(5 * time.Minute)
 	master := local.MasterName("grow")
 	names := []string{"grow-master-a01", "grow-master-a02", "grow-master-a03", "grow-master-a04"}
 	pr := startProber(t, e)
@@ -214,7 +160,7 @@ func TestGrowAndShrink1to5to1(t *testing.T) {
 	}
 	var phases []phase
 	mark := func(what string) {
-		phases = append(phases, phase{what, pr.failed.Load()})
+		phases = append(phases, phase{what, pr.Failed.Load()})
 	}
 	for i, n := range names {
 		if err := e.add(ctx, n, nil); err != nil {
@@ -235,15 +181,15 @@ func TestGrowAndShrink1to5to1(t *testing.T) {
 			e.assertConverged(ctx, append([]string{master}, names[:2]...)...)
 		}
 	}
-	pr.finish()
+	pr.Finish()
 	e.assertConverged(ctx, master)
 	prev := int64(0)
 	for _, p := range phases {
 		t.Logf("readyz through the static IP: %d failed during %s", p.failed-prev, p.what)
 		prev = p.failed
 	}
-	t.Logf("readyz through the static IP over 1→5→1: %d ok, %d failed", pr.ok.Load(), pr.failed.Load())
-	for _, f := range pr.failures {
+	t.Logf("readyz through the static IP over 1→5→1: %d ok, %d failed", pr.OK.Load(), pr.Failed.Load())
+	for _, f := range pr.Failures() {
 		t.Logf("  failure: %s", f)
 	}
 	// Failures are allowed only at the promotion and demotion instants
@@ -262,8 +208,7 @@ func TestGrowAndShrink1to5to1(t *testing.T) {
 func TestConcurrentAddsOneWins(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "race")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := e.within(3 * time.Minute)
 	// The two operators use separate state dirs' journals would be the
 	// realistic case; here they share one and race on the etcd lock.
 	errs := make([]error, 2)
@@ -303,9 +248,7 @@ func TestConcurrentAddsOneWins(t *testing.T) {
 		t.Fatalf("add with --dns-name: %v", err)
 	}
 	ip := e.c.Provider.Info().StaticIP
-	e.mu.Lock()
-	out := e.out.String()
-	e.mu.Unlock()
+	out := e.wf.Output()
 	if !strings.Contains(out, "set api.race.example.com. A "+ip) {
 		t.Errorf("static DNS driver did not print the record for %s:\n%s", ip, out)
 	}
@@ -318,8 +261,7 @@ func TestConcurrentAddsOneWins(t *testing.T) {
 func TestBadInputChangesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "badin")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := e.within(2 * time.Minute)
 	master := local.MasterName("badin")
 	cases := []struct {
 		name string

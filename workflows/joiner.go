@@ -314,14 +314,9 @@ func EndpointSet(d *Deps, p EndpointParams) *Workflow {
 					return errkind.Errorf(errkind.FailedPrecondition, "the new endpoint %s does not accept connections (%v): point it at the apiservers (the VIP or load balancer) first", r.Param("endpoint"), err)
 				}
 				conn.Close()
-				cli, err := d.Etcd(ctx)
+				ms, err := d.members(ctx)
 				if err != nil {
 					return err
-				}
-				defer cli.Close()
-				ms, err := cli.Members(ctx)
-				if err != nil {
-					return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
 				}
 				for _, m := range ms {
 					if !m.Learner && !m.Healthy {

@@ -3,7 +3,6 @@ package workflows
 import (
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/pem"
 	"slices"
 	"testing"
 
@@ -53,13 +52,9 @@ func TestRenderKubeconfig(t *testing.T) {
 	if string(decode("CA", kc.Clusters[0].Cluster.CertificateAuthorityData)) != string(ca.CertPEM) {
 		t.Error("certificate-authority-data is not the cluster CA")
 	}
-	blk, _ := pem.Decode(decode("client cert", kc.Users[0].User.ClientCertificateData))
-	if blk == nil {
-		t.Fatal("client-certificate-data holds no PEM")
-	}
-	cert, err := x509.ParseCertificate(blk.Bytes)
+	cert, err := certs.ParseCertPEM(decode("client cert", kc.Users[0].User.ClientCertificateData))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("client-certificate-data: %v", err)
 	}
 	if _, err := cert.Verify(x509.VerifyOptions{Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Errorf("client certificate not valid for client auth under the cluster CA: %v", err)

@@ -17,16 +17,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/etcdmember/etcdtest"
 	"github.com/hamaster/hamaster/internal/procid"
 )
 
 func TestClusterLock(t *testing.T) {
 	t.Parallel()
-	ec := etcdtest.Start(t, 1, etcdtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cli := ec.Client(ctx, t)
+	ctx, _, cli := lockEtcd(t)
 
 	first, err := AcquireLock(ctx, cli.Raw(), "c1", "add-replica")
 	if err != nil {
@@ -61,31 +59,15 @@ func TestClusterLock(t *testing.T) {
 // paused, even with a live PID) is taken over once the lease expired.
 func TestClusterLockBrokenOnlyWhenLeaseExpires(t *testing.T) {
 	t.Parallel()
-	ec := etcdtest.Start(t, 1, etcdtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cli := ec.Client(ctx, t)
+	ctx, _, cli := lockEtcd(t)
 	host, _ := os.Hostname()
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
 	plant := func(cluster string, pid int, ttl int64, keepAlive bool) {
-		lease, err := cli.Raw().Grant(ctx, ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if keepAlive {
-			kctx, kcancel := context.WithCancel(ctx)
-			t.Cleanup(kcancel)
-			if _, err := cli.Raw().KeepAlive(kctx, lease.ID); err != nil {
-				t.Fatal(err)
-			}
-		}
-		val, _ := json.Marshal(Holder{Who: "ghost", Host: host, PID: pid, Command: "add-replica", Since: time.Now(), Lease: int64(lease.ID)})
-		if _, err := cli.Raw().Put(ctx, LockKey(cluster), string(val), clientv3.WithLease(lease.ID)); err != nil {
-			t.Fatal(err)
-		}
+		t.Helper()
+		plantHolder(ctx, t, cli, cluster, Holder{Host: host, PID: pid}, ttl, keepAlive)
 	}
 	// Live lease, dead-looking PID: refused, not broken.
 	plant("live", dead.Process.Pid, 3, true)
@@ -118,10 +100,7 @@ func TestClusterLockTakenAtOnceFromAnEndedHolder(t *testing.T) {
 		}
 		t.Skip("no /proc: no process can be proven gone here")
 	}
-	ec := etcdtest.Start(t, 1, etcdtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cli := ec.Client(ctx, t)
+	ctx, _, cli := lockEtcd(t)
 	ended := exec.Command("true")
 	if err := ended.Run(); err != nil {
 		t.Fatal(err)
@@ -130,27 +109,10 @@ func TestClusterLockTakenAtOnceFromAnEndedHolder(t *testing.T) {
 	// second, so the refusal is quick).
 	plant := func(cluster string, h Holder, keepAlive bool) clientv3.LeaseID {
 		t.Helper()
-		ttl := int64(60)
 		if keepAlive {
-			ttl = 3
+			return plantHolder(ctx, t, cli, cluster, h, 3, true)
 		}
-		lease, err := cli.Raw().Grant(ctx, ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if keepAlive {
-			kctx, kcancel := context.WithCancel(ctx)
-			t.Cleanup(kcancel)
-			if _, err := cli.Raw().KeepAlive(kctx, lease.ID); err != nil {
-				t.Fatal(err)
-			}
-		}
-		h.Who, h.Command, h.Since, h.Lease = "ghost", "add-replica", time.Now(), int64(lease.ID)
-		val, _ := json.Marshal(h)
-		if _, err := cli.Raw().Put(ctx, LockKey(cluster), string(val), clientv3.WithLease(lease.ID)); err != nil {
-			t.Fatal(err)
-		}
-		return lease.ID
+		return plantHolder(ctx, t, cli, cluster, h, 60, false)
 	}
 	for _, tc := range []struct {
 		name   string
@@ -196,10 +158,7 @@ func TestClusterLockTakenAtOnceFromAnEndedHolder(t *testing.T) {
 // next step never runs.
 func TestFencingPausedHolderChangesNothing(t *testing.T) {
 	t.Parallel()
-	ec := etcdtest.Start(t, 1, etcdtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	op1 := ec.Client(ctx, t)
+	ctx, ec, op1 := lockEtcd(t)
 	op2 := ec.Client(ctx, t)
 
 	lock1, err := AcquireLock(ctx, op1.Raw(), "fence", "rolling-upgrade")
@@ -251,10 +210,7 @@ func TestFencingPausedHolderChangesNothing(t *testing.T) {
 // session's Done channel, catches a lock key that another lease now owns.
 func TestLockCheckSeesAKeyRebound(t *testing.T) {
 	t.Parallel()
-	ec := etcdtest.Start(t, 1, etcdtest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cli := ec.Client(ctx, t)
+	ctx, _, cli := lockEtcd(t)
 	l, err := AcquireLock(ctx, cli.Raw(), "rebound", "add-replica")
 	if err != nil {
 		t.Fatal(err)
@@ -314,4 +270,38 @@ func TestConnectionLost(t *testing.T) {
 			t.Errorf("%s: connectionLost(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
 	}
+}
+
+// lockEtcd starts a one-member etcd for a lock test and returns a
+// context bounded to 30 s, the cluster and a client of it.
+func lockEtcd(t *testing.T) (context.Context, *etcdtest.Cluster, *etcdmember.Client) {
+	t.Helper()
+	ec := etcdtest.Start(t, 1, etcdtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx, ec, ec.Client(ctx, t)
+}
+
+// plantHolder writes h as cluster's lock holder, a "ghost" running
+// add-replica since now, on a lease of ttl seconds, renewed until the
+// test ends when keepAlive; it returns the lease.
+func plantHolder(ctx context.Context, t *testing.T, cli *etcdmember.Client, cluster string, h Holder, ttl int64, keepAlive bool) clientv3.LeaseID {
+	t.Helper()
+	lease, err := cli.Raw().Grant(ctx, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keepAlive {
+		kctx, kcancel := context.WithCancel(ctx)
+		t.Cleanup(kcancel)
+		if _, err := cli.Raw().KeepAlive(kctx, lease.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Who, h.Command, h.Since, h.Lease = "ghost", "add-replica", time.Now(), int64(lease.ID)
+	val, _ := json.Marshal(h)
+	if _, err := cli.Raw().Put(ctx, LockKey(cluster), string(val), clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	return lease.ID
 }

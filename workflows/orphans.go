@@ -84,15 +84,11 @@ func RemoveMember(d *Deps, id uint64, force bool) *Workflow {
 				if err != nil {
 					return err
 				}
-				cli, err := d.Etcd(ctx)
+				cli, ms, err := d.etcdMembers(ctx, providers.EtcdMain, nil, nil)
 				if err != nil {
 					return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
 				}
 				defer cli.Close()
-				ms, err := cli.Members(ctx)
-				if err != nil {
-					return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
-				}
 				m, ok := findMember(ms, id)
 				if !ok {
 					if r.Get("removing") != "" {

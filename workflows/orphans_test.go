@@ -1,7 +1,6 @@
 package workflows_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -19,8 +18,7 @@ import (
 func TestOrphanLearnerRemovedByMemberID(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "orphan")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := e.within(2 * time.Minute)
 	master := local.MasterName("orphan")
 	cli, err := e.c.Provider.Etcd(ctx)
 	if err != nil {

@@ -21,7 +21,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -36,6 +35,7 @@ import (
 	"github.com/hamaster/hamaster/providers/local"
 	"github.com/hamaster/hamaster/testbed/local/localtest"
 	"github.com/hamaster/hamaster/workflows"
+	"github.com/hamaster/hamaster/workflows/workflowstest"
 )
 
 // The real-apiserver tier: the same workflows against kube-apiserver
@@ -70,7 +70,7 @@ func realAPIServerDir(t *testing.T) string {
 
 func newRealEnv(t *testing.T, name string) *env {
 	c := localtest.Up(t, name, localtest.Options{Version: realOldVersion, ControlPlane: nodeapi.ControlPlaneReal, KubeAPIServerDir: realAPIServerDir(t)})
-	return &env{t: t, c: c, name: name, out: &strings.Builder{}}
+	return newEnvOn(t, c, name)
 }
 
 // kubeAPI is a cluster-admin client of the Kubernetes API through the
@@ -294,8 +294,7 @@ func (e *env) replicaVersions(ctx context.Context, k *kubeAPI) map[string]string
 func TestRealAPIServerGrowShrinkLeases(t *testing.T) {
 	t.Parallel()
 	e := newRealEnv(t, "rgrow")
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
+	ctx := e.within(6 * time.Minute)
 	k := newKubeAPI(t, e)
 	if err := k.createConfigMap(ctx, "before-grow", "1"); err != nil {
 		t.Fatalf("create a ConfigMap on the single master: %v", err)
@@ -344,11 +343,9 @@ func TestRealAPIServerGrowShrinkLeases(t *testing.T) {
 
 // load creates and reads ConfigMaps through the LB until stopped.
 type load struct {
-	ok, failed atomic.Int64
-	mu         sync.Mutex
-	failures   []string
-	stop       chan struct{}
-	wg         sync.WaitGroup
+	workflowstest.Tally
+	stop chan struct{}
+	wg   sync.WaitGroup
 }
 
 func startLoad(ctx context.Context, k *kubeAPI, workers int, prefix string) *load {
@@ -369,14 +366,7 @@ func startLoad(ctx context.Context, k *kubeAPI, workers int, prefix string) *loa
 						err = fmt.Errorf("configmap %s reads %q", name, v)
 					}
 				}
-				if err != nil {
-					l.failed.Add(1)
-					l.mu.Lock()
-					l.failures = append(l.failures, time.Now().Format("15:04:05.000")+" "+err.Error())
-					l.mu.Unlock()
-				} else {
-					l.ok.Add(2) // a create and a read
-				}
+				l.Record(err, 2) // a create and a read
 			}
 		})
 	}
@@ -393,8 +383,7 @@ func (l *load) finish() { close(l.stop); l.wg.Wait() }
 // CI, a 500 that says nothing about hamaster.
 func TestRealAPIServerRollingUpgradeUnderLoad(t *testing.T) {
 	e := newRealEnv(t, "rupg")
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
+	ctx := e.within(8 * time.Minute)
 	e.grow(ctx, 2)
 	k := newKubeAPI(t, e)
 	leader := e.leader(ctx)
@@ -407,14 +396,14 @@ func TestRealAPIServerRollingUpgradeUnderLoad(t *testing.T) {
 		t.Fatalf("rolling-upgrade %s → %s: %v", realOldVersion, realNewVersion, err)
 	}
 	t.Logf("rolling-upgrade %s → %s of 3 replicas in %v under load through the LB: %d requests ok, %d failed",
-		realOldVersion, realNewVersion, time.Since(start).Round(100*time.Millisecond), ld.ok.Load(), ld.failed.Load())
+		realOldVersion, realNewVersion, time.Since(start).Round(100*time.Millisecond), ld.OK.Load(), ld.Failed.Load())
 	// The one failure kube-apiserver itself lets through: a read in
 	// flight while etcd's leadership moves (hamaster moves it off the
 	// leader before recreating it) gets etcd's ErrLeaderChanged as a 500;
 	// the apiserver does not retry it. Counted and bounded, never
 	// anything else.
 	leaderChanged := 0
-	for _, f := range ld.failures {
+	for _, f := range ld.Failures() {
 		if strings.Contains(f, "etcdserver: leader changed") {
 			leaderChanged++
 		} else {
@@ -422,12 +411,12 @@ func TestRealAPIServerRollingUpgradeUnderLoad(t *testing.T) {
 		}
 	}
 	if leaderChanged > 0 {
-		t.Logf("%d of %d requests failed with etcd's \"leader changed\" while leadership moved: %v", leaderChanged, ld.ok.Load()+ld.failed.Load(), ld.failures)
+		t.Logf("%d of %d requests failed with etcd's \"leader changed\" while leadership moved: %v", leaderChanged, ld.OK.Load()+ld.Failed.Load(), ld.Failures())
 	}
 	if leaderChanged > 3 {
 		t.Errorf("%d requests failed with etcd's \"leader changed\": more than the leadership moves of one upgrade explain", leaderChanged)
 	}
-	if ld.ok.Load() == 0 {
+	if ld.OK.Load() == 0 {
 		t.Error("the load made no successful request: it proves nothing")
 	}
 	e.assertVersions(ctx, realNewVersion, 3)
@@ -446,8 +435,7 @@ func TestRealAPIServerRollingUpgradeUnderLoad(t *testing.T) {
 func TestRealAPIServerBadFlagRollsBack(t *testing.T) {
 	t.Parallel()
 	e := newRealEnv(t, "rbad")
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
+	ctx := e.within(6 * time.Minute)
 	e.grow(ctx, 2)
 	k := newKubeAPI(t, e)
 	start := time.Now()
@@ -498,8 +486,7 @@ func TestRealAPIServerKillMidUpgrade(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newRealEnv(t, fmt.Sprintf("rkill%d", i))
-			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-			defer cancel()
+			ctx := e.within(8 * time.Minute)
 			e.grow(ctx, 2)
 			k := newKubeAPI(t, e)
 			for i := range 20 {

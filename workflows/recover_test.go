@@ -77,8 +77,7 @@ func (e *env) clusterID(ctx context.Context) uint64 {
 func TestRecoverFromSurvivorThenSnapshot(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "dr")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	ctx := e.within(4 * time.Minute)
 	names := e.grow(ctx, 2)
 	e.put(ctx, "/before-loss", "kept")
 	snaps, err := workflows.ListSnapshots(e.c.Settings.StateDir, e.name)

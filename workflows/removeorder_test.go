@@ -31,8 +31,7 @@ import (
 func TestRemoveReplicaOverlapsTheDrainGrace(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "order")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx := e.within(5 * time.Minute)
 	master := local.MasterName("order")
 	const grace = 3 * time.Second
 	replicas := []string{master}

@@ -67,8 +67,7 @@ func (f renewing) RenewCerts(ctx context.Context, r providers.Replica) error {
 func TestRotateCertsWithTheFlavorsTool(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "renew")
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
+	ctx := e.within(6 * time.Minute)
 	e.grow(ctx, 1)
 	rs, err := e.c.Provider.Instances().List(ctx)
 	if err != nil {

@@ -178,14 +178,9 @@ func upgradePreflight(d *Deps, p UpgradeParams, inPlace bool) Step {
 					return errkind.Errorf(errkind.FailedPrecondition, "replica %s is not healthy: %v", rep.Name, err)
 				}
 			}
-			cli, err := d.Etcd(ctx)
+			ms, err := d.members(ctx)
 			if err != nil {
 				return err
-			}
-			defer cli.Close()
-			ms, err := cli.Members(ctx)
-			if err != nil {
-				return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
 			}
 			voters := 0
 			for _, m := range ms {
@@ -256,15 +251,11 @@ func pickNext(ctx context.Context, d *Deps, p UpgradeParams, exclude map[string]
 // leaderReplica names the replica of rs whose main etcd member leads,
 // or "" when none does.
 func leaderReplica(ctx context.Context, d *Deps, rs []providers.Replica) (string, error) {
-	cli, err := d.Etcd(ctx)
+	cli, ms, err := d.etcdMembers(ctx, providers.EtcdMain, nil, nil)
 	if err != nil {
 		return "", err
 	}
-	defer cli.Close()
-	ms, err := cli.Members(ctx)
-	if err != nil {
-		return "", err
-	}
+	cli.Close()
 	for _, m := range ms {
 		if m.Leader {
 			return d.replicaOf(m, providers.EtcdMain, rs), nil
@@ -385,22 +376,32 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 				return nil
 			},
 		},
-		{
-			Name: prefix + "health-gate", Plan: []string{"etcd member healthy and caught up, /readyz 200, /version = " + p.Version, fmt.Sprintf("within %s, else restore the last known-good template (healthy within %s) and stop", p.HealthTimeout, RestoreHealthTimeout(p.HealthTimeout))},
-			Run: func(ctx context.Context, r *Run) error {
-				n := name(r)
-				rep, ok, err := getSlotReplica(ctx, inst, n)
-				if !ok {
-					return err
-				}
-				gerr := healthGate(ctx, d, r, rep, p.Version, p.HealthTimeout)
-				if gerr == nil {
-					return nil
-				}
-				return rollback(ctx, d, r, n, lkgKey(n), p, gerr)
-			},
-		},
+		healthGateStep(d, p, k, fmt.Sprintf("restore the last known-good template (healthy within %s)", RestoreHealthTimeout(p.HealthTimeout)),
+			func(ctx context.Context, r *Run, rep providers.Replica, cause error) error {
+				return rollback(ctx, d, r, rep.Name, lkgKey(rep.Name), p, cause)
+			}),
 		backInLBStep(d, p, k),
+	}
+}
+
+// healthGateStep is slot k's health gate after its upgrade: its replica
+// healthy at p.Version within p.HealthTimeout, else rollback (onFail
+// says what it does, for the plan) and stop. An interrupted gate is not a
+// failure: a re-run gates the replica again.
+func healthGateStep(d *Deps, p UpgradeParams, k int, onFail string, rollback func(ctx context.Context, r *Run, rep providers.Replica, cause error) error) Step {
+	return Step{
+		Name: fmt.Sprintf("replica-%d/health-gate", k), Plan: []string{"etcd member healthy and caught up, /readyz 200, /version = " + p.Version, fmt.Sprintf("within %s, else %s and stop", p.HealthTimeout, onFail)},
+		Run: func(ctx context.Context, r *Run) error {
+			rep, ok, err := getSlotReplica(ctx, d.Provider.Instances(), slotName(r, k))
+			if !ok {
+				return err
+			}
+			gerr := healthGate(ctx, d, r, rep, p.Version, p.HealthTimeout)
+			if gerr == nil || ctx.Err() != nil {
+				return gerr // healthy, or interrupted: a re-run gates it again
+			}
+			return rollback(ctx, r, rep, gerr)
+		},
 	}
 }
 
@@ -464,15 +465,11 @@ func moveLeaderOff(ctx context.Context, d *Deps, r *Run, name string) error {
 	if rs, err := d.Provider.Instances().List(ctx); err != nil || len(rs) < 2 {
 		return err // a single replica has nobody to hand leadership to
 	}
-	cli, err := d.Etcd(ctx, name)
+	cli, ms, err := d.etcdMembers(ctx, providers.EtcdMain, []string{name}, nil)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
-	ms, err := cli.Members(ctx)
-	if err != nil {
-		return err
-	}
 	m, ok := d.findMember(ms, providers.EtcdMain, name, "")
 	if !ok || !m.Leader || len(ms) == 1 {
 		return nil

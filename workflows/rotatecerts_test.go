@@ -1,7 +1,6 @@
 package workflows_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +15,7 @@ import (
 func TestDNSNameAddedThenCertsRotated(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "rot")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := e.within(3 * time.Minute)
 	e.grow(ctx, 1)
 	d := e.deps(nil)
 	wf := workflows.AddReplica(d, workflows.AddParams{Name: "rot-master-dns", DNSKind: "static", DNSName: "api.rot.example.test", Timeout: time.Minute})
@@ -47,13 +45,13 @@ func TestDNSNameAddedThenCertsRotated(t *testing.T) {
 	pr := startProber(t, e)
 	start := time.Now()
 	err = workflows.Execute(ctx, d, workflows.RotateCerts(d, workflows.RotateParams{DrainGrace: 300 * time.Millisecond, HealthTimeout: time.Minute}, names), workflows.Options{})
-	pr.finish()
+	pr.Finish()
 	if err != nil {
 		t.Fatalf("rotate-certs: %v", err)
 	}
-	t.Logf("rotated %v in %s; readyz through the LB: %d ok, %d failed", names, time.Since(start).Round(time.Millisecond), pr.ok.Load(), pr.failed.Load())
-	if pr.failed.Load() != 0 {
-		t.Errorf("%d client failures during rotation: %v", pr.failed.Load(), pr.failures)
+	t.Logf("rotated %v in %s; readyz through the LB: %d ok, %d failed", names, time.Since(start).Round(time.Millisecond), pr.OK.Load(), pr.Failed.Load())
+	if pr.Failed.Load() != 0 {
+		t.Errorf("%d client failures during rotation: %v", pr.Failed.Load(), pr.Failures())
 	}
 	rep, err = workflows.Status(ctx, d)
 	if err != nil {

@@ -150,14 +150,13 @@ func TestRollingUpgradeRecreate(t *testing.T) {
 		t.Run(fmt.Sprintf("%d replicas", n), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, fmt.Sprintf("upg%d", n))
-			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-			defer cancel()
+			ctx := e.within(6 * time.Minute)
 			e.grow(ctx, n-1)
 			leader := e.leader(ctx)
 			pr := startProber(t, e)
 			rec := &recorder{}
 			err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", DrainGrace: 500 * time.Millisecond}, rec, nil)
-			pr.finish()
+			pr.Finish()
 			if err != nil {
 				t.Fatalf("rolling-upgrade: %v", err)
 			}
@@ -166,9 +165,9 @@ func TestRollingUpgradeRecreate(t *testing.T) {
 			if len(order) != n || order[n-1] != leader {
 				t.Errorf("upgrade order %v; want %d replicas with the leader %s last", order, n, leader)
 			}
-			t.Logf("%d replicas upgraded in order %v (leader %s); readyz through the LB: %d ok, %d failed %v", n, order, leader, pr.ok.Load(), pr.failed.Load(), pr.failures)
-			if pr.failed.Load() != 0 {
-				t.Errorf("%d client failures through the LB during the upgrade", pr.failed.Load())
+			t.Logf("%d replicas upgraded in order %v (leader %s); readyz through the LB: %d ok, %d failed %v", n, order, leader, pr.OK.Load(), pr.Failed.Load(), pr.Failures())
+			if pr.Failed.Load() != 0 {
+				t.Errorf("%d client failures through the LB during the upgrade", pr.Failed.Load())
 			}
 			// A re-run finds nothing to do.
 			rec = &recorder{}
@@ -182,12 +181,11 @@ func TestRollingUpgradeRecreate(t *testing.T) {
 func TestRollingUpgradeBadFlagRollsBack(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "badflag")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	ctx := e.within(4 * time.Minute)
 	e.grow(ctx, 2)
 	pr := startProber(t, e)
 	err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", ExtraArgs: []string{"--no-such-flag"}, ExtraArgsSet: true, HealthTimeout: 3 * time.Second, DrainGrace: 300 * time.Millisecond}, nil, nil)
-	pr.finish()
+	pr.Finish()
 	if !errors.Is(err, workflows.ErrConcluded) || errkind.ExitCode(err) != 1 {
 		t.Fatalf("err = %v; want a concluded rollback (exit 1)", err)
 	}
@@ -197,8 +195,8 @@ func TestRollingUpgradeBadFlagRollsBack(t *testing.T) {
 		}
 	}
 	e.assertVersions(ctx, "v1.30.2", 3)
-	if pr.failed.Load() != 0 {
-		t.Errorf("%d client failures during the failed upgrade: %v", pr.failed.Load(), pr.failures)
+	if pr.Failed.Load() != 0 {
+		t.Errorf("%d client failures during the failed upgrade: %v", pr.Failed.Load(), pr.Failures())
 	}
 	// The rollback closed the run: a corrected upgrade starts fresh.
 	if err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", ExtraArgs: []string{"--v=2"}, ExtraArgsSet: true}, nil, nil); err != nil {
@@ -218,8 +216,7 @@ func TestRollingUpgradeBadFlagRollsBack(t *testing.T) {
 func TestRollingUpgradeFailuresRollBack(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "upgfail")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	ctx := e.within(4 * time.Minute)
 	e.grow(ctx, 2)
 	cases := []struct {
 		name string
@@ -270,8 +267,7 @@ func TestRollingUpgradeFailuresRollBack(t *testing.T) {
 func TestRollingUpgradeCrashAfterEveryStep(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "upgcrash")
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
+	ctx := e.within(6 * time.Minute)
 	e.grow(ctx, 2)
 	p := workflows.UpgradeParams{Version: "v1.31.0", DrainGrace: 100 * time.Millisecond}
 	steps := crashAfterEachStepOnce(t, 40, func(after func(string) error) error {
@@ -290,8 +286,7 @@ func TestRollingUpgradeSurge(t *testing.T) {
 		t.Run(fmt.Sprintf("%d replicas", n), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, fmt.Sprintf("surge%d", n))
-			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-			defer cancel()
+			ctx := e.within(6 * time.Minute)
 			e.grow(ctx, n-1)
 			if err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", Strategy: workflows.StrategySurge, DrainGrace: 200 * time.Millisecond}, nil, nil); err != nil {
 				t.Fatalf("surge: %v", err)
@@ -304,8 +299,7 @@ func TestRollingUpgradeSurge(t *testing.T) {
 func TestRollingUpgradeRecreateSingleReplicaRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "single")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx := e.within(3 * time.Minute)
 	err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0"}, nil, nil)
 	if !errors.Is(err, errkind.FailedPrecondition) || !strings.Contains(err.Error(), "--strategy surge") {
 		t.Fatalf("err = %v; want refusal suggesting surge", err)

@@ -64,15 +64,11 @@ func inPlaceSlot(ctx context.Context, d *Deps, p UpgradeParams, r *Run, k int) (
 	}
 	pick := todo[0]
 	if len(todo) > 1 {
-		cli, err := d.Etcd(ctx)
+		cli, ms, err := d.etcdMembers(ctx, providers.EtcdMain, nil, nil)
 		if err != nil {
 			return "", err
 		}
-		ms, err := cli.Members(ctx)
 		cli.Close()
-		if err != nil {
-			return "", err
-		}
 		for _, rep := range todo {
 			if m, ok := d.findMember(ms, providers.EtcdMain, rep.Name, rep.Address); !ok || !m.Leader {
 				pick = rep
@@ -131,21 +127,9 @@ func inPlaceSteps(d *Deps, p UpgradeParams, up flavors.Upgrader, k int) []Step {
 				return rollbackInPlace(ctx, d, r, up, rep, first, p, uerr)
 			},
 		},
-		{
-			Name: prefix + "health-gate", Plan: []string{"etcd member healthy and caught up, /readyz 200, /version = " + p.Version, fmt.Sprintf("within %s, else the flavor's rollback and stop", p.HealthTimeout)},
-			Run: func(ctx context.Context, r *Run) error {
-				n := name(r)
-				rep, ok, err := getSlotReplica(ctx, inst, n)
-				if !ok {
-					return err
-				}
-				gerr := healthGate(ctx, d, r, rep, p.Version, p.HealthTimeout)
-				if gerr == nil || ctx.Err() != nil {
-					return gerr
-				}
-				return rollbackInPlace(ctx, d, r, up, rep, first, p, gerr)
-			},
-		},
+		healthGateStep(d, p, k, "the flavor's rollback", func(ctx context.Context, r *Run, rep providers.Replica, cause error) error {
+			return rollbackInPlace(ctx, d, r, up, rep, first, p, cause)
+		}),
 		backInLBStep(d, p, k),
 	}
 }

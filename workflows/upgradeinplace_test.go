@@ -119,8 +119,7 @@ func (e *env) upgradeInPlace(ctx context.Context, f inPlace, p workflows.Upgrade
 func TestRollingUpgradeInPlace(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "inplace")
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
+	ctx := e.within(6 * time.Minute)
 	e.grow(ctx, 2)
 	own, err := registry.Open("", e.c.Provider, nil)
 	if err != nil {

@@ -6,7 +6,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -14,11 +13,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/testbed/labcmd/labcmdtest"
 	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
 )
@@ -50,42 +47,12 @@ func TestGCEFakeKubeadmProcess(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
 	before := labcmdtest.Netns(t)
 	ext := fmt.Sprintf("198.18.%d.0/24", 240+rand.IntN(10))
-	cmd := exec.Command(filepath.Join(bin, "gcefake"), "--state", state, "--kubeadm-master", "kubernetes-master", "--kubeadm-version", kubeadmVersion,
+	g := startGCEFake(t, bin, state, "--kubeadm-master", "kubernetes-master", "--kubeadm-version", kubeadmVersion,
 		"--kube-bin-dir", binDir, "--external-range", ext, "--op-latency", "20ms", "--log-level", "warn")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			<-exited
-		}
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	envFile := filepath.Join(state, "hamaster.env")
-	if err := wait.Until(ctx, 100*time.Millisecond, "gcefake's hamaster.env", func() (bool, error) {
-		select {
-		case err := <-exited:
-			stopped = true
-			return false, fmt.Errorf("gcefake exited before writing hamaster.env: %v\n%s", err, out.String())
-		default:
-		}
-		return fileExists(envFile), nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("kubeadm master ready after %v:\n%s", time.Since(start).Round(time.Millisecond), out.String())
-	env, err := labcmdtest.ReadEnv(envFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env := g.awaitEnv(ctx, t, state, 8*time.Minute)
+	t.Logf("kubeadm master ready after %v:\n%s", time.Since(start).Round(time.Millisecond), g.Output())
 	for k, want := range map[string]string{"HAMASTER_FLAVOR": "kubeadm", "HAMASTER_GCE_MASTER_FORMAT": "kubeadm", "KUBECONFIG": filepath.Join(state, "admin.conf")} {
 		if env[k] != want {
 			t.Errorf("hamaster.env %s=%q; want %q", k, env[k], want)
@@ -101,7 +68,7 @@ func TestGCEFakeKubeadmProcess(t *testing.T) {
 		c.Env = environ
 		b, err := c.CombinedOutput()
 		if err != nil {
-			t.Fatalf("%s %s: %v\n%s\ngcefake:\n%s", filepath.Base(name), strings.Join(args, " "), err, b, out.String())
+			t.Fatalf("%s %s: %v\n%s\ngcefake:\n%s", filepath.Base(name), strings.Join(args, " "), err, b, g.Output())
 		}
 		return string(b)
 	}
@@ -137,13 +104,7 @@ func TestGCEFakeKubeadmProcess(t *testing.T) {
 		t.Errorf("Nodes after remove-replica: %q", got)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-exited; err != nil {
-		t.Errorf("gcefake exit: %v\n%s", err, out.String())
-	}
-	stopped = true
+	g.stop(t)
 	for ns := range labcmdtest.Netns(t) {
 		if !before[ns] && strings.HasPrefix(ns, "hm-f") {
 			t.Errorf("namespace %s left", ns)

@@ -210,7 +210,7 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 	// Everything gcefake writes, apart from hamaster.env and ca.crt, is
 	// under DIR/gcefake.
 	dir := filepath.Join(state, "gcefake")
-	envFile, caFile := filepath.Join(state, "hamaster.env"), filepath.Join(state, "ca.crt")
+	caFile := filepath.Join(state, "ca.crt")
 	if _, err := os.Stat(dir); err == nil {
 		return fmt.Errorf("%s exists: another gcefake uses --state %s, or one was killed (remove the directory)", dir, state)
 	}
@@ -218,7 +218,7 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 		return err
 	}
 	defer func() {
-		for _, p := range []string{envFile, caFile, filepath.Join(state, "admin.conf"), dir} {
+		for _, p := range []string{filepath.Join(state, "hamaster.env"), caFile, filepath.Join(state, "admin.conf"), dir} {
 			if rerr := os.RemoveAll(p); rerr != nil && err == nil {
 				err = rerr
 			}
@@ -283,41 +283,15 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 	if err := os.WriteFile(caFile, m.Metadata.ClusterCA.CertPEM, 0o644); err != nil {
 		return err
 	}
-	env := strings.Join([]string{
-		"# Written by gcefake: point hamaster at the fake GCE project (. this file).",
-		"# Removed when gcefake stops.",
-		"export HAMASTER_PROVIDER=gce",
-		"export HAMASTER_CLUSTER=" + prefix,
-		"export HAMASTER_STATE_DIR=" + filepath.Join(state, "hamaster"),
-		"export HAMASTER_GCE_ENDPOINT=" + fake.URL,
-		"export HAMASTER_GCE_PROJECT=" + c.project,
-		"export HAMASTER_GCE_ZONE=" + c.zone,
-		"export HAMASTER_GCE_REGION=" + m.Region,
-		"export HAMASTER_GCE_MASTER_NAME=" + m.Name,
-		"export HAMASTER_GCE_RELEASE_URL=" + fake.ReleaseURL(),
-		"export HAMASTER_DNS_ZONE=gcefake-zone",
-		"export HAMASTER_SSH_USER=hamaster",
-		"export HAMASTER_SSH_KEY=" + keyFile,
-		"export HAMASTER_SSH_KNOWN_HOSTS=" + fake.KnownHostsFile(),
-		fmt.Sprintf("export HAMASTER_SSH_PORT=%d", gcefake.SSHPort),
-		"# Not hamaster's: the master's static IP and the cluster CA (curl --cacert).",
-		"export GCEFAKE_STATIC_IP=" + m.StaticIP,
-		"export GCEFAKE_CA=" + caFile,
-		"",
-	}, "\n")
-	if err := os.WriteFile(envFile+".tmp", []byte(env), 0o644); err != nil {
+	envFile, err := writeEnv(c, fake, state, keyFile, prefix, m.Region, m.Name,
+		[]string{"export HAMASTER_GCE_RELEASE_URL=" + fake.ReleaseURL()},
+		"the master's static IP and the cluster CA (curl --cacert)",
+		"export GCEFAKE_STATIC_IP="+m.StaticIP, "export GCEFAKE_CA="+caFile)
+	if err != nil {
 		return err
 	}
-	if err := os.Rename(envFile+".tmp", envFile); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "gcefake: kube-up master %s serves https://%s:443 (ready after %v)\n", m.Name, m.StaticIP, time.Since(start).Round(100*time.Millisecond))
-	fmt.Fprintf(stdout, "gcefake: Compute and Cloud DNS at %s, project %s, zone %s\n", fake.URL, c.project, c.zone)
-	fmt.Fprintf(stdout, "gcefake: in another terminal: . %s; hamaster add-replica --yes\n", envFile)
-	fmt.Fprintf(stdout, "gcefake: SSH: ssh -i %s -o UserKnownHostsFile=%s hamaster@%s\n", keyFile, fake.KnownHostsFile(), m.StaticIP)
-	<-ctx.Done()
-	fmt.Fprintln(stdout, "gcefake: stopping: every VM, load balancer and namespace goes")
-	return nil
+	ready := fmt.Sprintf("kube-up master %s serves https://%s:443 (ready after %v)", m.Name, m.StaticIP, time.Since(start).Round(100*time.Millisecond))
+	return announce(ctx, stdout, c, fake, ready, envFile, "hamaster add-replica --yes", keyFile, m.StaticIP)
 }
 
 // serveKubeadm creates master c.kubeadmMaster from the kubeadm image
@@ -325,7 +299,7 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 // SSH (the static IP as controlPlaneEndpoint), writes hamaster.env,
 // ca.crt and admin.conf, and runs until ctx is done.
 func serveKubeadm(ctx context.Context, c config, fake *gcefake.Server, state, keyFile, sshLine string, logger *slog.Logger, stdout io.Writer) error {
-	envFile, caFile, adminFile := filepath.Join(state, "hamaster.env"), filepath.Join(state, "ca.crt"), filepath.Join(state, "admin.conf")
+	caFile, adminFile := filepath.Join(state, "ca.crt"), filepath.Join(state, "admin.conf")
 	start := time.Now()
 	m, err := kubeadmmaster.Create(ctx, kubeadmmaster.Options{Endpoint: fake.URL, Project: c.project, Zone: c.zone, Name: c.kubeadmMaster,
 		Image: kubeadmmaster.Image(c.kubeadmVersion), SSHKeys: []string{sshLine}})
@@ -354,41 +328,58 @@ func serveKubeadm(ctx context.Context, c config, fake *gcefake.Server, state, ke
 	if err := os.WriteFile(adminFile, admin, 0o600); err != nil {
 		return err
 	}
-	env := strings.Join([]string{
+	envFile, err := writeEnv(c, fake, state, keyFile, strings.TrimSuffix(m.Name, "-master"), m.Region, m.Name,
+		[]string{"export HAMASTER_FLAVOR=kubeadm", "export HAMASTER_GCE_MASTER_FORMAT=kubeadm"},
+		"kubectl's admin.conf (server: the static IP), the static IP and the cluster CA",
+		"export KUBECONFIG="+adminFile, "export GCEFAKE_STATIC_IP="+m.StaticIP, "export GCEFAKE_CA="+caFile)
+	if err != nil {
+		return err
+	}
+	ready := fmt.Sprintf("kubeadm master %s serves https://%s (kubeadm init %v, ready after %v)", m.Name, endpoint, took.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
+	return announce(ctx, stdout, c, fake, ready, envFile, "kubectl get nodes; hamaster status", keyFile, m.StaticIP)
+}
+
+// announce tells the operator what serves (ready) and how to use it (try,
+// after sourcing envFile; SSH to the master at ip), then runs until ctx is
+// done.
+func announce(ctx context.Context, stdout io.Writer, c config, fake *gcefake.Server, ready, envFile, try, keyFile, ip string) error {
+	fmt.Fprintf(stdout, "gcefake: %s\n", ready)
+	fmt.Fprintf(stdout, "gcefake: Compute and Cloud DNS at %s, project %s, zone %s\n", fake.URL, c.project, c.zone)
+	fmt.Fprintf(stdout, "gcefake: in another terminal: . %s; %s\n", envFile, try)
+	fmt.Fprintf(stdout, "gcefake: SSH: ssh -i %s -o UserKnownHostsFile=%s hamaster@%s\n", keyFile, fake.KnownHostsFile(), ip)
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "gcefake: stopping: every VM, load balancer and namespace goes")
+	return nil
+}
+
+// writeEnv writes state's hamaster.env (whole or not at all) and returns
+// its path: hamaster pointed at the fake's project, cluster and master
+// (flavor: the master's tool's own variables), then what is not
+// hamaster's (notHamaster, said in note).
+func writeEnv(c config, fake *gcefake.Server, state, keyFile, cluster, region, master string, flavor []string, note string, notHamaster ...string) (string, error) {
+	envFile := filepath.Join(state, "hamaster.env")
+	lines := append([]string{
 		"# Written by gcefake: point hamaster at the fake GCE project (. this file).",
 		"# Removed when gcefake stops.",
 		"export HAMASTER_PROVIDER=gce",
-		"export HAMASTER_FLAVOR=kubeadm",
-		"export HAMASTER_GCE_MASTER_FORMAT=kubeadm",
-		"export HAMASTER_CLUSTER=" + strings.TrimSuffix(m.Name, "-master"),
+		"export HAMASTER_CLUSTER=" + cluster,
 		"export HAMASTER_STATE_DIR=" + filepath.Join(state, "hamaster"),
 		"export HAMASTER_GCE_ENDPOINT=" + fake.URL,
 		"export HAMASTER_GCE_PROJECT=" + c.project,
 		"export HAMASTER_GCE_ZONE=" + c.zone,
-		"export HAMASTER_GCE_REGION=" + m.Region,
-		"export HAMASTER_GCE_MASTER_NAME=" + m.Name,
+		"export HAMASTER_GCE_REGION=" + region,
+		"export HAMASTER_GCE_MASTER_NAME=" + master,
 		"export HAMASTER_DNS_ZONE=gcefake-zone",
 		"export HAMASTER_SSH_USER=hamaster",
 		"export HAMASTER_SSH_KEY=" + keyFile,
 		"export HAMASTER_SSH_KNOWN_HOSTS=" + fake.KnownHostsFile(),
 		fmt.Sprintf("export HAMASTER_SSH_PORT=%d", gcefake.SSHPort),
-		"# Not hamaster's: kubectl's admin.conf (server: the static IP), the static IP and the cluster CA.",
-		"export KUBECONFIG=" + adminFile,
-		"export GCEFAKE_STATIC_IP=" + m.StaticIP,
-		"export GCEFAKE_CA=" + caFile,
-		"",
-	}, "\n")
+	}, flavor...)
+	lines = append(lines, "# Not hamaster's: "+note+".")
+	lines = append(lines, notHamaster...)
+	env := strings.Join(append(lines, ""), "\n")
 	if err := os.WriteFile(envFile+".tmp", []byte(env), 0o644); err != nil {
-		return err
+		return "", err
 	}
-	if err := os.Rename(envFile+".tmp", envFile); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "gcefake: kubeadm master %s serves https://%s (kubeadm init %v, ready after %v)\n", m.Name, endpoint, took.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
-	fmt.Fprintf(stdout, "gcefake: Compute and Cloud DNS at %s, project %s, zone %s\n", fake.URL, c.project, c.zone)
-	fmt.Fprintf(stdout, "gcefake: in another terminal: . %s; kubectl get nodes; hamaster status\n", envFile)
-	fmt.Fprintf(stdout, "gcefake: SSH: ssh -i %s -o UserKnownHostsFile=%s hamaster@%s\n", keyFile, fake.KnownHostsFile(), m.StaticIP)
-	<-ctx.Done()
-	fmt.Fprintln(stdout, "gcefake: stopping: every VM, load balancer and namespace goes")
-	return nil
+	return envFile, os.Rename(envFile+".tmp", envFile)
 }

@@ -8,6 +8,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -21,7 +22,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -51,45 +51,11 @@ func TestGCEFakeProcess(t *testing.T) {
 	before := labcmdtest.Netns(t)
 	// 198.18.240-249: away from vpctest's 100-239.
 	ext := fmt.Sprintf("198.18.%d.0/24", 240+rand.IntN(10))
-	cmd := exec.Command(filepath.Join(bin, "gcefake"), "--state", state, "--kube-up-master", "kubernetes-master",
+	g := startGCEFake(t, bin, state, "--kube-up-master", "kubernetes-master",
 		"--project", "p-test", "--zone", "us-central1-c", "--external-range", ext, "--op-latency", "20ms", "--log-level", "warn")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			<-exited
-		}
-	})
-
-	envFile := filepath.Join(state, "hamaster.env")
 	launched := time.Now()
-	deadline := time.Now().Add(3 * time.Minute)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for !fileExists(envFile) {
-		select {
-		case err := <-exited:
-			stopped = true
-			t.Fatalf("gcefake exited before writing hamaster.env: %v\n%s", err, out.String())
-		case <-tick.C:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 3m:\n%s", envFile, out.String())
-		}
-	}
+	env := g.awaitEnv(context.Background(), t, state, 3*time.Minute)
 	t.Logf("hamaster.env after %v", time.Since(launched).Round(time.Millisecond))
-	env, err := labcmdtest.ReadEnv(envFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for k, want := range map[string]string{"HAMASTER_PROVIDER": "gce", "HAMASTER_GCE_PROJECT": "p-test", "HAMASTER_GCE_ZONE": "us-central1-c",
 		"HAMASTER_GCE_MASTER_NAME": "kubernetes-master", "HAMASTER_SSH_PORT": "22", "HAMASTER_SSH_USER": "hamaster"} {
 		if env[k] != want {
@@ -176,18 +142,7 @@ func TestGCEFakeProcess(t *testing.T) {
 		t.Errorf("%d new hm-f* namespaces while running, want 2 (the router and master 0): %v", made, nsDuring)
 	}
 	stopStart := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		stopped = true
-		if err != nil {
-			t.Fatalf("gcefake exit: %v\n%s", err, out.String())
-		}
-	case <-time.After(time.Minute):
-		t.Fatalf("gcefake still running 1m after SIGTERM:\n%s", out.String())
-	}
+	g.stop(t)
 	t.Logf("stopped in %v", time.Since(stopStart).Round(time.Millisecond))
 	// gcefake's VPC is hm-f<hex>-*; other tests' run meanwhile.
 	for ns := range labcmdtest.Netns(t) {

@@ -22,6 +22,7 @@ import (
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/providers/local"
 	"github.com/hamaster/hamaster/providers/metal"
+	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/workflows"
 )
 
@@ -54,12 +55,12 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 		gce.OptMasterName:    c.String("gce-master-name"),
 		gce.OptAPIServerPort: c.String("gce-apiserver-port"),
 		gce.OptDNSZone:       c.String("dns-zone"),
-		gce.OptSSHUser:       c.String("ssh-user"),
-		gce.OptSSHKey:        c.String("ssh-key"),
-		gce.OptSSHKnownHosts: c.String("ssh-known-hosts"),
-		gce.OptSSHInsecure:   strconv.FormatBool(c.Bool("ssh-insecure-skip-host-key-check")),
-		gce.OptSSHPort:       c.String("ssh-port"),
-		gce.OptSSHAgent:      g.sshAgent,
+		remote.OptUser:       c.String("ssh-user"),
+		remote.OptKey:        c.String("ssh-key"),
+		remote.OptKnownHosts: c.String("ssh-known-hosts"),
+		remote.OptInsecure:   strconv.FormatBool(c.Bool("ssh-insecure-skip-host-key-check")),
+		remote.OptPort:       c.String("ssh-port"),
+		remote.OptAgent:      g.sshAgent,
 		gce.OptReleaseURL:    c.String("gce-release-url"),
 		gce.OptMasterFormat:  c.String("gce-master-format"),
 		awsp.OptReleaseURL:   c.String("aws-release-url"),
@@ -200,6 +201,21 @@ func (g *globals) mutating(c *cli.Context, e *env) error {
 
 func nodeBinaryFlag() cli.Flag {
 	return &cli.StringFlag{Name: "node-binary", EnvVars: []string{"HAMASTER_NODE_BINARY"}, Usage: "local provider: `PATH` of hamaster-node (default: next to hamaster, then $PATH)"}
+}
+
+// readOnlyFlags are the flags of a command that reads the cluster: its
+// own, --timeout (20 s by default) and the provider's.
+func readOnlyFlags(own ...cli.Flag) []cli.Flag {
+	return append(append(own, &cli.DurationFlag{Name: "timeout", Value: 20 * time.Second, Usage: "overall timeout"}), providerFlags(false)...)
+}
+
+// applyReadOnly fills the flags of readOnlyFlags from the environment
+// and the config file, and checks --timeout.
+func applyReadOnly(c *cli.Context, e *env) error {
+	if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
+		return err
+	}
+	return positiveDuration(c, "timeout")
 }
 
 // providerFlags are the flags of every command that opens a provider:
@@ -571,14 +587,9 @@ func statusCommand(e *env, g *globals) *cli.Command {
 
 Example:
   hamaster --cluster demo status --output json`,
-		Flags: append([]cli.Flag{
-			&cli.DurationFlag{Name: "timeout", Value: 20 * time.Second, Usage: "overall timeout"},
-		}, providerFlags(false)...),
+		Flags: readOnlyFlags(),
 		Action: func(c *cli.Context) error {
-			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
-				return err
-			}
-			if err := positiveDuration(c, "timeout"); err != nil {
+			if err := applyReadOnly(c, e); err != nil {
 				return err
 			}
 			return g.withDeps(c, e, func(p providers.Provider, d *workflows.Deps) error {

@@ -109,6 +109,12 @@ func etcdConfig(c *cli.Context, g *globals) (etcdmember.Config, error) {
 	return cfg, nil
 }
 
+// demoEtcdTLS is the help examples' client TLS flags: the local demo
+// cluster's.
+const demoEtcdTLS = `      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
+      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
+      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key`
+
 func etcdCommand(e *env, g *globals) *cli.Command {
 	connect := func(c *cli.Context) (*etcdmember.Client, error) {
 		if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
@@ -120,6 +126,18 @@ func etcdCommand(e *env, g *globals) *cli.Command {
 		}
 		return etcdmember.New(c.Context, cfg)
 	}
+	// withClient connects as c's flags say and runs use with the client
+	// and a context bounded by --timeout.
+	withClient := func(c *cli.Context, use func(ctx context.Context, cli *etcdmember.Client) error) error {
+		cli, err := connect(c)
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		ctx, cancel := withTimeout(c)
+		defer cancel()
+		return use(ctx, cli)
+	}
 	return &cli.Command{
 		Name:  "etcd",
 		Usage: "inspect an etcd cluster directly (members, health, snapshot)",
@@ -128,9 +146,7 @@ and --key are given.
 
 Example (any etcd; here the master of the local demo cluster):
   hamaster etcd members --endpoints https://127.0.65.2:2379 \
-      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
-      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
-      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key --output json`,
+` + demoEtcdTLS + ` --output json`,
 		Subcommands: []*cli.Command{
 			{
 				Name:  "members",
@@ -142,21 +158,17 @@ Example (any etcd; here the master of the local demo cluster):
 
 Example (the master of the local demo cluster):
   hamaster etcd members --endpoints https://127.0.65.2:2379 \
-      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
-      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
-      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key`,
+` + demoEtcdTLS,
 				Flags: etcdFlags(),
 				Action: func(c *cli.Context) error {
-					cli, err := connect(c)
-					if err != nil {
+					var ms []etcdmember.Member
+					if err := withClient(c, func(ctx context.Context, cli *etcdmember.Client) (err error) {
+						if ms, err = cli.Members(ctx); err != nil {
+							return fmt.Errorf("list etcd members: %w", err)
+						}
+						return nil
+					}); err != nil {
 						return err
-					}
-					defer cli.Close()
-					ctx, cancel := withTimeout(c)
-					defer cancel()
-					ms, err := cli.Members(ctx)
-					if err != nil {
-						return fmt.Errorf("list etcd members: %w", err)
 					}
 					if g.json() {
 						return writeJSON(e.stdout, map[string]any{"members": toMemberJSON(ms)})
@@ -170,24 +182,23 @@ Example (the master of the local demo cluster):
 				Usage: "check every member; exit 3 when any voter is unhealthy or there is no leader",
 				Description: `Example (the master of the local demo cluster):
   hamaster etcd health --endpoints https://127.0.65.2:2379 \
-      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
-      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
-      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key`,
+` + demoEtcdTLS,
 				Flags: etcdFlags(),
 				Action: func(c *cli.Context) error {
-					cli, err := connect(c)
-					if errors.Is(err, errkind.Unavailable) {
+					// Unreachable: a connection that failed as unavailable,
+					// or a listing that failed once connected.
+					var ms []etcdmember.Member
+					connected := false
+					err := withClient(c, func(ctx context.Context, cli *etcdmember.Client) (err error) {
+						connected = true
+						ms, err = cli.Members(ctx)
+						return err
+					})
+					if err != nil && (connected || errors.Is(err, errkind.Unavailable)) {
 						return errkind.Errorf(errkind.FailedPrecondition, "etcd unhealthy: unreachable: %w", err)
 					}
 					if err != nil {
 						return err
-					}
-					defer cli.Close()
-					ctx, cancel := withTimeout(c)
-					defer cancel()
-					ms, err := cli.Members(ctx)
-					if err != nil {
-						return errkind.Errorf(errkind.FailedPrecondition, "etcd unhealthy: unreachable: %w", err)
 					}
 					problems := healthProblems(ms)
 					if g.json() {
@@ -214,34 +225,27 @@ Example (the master of the local demo cluster):
 
 Example (the master of the local demo cluster):
   hamaster etcd snapshot --endpoints https://127.0.65.2:2379 --file backup.db \
-      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
-      --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
-      --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key`,
+` + demoEtcdTLS,
 				Flags: append(etcdFlags(), &cli.StringFlag{Name: "file", Usage: "`PATH` to write the snapshot to (required)"}),
 				Action: func(c *cli.Context) error {
-					cli, err := connect(c)
-					if err != nil {
-						return err
-					}
-					defer cli.Close()
-					path := c.String("file")
-					if path == "" {
-						return usageErr("--file: required: where to write the snapshot")
-					}
-					if st, err := os.Stat(path); err == nil && st.IsDir() {
-						return usageErr("--file: %s is a directory", path)
-					}
-					ctx, cancel := withTimeout(c)
-					defer cancel()
-					info, err := cli.SaveSnapshot(ctx, path)
-					if err != nil {
-						return fmt.Errorf("etcd snapshot: %w", err)
-					}
-					if g.json() {
-						return writeJSON(e.stdout, map[string]any{"path": path, "size": info.Size, "sha256": info.SHA256, "endpoint": info.Endpoint, "revision": info.Revision})
-					}
-					fmt.Fprintf(e.stdout, "snapshot saved: %s (%d bytes, sha256 %s, from %s)\n", path, info.Size, info.SHA256, info.Endpoint)
-					return nil
+					return withClient(c, func(ctx context.Context, cli *etcdmember.Client) error {
+						path := c.String("file")
+						if path == "" {
+							return usageErr("--file: required: where to write the snapshot")
+						}
+						if st, err := os.Stat(path); err == nil && st.IsDir() {
+							return usageErr("--file: %s is a directory", path)
+						}
+						info, err := cli.SaveSnapshot(ctx, path)
+						if err != nil {
+							return fmt.Errorf("etcd snapshot: %w", err)
+						}
+						if g.json() {
+							return writeJSON(e.stdout, map[string]any{"path": path, "size": info.Size, "sha256": info.SHA256, "endpoint": info.Endpoint, "revision": info.Revision})
+						}
+						fmt.Fprintf(e.stdout, "snapshot saved: %s (%d bytes, sha256 %s, from %s)\n", path, info.Size, info.SHA256, info.Endpoint)
+						return nil
+					})
 				},
 			},
 		},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -36,18 +35,14 @@ Examples:
   kubectl --kubeconfig demo.kubeconfig get --raw /readyz
   kubectl --kubeconfig demo.kubeconfig get ns
   hamaster --cluster demo kubeconfig --user alice --group dev --group qa`,
-		Flags: append([]cli.Flag{
+		Flags: readOnlyFlags(
 			&cli.StringFlag{Name: "user", Value: "hamaster-admin", Usage: "the certificate's CN: the Kubernetes `USER` name"},
 			&cli.StringSliceFlag{Name: "group", Value: cli.NewStringSlice("system:masters"), Usage: "the certificate's O: a Kubernetes `GROUP` (repeat for more; system:masters is cluster-admin)"},
 			&cli.StringFlag{Name: "server", Usage: "the kubeconfig's server `URL` (default: the cluster endpoint, https://<static IP or DNS name>:<apiserver port>)"},
 			&cli.StringFlag{Name: "file", Usage: "write the kubeconfig to `FILE` (mode 0600) instead of stdout"},
-			&cli.DurationFlag{Name: "timeout", Value: 20 * time.Second, Usage: "overall timeout"},
-		}, providerFlags(false)...),
+		),
 		Action: func(c *cli.Context) error {
-			if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
-				return err
-			}
-			if err := positiveDuration(c, "timeout"); err != nil {
+			if err := applyReadOnly(c, e); err != nil {
 				return err
 			}
 			if c.String("user") == "" {

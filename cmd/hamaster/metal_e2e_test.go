@@ -73,15 +73,10 @@ func labEnv(t *testing.T, path string) []string {
 func TestMetalKubeadmEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
-	kubeletProgram, cache := metallabtest.Kubeadm(t, metalVersion, metalUpgradeTo)
-	// A copy of links, so that one release can be made unstartable.
-	binDir := metallabtest.LinkBinaries(t, cache, metalVersion, metalUpgradeTo)
-	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir})
-	for _, h := range lab.Hosts {
-		if err := lab.Install(ctx, h, metalVersion); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// Two versions: a copy of links, so that one release can be made
+	// unstartable (in o.BinDir).
+	o := metallabtest.KubeadmOptions(t, 3, metalVersion, metalUpgradeTo)
+	lab := metallabtest.StartKubeadm(ctx, t, o, metalVersion)
 	h1, h2, h3 := lab.Hosts[0], lab.Hosts[1], lab.Hosts[2]
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: metalVersion}); err != nil {
 		t.Fatal(err)
@@ -161,7 +156,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 
 	vipLoad = failoverLeg(ctx, t, lab, sh, command, tlsFor(), vipLoad)
 
-	upgradeLeg(ctx, t, cli, binDir, func(cmd string) string { return must(h1, cmd) },
+	upgradeLeg(ctx, t, cli, o.BinDir, func(cmd string) string { return must(h1, cmd) },
 		[]string{h1.Addr.String(), h2.Addr.String(), h3.Addr.String()}, tlsFor())
 
 	// rotate-certs on kubeadm's certificates, under the VIP's load: each

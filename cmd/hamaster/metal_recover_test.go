@@ -43,13 +43,7 @@ import (
 func TestMetalKubeadmRecover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	kubeletProgram, binDir := metallabtest.Kubeadm(t, metalVersion)
-	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 2, Kubelet: kubeletProgram, BinDir: binDir})
-	for _, h := range lab.Hosts {
-		if err := lab.Install(ctx, h, metalVersion); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lab := metallabtest.StartKubeadm(ctx, t, metallabtest.KubeadmOptions(t, 2, metalVersion), metalVersion)
 	h1, h2 := lab.Hosts[0], lab.Hosts[1]
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: metalVersion}); err != nil {
 		t.Fatal(err)

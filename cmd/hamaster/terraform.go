@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -58,9 +57,7 @@ Example:
   }
 
   echo '{"cluster":"demo"}' | hamaster terraform`,
-		Flags: append([]cli.Flag{
-			&cli.DurationFlag{Name: "timeout", Value: 20 * time.Second, Usage: "overall timeout"},
-		}, providerFlags(false)...),
+		Flags: readOnlyFlags(),
 		Action: func(c *cli.Context) error {
 			out, err := terraformRead(c, e, g)
 			if err != nil {

@@ -7,7 +7,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"os"
@@ -18,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers/metal"
 	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/labcmd/labcmdtest"
@@ -126,66 +124,22 @@ func readEnv(t *testing.T, path string) map[string]string {
 	return env
 }
 
-// lab is a running bin/metallab.
-type lab struct {
-	cmd    *exec.Cmd
-	out    *bytes.Buffer
-	exited chan error
-	done   bool
+// lab is bin/metallab as an operator runs it.
+type lab struct{ *labcmdtest.Process }
+
+// start runs bin/metallab.
+func start(t *testing.T, bin string, args ...string) lab {
+	t.Helper()
+	return lab{labcmdtest.Start(t, bin, args...)}
 }
 
-// start runs bin/metallab and waits for its hamaster.env.
-func start(t *testing.T, bin string, args ...string) *lab {
+// waitFile waits up to a minute for metallab to write path.
+func (l lab) waitFile(t *testing.T, path string) {
 	t.Helper()
-	l := &lab{cmd: exec.Command(bin, args...), out: &bytes.Buffer{}, exited: make(chan error, 1)}
-	l.cmd.Stdout, l.cmd.Stderr = l.out, l.out
-	l.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := l.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { l.exited <- l.cmd.Wait() }()
-	t.Cleanup(func() {
-		if !l.done {
-			_ = l.cmd.Process.Signal(syscall.SIGTERM)
-			<-l.exited
-		}
-	})
-	return l
-}
-
-func (l *lab) waitFile(t *testing.T, path string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	err := wait.Until(ctx, 50*time.Millisecond, path, func() (bool, error) {
-		select {
-		case err := <-l.exited:
-			l.done = true
-			t.Fatalf("metallab exited before writing %s: %v\n%s", path, err, l.out)
-		default:
-		}
+	l.Await(context.Background(), t, path, time.Minute, func() bool {
 		_, err := os.Stat(path)
-		return err == nil, nil
+		return err == nil
 	})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, l.out)
-	}
-}
-
-// stop signals metallab and waits for it to exit.
-func (l *lab) stop(t *testing.T, sig syscall.Signal) error {
-	t.Helper()
-	if err := l.cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-l.exited:
-		l.done = true
-		return err
-	case <-time.After(time.Minute):
-		t.Fatalf("metallab still running 1m after %v:\n%s", sig, l.out)
-	}
-	return nil
 }
 
 // TestMetallabProcess runs bin/metallab as an operator would: it waits for
@@ -250,13 +204,13 @@ func TestMetallabProcess(t *testing.T) {
 	}
 
 	stopped := time.Now()
-	if err := l.stop(t, syscall.SIGTERM); err != nil {
-		t.Fatalf("metallab exit: %v\n%s", err, l.out)
+	if err := l.Stop(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("metallab exit: %v\n%s", err, l.Output())
 	}
 	t.Logf("stopped in %v", time.Since(stopped).Round(time.Millisecond))
 	leftBehind(t, before, state, prefix)
 	if t.Failed() {
-		t.Logf("metallab output:\n%s", l.out)
+		t.Logf("metallab output:\n%s", l.Output())
 	}
 }
 
@@ -281,7 +235,7 @@ func TestMetallabKilledCleanup(t *testing.T) {
 			t.Fatal(err)
 		}
 		prefix := "hm-ml" + strings.Split(inv.VIP, ".")[2]
-		_ = l.stop(t, syscall.SIGKILL)
+		_ = l.Stop(t, syscall.SIGKILL)
 		if !snapshot(t).namespaces[prefix+"-1"] {
 			t.Fatalf("namespace %s gone after SIGKILL: the test proves nothing", prefix+"-1")
 		}
@@ -324,19 +278,10 @@ func TestMetallabKubeadmMaster(t *testing.T) {
 	envFile := filepath.Join(state, "hamaster.env")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	err := wait.Until(ctx, 100*time.Millisecond, "KUBECONFIG in hamaster.env", func() (bool, error) {
-		select {
-		case err := <-l.exited:
-			l.done = true
-			t.Fatalf("metallab exited: %v\n%s", err, l.out)
-		default:
-		}
+	l.Await(ctx, t, "KUBECONFIG in hamaster.env", 3*time.Minute, func() bool {
 		b, _ := os.ReadFile(envFile)
-		return strings.Contains(string(b), "export KUBECONFIG="), nil
+		return strings.Contains(string(b), "export KUBECONFIG=")
 	})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, l.out)
-	}
 	t.Logf("kubeadm master up %v after launch", time.Since(launched).Round(time.Millisecond))
 	env := readEnv(t, envFile)
 	if env["KUBECONFIG"] != filepath.Join(state, "admin.conf") {
@@ -349,17 +294,17 @@ func TestMetallabKubeadmMaster(t *testing.T) {
 	if out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", env["KUBECONFIG"], "get", "node", "host-1", "-o", "jsonpath={.status.nodeInfo.kubeletVersion}").CombinedOutput(); err != nil || string(out) != version {
 		t.Errorf("kubectl get node host-1: %v: %s", err, out)
 	}
-	if !strings.Contains(l.out.String(), "kubeadm init of host-1 done") {
-		t.Errorf("metallab did not say init is done:\n%s", l.out)
+	if !strings.Contains(l.Output(), "kubeadm init of host-1 done") {
+		t.Errorf("metallab did not say init is done:\n%s", l.Output())
 	}
 	stopped := time.Now()
-	if err := l.stop(t, syscall.SIGTERM); err != nil {
-		t.Fatalf("metallab exit: %v\n%s", err, l.out)
+	if err := l.Stop(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("metallab exit: %v\n%s", err, l.Output())
 	}
 	t.Logf("stopped in %v", time.Since(stopped).Round(time.Millisecond))
 	third := strings.Split(env["HAMASTER_METAL_VIP"], ".")[2]
 	leftBehind(t, before, state, "hm-ml"+third)
 	if t.Failed() {
-		t.Logf("metallab output:\n%s", l.out)
+		t.Logf("metallab output:\n%s", l.Output())
 	}
 }

@@ -58,20 +58,7 @@ func TestRunWithoutAPIServer(t *testing.T) {
 		// Never the default (containerd's socket): this is the machine's namespace.
 		RuntimeEndpoint: filepath.Join(dir, "cri.sock"),
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, o, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("Run did not return")
-		}
-	}()
+	defer runInBackground(t, o, slog.New(slog.NewTextHandler(io.Discard, nil)), 20*time.Second, "Run did not return")()
 
 	healthz := func() bool {
 		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/healthz")
@@ -116,4 +103,24 @@ func TestRunWithoutAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the pod of the new static pod path", logOf("--two"))
+}
+
+// runInBackground runs the kubelet as o says until the returned stop is
+// called; stop fails the test when Run fails, or, with late, when it has
+// not returned within bound.
+func runInBackground(t *testing.T, o Options, log *slog.Logger, bound time.Duration, late string) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, o, log) }()
+	return func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(bound):
+			t.Error(late)
+		}
+	}
 }

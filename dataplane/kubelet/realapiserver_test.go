@@ -93,16 +93,6 @@ func realBinDir(t *testing.T) string {
 	return dir
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // The static pods, laid out as kubeadm writes them (its flags, probes and
 // hostPath mounts, at the test's paths and ports).
 const manifestsTmpl = `
@@ -290,7 +280,7 @@ func newRealEnv(t *testing.T) *realEnv {
 	t.Helper()
 	dir := t.TempDir()
 	e := &realEnv{Dir: dir, PKI: filepath.Join(dir, "pki"), Version: realVersion,
-		EtcdClient: freePort(t), EtcdPeer: freePort(t), EtcdMetrics: freePort(t), API: freePort(t), KCM: freePort(t), Healthz: freePort(t)}
+		EtcdClient: freeTCPPort(t), EtcdPeer: freeTCPPort(t), EtcdMetrics: freeTCPPort(t), API: freeTCPPort(t), KCM: freeTCPPort(t), Healthz: freeTCPPort(t)}
 	e.tmpl = template.Must(template.New("m").Parse(manifestsTmpl))
 	for _, d := range []string{filepath.Join(e.PKI, "etcd"), filepath.Join(dir, "manifests")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -457,21 +447,10 @@ func TestRealAPIServerKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, o, slog.New(slog.NewJSONHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	}()
+	ctx := t.Context()
+	stop := runInBackground(t, o, slog.New(slog.NewJSONHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})), 90*time.Second, "the kubelet did not stop its pods within 90 s")
 	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(90 * time.Second):
-			t.Error("the kubelet did not stop its pods within 90 s")
-		}
+		stop()
 		if t.Failed() {
 			b, _ := os.ReadFile(filepath.Join(e.Dir, "kubelet.log"))
 			t.Logf("kubelet log:\n%s", b)

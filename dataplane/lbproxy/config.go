@@ -3,15 +3,14 @@ package lbproxy
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/fsutil"
 )
 
 // Defaults for health settings left zero.
@@ -215,28 +214,8 @@ func WriteConfig(path string, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("encode lb config: %w", err)
 	}
-	if err := writeFileAtomic(path, append(b, '\n'), 0o644); err != nil {
+	if err := fsutil.ReplaceFile(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("write lb config: %w", err)
-	}
-	return nil
-}
-
-// writeFileAtomic writes data to a temporary file next to path and renames
-// it over path.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	werr = errors.Join(werr, f.Chmod(perm), f.Close())
-	if werr == nil {
-		werr = os.Rename(tmp, path)
-	}
-	if werr != nil {
-		_ = os.Remove(tmp)
-		return werr
 	}
 	return nil
 }

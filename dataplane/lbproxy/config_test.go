@@ -2,7 +2,6 @@ package lbproxy
 
 import (
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/errkind/errkindtest"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -66,17 +66,8 @@ func TestLoadConfig(t *testing.T) {
 				t.Fatal(err)
 			}
 			c, err := LoadConfig(path)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
-				}
-				if !errors.Is(err, errkind.InvalidArgument) {
-					t.Errorf("err %v is not InvalidArgument", err)
-				}
+			if errkindtest.Want(t, err, tc.wantErr, errkind.InvalidArgument) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !tc.check(c) {
 				t.Errorf("config %+v", c)

@@ -284,3 +284,35 @@ func (p *persistentConn) who() (string, error) {
 	}
 	return string(b), err
 }
+
+// twoTargets is an LB on two healthy backends, "a" and "b", with a
+// long-lived connection through it to first.
+type twoTargets struct {
+	pki   testPKI
+	a, b  *testBackend
+	cfg   Config
+	path  string
+	pc    *persistentConn
+	first string
+}
+
+// startTwoTargets starts a twoTargets, its config changed by edit first
+// unless nil.
+func startTwoTargets(t *testing.T, edit func(*Config)) twoTargets {
+	t.Helper()
+	dir := t.TempDir()
+	l := twoTargets{pki: newTestPKI(t, dir)}
+	l.a, l.b = newBackend(t, l.pki, "a", true), newBackend(t, l.pki, "b", true)
+	l.cfg, l.path = testConfig(t, dir, l.pki, l.a, l.b)
+	if edit != nil {
+		edit(&l.cfg)
+	}
+	startLB(t, l.cfg, l.path)
+	waitStatus(t, l.cfg.StatusFile, "both healthy", func(s Status) bool { return healthy(s, "a", "b") })
+	l.pc = dialPersistent(t, l.pki, l.cfg.Listen)
+	var err error
+	if l.first, err = l.pc.who(); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}

@@ -28,6 +28,9 @@ import (
 	"time"
 
 	"github.com/inetaf/tcpproxy"
+
+	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/internal/fsutil"
 )
 
 // configPollInterval is how often the config file's mtime is checked.
@@ -94,7 +97,7 @@ func Run(ctx context.Context, cfg Config, configPath string, logger *slog.Logger
 	}
 	l.log.Info("load balancer listening", "targets", len(cfg.Targets))
 	if cfg.PIDFile != "" {
-		if err := writeFileAtomic(cfg.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		if err := fsutil.ReplaceFile(cfg.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 			_ = p.Close()
 			return fmt.Errorf("write pid file: %w", err)
 		}
@@ -146,13 +149,9 @@ func bindError(addr string, err error) error {
 
 // loadCA reads the PEM CA bundle health checks verify targets with.
 func loadCA(path string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(path)
+	pool, err := certs.LoadPool(path)
 	if err != nil {
 		return nil, fmt.Errorf("health.ca_file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("health.ca_file %s: no PEM certificate in it", path)
 	}
 	return pool, nil
 }
@@ -529,7 +528,7 @@ func (l *lb) writeStatus() {
 		l.log.Error("encode status", "err", err)
 		return
 	}
-	if err := writeFileAtomic(l.statusFile, append(b, '\n'), 0o644); err != nil {
+	if err := fsutil.ReplaceFile(l.statusFile, append(b, '\n'), 0o644); err != nil {
 		l.log.Error("write status file", "err", err)
 	}
 }

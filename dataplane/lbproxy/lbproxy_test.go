@@ -66,19 +66,9 @@ func TestLBRoutesOnlyToHealthyTargets(t *testing.T) {
 
 func TestLBDrainingKeepsExistingConnections(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	pki := newTestPKI(t, dir)
-	a, b := newBackend(t, pki, "a", true), newBackend(t, pki, "b", true)
-	cfg, path := testConfig(t, dir, pki, a, b)
-	startLB(t, cfg, path)
-	waitStatus(t, cfg.StatusFile, "both healthy", func(s Status) bool { return healthy(s, "a", "b") })
-
 	// A long-lived connection to whichever target it lands on.
-	pc := dialPersistent(t, pki, cfg.Listen)
-	first, err := pc.who()
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := startTwoTargets(t, nil)
+	pki, cfg, path, pc, first := l.pki, l.cfg, l.path, l.pc, l.first
 	other := map[string]string{"a": "b", "b": "a"}[first]
 
 	for i := range cfg.Targets {
@@ -426,18 +416,8 @@ func TestLBTerminateRemoved(t *testing.T) {
 	for _, terminate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("terminate=%v", terminate), func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
-			pki := newTestPKI(t, dir)
-			a, b := newBackend(t, pki, "a", true), newBackend(t, pki, "b", true)
-			cfg, path := testConfig(t, dir, pki, a, b)
-			cfg.TerminateRemoved = terminate
-			startLB(t, cfg, path)
-			waitStatus(t, cfg.StatusFile, "both healthy", func(s Status) bool { return healthy(s, "a", "b") })
-			pc := dialPersistent(t, pki, cfg.Listen)
-			first, err := pc.who()
-			if err != nil {
-				t.Fatal(err)
-			}
+			l := startTwoTargets(t, func(c *Config) { c.TerminateRemoved = terminate })
+			a, b, cfg, path, pc, first := l.a, l.b, l.cfg, l.path, l.pc, l.first
 			keep := map[string]*testBackend{"a": b, "b": a}[first]
 			next := cfg
 			next.Targets = []Target{keep.target()}

@@ -2,11 +2,11 @@ package node
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
+
+	"github.com/hamaster/hamaster/certs"
 )
 
 // withClientCA makes the apiserver ask for client certificates and verify
@@ -17,13 +17,9 @@ func withClientCA(cfg *tls.Config, caFile string) (*tls.Config, error) {
 	if caFile == "" {
 		return cfg, nil // no CA: nobody can authenticate; requireClientCert refuses
 	}
-	b, err := os.ReadFile(caFile)
+	pool, err := certs.LoadPool(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("load client CA %s: %w", caFile, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("load client CA %s: no PEM certificate", caFile)
+		return nil, fmt.Errorf("load client CA: %w", err)
 	}
 	cfg.ClientCAs = pool
 	cfg.ClientAuth = tls.VerifyClientCertIfGiven

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/kubeenv"
 )
 
@@ -160,7 +161,7 @@ func (c Config) Env() map[string]string {
 // WriteEnvFile writes c as an env file (kube-env YAML, see package kubeenv)
 // atomically: a temporary file in the same directory renamed over path.
 func WriteEnvFile(path string, c Config) error {
-	if err := writeFileAtomic(path, []byte(kubeenv.Render(c.Env())), 0o600); err != nil {
+	if err := fsutil.ReplaceFile(path, []byte(kubeenv.Render(c.Env())), 0o600); err != nil {
 		return fmt.Errorf("write env file: %w", err)
 	}
 	return nil

@@ -6,12 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/errkind/errkindtest"
 )
 
 // validEnv is a complete, valid env for dir (with files for the certs).
@@ -118,17 +118,8 @@ func TestConfigFromEnv(t *testing.T) {
 			env := maps.Clone(base)
 			tc.edit(env)
 			c, err := ConfigFromEnv(env)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
-				}
-				if !errors.Is(err, errkind.InvalidArgument) {
-					t.Errorf("err %v is not InvalidArgument", err)
-				}
+			if errkindtest.Want(t, err, tc.wantErr, errkind.InvalidArgument) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if tc.check != nil {
 				tc.check(t, c)
@@ -197,14 +188,8 @@ func TestParseAPIServerArgs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			o, err := parseAPIServerArgs(tc.args)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
-				}
+			if errkindtest.Want(t, err, tc.wantErr, nil) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !tc.check(o) {
 				t.Errorf("options %+v", o)

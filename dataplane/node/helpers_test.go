@@ -237,6 +237,19 @@ func waitStatus(t *testing.T, cfg Config, timeout time.Duration, what string, co
 	return st
 }
 
+// waitRefused waits until the node reports its apiserver refused with
+// etcd running, and checks that the apiserver's error names wantErr.
+func waitRefused(t *testing.T, cfg Config, wantErr string) nodeapi.Status {
+	t.Helper()
+	st := waitStatus(t, cfg, startTimeout, "apiserver refused, etcd running", func(s nodeapi.Status) bool {
+		return s.APIServer == nodeapi.APIServerRefused && s.Etcd == nodeapi.EtcdRunning
+	})
+	if !strings.Contains(st.APIServerError, wantErr) {
+		t.Errorf("apiserver_error = %q, want it to contain %q", st.APIServerError, wantErr)
+	}
+	return st
+}
+
 // apiClient talks HTTPS to the apiserver stand-in without keep-alives.
 func apiClient(pki testPKI) *http.Client {
 	return &http.Client{

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 )
 
@@ -156,13 +156,9 @@ func newKubeAPIServer(c Config) (*kubeAPIServer, error) {
 		return nil, err
 	}
 	caFile := cmp.Or(c.ClientCAFile, c.EtcdCACert)
-	b, err := os.ReadFile(caFile)
+	pool, err := certs.LoadPool(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("load cluster CA %s: %w", caFile, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("load cluster CA %s: no PEM certificate", caFile)
+		return nil, fmt.Errorf("load cluster CA: %w", err)
 	}
 	logDir := c.DataDir
 	if c.StatusFile != "" {

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,8 +17,10 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/kubeenv"
 )
 
@@ -323,7 +324,7 @@ func (m *kubeUpMaster) writeFiles(disk string, env, crt map[string]string) error
 		if f.isKey {
 			mode = 0o600
 		}
-		if err := writeFileAtomic(*f.path, b, mode); err != nil {
+		if err := fsutil.ReplaceFile(*f.path, b, mode); err != nil {
 			return fmt.Errorf("kube-up master: write %s: %w", f.key, err)
 		}
 	}
@@ -347,23 +348,11 @@ func (m *kubeUpMaster) writeFiles(disk string, env, crt map[string]string) error
 		if ca[1] == "" {
 			continue
 		}
-		if _, err := loadPool(ca[1]); err != nil {
+		if _, err := certs.LoadPool(ca[1]); err != nil {
 			return errkind.Errorf(errkind.InvalidArgument, "%s: %w", ca[0], err)
 		}
 	}
 	return nil
-}
-
-func loadPool(path string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", path)
-	}
-	return pool, nil
 }
 
 // resolveHost is prepare-etcd-manifest's host_ip: python's
@@ -470,7 +459,7 @@ func (m *kubeUpMaster) apiserverEtcdTLS() (*tls.Config, error) {
 	if !m.clientTLS {
 		return nil, nil
 	}
-	pool, err := loadPool(m.apiCA)
+	pool, err := certs.LoadPool(m.apiCA)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", kubeenv.EtcdAPIServerCACert, err)
 	}

@@ -33,6 +33,7 @@ import (
 
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/fsutil"
 )
 
 const (
@@ -112,7 +113,7 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, members func(n *n
 		return fmt.Errorf("create %s: %w", nodeapi.KeyDataDir, err)
 	}
 	if cfg.PIDFile != "" {
-		if err := writeFileAtomic(cfg.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		if err := fsutil.ReplaceFile(cfg.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 			return fmt.Errorf("write %s: %w", nodeapi.KeyPIDFile, err)
 		}
 		defer func() {
@@ -486,7 +487,7 @@ func (n *node) writeStatus() {
 		n.log.Error("encode status", "err", err)
 		return
 	}
-	if err := writeFileAtomic(n.cfg.StatusFile, append(b, '\n'), 0o644); err != nil {
+	if err := fsutil.ReplaceFile(n.cfg.StatusFile, append(b, '\n'), 0o644); err != nil {
 		n.log.Error("write status file", "path", n.cfg.StatusFile, "err", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
+	"github.com/hamaster/hamaster/internal/fsutil"
 )
 
 const startTimeout = 30 * time.Second
@@ -166,12 +167,7 @@ func TestNodeBadExtraArgsRefused(t *testing.T) {
 			cfg := testConfig(t, dir, pki, "refused-0")
 			cfg.APIServerExtraArgs = tc.args
 			startNode(t, cfg)
-			st := waitStatus(t, cfg, startTimeout, "apiserver refused, etcd running", func(s nodeapi.Status) bool {
-				return s.APIServer == nodeapi.APIServerRefused && s.Etcd == nodeapi.EtcdRunning
-			})
-			if !strings.Contains(st.APIServerError, tc.wantErr) {
-				t.Errorf("apiserver_error = %q, want it to contain %q", st.APIServerError, tc.wantErr)
-			}
+			st := waitRefused(t, cfg, tc.wantErr)
 			if len(st.Listeners) != 0 || st.Ready {
 				t.Errorf("refused apiserver: listeners %v ready %v, want none and false", st.Listeners, st.Ready)
 			}
@@ -250,7 +246,7 @@ func TestNodeStaticIPAttachDetach(t *testing.T) {
 			if err := os.Remove(cfg.StaticIPFile); err != nil {
 				t.Fatal(err)
 			}
-		} else if err := writeFileAtomic(cfg.StaticIPFile, []byte(s.file), 0o644); err != nil {
+		} else if err := fsutil.ReplaceFile(cfg.StaticIPFile, []byte(s.file), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		st := waitStatus(t, cfg, 5*time.Second, s.name, func(st nodeapi.Status) bool {

@@ -24,6 +24,7 @@ import (
 	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/providers/providertest"
 )
 
 // Harness is what a flavor's test on one provider gives the suite.
@@ -47,13 +48,9 @@ type Harness struct {
 // Run runs the suite. Subtests run in order: they share the cluster.
 func Run(t *testing.T, h Harness) {
 	if h.Timeout == 0 {
-		h.Timeout = 2 * time.Minute
+		h.Timeout = 2 * time.Minute // also the cleanup's bound
 	}
-	ctx := func(t *testing.T) context.Context {
-		c, cancel := context.WithTimeout(context.Background(), h.Timeout)
-		t.Cleanup(cancel)
-		return c
-	}
+	ctx := providertest.CallContext(h.Timeout)
 	f, p := h.Flavor, h.Provider
 	var master providers.Replica
 	members := map[string][]etcdmember.Member{}

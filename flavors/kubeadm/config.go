@@ -117,6 +117,26 @@ func SetControlPlaneEndpoint(doc []byte, endpoint string, keep []string) (out []
 	if _, err := SplitEndpoint(endpoint); err != nil {
 		return nil, false, fmt.Errorf("controlPlaneEndpoint: %w", err)
 	}
+	return editClusterConfiguration(doc, func(top *yaml.Node) (changed bool, err error) {
+		if v := mapValue(top, "controlPlaneEndpoint"); v == nil {
+			setMapValue(top, "controlPlaneEndpoint", scalar(endpoint))
+			changed = true
+		} else if v.Value != endpoint {
+			v.Value, v.Tag, v.Style = endpoint, "!!str", 0
+			changed = true
+		}
+		if addCertSANs(top, keep) {
+			changed = true
+		}
+		return changed, nil
+	})
+}
+
+// editClusterConfiguration lets edit change the ClusterConfiguration
+// doc's top mapping (changed: whether it did) and writes it again, every
+// other field kept as it was, comments and order included; doc itself
+// when nothing changed.
+func editClusterConfiguration(doc []byte, edit func(top *yaml.Node) (changed bool, err error)) ([]byte, bool, error) {
 	if _, err := ParseClusterConfiguration(doc); err != nil {
 		return nil, false, err
 	}
@@ -124,21 +144,14 @@ func SetControlPlaneEndpoint(doc []byte, endpoint string, keep []string) (out []
 	if err := yaml.Unmarshal(doc, &root); err != nil {
 		return nil, false, fmt.Errorf("kubeadm-config ClusterConfiguration: %w", err)
 	}
-	top := root.Content[0]
-	if v := mapValue(top, "controlPlaneEndpoint"); v == nil {
-		setMapValue(top, "controlPlaneEndpoint", scalar(endpoint))
-		changed = true
-	} else if v.Value != endpoint {
-		v.Value, v.Tag, v.Style = endpoint, "!!str", 0
-		changed = true
-	}
-	if addCertSANs(top, keep) {
-		changed = true
+	changed, err := edit(root.Content[0])
+	if err != nil {
+		return nil, false, err
 	}
 	if !changed {
 		return doc, false, nil
 	}
-	out, err = encodeYAML(&root)
+	out, err := encodeYAML(&root)
 	if err != nil {
 		return nil, false, fmt.Errorf("write ClusterConfiguration: %w", err)
 	}
@@ -198,21 +211,7 @@ func encodeYAML(root *yaml.Node) ([]byte, error) {
 // doc's apiServer.certSANs, keeping every other field as it was. changed
 // is false when it names them all already.
 func AddCertSANs(doc []byte, sans []string) (out []byte, changed bool, err error) {
-	if _, err := ParseClusterConfiguration(doc); err != nil {
-		return nil, false, err
-	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(doc, &root); err != nil {
-		return nil, false, fmt.Errorf("kubeadm-config ClusterConfiguration: %w", err)
-	}
-	if !addCertSANs(root.Content[0], sans) {
-		return doc, false, nil
-	}
-	out, err = encodeYAML(&root)
-	if err != nil {
-		return nil, false, fmt.Errorf("write ClusterConfiguration: %w", err)
-	}
-	return out, true, nil
+	return editClusterConfiguration(doc, func(top *yaml.Node) (bool, error) { return addCertSANs(top, sans), nil })
 }
 
 // addCertSANs adds each of keep missing from top's apiServer.certSANs,

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"net"
 	"net/url"
@@ -18,6 +17,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/internal/wait"
@@ -100,15 +100,6 @@ func MissingSANs(sans []string, hosts ...string) []string {
 	return out
 }
 
-// parseCert is the first certificate of a PEM file.
-func parseCert(pemBytes []byte) (*x509.Certificate, error) {
-	blk, _ := pem.Decode(pemBytes)
-	if blk == nil {
-		return nil, fmt.Errorf("no PEM certificate")
-	}
-	return x509.ParseCertificate(blk.Bytes)
-}
-
 // ReissueConfig is the kubeadm configuration `kubeadm init phase certs
 // apiserver` reissues a master's apiserver certificate from: the
 // cluster's own ClusterConfiguration (kubeadm-config: serviceSubnet,
@@ -126,16 +117,12 @@ func ReissueConfig(clusterConfig []byte, nodeName, advertiseAddress, certDir str
 	if net.ParseIP(advertiseAddress) == nil || nodeName == "" || !strings.HasPrefix(certDir, "/") {
 		return nil, fmt.Errorf("reissue config: advertise address %q, node name %q, certificates dir %q: want an IP, a name and an absolute path", advertiseAddress, nodeName, certDir)
 	}
-	doc, _, err := AddCertSANs(clusterConfig, extra)
+	doc, _, err := editClusterConfiguration(clusterConfig, func(top *yaml.Node) (bool, error) {
+		addCertSANs(top, extra)
+		setMapValue(top, "certificatesDir", scalar(certDir))
+		return true, nil
+	})
 	if err != nil {
-		return nil, err
-	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(doc, &root); err != nil {
-		return nil, fmt.Errorf("kubeadm-config ClusterConfiguration: %w", err)
-	}
-	setMapValue(root.Content[0], "certificatesDir", scalar(certDir))
-	if doc, err = encodeYAML(&root); err != nil {
 		return nil, err
 	}
 	init := fmt.Sprintf("apiVersion: %s\nkind: InitConfiguration\nlocalAPIEndpoint:\n  advertiseAddress: %s\n  bindPort: %d\nnodeRegistration:\n  name: %s\n",
@@ -168,7 +155,7 @@ func (f *Flavor) AddServingSANs(ctx context.Context, replica providers.Replica, 
 	if err != nil {
 		return err
 	}
-	cert, err := parseCert(cur[0])
+	cert, err := certs.ParseCertPEM(cur[0])
 	if err != nil {
 		return fmt.Errorf("master %s: %s: %w", replica.Name, APIServerCert, err)
 	}
@@ -276,11 +263,11 @@ func ReissueSANs(old, hosts []string, node, advertise string) []string {
 // it is installed: signed by the masters' CA (caPEM), and naming every
 // name of old and of hosts.
 func CheckReissued(certPEM, caPEM []byte, old, hosts []string) error {
-	c, err := parseCert(certPEM)
+	c, err := certs.ParseCertPEM(certPEM)
 	if err != nil {
 		return err
 	}
-	ca, err := parseCert(caPEM)
+	ca, err := certs.ParseCertPEM(caPEM)
 	if err != nil {
 		return fmt.Errorf("the CA: %w", err)
 	}
@@ -493,7 +480,7 @@ func (f *Flavor) State(ctx context.Context, replica providers.Replica) (MasterSt
 	if err != nil {
 		return s, err
 	}
-	c, err := parseCert(b[0])
+	c, err := certs.ParseCertPEM(b[0])
 	if err != nil {
 		return s, fmt.Errorf("master %s: %s: %w", replica.Name, APIServerCert, err)
 	}

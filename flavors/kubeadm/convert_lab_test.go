@@ -18,8 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamaster/hamaster/etcdmember"
-	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/flavors/flavortest"
 	"github.com/hamaster/hamaster/flavors/kubeadm"
 	"github.com/hamaster/hamaster/internal/probeload"
 	"github.com/hamaster/hamaster/internal/wait"
@@ -48,8 +47,7 @@ import (
 func TestConvertToHA(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	kubeletProgram, binDir := metallabtest.Kubeadm(t, labVersion)
-	lab, p, run := kubeadmHosts(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir}, "/usr/sbin/keepalived", "/usr/sbin/haproxy", "curl")
+	lab, p, run := kubeadmHosts(ctx, t, metallabtest.KubeadmOptions(t, 3, labVersion), "/usr/sbin/keepalived", "/usr/sbin/haproxy", "curl")
 	h1, h2, h3 := lab.Hosts[0], lab.Hosts[1], lab.Hosts[2]
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {
 		t.Fatal(err)
@@ -237,14 +235,7 @@ func TestConvertToHA(t *testing.T) {
 
 	// host-2 joins through the flavor: kubeadm join reads the VIP from
 	// kubeadm-config and cluster-info.
-	claim := func(h *metallab.Host) providers.Replica {
-		t.Helper()
-		r, err := p.Instances().Create(ctx, h.Name, "", providers.Template{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	claim := func(h *metallab.Host) providers.Replica { t.Helper(); return claimHost(ctx, t, p, h) }
 	start := time.Now()
 	if err := f.Join(ctx, claim(h2), 0); err != nil {
 		t.Fatalf("Join(host-2) after the conversion: %v", err)
@@ -295,15 +286,7 @@ func TestConvertToHA(t *testing.T) {
 	}
 
 	// Three voters, and the joined masters' certificates name the VIP.
-	cli, err := f.EtcdCluster(ctx, flavors.EtcdMain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ms, err := cli.Members(ctx)
-	if err != nil || len(ms) != 3 || slices.ContainsFunc(ms, func(m etcdmember.Member) bool { return m.Learner }) {
-		t.Errorf("members after the two joins: %+v, %v", ms, err)
-	}
+	flavortest.Voters(ctx, t, f, 3) // after the two joins
 	for _, h := range []*metallab.Host{h2, h3} {
 		b, _ := pem.Decode([]byte(run(h.Name, "cat "+kubeadm.APIServerCert)))
 		c, err := x509.ParseCertificate(b.Bytes)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -206,21 +207,8 @@ func (f *Flavor) forgetEtcdTLS() {
 
 // running lists the running masters not in exclude.
 func (f *Flavor) running(ctx context.Context, exclude ...string) ([]providers.Replica, error) {
-	rs, err := f.p.Instances().List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	skip := map[string]bool{}
-	for _, e := range exclude {
-		skip[e] = true
-	}
-	var out []providers.Replica
-	for _, r := range rs {
-		if r.Running() && !skip[r.Name] {
-			out = append(out, r)
-		}
-	}
-	return out, nil
+	_, rs, err := flavors.RunningMasters(ctx, f.p, exclude...)
+	return rs, err
 }
 
 // EtcdCluster implements flavors.Flavor: through every running master
@@ -232,19 +220,9 @@ func (f *Flavor) EtcdCluster(ctx context.Context, cluster string, exclude ...str
 	if cluster != flavors.EtcdMain {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "kubeadm's masters run one etcd cluster (%s), not %q", flavors.EtcdMain, cluster)
 	}
-	all, err := f.running(ctx)
+	all, cands, err := flavors.RunningMasters(ctx, f.p, exclude...)
 	if err != nil {
 		return nil, err
-	}
-	skip := map[string]bool{}
-	for _, e := range exclude {
-		skip[e] = true
-	}
-	var cands []providers.Replica
-	for _, r := range all {
-		if !skip[r.Name] {
-			cands = append(cands, r)
-		}
 	}
 	if len(cands) == 0 {
 		return nil, errkind.Errorf(errkind.FailedPrecondition, "no running master to reach etcd through (excluding %v)", exclude)
@@ -266,7 +244,7 @@ func (f *Flavor) EtcdCluster(ctx context.Context, cluster string, exclude ...str
 			continue
 		}
 		byHost[host] = r.Name
-		if skip[r.Name] {
+		if slices.Contains(exclude, r.Name) {
 			continue
 		}
 		// The member's serving certificate names its Node and its
@@ -282,17 +260,7 @@ func (f *Flavor) EtcdCluster(ctx context.Context, cluster string, exclude ...str
 			}
 			return []string{"https://" + net.JoinHostPort(m.Name, strconv.Itoa(EtcdClientPort))}
 		},
-		DialContext: func(ctx context.Context, addr string) (net.Conn, error) {
-			host, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			name, ok := byHost[host]
-			if !ok {
-				return nil, errkind.Errorf(errkind.NotFound, "etcd member on %s: no running master has that name", host)
-			}
-			return f.m.DialMachine(ctx, name, etcdLoopbackClient)
-		}}
+		DialContext: flavors.DialMemberVia(f.m, byHost, "name", func(string) string { return etcdLoopbackClient })}
 	cli, err := etcdmember.New(ctx, cfg)
 	if err != nil {
 		f.forgetEtcdTLS()

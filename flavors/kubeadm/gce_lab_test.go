@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/etcdmember"
-	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/flavors/flavortest"
 	"github.com/hamaster/hamaster/flavors/kubeadm"
 	"github.com/hamaster/hamaster/internal/wait"
@@ -84,25 +83,9 @@ func TestFlavorOnGCEKubeadmMasters(t *testing.T) {
 
 	run := func(machine, cmd string) string {
 		t.Helper()
-		out, stderr, err := p.RunOnMachine(ctx, machine, cmd)
-		if err != nil {
-			t.Fatalf("%s: %s: %v\n%s", machine, cmd, err, stderr)
-		}
-		return strings.TrimSpace(string(out))
+		return flavortest.RunOn(ctx, t, p, machine, cmd)
 	}
-	members := func() []etcdmember.Member {
-		t.Helper()
-		cli, err := f.EtcdCluster(ctx, flavors.EtcdMain)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cli.Close()
-		ms, err := cli.Members(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ms
-	}
+	members := func() []etcdmember.Member { t.Helper(); return flavortest.Members(ctx, t, f) }
 	nodes := func() string {
 		return run(c.Master, "kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o name | sort | tr '\\n' ' '")
 	}
@@ -137,15 +120,7 @@ func TestFlavorOnGCEKubeadmMasters(t *testing.T) {
 		t.Fatalf("Join(%s): %v", replica, err)
 	}
 	t.Logf("Join(%s) took %v", replica, time.Since(start).Round(time.Millisecond))
-	ms := members()
-	if len(ms) != 2 {
-		t.Fatalf("members after the join: %+v", ms)
-	}
-	for _, m := range ms {
-		if m.Learner {
-			t.Errorf("member %s is still a learner", m.Name)
-		}
-	}
+	flavortest.Voters(ctx, t, f, 2) // after the join
 	if n := nodes(); !strings.Contains(n, "node/"+replica) || !strings.Contains(n, "node/"+c.Master) {
 		t.Errorf("Nodes after the join: %s", n)
 	}

@@ -3,15 +3,15 @@ package kubeadm
 import (
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/hamaster/hamaster/certs"
 )
 
 // tokenRE is a bootstrap token's form, as kubeadm validates it
@@ -57,11 +57,7 @@ func NewCertificateKey() (string, error) {
 // caPEM (/etc/kubernetes/pki/ca.crt): "sha256:" and the hex SHA-256 of
 // its Subject Public Key Info (cmd/kubeadm/app/util/pubkeypin Hash).
 func CACertHash(caPEM []byte) (string, error) {
-	block, _ := pem.Decode(caPEM)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return "", fmt.Errorf("the cluster CA is not a PEM certificate")
-	}
-	c, err := x509.ParseCertificate(block.Bytes)
+	c, err := certs.ParseCertPEM(caPEM)
 	if err != nil {
 		return "", fmt.Errorf("parse the cluster CA: %w", err)
 	}

@@ -38,8 +38,7 @@ const labVersion = "v1.33.13"
 func TestFlavorOnKubeadmMasters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	kubeletProgram, binDir := metallabtest.Kubeadm(t, labVersion)
-	lab, p, run := kubeadmHosts(ctx, t, metallab.Options{Hosts: 3, Kubelet: kubeletProgram, BinDir: binDir})
+	lab, p, run := kubeadmHosts(ctx, t, metallabtest.KubeadmOptions(t, 3, labVersion))
 	h1, h2, h3 := lab.Hosts[0], lab.Hosts[1], lab.Hosts[2]
 	run(h1.Name, fmt.Sprintf("ip addr add %s/24 dev eth0", lab.VIP))
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion, ControlPlaneEndpoint: lab.VIPEndpoint()}); err != nil {
@@ -66,30 +65,11 @@ func TestFlavorOnKubeadmMasters(t *testing.T) {
 		t.Errorf("CheckVersion(v1.34.4): %v", err)
 	}
 
-	members := func() []etcdmember.Member {
-		t.Helper()
-		cli, err := f.EtcdCluster(ctx, flavors.EtcdMain)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cli.Close()
-		ms, err := cli.Members(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ms
-	}
+	members := func() []etcdmember.Member { t.Helper(); return flavortest.Members(ctx, t, f) }
 	nodes := func() string {
 		return run(h1.Name, "kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o name | sort | tr '\\n' ' '")
 	}
-	claim := func(h *metallab.Host) providers.Replica {
-		t.Helper()
-		r, err := p.Instances().Create(ctx, h.Name, "", providers.Template{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	claim := func(h *metallab.Host) providers.Replica { t.Helper(); return claimHost(ctx, t, p, h) }
 
 	// host-2 joins.
 	start := time.Now()
@@ -97,15 +77,7 @@ func TestFlavorOnKubeadmMasters(t *testing.T) {
 		t.Fatalf("Join(host-2): %v", err)
 	}
 	t.Logf("Join(host-2) took %v", time.Since(start).Round(time.Millisecond))
-	ms := members()
-	if len(ms) != 2 {
-		t.Fatalf("members after the join: %+v", ms)
-	}
-	for _, m := range ms {
-		if m.Learner {
-			t.Errorf("member %s is still a learner", m.Name)
-		}
-	}
+	flavortest.Voters(ctx, t, f, 2) // after the join
 	if r, err := p.Instances().Get(ctx, h2.Name); err != nil || !r.Running() {
 		t.Errorf("host-2 after its join: %+v, %v; want running", r, err)
 	}
@@ -277,12 +249,7 @@ func checkView(ctx context.Context, t *testing.T, f *kubeadm.Flavor, p *metal.Pr
 // on a host that fails the test when it fails.
 func kubeadmHosts(ctx context.Context, t *testing.T, o metallab.Options, bins ...string) (*metallab.Lab, *metal.Provider, func(host, cmd string) string) {
 	t.Helper()
-	lab := metallabtest.StartWith(ctx, t, o, bins...)
-	for _, h := range lab.Hosts {
-		if err := lab.Install(ctx, h, labVersion); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lab := metallabtest.StartKubeadm(ctx, t, o, labVersion, bins...)
 	pr, err := metal.New(ctx, providers.Settings{Cluster: "lab", StateDir: t.TempDir(), Options: map[string]string{
 		metal.OptInventory: lab.InventoryFile, metal.OptSSHKey: lab.ClientKeyFile, metal.OptSSHKnownHosts: lab.KnownHostsFile}})
 	if err != nil {
@@ -292,11 +259,18 @@ func kubeadmHosts(ctx context.Context, t *testing.T, o metallab.Options, bins ..
 	p := pr.(*metal.Provider)
 	run := func(host, cmd string) string {
 		t.Helper()
-		out, stderr, err := p.RunOnMachine(ctx, host, cmd)
-		if err != nil {
-			t.Fatalf("%s: %s: %v\n%s", host, cmd, err, stderr)
-		}
-		return strings.TrimSpace(string(out))
+		return flavortest.RunOn(ctx, t, p, host, cmd)
 	}
 	return lab, p, run
+}
+
+// claimHost makes a lab host a replica of p's cluster (the metal
+// provider's Create claims it from the inventory).
+func claimHost(ctx context.Context, t *testing.T, p *metal.Provider, h *metallab.Host) providers.Replica {
+	t.Helper()
+	r, err := p.Instances().Create(ctx, h.Name, "", providers.Template{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -8,7 +8,6 @@ package kubeadm
 import (
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hamaster/hamaster/certs"
 )
 
 // The conversion to HA reissues each master's apiserver certificate by
@@ -151,13 +152,9 @@ func apiserverCert(t *testing.T, pki string) *x509.Certificate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block, _ := pem.Decode(raw)
-	if block == nil {
-		t.Fatal("apiserver.crt is not PEM")
-	}
-	c, err := x509.ParseCertificate(block.Bytes)
+	c, err := certs.ParseCertPEM(raw)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("apiserver.crt: %v", err)
 	}
 	return c
 }

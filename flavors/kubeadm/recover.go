@@ -86,13 +86,9 @@ rm -f %[2]s`, RecoverDir, EtcdManifest)
 
 // ForceNewCluster implements flavors.Recoverer.
 func (f *Flavor) ForceNewCluster(ctx context.Context, replica providers.Replica) (string, error) {
-	orig, err := f.stopForRecovery(ctx, replica)
+	orig, dataDir, err := f.stopForRecovery(ctx, replica)
 	if err != nil {
 		return "", err
-	}
-	dataDir, err := etcdDataDir(orig)
-	if err != nil {
-		return "", fmt.Errorf("master %s: %w", replica.Name, err)
 	}
 	// The data copied aside once per recovery (a re-run after the
 	// rewrite must not copy rewritten data over it): its path is kept in
@@ -134,13 +130,9 @@ printf '%%s\n' "$a"`, remote.ShellQuote(dataDir), RecoverDir, AsideDir, copyAsid
 // contents of the master's data directory, kept aside. The master needs
 // no etcdutl.
 func (f *Flavor) RestoreSnapshot(ctx context.Context, replica providers.Replica, snapshotPath string) (string, error) {
-	orig, err := f.stopForRecovery(ctx, replica)
+	orig, dataDir, err := f.stopForRecovery(ctx, replica)
 	if err != nil {
 		return "", err
-	}
-	dataDir, err := etcdDataDir(orig)
-	if err != nil {
-		return "", fmt.Errorf("master %s: %w", replica.Name, err)
 	}
 	done, _, err := f.m.RunOnMachine(ctx, replica.Name, "cat "+RecoverDir+"/restored 2>/dev/null || true")
 	if err != nil {
@@ -219,10 +211,11 @@ printf '%%s\n' %[3]s > "$D/restored"`, remote.ShellQuote(dataDir), RecoverDir, r
 }
 
 // stopForRecovery stops replica's etcd (stopForRecovery's script), waits
-// until it no longer listens, and returns its original manifest.
-func (f *Flavor) stopForRecovery(ctx context.Context, replica providers.Replica) ([]byte, error) {
+// until it no longer listens, and returns its original manifest and the
+// data directory that manifest names.
+func (f *Flavor) stopForRecovery(ctx context.Context, replica providers.Replica) (orig []byte, dataDir string, err error) {
 	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, stopForRecovery); err != nil {
-		return nil, fmt.Errorf("master %s: stop its etcd: %w (stderr: %s)", replica.Name, err, tail(stderr))
+		return nil, "", fmt.Errorf("master %s: stop its etcd: %w (stderr: %s)", replica.Name, err, tail(stderr))
 	}
 	wctx, cancel := context.WithTimeout(ctx, RecoverTimeout)
 	defer cancel()
@@ -234,13 +227,16 @@ func (f *Flavor) stopForRecovery(ctx context.Context, replica providers.Replica)
 		}
 		return len(out) > 0 && out[0] == '0', nil
 	}); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	got, err := f.read(ctx, replica.Name, RecoverDir+"/etcd.yaml")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return got[0], nil
+	if dataDir, err = etcdDataDir(got[0]); err != nil {
+		return nil, "", fmt.Errorf("master %s: %w", replica.Name, err)
+	}
+	return got[0], dataDir, nil
 }
 
 // waitAlone waits until replica's etcd serves as a one-member cluster it

@@ -27,9 +27,8 @@ import (
 func TestRenewCertsKubeadmMaster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	kubeletProgram, binDir := metallabtest.Kubeadm(t, labVersion)
 	// curl: the restart's probes of each component's health port.
-	lab, p, runOn := kubeadmHosts(ctx, t, metallab.Options{Hosts: 1, Kubelet: kubeletProgram, BinDir: binDir}, "curl")
+	lab, p, runOn := kubeadmHosts(ctx, t, metallabtest.KubeadmOptions(t, 1, labVersion), "curl")
 	h1 := lab.Hosts[0]
 	run := func(cmd string) string { t.Helper(); return runOn(h1.Name, cmd) }
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {

@@ -357,14 +357,12 @@ func (f *Flavor) replaceConfigMap(ctx context.Context, m, name, key, file string
 // name/value; v1beta3: a map), keeping everything else. changed is
 // false when doc already says so.
 func SetAPIServerExtraArgs(doc []byte, args []string) (out []byte, changed bool, err error) {
-	if _, err := ParseClusterConfiguration(doc); err != nil {
-		return nil, false, err
-	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(doc, &root); err != nil {
-		return nil, false, fmt.Errorf("kubeadm-config ClusterConfiguration: %w", err)
-	}
-	top := root.Content[0]
+	return editClusterConfiguration(doc, func(top *yaml.Node) (bool, error) { return setExtraArgs(top, args) })
+}
+
+// setExtraArgs sets args in the ClusterConfiguration top's
+// apiServer.extraArgs.
+func setExtraArgs(top *yaml.Node, args []string) (changed bool, err error) {
 	v1beta3 := strings.HasSuffix(mapValue(top, "apiVersion").Value, "/v1beta3")
 	api := mapValue(top, "apiServer")
 	if api == nil || api.Kind != yaml.MappingNode {
@@ -385,7 +383,7 @@ func SetAPIServerExtraArgs(doc []byte, args []string) (out []byte, changed bool,
 	for _, a := range args {
 		name, value, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		if !ok || name == "" || !strings.HasPrefix(a, "--") {
-			return nil, false, errkind.Errorf(errkind.InvalidArgument, "apiserver flag %q: want --name=value", a)
+			return false, errkind.Errorf(errkind.InvalidArgument, "apiserver flag %q: want --name=value", a)
 		}
 		if v1beta3 {
 			if cur := mapValue(ea, name); cur != nil && cur.Value == value {
@@ -410,14 +408,7 @@ func SetAPIServerExtraArgs(doc []byte, args []string) (out []byte, changed bool,
 			changed = true
 		}
 	}
-	if !changed {
-		return doc, false, nil
-	}
-	out, err = encodeYAML(&root)
-	if err != nil {
-		return nil, false, fmt.Errorf("write ClusterConfiguration: %w", err)
-	}
-	return out, true, nil
+	return changed, nil
 }
 
 // podLog is one log file of a container: its size, and how long before

@@ -30,27 +30,12 @@ const upgradeVersion = "v1.34.4"
 func TestUpgradeKubeadmMaster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	kubeletProgram, cache := metallabtest.Kubeadm(t, labVersion, upgradeVersion)
-	binDir := metallabtest.LinkBinaries(t, cache, labVersion, upgradeVersion)
-	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 1, Kubelet: kubeletProgram, BinDir: binDir})
+	o := metallabtest.KubeadmOptions(t, 1, labVersion, upgradeVersion)
+	lab, p, runOn := kubeadmHosts(ctx, t, o)
 	h1 := lab.Hosts[0]
-	if err := lab.Install(ctx, h1, labVersion); err != nil {
-		t.Fatal(err)
-	}
-	pr, err := metal.New(ctx, providers.Settings{Cluster: "lab", StateDir: t.TempDir(), Options: map[string]string{
-		metal.OptInventory: lab.InventoryFile, metal.OptSSHKey: lab.ClientKeyFile, metal.OptSSHKnownHosts: lab.KnownHostsFile}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
-	p := pr.(*metal.Provider)
 	run := func(cmd string) string {
 		t.Helper()
-		out, stderr, err := p.RunOnMachine(ctx, h1.Name, cmd)
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", cmd, err, stderr)
-		}
-		return strings.TrimSpace(string(out))
+		return runOn(h1.Name, cmd)
 	}
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {
 		t.Fatal(err)
@@ -118,7 +103,7 @@ func TestUpgradeKubeadmMaster(t *testing.T) {
 	}
 
 	// An unstartable release: its kube-apiserver exits at once.
-	restore := metallabtest.Unstartable(t, binDir, upgradeVersion)
+	restore := metallabtest.Unstartable(t, o.BinDir, upgradeVersion)
 	failThenRollback("unstartable version", f)
 	restore()
 	if t.Failed() {
@@ -200,9 +185,8 @@ func envOf(t *testing.T, env, key string) string {
 func TestUpgradeKubeadmTwoMasters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	kubeletProgram, cache := metallabtest.Kubeadm(t, labVersion, upgradeVersion)
-	binDir := metallabtest.LinkBinaries(t, cache, labVersion, upgradeVersion)
-	lab, p, run := kubeadmHosts(ctx, t, metallab.Options{Hosts: 2, Kubelet: kubeletProgram, BinDir: binDir})
+	o := metallabtest.KubeadmOptions(t, 2, labVersion, upgradeVersion)
+	lab, p, run := kubeadmHosts(ctx, t, o)
 	h1, h2 := lab.Hosts[0], lab.Hosts[1]
 	run(h1.Name, "ip addr add "+lab.VIP.String()+"/24 dev eth0")
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion, ControlPlaneEndpoint: lab.VIPEndpoint()}); err != nil {
@@ -236,7 +220,7 @@ func TestUpgradeKubeadmTwoMasters(t *testing.T) {
 	kubeletVersion(h1, upgradeVersion)
 
 	// host-2's upgrade node meets an unstartable release.
-	restore := metallabtest.Unstartable(t, binDir, upgradeVersion)
+	restore := metallabtest.Unstartable(t, o.BinDir, upgradeVersion)
 	err = f.UpgradeMaster(ctx, r2, upgradeVersion, false, 0)
 	var af *kubeadm.APIServerFailedError
 	if !errors.As(err, &af) {

@@ -149,25 +149,14 @@ func (f *Flavor) EtcdCluster(ctx context.Context, c string, exclude ...string) (
 	if err != nil {
 		return nil, err
 	}
-	rs, err := f.p.Instances().List(ctx)
+	all, cands, err := flavors.RunningMasters(ctx, f.p, exclude...)
 	if err != nil {
 		return nil, err
 	}
-	skip := map[string]bool{}
-	for _, e := range exclude {
-		skip[e] = true
-	}
 	byHost := map[string]string{}
-	var cands []providers.Replica
-	for _, r := range rs {
-		if !r.Running() {
-			continue
-		}
+	for _, r := range all {
 		if h := f.dial.MachineHostname(r.Name, r.Address); h != "" {
 			byHost[h] = r.Name
-		}
-		if !skip[r.Name] {
-			cands = append(cands, r)
 		}
 	}
 	if len(cands) == 0 {
@@ -221,17 +210,7 @@ func (f *Flavor) EtcdCluster(ctx context.Context, c string, exclude ...string) (
 			}
 			return out
 		},
-		DialContext: func(ctx context.Context, addr string) (net.Conn, error) {
-			host, p, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			name, ok := byHost[host]
-			if !ok {
-				return nil, errkind.Errorf(errkind.NotFound, "etcd member on %s: no running master has that hostname", host)
-			}
-			return f.dial.DialMachine(ctx, name, net.JoinHostPort("127.0.0.1", p))
-		}}
+		DialContext: flavors.DialMemberVia(f.dial, byHost, "hostname", func(port string) string { return net.JoinHostPort("127.0.0.1", port) })}
 	cli, err := etcdmember.New(ctx, cfg)
 	if err != nil {
 		return nil, errkind.Errorf(errkind.Unavailable, "no master's etcd %s reachable through the %s provider: %w", c, f.p.Name(), err)

@@ -3,11 +3,11 @@ package kubeup
 import (
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"maps"
 	"net"
 	"testing"
 
+	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/kubeenv/kubeuptest"
@@ -83,13 +83,9 @@ func TestCloneTemplateFollowsReplicateMasterInstance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blk, _ := pem.Decode(peer)
-	if blk == nil {
-		t.Fatal("peer certificate is not PEM")
-	}
-	cert, err := x509.ParseCertificate(blk.Bytes)
+	cert, err := certs.ParseCertPEM(peer)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("peer certificate: %v", err)
 	}
 	if err := cert.VerifyHostname("kubernetes-master-a1b"); err != nil {
 		t.Errorf("peer certificate: %v", err)

@@ -2,6 +2,7 @@
 package fsutil
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,6 +45,29 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
+	}
+	return nil
+}
+
+// ReplaceFile writes data to a temporary file next to path and renames it
+// over path, so that readers see the old or the new content, never a
+// part. Unlike WriteFileAtomic it neither fsyncs nor makes the directory:
+// for files rewritten often whose loss in a crash costs nothing (status
+// and PID files, a daemon's rendered settings).
+func ReplaceFile(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	werr = errors.Join(werr, f.Chmod(perm), f.Close())
+	if werr == nil {
+		werr = os.Rename(tmp, path)
+	}
+	if werr != nil {
+		_ = os.Remove(tmp)
+		return werr
 	}
 	return nil
 }

@@ -1,5 +1,7 @@
 // Package syncbuf is a bytes.Buffer safe for one goroutine writing while
-// another reads, for capturing a process's or a logger's output in tests.
+// another reads: an SSH session's output copied by its goroutine while
+// the caller may give up on it early (remote), a process's or a logger's
+// output captured in tests.
 package syncbuf
 
 import (
@@ -7,7 +9,7 @@ import (
 	"sync"
 )
 
-// Buffer is safe for concurrent Write and String.
+// Buffer is safe for concurrent Write, String and Bytes.
 type Buffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -25,4 +27,11 @@ func (s *Buffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Bytes returns a copy of what was written so far.
+func (s *Buffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
 }

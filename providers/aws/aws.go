@@ -190,8 +190,8 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	}
 	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: opts, log: s.Log(), poll: 2 * time.Second, maxWait: 15 * time.Minute, deregDelay: defaultDeregDelay, apiPort: providers.APIServerPort}
 	p.ssh = map[string]*remote.Client{}
-	if opts[OptSSHBastion] != "" && opts[OptSSHUser] == "" {
-		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s needs --%s (and --%s or an agent)", OptSSHBastion, OptSSHUser, OptSSHKey)
+	if opts[OptSSHBastion] != "" && opts[remote.OptUser] == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s needs --%s (and --%s or an agent)", OptSSHBastion, remote.OptUser, remote.OptKey)
 	}
 	var err error
 	if p.amap, err = parseAddrMap(opts[OptAddressMap]); err != nil {

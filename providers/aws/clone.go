@@ -275,25 +275,34 @@ func applyClone(input *ec2.RunInstancesInput, m map[string]string, zone string, 
 	}
 	if root.Device != "" {
 		ebs := &types.EbsBlockDevice{VolumeSize: nonZero(root.Size), VolumeType: types.VolumeType(root.Type), DeleteOnTermination: root.DeleteOnTermination}
-		iops, tp := ebsSettable(root.Type)
-		if iops {
-			ebs.Iops = nonZero(root.IOPS)
-		}
-		if tp {
-			ebs.Throughput = nonZero(root.Throughput)
-		}
-		if root.Encrypted {
-			ebs.Encrypted = aws.Bool(true)
-			if root.KMSKeyID != "" {
-				ebs.KmsKeyId = aws.String(root.KMSKeyID)
-			}
-		}
+		ebs.Iops, ebs.Throughput, ebs.Encrypted, ebs.KmsKeyId = root.ebs(root.Type)
 		input.BlockDeviceMappings = []types.BlockDeviceMapping{{DeviceName: aws.String(root.Device), Ebs: ebs}}
 		if len(root.Tags) > 0 {
 			input.TagSpecifications = append(input.TagSpecifications, types.TagSpecification{ResourceType: types.ResourceTypeVolume, Tags: toTags(root.Tags)})
 		}
 	}
 	return nil
+}
+
+// ebs is the cloned volume's settings as a new EBS volume of type vtype
+// takes them: IOPS and throughput where that type can set them (none when
+// zero), encryption (nil, the account's default, unless the original was
+// encrypted) and its KMS key.
+func (s volumeSpec) ebs(vtype string) (iops, throughput *int32, encrypted *bool, kmsKeyID *string) {
+	canIOPS, canThroughput := ebsSettable(vtype)
+	if canIOPS {
+		iops = nonZero(s.IOPS)
+	}
+	if canThroughput {
+		throughput = nonZero(s.Throughput)
+	}
+	if s.Encrypted {
+		encrypted = aws.Bool(true)
+		if s.KMSKeyID != "" {
+			kmsKeyID = aws.String(s.KMSKeyID)
+		}
+	}
+	return iops, throughput, encrypted, kmsKeyID
 }
 
 func nonZero(v int32) *int32 {
@@ -310,19 +319,7 @@ func applyDataVolume(input *ec2.CreateVolumeInput, m map[string]string) error {
 	if err := decodeJSON(m, MachineDataVolume, &s); err != nil {
 		return err
 	}
-	iops, tp := ebsSettable(string(input.VolumeType))
-	if iops {
-		input.Iops = nonZero(s.IOPS)
-	}
-	if tp {
-		input.Throughput = nonZero(s.Throughput)
-	}
-	if s.Encrypted {
-		input.Encrypted = aws.Bool(true)
-		if s.KMSKeyID != "" {
-			input.KmsKeyId = aws.String(s.KMSKeyID)
-		}
-	}
+	input.Iops, input.Throughput, input.Encrypted, input.KmsKeyId = s.ebs(string(input.VolumeType))
 	if len(s.Tags) > 0 && len(input.TagSpecifications) == 1 {
 		tags := map[string]string{}
 		for k, v := range s.Tags {

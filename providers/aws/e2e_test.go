@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,10 +27,9 @@ import (
 
 // env is one moto cluster plus what the workflows need.
 type env struct {
-	t   *testing.T
-	c   *awstest.Cluster
-	mu  sync.Mutex
-	out strings.Builder
+	t  *testing.T
+	c  *awstest.Cluster
+	wf *workflowstest.Runner
 	// dns: the cluster runs with --aws-endpoint-mode dns (master 0 keeps
 	// the Elastic IP; the name aliases the NLB while there is one).
 	dns bool
@@ -41,29 +39,23 @@ const dnsKind = "route53"
 
 func (e *env) dnsName() string { return "api." + e.c.Name + ".example.test." }
 
-func (e *env) Write(p []byte) (int, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.out.Write(p)
+// envOn is the env of c (dns: c runs in the dns endpoint mode).
+func envOn(t *testing.T, c *awstest.Cluster, dns bool) *env {
+	return &env{t: t, c: c, wf: workflowstest.NewRunner(c.Provider, c.Name, c.Settings.StateDir), dns: dns}
 }
 
-func (e *env) deps(after func(string) error) *workflows.Deps {
-	return &workflows.Deps{Provider: e.c.Provider, Cluster: e.c.Name, StateDir: e.c.Settings.StateDir, Sink: workflows.Discard{}, Out: e, AfterStep: after, Holder: "test"}
-}
+func (e *env) deps(after func(string) error) *workflows.Deps { return e.wf.Deps(after) }
 
 func (e *env) add(ctx context.Context, name string, after func(string) error) error {
 	return e.addIn(ctx, name, "", after)
 }
 
 func (e *env) addIn(ctx context.Context, name, zone string, after func(string) error) error {
-	d := e.deps(after)
-	return workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: name, Zone: zone, DNSKind: dnsKind, DNSName: e.dnsName(), Timeout: time.Minute}), workflows.Options{})
+	return e.wf.Add(ctx, workflows.AddParams{Name: name, Zone: zone, DNSKind: dnsKind, DNSName: e.dnsName(), Timeout: time.Minute}, after)
 }
 
 func (e *env) remove(ctx context.Context, name string, after func(string) error) error {
-	d := e.deps(after)
-	return workflows.Execute(ctx, d, workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Timeout: time.Minute}),
-		workflows.Options{Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}})
+	return e.wf.Remove(ctx, workflows.RemoveParams{Name: name, Timeout: time.Minute}, after)
 }
 
 // newEnv brings a kube-up cluster up on the namespace VPC (in the
@@ -140,20 +132,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 		} else if aws.ToString(eip.AssociationId) != "" {
 			t.Errorf("Elastic IP still associated with %s while the NLB owns it", aws.ToString(eip.InstanceId))
 		}
-		if rep.LB == nil {
-			t.Fatalf("no load balancer in status")
-		}
-		var targets []string
-		for _, tg := range rep.LB.Targets {
-			targets = append(targets, tg.Name)
-			if !tg.Healthy || tg.Draining {
-				t.Errorf("LB target %+v not serving", tg)
-			}
-		}
-		sort.Strings(targets)
-		if !slices.Equal(targets, want) {
-			t.Errorf("LB targets %v, want %v", targets, want)
-		}
+		workflowstest.AssertLBTargets(t, rep, want)
 	}
 	is, err := c.EC2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []ec2types.Filter{
 		{Name: aws.String("tag:" + awsp.TagCluster), Values: []string{c.Name}},

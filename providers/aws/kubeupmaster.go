@@ -8,6 +8,7 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
+	"github.com/hamaster/hamaster/remote"
 )
 
 // KubeUpProvider is the AWS provider on masters in kube-up's AWS format
@@ -66,7 +67,7 @@ func (p *Provider) MachineHostname(replica, address string) string {
 // master's public address, or to its private one through the bastion.
 func (p *Provider) DialMachine(ctx context.Context, machine, addr string) (net.Conn, error) {
 	if !p.sshEnabled() {
-		return nil, errkind.Errorf(errkind.InvalidArgument, "kube-up masters serve etcd on their own 127.0.0.1 only: give --%s (and --%s or --%s) so hamaster can tunnel to it", OptSSHUser, OptSSHKey, OptSSHBastion)
+		return nil, errkind.Errorf(errkind.InvalidArgument, "kube-up masters serve etcd on their own 127.0.0.1 only: give --%s (and --%s or --%s) so hamaster can tunnel to it", remote.OptUser, remote.OptKey, OptSSHBastion)
 	}
 	is, err := p.inst.describe(ctx, machine)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/pem"
 	"io"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/flavors/kubeup"
 	"github.com/hamaster/hamaster/kubeenv"
@@ -156,13 +156,9 @@ func TestKubeUpAWSMaster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blk, _ := pem.Decode(certPEM)
-	if blk == nil {
-		t.Fatal("ETCD_PEER_CERT is not PEM")
-	}
-	crt, err := x509.ParseCertificate(blk.Bytes)
+	crt, err := certs.ParseCertPEM(certPEM)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("ETCD_PEER_CERT: %v", err)
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(fx.EtcdPeerCA.Cert)

@@ -71,7 +71,7 @@ func TestKubeUpVPCMaster0(t *testing.T) {
 // newKubeUpEnv brings a kube-up cluster up on the namespace VPC.
 func newKubeUpEnv(t *testing.T, name string, o awstest.KubeUpOptions) *env {
 	c := awstest.UpKubeUp(t, name, o)
-	return &env{t: t, c: c, dns: c.EndpointMode == "dns"}
+	return envOn(t, c, c.EndpointMode == "dns")
 }
 
 // TestAdoptKubeUpTags: master 0 with kube-up's tags only (Name,

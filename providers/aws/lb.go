@@ -274,23 +274,17 @@ func (b *loadBalancer) Create(ctx context.Context, ip string, targets []lb.Targe
 	case e.instanceID != "":
 		return errkind.Errorf(errkind.FailedPrecondition, "Elastic IP %s is still attached to instance %s; detach it first", ip, e.instanceID)
 	}
-	if len(targets) == 0 {
-		return errkind.Errorf(errkind.InvalidArgument, "load balancer: at least one target is needed (its subnet places the load balancer)")
-	}
-	first, err := b.p.inst.describe(ctx, targets[0].Name)
+	first, err := b.firstTarget(ctx, targets)
 	if err != nil {
 		return err
 	}
-	if len(first) == 0 {
-		return errkind.Errorf(errkind.NotFound, "target %s: no such replica", targets[0].Name)
-	}
-	tg, err := b.ensureTG(ctx, first[0].vpc)
+	tg, err := b.ensureTG(ctx, first.vpc)
 	if err != nil {
 		return err
 	}
 	arn, err := b.findLB(ctx)
 	if errors.Is(err, errkind.NotFound) {
-		arn, err = b.createLB(ctx, first[0].subnet, allocation)
+		arn, err = b.createLB(ctx, first.subnet, allocation)
 	}
 	if err != nil {
 		return err
@@ -413,6 +407,22 @@ func (b *loadBalancer) ensureTGAttributes(ctx context.Context, tg string) error 
 	return nil
 }
 
+// firstTarget is the instance of the first of targets: its subnet places
+// the load balancer, its VPC the target group.
+func (b *loadBalancer) firstTarget(ctx context.Context, targets []lb.Target) (instance, error) {
+	if len(targets) == 0 {
+		return instance{}, errkind.Errorf(errkind.InvalidArgument, "load balancer: at least one target is needed (its subnet places the load balancer)")
+	}
+	is, err := b.p.inst.describe(ctx, targets[0].Name)
+	if err != nil {
+		return instance{}, err
+	}
+	if len(is) == 0 {
+		return instance{}, errkind.Errorf(errkind.NotFound, "target %s: no such replica", targets[0].Name)
+	}
+	return is[0], nil
+}
+
 // Prepare implements lb.Preparer: before the Elastic IP leaves master 0,
 // check that the masters' security groups let the NLB's health checks and
 // the clients in (the error names the missing rule), and build the target
@@ -420,20 +430,14 @@ func (b *loadBalancer) ensureTGAttributes(ctx context.Context, tg string) error 
 // changes.
 func (b *loadBalancer) Prepare(ctx context.Context, targets []lb.Target) error {
 	defer b.invalidate()
-	if len(targets) == 0 {
-		return errkind.Errorf(errkind.InvalidArgument, "load balancer: at least one target is needed (its subnet places the load balancer)")
-	}
-	first, err := b.p.inst.describe(ctx, targets[0].Name)
+	first, err := b.firstTarget(ctx, targets)
 	if err != nil {
 		return err
 	}
-	if len(first) == 0 {
-		return errkind.Errorf(errkind.NotFound, "target %s: no such replica", targets[0].Name)
-	}
-	if err := b.p.checkSecurityGroups(ctx, first[0]); err != nil {
+	if err := b.p.checkSecurityGroups(ctx, first); err != nil {
 		return err
 	}
-	tg, err := b.ensureTG(ctx, first[0].vpc)
+	tg, err := b.ensureTG(ctx, first.vpc)
 	if err != nil {
 		return err
 	}
@@ -571,21 +575,33 @@ func (b *loadBalancer) AddTarget(ctx context.Context, t lb.Target) error {
 	return b.register(ctx, tg, t.Name)
 }
 
-// deregister deregisters the replica's targets; a target not registered
-// (InvalidTarget) is success.
-func (b *loadBalancer) deregister(ctx context.Context, tg, name string) ([]string, error) {
-	ids, err := b.targetIDs(ctx, tg, name)
-	if err != nil || len(ids) == 0 {
-		return nil, err
+// deregister deregisters the replica's targets from the target group
+// and returns the group and the targets' IDs; no group (tg "") or a
+// target not registered (InvalidTarget) is success.
+func (b *loadBalancer) deregister(ctx context.Context, name string) (tg string, ids []string, err error) {
+	tg, err = b.findTG(ctx)
+	if errors.Is(err, errkind.NotFound) {
+		return "", nil, nil
 	}
+	if err != nil {
+		return "", nil, err
+	}
+	ids, err = b.targetIDs(ctx, tg, name)
+	if err != nil || len(ids) == 0 {
+		return tg, nil, err
+	}
+	if _, err := b.p.elb.DeregisterTargets(ctx, &elb.DeregisterTargetsInput{TargetGroupArn: aws.String(tg), Targets: targetDescriptions(ids)}); err != nil && code(err) != "InvalidTarget" {
+		return tg, nil, mapErr(err, "deregister %s from %s", name, b.tgName())
+	}
+	return tg, ids, nil
+}
+
+func targetDescriptions(ids []string) []elbtypes.TargetDescription {
 	ts := make([]elbtypes.TargetDescription, 0, len(ids))
 	for _, id := range ids {
 		ts = append(ts, elbtypes.TargetDescription{Id: aws.String(id)})
 	}
-	if _, err := b.p.elb.DeregisterTargets(ctx, &elb.DeregisterTargetsInput{TargetGroupArn: aws.String(tg), Targets: ts}); err != nil && code(err) != "InvalidTarget" {
-		return nil, mapErr(err, "deregister %s from %s", name, b.tgName())
-	}
-	return ids, nil
+	return ts
 }
 
 // DrainTarget implements lb.LoadBalancer: deregister, mark it drained, and
@@ -594,14 +610,7 @@ func (b *loadBalancer) deregister(ctx context.Context, tg, name string) ([]strin
 // (connection termination). The workflows' drain grace starts after that.
 func (b *loadBalancer) DrainTarget(ctx context.Context, name string) error {
 	defer b.invalidate()
-	tg, err := b.findTG(ctx)
-	if errors.Is(err, errkind.NotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	ids, err := b.deregister(ctx, tg, name)
+	tg, ids, err := b.deregister(ctx, name)
 	if err != nil || len(ids) == 0 {
 		return err
 	}
@@ -614,12 +623,8 @@ func (b *loadBalancer) DrainTarget(ctx context.Context, name string) error {
 // waitDeregistered waits until ELBv2 has drained the targets (no longer
 // "draining": the deregistration delay is over).
 func (b *loadBalancer) waitDeregistered(ctx context.Context, tg, name string, ids []string) error {
-	ts := make([]elbtypes.TargetDescription, 0, len(ids))
-	for _, id := range ids {
-		ts = append(ts, elbtypes.TargetDescription{Id: aws.String(id)})
-	}
 	w := elb.NewTargetDeregisteredWaiter(b.p.elb, func(o *elb.TargetDeregisteredWaiterOptions) { o.MinDelay, o.MaxDelay = b.p.poll, b.p.maxDelay() })
-	if err := w.Wait(ctx, &elb.DescribeTargetHealthInput{TargetGroupArn: aws.String(tg), Targets: ts}, b.p.waitMax(ctx)); err != nil {
+	if err := w.Wait(ctx, &elb.DescribeTargetHealthInput{TargetGroupArn: aws.String(tg), Targets: targetDescriptions(ids)}, b.p.waitMax(ctx)); err != nil {
 		return mapErr(err, "wait until %s is drained from %s (deregistration delay %ds)", name, b.tgName(), b.p.deregDelay)
 	}
 	return nil
@@ -629,15 +634,8 @@ func (b *loadBalancer) waitDeregistered(ctx context.Context, tg, name string, id
 // ELBv2 no longer lists the target.
 func (b *loadBalancer) RemoveTarget(ctx context.Context, name string) error {
 	defer b.invalidate()
-	tg, err := b.findTG(ctx)
-	if errors.Is(err, errkind.NotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	ids, err := b.deregister(ctx, tg, name)
-	if err != nil {
+	tg, ids, err := b.deregister(ctx, name)
+	if err != nil || tg == "" {
 		return err
 	}
 	if _, err := b.p.elb.RemoveTags(ctx, &elb.RemoveTagsInput{ResourceArns: []string{tg}, TagKeys: []string{tagDrainedPrefix + name}}); err != nil && code(err) != "TargetGroupNotFound" {

@@ -7,15 +7,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/hamaster/hamaster/internal/syncbuf"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
+	"github.com/hamaster/hamaster/providers/providertest"
 )
-
-// syncBuffer captures output written by one goroutine and read by another.
-type syncBuffer = syncbuf.Buffer
 
 // The logger of providers.Settings gets one debug line per SDK call
 // (service, operation, duration, error), and nothing at a higher level.
@@ -25,28 +21,13 @@ func TestSettingsLoggerLogsSDKCallsAtDebug(t *testing.T) {
 		http.Error(w, "<Response><Errors><Error><Code>InternalError</Code></Error></Errors></Response>", http.StatusInternalServerError)
 	}))
 	t.Cleanup(srv.Close)
-	for _, c := range []struct {
-		level slog.Level
-		want  bool
-	}{{slog.LevelDebug, true}, {slog.LevelWarn, false}} {
-		var buf syncBuffer
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		p, err := awsp.New(ctx, providers.Settings{Cluster: "logs", StateDir: t.TempDir(),
-			Logger:  slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: c.level})),
+	providertest.SDKCallsLoggedAtDebug(t, func(ctx context.Context, logger *slog.Logger) (providers.Provider, error) {
+		return awsp.New(ctx, providers.Settings{Cluster: "logs", StateDir: t.TempDir(), Logger: logger,
 			Options: map[string]string{awsp.OptRegion: "us-east-1", awsp.OptEndpoint: srv.URL, awsp.OptMaxAttempts: "1", awsp.OptMasterFormat: awsp.MasterFormatHamaster}})
-		if err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		_, err = p.Instances().List(ctx)
-		p.Close()
-		cancel()
-		if err == nil {
+	}, func(t *testing.T, out string, listErr error) bool {
+		if listErr == nil {
 			t.Fatal("List against a failing endpoint succeeded")
 		}
-		got := strings.Contains(buf.String(), "aws request") && strings.Contains(buf.String(), "service=EC2") && strings.Contains(buf.String(), "operation=DescribeInstances") && strings.Contains(buf.String(), "error=")
-		if got != c.want {
-			t.Errorf("level %s: call logged %v, want %v:\n%s", c.level, got, c.want, buf.String())
-		}
-	}
+		return strings.Contains(out, "aws request") && strings.Contains(out, "service=EC2") && strings.Contains(out, "operation=DescribeInstances") && strings.Contains(out, "error=")
+	})
 }

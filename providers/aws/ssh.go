@@ -16,19 +16,9 @@ import (
 	"github.com/hamaster/hamaster/remote"
 )
 
-// SSH options: the same keys as the gce provider's, so one set of flags
-// serves both, plus the bastion.
+// SSH options: remote's (remote.OptUser turns the SSH path on) and the
+// aws provider's own.
 const (
-	// OptSSHUser turns the SSH path on: etcd is reached through an SSH
-	// tunnel to a master, never by routing to its private address.
-	OptSSHUser       = "ssh-user"
-	OptSSHKey        = "ssh-key"
-	OptSSHKnownHosts = "ssh-known-hosts"
-	OptSSHInsecure   = "ssh-insecure-skip-host-key-check"
-	// OptSSHPort is the masters' sshd port (default 22).
-	OptSSHPort = "ssh-port"
-	// OptSSHAgent is the SSH agent socket used when no key file is given.
-	OptSSHAgent = "ssh-agent-socket"
 	// OptSSHEtcdEndpoint is etcd's client URL as the master sees it
 	// (default https://127.0.0.1:2379: kube-up masters listen there).
 	OptSSHEtcdEndpoint = "ssh-etcd-endpoint"
@@ -40,15 +30,13 @@ const (
 )
 
 // sshEnabled reports whether etcd is reached over SSH.
-func (p *Provider) sshEnabled() bool { return p.opts[OptSSHUser] != "" }
+func (p *Provider) sshEnabled() bool { return p.opts[remote.OptUser] != "" }
 
 // sshConfig is the remote.Config for addr, through via when set.
 func (p *Provider) sshConfig(addr string, via *remote.Client) remote.Config {
-	return remote.Config{
-		Addr: addr, User: p.opts[OptSSHUser], KeyFile: p.opts[OptSSHKey], AgentSocket: p.opts[OptSSHAgent],
-		KnownHostsFile: p.opts[OptSSHKnownHosts], InsecureSkipHostKeyCheck: p.opts[OptSSHInsecure] == "true",
-		Logger: p.log, Via: via,
-	}
+	c := remote.ConfigFromOptions(p.opts, addr)
+	c.Logger, c.Via = p.log, via
+	return c
 }
 
 // sshDial returns the provider's SSH connection to addr (through the
@@ -135,7 +123,7 @@ func (p *Provider) sshDrop(addr string) {
 // sshAddress is where hamaster's SSH reaches a master: its private
 // address through the bastion, else its public address.
 func (p *Provider) sshAddress(i instance) (string, bool, error) {
-	port := p.opts[OptSSHPort]
+	port := p.opts[remote.OptPort]
 	if port == "" {
 		port = "22"
 	}

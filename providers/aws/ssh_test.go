@@ -21,6 +21,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/flavors/registry"
 	awsp "github.com/hamaster/hamaster/providers/aws"
+	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/remote/sshtest"
 	"github.com/hamaster/hamaster/testbed/aws/awstest"
 	"github.com/hamaster/hamaster/workflows"
@@ -72,7 +73,7 @@ func TestEtcdThroughSSH(t *testing.T) {
 		for key, v := range c.Settings.Options {
 			s.Options[key] = v
 		}
-		s.Options[awsp.OptSSHKnownHosts] = knownHosts
+		s.Options[remote.OptKnownHosts] = knownHosts
 		s.Options[awsp.OptSSHBastion] = bastion
 		p, err := awsp.New(ctx, s)
 		if err != nil {
@@ -125,8 +126,8 @@ func TestEtcdThroughSSH(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, c: c, dns: true}
-	e.c.Provider = pb
+	c.Provider = pb
+	e := envOn(t, c, true)
 	const second = "sshetcd-master-b01"
 	if err := e.addIn(ctx, second, awstest.ZoneB, nil); err != nil {
 		t.Fatalf("add %s: %v", second, err)

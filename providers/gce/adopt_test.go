@@ -15,6 +15,7 @@ import (
 	"github.com/hamaster/hamaster/flavors/kubeup"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
+	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake"
 	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 )
@@ -24,11 +25,7 @@ import (
 // Instances are made here with plain Compute calls, never by the provider.
 func TestFindsMastersByNameWithoutLabels(t *testing.T) {
 	t.Parallel()
-	f, err := gcefake.New(gcefake.Options{Subnet: 250, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	f := gcetest.Fake(t, gcefake.Options{Subnet: 250})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	raw, err := compute.NewInstancesRESTClient(ctx, option.WithEndpoint(f.URL), option.WithoutAuthentication())
@@ -55,7 +52,7 @@ func TestFindsMastersByNameWithoutLabels(t *testing.T) {
 		}
 	}
 	p, err := gce.New(ctx, providers.Settings{Cluster: "kubernetes", StateDir: t.TempDir(), Options: map[string]string{
-		gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA + "," + gcetest.ZoneB, gce.OptEndpoint: f.URL, gce.OptSSHUser: "unused"}})
+		gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA + "," + gcetest.ZoneB, gce.OptEndpoint: f.URL, remote.OptUser: "unused"}})
 	if err != nil {
 		t.Fatal(err)
 	}

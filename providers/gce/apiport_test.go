@@ -9,6 +9,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
+	"github.com/hamaster/hamaster/remote"
 )
 
 // The apiserver port is the flavor's (set when it is bound); the
@@ -18,7 +19,7 @@ func TestAPIServerPortOption(t *testing.T) {
 	t.Parallel()
 	open := func(t *testing.T, port string) (*gce.Provider, error) {
 		t.Helper()
-		o := map[string]string{gce.OptProject: "p", gce.OptZones: "us-central1-b", gce.OptSSHUser: "u", gce.OptEndpoint: "http://127.0.0.1:1"}
+		o := map[string]string{gce.OptProject: "p", gce.OptZones: "us-central1-b", remote.OptUser: "u", gce.OptEndpoint: "http://127.0.0.1:1"}
 		if port != "" {
 			o[gce.OptAPIServerPort] = port
 		}

@@ -3,11 +3,9 @@ package gce_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,33 +23,22 @@ const dnsName = "api.example.test."
 type env struct {
 	t  *testing.T
 	c  *gcetest.Cluster
-	mu sync.Mutex
-	sb strings.Builder
+	wf *workflowstest.Runner
 }
 
 func newEnv(t *testing.T, name string, o gcetest.Options) *env {
-	return &env{t: t, c: gcetest.Up(t, name, o)}
+	c := gcetest.Up(t, name, o)
+	return &env{t: t, c: c, wf: workflowstest.NewRunner(c.Provider, c.Name, c.Settings.StateDir)}
 }
 
-func (e *env) Write(p []byte) (int, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.sb.Write(p)
-}
-
-func (e *env) deps(after func(string) error) *workflows.Deps {
-	return &workflows.Deps{Provider: e.c.Provider, Cluster: e.c.Name, StateDir: e.c.Settings.StateDir, Sink: workflows.Discard{}, Out: e, AfterStep: after, Holder: "test"}
-}
+func (e *env) deps(after func(string) error) *workflows.Deps { return e.wf.Deps(after) }
 
 func (e *env) add(ctx context.Context, name string, after func(string) error) error {
-	d := e.deps(after)
-	return workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: name, Timeout: time.Minute, DNSKind: "clouddns", DNSName: dnsName}), workflows.Options{})
+	return e.wf.Add(ctx, workflows.AddParams{Name: name, Timeout: time.Minute, DNSKind: "clouddns", DNSName: dnsName}, after)
 }
 
 func (e *env) remove(ctx context.Context, name string, after func(string) error) error {
-	d := e.deps(after)
-	return workflows.Execute(ctx, d, workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Timeout: time.Minute, DrainGrace: 200 * time.Millisecond}),
-		workflows.Options{Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}})
+	return e.wf.Remove(ctx, workflows.RemoveParams{Name: name, Timeout: time.Minute, DrainGrace: 200 * time.Millisecond}, after)
 }
 
 // assertConverged checks replicas, etcd members, LB targets, the DNS
@@ -97,20 +84,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 			}
 		}
 	default:
-		if rep.LB == nil {
-			e.t.Fatalf("%d replicas but no load balancer", len(want))
-		}
-		var targets []string
-		for _, tg := range rep.LB.Targets {
-			targets = append(targets, tg.Name)
-			if !tg.Healthy || tg.Draining {
-				e.t.Errorf("LB target %+v not serving", tg)
-			}
-		}
-		sort.Strings(targets)
-		if !slices.Equal(targets, want) {
-			e.t.Errorf("LB targets %v, want %v", targets, want)
-		}
+		workflowstest.AssertLBTargets(e.t, rep, want)
 		e.assertLBResources()
 	}
 	var disks, addrs []string
@@ -148,44 +122,10 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 }
 
 // prober reads /readyz through the static IP in a loop.
-type prober struct {
-	ok, failed atomic.Int64
-	stop, done chan struct{}
+// startProber probes /readyz through the static IP.
+func startProber(e *env) *workflowstest.Prober {
+	return workflowstest.StartProber(e.c.HTTP(), fmt.Sprintf("https://%s:%d/readyz", e.c.StaticIP, e.c.Provider.APIServerPort()))
 }
-
-func startProber(e *env) *prober {
-	p := &prober{stop: make(chan struct{}), done: make(chan struct{})}
-	client := e.c.HTTP()
-	url := fmt.Sprintf("https://%s:%d/readyz", e.c.StaticIP, e.c.Provider.APIServerPort())
-	go func() {
-		defer close(p.done)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-p.stop:
-				return
-			case <-tick.C:
-			}
-			resp, err := client.Get(url)
-			if err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					err = fmt.Errorf("%s", resp.Status)
-				}
-			}
-			if err != nil {
-				p.failed.Add(1)
-			} else {
-				p.ok.Add(1)
-			}
-		}
-	}()
-	return p
-}
-
-func (p *prober) finish() { close(p.stop); <-p.done }
 
 // opWindow is the wall time during which at least one operation of the
 // fake was in flight (the union of their intervals): the critical path
@@ -247,7 +187,7 @@ func growShrink(t *testing.T, e *env) {
 		union, sum := opWindow(e.c.Fake.OpStats())
 		t.Logf("add-replica #%d (%s): %d API calls, wall %v, operations in flight %v (sum %v), wall/critical-path %.2f;%s",
 			i+1, n, total(calls), wall.Round(time.Millisecond), union.Round(time.Millisecond), sum.Round(time.Millisecond), float64(wall)/float64(union), callSummary(calls))
-		failedAt = append(failedAt, pr.failed.Load())
+		failedAt = append(failedAt, pr.Failed.Load())
 	}
 	e.assertConverged(ctx, append([]string{master}, names...)...)
 	for i := len(names) - 1; i >= 0; i-- {
@@ -260,11 +200,11 @@ func growShrink(t *testing.T, e *env) {
 		calls := e.c.Fake.Calls()
 		union, _ := opWindow(e.c.Fake.OpStats())
 		t.Logf("remove-replica (%s): %d API calls, wall %v, operations in flight %v;%s", names[i], total(calls), wall.Round(time.Millisecond), union.Round(time.Millisecond), callSummary(calls))
-		failedAt = append(failedAt, pr.failed.Load())
+		failedAt = append(failedAt, pr.Failed.Load())
 	}
-	pr.finish()
+	pr.Finish()
 	e.assertConverged(ctx, master)
-	t.Logf("readyz through the static IP: %d ok, %d failed (cumulative failures after each command: %v)", pr.ok.Load(), pr.failed.Load(), failedAt)
+	t.Logf("readyz through the static IP: %d ok, %d failed (cumulative failures after each command: %v)", pr.OK.Load(), pr.Failed.Load(), failedAt)
 	// Only promotion (first add) and demotion (last remove) may drop requests.
 	if failedAt[1] != failedAt[0] || failedAt[2] != failedAt[1] {
 		t.Errorf("client failures outside promotion/demotion: %v", failedAt)

@@ -84,7 +84,7 @@ func (p *Provider) RunOnMachine(ctx context.Context, machine, cmd string) ([]byt
 // address changed: the static IP moved to the LB). Connections are kept
 // until Close: an etcd client may still use its tunnels.
 func (p *Provider) sshTo(ctx context.Context, name, ext string) (*remote.Client, error) {
-	port := p.opts[OptSSHPort]
+	port := p.opts[remote.OptPort]
 	if port == "" {
 		port = "22"
 	}
@@ -95,10 +95,9 @@ func (p *Provider) sshTo(ctx context.Context, name, ext string) (*remote.Client,
 	if c != nil && c.Addr() == addr {
 		return c, nil
 	}
-	c, err := remote.Dial(ctx, remote.Config{
-		Addr: addr, User: p.opts[OptSSHUser], KeyFile: p.opts[OptSSHKey], AgentSocket: p.opts[OptSSHAgent],
-		KnownHostsFile: p.opts[OptSSHKnownHosts], InsecureSkipHostKeyCheck: p.opts[OptSSHInsecure] == "true", Logger: p.log,
-	})
+	cfg := remote.ConfigFromOptions(p.opts, addr)
+	cfg.Logger = p.log
+	c, err := remote.Dial(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -97,15 +97,9 @@ const (
 	// (default 30).
 	OptDrainSeconds = "gce-drain-seconds"
 	// SSH to the masters for etcd (kube-up masters serve etcd on
-	// 127.0.0.1 only): ssh-user is required, with ssh-key or an agent,
-	// and ssh-known-hosts unless host keys are deliberately not checked.
-	OptSSHUser       = "ssh-user"
-	OptSSHKey        = "ssh-key"
-	OptSSHKnownHosts = "ssh-known-hosts"
-	OptSSHInsecure   = "ssh-insecure-skip-host-key-check"
-	OptSSHPort       = "ssh-port"
-	// OptSSHAgent is the SSH agent socket used when no key file is given.
-	OptSSHAgent = "ssh-agent-socket"
+	// 127.0.0.1 only) takes remote's options: remote.OptUser is
+	// required, with remote.OptKey or an agent, and remote.OptKnownHosts
+	// unless host keys are deliberately not checked.
 	// OptReleaseURL is where kube-up masters' release tarballs come from
 	// (default https://dl.k8s.io/release, tars_from_version's): a new
 	// version V is <url>/V/kubernetes-server-linux-amd64.tar.gz with the
@@ -231,8 +225,8 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	if n := p.fwName(); len(n) > 63 {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s %q: too long, the firewall rule %s would pass Compute's 63-character name limit", OptMasterName, p.masterName(), n)
 	}
-	if o[OptSSHUser] == "" {
-		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: required with the gce provider: kube-up masters serve etcd on 127.0.0.1 only, so hamaster reaches it over SSH to each master's external address, as kube-up's `gcloud compute ssh` does", OptSSHUser)
+	if o[remote.OptUser] == "" {
+		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: required with the gce provider: kube-up masters serve etcd on 127.0.0.1 only, so hamaster reaches it over SSH to each master's external address, as kube-up's `gcloud compute ssh` does", remote.OptUser)
 	}
 	switch f := o[OptMasterFormat]; f {
 	case "", MasterFormatKubeUp, MasterFormatKubeadm:

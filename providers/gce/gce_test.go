@@ -13,6 +13,7 @@ import (
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/providers/providertest"
+	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake"
 	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 )
@@ -50,16 +51,12 @@ func TestConformance(t *testing.T) {
 
 func TestCloudDNS(t *testing.T) {
 	t.Parallel()
-	f, err := gcefake.New(gcefake.Options{Subnet: 251, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	f := gcetest.Fake(t, gcefake.Options{Subnet: 251})
 	f.AddManagedZone("z", "example.test.")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, err := gce.New(ctx, providers.Settings{Cluster: "dns", StateDir: t.TempDir(), Options: map[string]string{
-		gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA, gce.OptEndpoint: f.URL, gce.OptDNSZone: "z", gce.OptSSHUser: "unused"}})
+		gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA, gce.OptEndpoint: f.URL, gce.OptDNSZone: "z", remote.OptUser: "unused"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
+	"github.com/hamaster/hamaster/remote"
 )
 
 // TestReleaseURLOption refuses a --gce-release-url that is not an http(s)
@@ -17,7 +18,7 @@ func TestReleaseURLOption(t *testing.T) {
 	t.Parallel()
 	for _, bad := range []string{"dl.k8s.io/release", "gs://kubernetes-release/release", "https://dl.k8s.io/release?x=1"} {
 		_, err := gce.New(context.Background(), providers.Settings{Cluster: "c", Options: map[string]string{
-			gce.OptProject: "p", gce.OptZones: "us-central1-b", gce.OptSSHUser: "u", gce.OptReleaseURL: bad}})
+			gce.OptProject: "p", gce.OptZones: "us-central1-b", remote.OptUser: "u", gce.OptReleaseURL: bad}})
 		if !errors.Is(err, errkind.InvalidArgument) || !strings.Contains(err.Error(), "--"+gce.OptReleaseURL) {
 			t.Errorf("--%s %q: %v; want InvalidArgument naming the flag", gce.OptReleaseURL, bad, err)
 		}

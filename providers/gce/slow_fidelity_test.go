@@ -50,10 +50,10 @@ func TestRollingUpgradeRecreate(t *testing.T) {
 	if err := upgrade("v1.31.0"); err != nil {
 		t.Fatalf("rolling-upgrade: %v", err)
 	}
-	pr.finish()
-	t.Logf("rolling-upgrade of 3 replicas: %v, %d API calls; readyz through the LB: %d ok, %d failed", time.Since(start).Round(time.Millisecond), total(e.c.Fake.Calls()), pr.ok.Load(), pr.failed.Load())
-	if pr.failed.Load() != 0 {
-		t.Errorf("%d client failures through the LB during the upgrade", pr.failed.Load())
+	pr.Finish()
+	t.Logf("rolling-upgrade of 3 replicas: %v, %d API calls; readyz through the LB: %d ok, %d failed", time.Since(start).Round(time.Millisecond), total(e.c.Fake.Calls()), pr.OK.Load(), pr.Failed.Load())
+	if pr.Failed.Load() != 0 {
+		t.Errorf("%d client failures through the LB during the upgrade", pr.Failed.Load())
 	}
 	after, err := e.c.Provider.Instances().List(ctx)
 	if err != nil || len(after) != 3 {

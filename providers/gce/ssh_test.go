@@ -19,6 +19,7 @@ import (
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
+	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 )
 
@@ -60,7 +61,7 @@ func TestEtcdThroughSSHChecksHostKeys(t *testing.T) {
 	for k, v := range c.Settings.Options {
 		s.Options[k] = v
 	}
-	s.Options[gce.OptSSHKnownHosts] = bad
+	s.Options[remote.OptKnownHosts] = bad
 	p, err := gce.New(ctx, s)
 	if err != nil {
 		t.Fatal(err)

@@ -492,8 +492,22 @@ func (l loadBalancer) AddTarget(ctx context.Context, t lb.Target) error {
 	}
 	// A drain made at run time (DrainTarget) lasts until a reload: undo it
 	// on every HAProxy that runs.
-	for _, x := range s.Targets {
-		if err := vip.Ready(ctx, p.vipHost(x.Name), t.Name); err != nil && !errors.Is(err, errkind.Unavailable) && !errors.Is(err, errkind.NotFound) {
+	return p.onEveryHAProxy(ctx, s, t.Name, "", vip.Ready)
+}
+
+// onEveryHAProxy runs op for server on every target's HAProxy. One that
+// does not run or does not know the server is skipped (it serves nothing
+// of it), with a warning saying skipped when that is not "".
+func (p *Provider) onEveryHAProxy(ctx context.Context, s *lbState, server, skipped string, op func(context.Context, vip.Host, string) error) error {
+	for _, t := range s.Targets {
+		err := op(ctx, p.vipHost(t.Name), server)
+		switch {
+		case err == nil:
+		case errors.Is(err, errkind.Unavailable), errors.Is(err, errkind.NotFound):
+			if skipped != "" {
+				p.log.Warn("metal: "+skipped, "host", t.Name, "server", server, "err", err)
+			}
+		default:
 			return err
 		}
 	}
@@ -521,15 +535,8 @@ func (l loadBalancer) DrainTarget(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	for _, t := range s.Targets {
-		err := vip.Drain(ctx, p.vipHost(t.Name), name)
-		switch {
-		case err == nil:
-		case errors.Is(err, errkind.Unavailable), errors.Is(err, errkind.NotFound):
-			p.log.Warn("metal: drain skipped on a master whose HAProxy does not run or know the server", "host", t.Name, "server", name, "err", err)
-		default:
-			return fmt.Errorf("drain %s: %w", name, err)
-		}
+	if err := p.onEveryHAProxy(ctx, s, name, "drain skipped on a master whose HAProxy does not run or know the server", vip.Drain); err != nil {
+		return fmt.Errorf("drain %s: %w", name, err)
 	}
 	return nil
 }
@@ -547,17 +554,7 @@ func (l loadBalancer) EndSessions(ctx context.Context, name string) error {
 	if err != nil || s == nil || s.target(name) < 0 {
 		return err
 	}
-	for _, t := range s.Targets {
-		err := vip.EndSessions(ctx, p.vipHost(t.Name), name)
-		switch {
-		case err == nil:
-		case errors.Is(err, errkind.Unavailable), errors.Is(err, errkind.NotFound):
-			p.log.Warn("metal: sessions left on a master whose HAProxy does not run or know the server", "host", t.Name, "server", name, "err", err)
-		default:
-			return err
-		}
-	}
-	return nil
+	return p.onEveryHAProxy(ctx, s, name, "sessions left on a master whose HAProxy does not run or know the server", vip.EndSessions)
 }
 
 // RemoveTarget implements lb.LoadBalancer: the VIP is handed off when

@@ -51,15 +51,9 @@ const lbLabVersion = "v1.33.13"
 func TestLoadBalancerOnTheLab(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	kubeletProgram, binDir := metallabtest.Kubeadm(t, lbLabVersion)
-	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 2, Kubelet: kubeletProgram, BinDir: binDir},
+	lab := metallabtest.StartKubeadm(ctx, t, metallabtest.KubeadmOptions(t, 2, lbLabVersion), lbLabVersion,
 		"/usr/sbin/keepalived", "/usr/sbin/haproxy", "curl")
 	h1, h2 := lab.Hosts[0], lab.Hosts[1]
-	for _, h := range lab.Hosts {
-		if err := lab.Install(ctx, h, lbLabVersion); err != nil {
-			t.Fatal(err)
-		}
-	}
 	took, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: lbLabVersion})
 	if err != nil {
 		t.Fatal(err)

@@ -30,16 +30,23 @@ type Harness struct {
 	ReplicaName string
 }
 
-// Run runs the suite. Subtests run in order: they share the cluster.
-func Run(t *testing.T, h Harness) {
-	if h.Timeout == 0 {
-		h.Timeout = 2 * time.Minute
+// CallContext returns, for a (sub)test, a context bounded by timeout (2
+// minutes when 0) that ends with it: the conformance suites' bound on
+// each call.
+func CallContext(timeout time.Duration) func(t *testing.T) context.Context {
+	if timeout == 0 {
+		timeout = 2 * time.Minute
 	}
-	ctx := func(t *testing.T) context.Context {
-		c, cancel := context.WithTimeout(context.Background(), h.Timeout)
+	return func(t *testing.T) context.Context {
+		c, cancel := context.WithTimeout(context.Background(), timeout)
 		t.Cleanup(cancel)
 		return c
 	}
+}
+
+// Run runs the suite. Subtests run in order: they share the cluster.
+func Run(t *testing.T, h Harness) {
+	ctx := CallContext(h.Timeout)
 	p := h.Provider
 	inst := p.Instances()
 	var master providers.Replica

@@ -3,11 +3,17 @@
 package workflowstest
 
 import (
+	"context"
 	"errors"
+	"net/http"
 	"slices"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/hamaster/hamaster/internal/probeload"
 	"github.com/hamaster/hamaster/workflows"
 )
 
@@ -16,6 +22,26 @@ import (
 func AssertReplicasAndMembers(t testing.TB, rep workflows.Report, want []string) {
 	t.Helper()
 	AssertReplicasAndMembersNamed(t, rep, want, func(r string) string { return r })
+}
+
+// AssertLBTargets checks that rep shows a load balancer whose targets
+// are exactly want (sorted or not), each serving (healthy, not draining).
+func AssertLBTargets(t testing.TB, rep workflows.Report, want []string) {
+	t.Helper()
+	if rep.LB == nil {
+		t.Fatalf("%d replicas but no load balancer", len(want))
+	}
+	var targets []string
+	for _, tg := range rep.LB.Targets {
+		targets = append(targets, tg.Name)
+		if !tg.Healthy || tg.Draining {
+			t.Errorf("LB target %+v not serving", tg)
+		}
+	}
+	sort.Strings(targets)
+	if want = slices.Sorted(slices.Values(want)); !slices.Equal(targets, want) {
+		t.Errorf("LB targets %v, want %v", targets, want)
+	}
 }
 
 // AssertReplicasAndMembersNamed is AssertReplicasAndMembers for masters
@@ -73,3 +99,61 @@ func StepNames(wf *workflows.Workflow) []string {
 	}
 	return names
 }
+
+// Tally counts a client's requests while a workflow changes the
+// cluster: OK the answered ones, Failed the rest, each failure kept with
+// its time (Failures).
+type Tally struct {
+	OK, Failed atomic.Int64
+	mu         sync.Mutex
+	failures   []string
+}
+
+// Record counts one request that failed with err, or, when err is nil,
+// oks answered ones.
+func (c *Tally) Record(err error, oks int64) {
+	if err == nil {
+		c.OK.Add(oks)
+		return
+	}
+	c.Failed.Add(1)
+	c.mu.Lock()
+	c.failures = append(c.failures, time.Now().Format("15:04:05.000")+" "+err.Error())
+	c.mu.Unlock()
+}
+
+// Failures is every failed request so far, with its time.
+func (c *Tally) Failures() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.failures)
+}
+
+// Prober GETs a URL every 20 ms until Finish, as a client of the cluster
+// would while a workflow changes it, tallying the answers: 200 is OK.
+type Prober struct {
+	Tally
+	stop, done chan struct{}
+}
+
+// StartProber starts probing url with client.
+func StartProber(client *http.Client, url string) *Prober {
+	p := &Prober{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+			}
+			p.Record(probeload.Get(context.Background(), client, url), 1)
+		}
+	}()
+	return p
+}
+
+// Finish stops the probes and waits for the last.
+func (p *Prober) Finish() { close(p.stop); <-p.done }

@@ -5,24 +5,17 @@ package vip_test
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"os"
-	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hamaster/hamaster/internal/probeload"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers/metal/vip"
 	"github.com/hamaster/hamaster/remote"
@@ -43,200 +36,11 @@ const (
 	labHangGuard = 10 * time.Minute
 )
 
-// apiserver is a stand-in kube-apiserver on one lab host: HTTPS on
-// 0.0.0.0:6443 in the host's network namespace, /readyz 200 or 500 as
-// the test says, every other path 200 with the host's name.
-type apiserver struct {
-	name  string
-	ready atomic.Bool
-	srv   *http.Server
-	done  chan struct{}
-}
-
-func startAPIServer(t *testing.T, h *metallab.Host, cert tls.Certificate) *apiserver {
-	t.Helper()
-	l, err := metallabtest.ListenIn(h.NS, ":6443")
-	if err != nil {
-		t.Fatalf("apiserver on %s: %v", h.Name, err)
-	}
-	a := &apiserver{name: h.Name, done: make(chan struct{})}
-	a.ready.Store(true)
-	a.srv = &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/readyz" && !a.ready.Load() {
-				http.Error(w, "[-]etcd failed", http.StatusInternalServerError)
-				return
-			}
-			io.WriteString(w, a.name)
-		}),
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
-		ErrorLog:  nil,
-	}
-	go func() {
-		defer close(a.done)
-		_ = a.srv.ServeTLS(l, "", "")
-	}()
-	t.Cleanup(a.stop)
-	return a
-}
-
-// stop shuts the server down gracefully (idle keep-alive connections
-// closed, requests in flight finished), as a kube-apiserver does.
-func (a *apiserver) stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = a.srv.Shutdown(ctx)
-	<-a.done
-}
-
-// watcher polls which uncut hosts hold the VIP, each host every 25 ms
-// in a goroutine of its own (so that slow "ip" runs on a busy machine do
-// not stretch the period), for the whole test, and records every moment
-// two held it at once (by each host's latest poll).
-type watcher struct {
-	lab     *metallab.Lab
-	mu      sync.Mutex
-	cut     map[string]bool
-	held    map[string]bool
-	holders []string
-	polls   int
-	splits  []string
-	err     error
-}
-
-func (w *watcher) run(ctx context.Context) {
-	var wg sync.WaitGroup
-	w.mu.Lock()
-	w.held = map[string]bool{}
-	w.mu.Unlock()
-	for _, h := range w.lab.Hosts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.poll(ctx, h)
-		}()
-	}
-	wg.Wait()
-}
-
-func (w *watcher) poll(ctx context.Context, h *metallab.Host) {
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		out, err := exec.CommandContext(ctx, "ip", "-n", h.NS, "-4", "-o", "addr", "show", "dev", "eth0").Output()
-		if err != nil {
-			if ctx.Err() == nil {
-				w.mu.Lock()
-				w.err = fmt.Errorf("ip addr in %s: %w", h.NS, err)
-				w.mu.Unlock()
-			}
-			return
-		}
-		w.mu.Lock()
-		w.held[h.Name] = strings.Contains(string(out), " "+w.lab.VIP.String()+"/")
-		var hs []string
-		for _, x := range w.lab.Hosts {
-			if w.held[x.Name] && !w.cut[x.Name] {
-				hs = append(hs, x.Name)
-			}
-		}
-		w.holders, w.polls = hs, w.polls+1
-		if len(hs) > 1 {
-			w.splits = append(w.splits, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), hs))
-		}
-		w.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-func (w *watcher) setCut(name string, cut bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.cut[name] = cut
-	w.holders = slices.DeleteFunc(w.holders, func(h string) bool { return h == name })
-}
-
-// await waits up to bound for the VIP to be held by one host only, other
-// than not (any when not is ""), and returns it and the time since start.
-func (w *watcher) await(ctx context.Context, t *testing.T, what, not string, start time.Time, bound time.Duration) (string, time.Duration) {
-	t.Helper()
-	wctx, cancel := context.WithTimeout(ctx, bound)
-	defer cancel()
-	var got string
-	err := wait.Until(wctx, 5*time.Millisecond, what, func() (bool, error) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.err != nil {
-			return false, w.err
-		}
-		if len(w.holders) == 1 && w.holders[0] != not {
-			got = w.holders[0]
-			return true, nil
-		}
-		return false, nil
-	})
-	if err != nil {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		t.Fatalf("hang guard: %v: not one holder after %v (holders now %v)", err, bound, w.holders)
-	}
-	d := time.Since(start)
-	t.Logf("%s: %s after %v", what, got, d.Round(time.Millisecond))
-	return got, d
-}
-
-// stays checks that the VIP stays on holder for d (nopreempt: a master
-// that recovers does not take the VIP back).
-func (w *watcher) stays(ctx context.Context, t *testing.T, what, holder string, d time.Duration) {
-	t.Helper()
-	wctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	err := wait.Until(wctx, 10*time.Millisecond, what, func() (bool, error) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if len(w.holders) != 1 || w.holders[0] != holder {
-			return false, fmt.Errorf("%s: the VIP left %s: holders %v", what, holder, w.holders)
-		}
-		return false, nil
-	})
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatal(err)
-	}
-	t.Logf("%s: %s kept the VIP for %v", what, holder, d)
-}
-
 type labHost struct {
 	*metallab.Host
 	c   *remote.Client
 	h   vip.Host
-	api *apiserver
-}
-
-func run(ctx context.Context, t *testing.T, c *remote.Client, cmd string) string {
-	t.Helper()
-	out, _, err := c.Run(ctx, cmd)
-	if err != nil {
-		t.Fatalf("%s: %s: %v", c.Addr(), cmd, err)
-	}
-	return string(out)
-}
-
-// startDaemon runs a static pod's command as a host process, as the test
-// bed's kubelet will: detached, its output in log.
-func startDaemon(ctx context.Context, t *testing.T, c *remote.Client, log string, cmd []string) {
-	t.Helper()
-	run(ctx, t, c, "setsid -f "+strings.Join(cmd, " ")+" </dev/null >"+log+" 2>&1")
-}
-
-func setLink(ctx context.Context, t *testing.T, lab *metallab.Lab, i int, state string) {
-	t.Helper()
-	if out, err := exec.CommandContext(ctx, "ip", "-n", lab.Switch(), "link", "set", fmt.Sprintf("h%d", i+1), state).CombinedOutput(); err != nil {
-		t.Fatalf("link h%d %s: %v: %s", i+1, state, err, out)
-	}
+	api *metallabtest.APIServer
 }
 
 // The product's VIP on three lab hosts with Debian's keepalived and
@@ -260,7 +64,7 @@ func TestVIPLab(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		hosts = append(hosts, &labHost{Host: h, c: c, h: vip.Host{Name: h.Name, Exec: c, Log: log}, api: startAPIServer(t, h, cert)})
+		hosts = append(hosts, &labHost{Host: h, c: c, h: vip.Host{Name: h.Name, Exec: c, Log: log}, api: metallabtest.StartAPIServer(t, h, cert)})
 		masters = append(masters, vip.Master{Name: h.Name, Address: h.Addr.String()})
 	}
 	cfgOf := func(i int) vip.Config {
@@ -282,7 +86,7 @@ func TestVIPLab(t *testing.T) {
 			// are those in its network namespace.
 			out, _, _ := h.c.Run(ctx, "ls -d "+vip.ConfigDir+" "+vip.RunDir+" "+vip.KeepalivedManifestPath+" "+vip.HAProxyManifestPath+" 2>/dev/null; ip -o addr show | grep -F ' "+lab.VIP.String()+"/'")
 			for _, comm := range []string{"keepalived", "haproxy"} {
-				if ps := nsProcs(ctx, t, h.Host, comm); len(ps) > 0 {
+				if ps, err := metallabtest.NSProcs(ctx, h.Host, comm); err != nil || len(ps) > 0 {
 					out = fmt.Appendf(out, "%s running: %v\n", comm, ps)
 				}
 			}
@@ -319,35 +123,32 @@ func TestVIPLab(t *testing.T) {
 		if files, err = vip.Render(c); err != nil {
 			t.Fatal(err)
 		}
-		startDaemon(ctx, t, h.c, vip.RunDir+"/haproxy.log", files.HAProxyCommand)
+		metallabtest.StartDaemon(ctx, t, h.c, vip.RunDir+"/haproxy.log", files.HAProxyCommand)
 	}
-	w := &watcher{lab: lab, cut: map[string]bool{}}
-	wctx, stopWatch := context.WithCancel(ctx)
-	watchDone := make(chan struct{})
+	w, stopWatch := metallabtest.WatchHolders(ctx, lab, 25*time.Millisecond)
 	watchStart := time.Now()
-	go func() { defer close(watchDone); w.run(wctx) }()
 	defer func() {
 		stopWatch()
-		<-watchDone
-		t.Logf("holder polls (each host every 25 ms): %d in %v, two holders seen: %d %v", w.polls, time.Since(watchStart).Round(time.Second), len(w.splits), w.splits)
-		if len(w.splits) > 0 {
-			t.Errorf("split brain: two holders at once %d times: %v", len(w.splits), w.splits)
+		splits := w.Splits()
+		t.Logf("holder polls (each host every 25 ms): %d in %v, two holders seen: %d %v", w.Polls(), time.Since(watchStart).Round(time.Second), len(splits), splits)
+		if len(splits) > 0 {
+			t.Errorf("split brain: two holders at once %d times: %v", len(splits), splits)
 		}
 	}()
 	// keepalived on host-1 first: it is elected alone (all start BACKUP,
 	// nopreempt); the others then join as backups.
 	start := time.Now()
-	startDaemon(ctx, t, hosts[0].c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
-	w.await(ctx, t, "first election", "", start, 15*time.Second)
+	metallabtest.StartDaemon(ctx, t, hosts[0].c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
+	w.AwaitOff(ctx, t, "first election", "", start, 15*time.Second)
 	for _, h := range hosts[1:] {
-		startDaemon(ctx, t, h.c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
+		metallabtest.StartDaemon(ctx, t, h.c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
 	}
 	for _, h := range hosts {
 		waitStatus(ctx, t, h.h, "every backend up", func(m map[string]string) bool {
 			return m["host-1"] == "UP" && m["host-2"] == "UP" && m["host-3"] == "UP"
 		})
 	}
-	w.stays(ctx, t, "backups join", "host-1", 2*time.Second)
+	w.Stays(ctx, t, "backups join", "host-1", 2*time.Second)
 
 	// A config change reloads the daemons without moving the VIP: the
 	// holder's priority changes (keepalived SIGHUP), HAProxy gets a
@@ -360,29 +161,32 @@ func TestVIPLab(t *testing.T) {
 		t.Fatalf("Apply a change: %+v, %v", res, err)
 	}
 	waitStatus(ctx, t, hosts[0].h, "host-3 drained by the config", func(m map[string]string) bool { return m["host-3"] == "DRAIN" })
-	w.stays(ctx, t, "reload", "host-1", 2*time.Second)
+	w.Stays(ctx, t, "reload", "host-1", 2*time.Second)
 	if _, err := vip.Apply(ctx, hosts[0].h, cfgOf(0)); err != nil {
 		t.Fatal(err)
 	}
 
 	// (b) the holder's apiserver fails /readyz.
-	hosts[0].api.ready.Store(false)
+	hosts[0].api.SetReady(false)
 	start = time.Now()
-	holder, readyzMove := w.await(ctx, t, "(b) host-1's /readyz 500", "host-1", start, failoverHangGuard)
-	hosts[0].api.ready.Store(true)
-	w.stays(ctx, t, "host-1 ready again (nopreempt)", holder, 4*time.Second)
+	holder, readyzMove := w.AwaitOff(ctx, t, "(b) host-1's /readyz 500", "host-1", start, failoverHangGuard)
+	hosts[0].api.SetReady(true)
+	w.Stays(ctx, t, "host-1 ready again (nopreempt)", holder, 4*time.Second)
 
 	// (a) the holder's node dies: cut from the bridge.
 	hi := slices.IndexFunc(hosts, func(h *labHost) bool { return h.Name == holder })
-	setLink(ctx, t, lab, hi, "down")
-	w.setCut(holder, true)
+	metallabtest.SetLink(ctx, t, lab, hi, "down")
+	w.SetCut(holder, true)
 	start = time.Now()
-	next, nodeMove := w.await(ctx, t, "(a) "+holder+" cut off", holder, start, failoverHangGuard)
+	next, nodeMove := w.AwaitOff(ctx, t, "(a) "+holder+" cut off", holder, start, failoverHangGuard)
 	// The dead node comes back as a rebooted one does: keepalived stopped
 	// while cut off, started again once linked (BACKUP, no preemption).
 	// SSH cannot reach it: its keepalived is found by namespace.
 	if err := wait.Until(ctx, 50*time.Millisecond, "keepalived on the cut host to stop", func() (bool, error) {
-		ps := nsProcs(ctx, t, hosts[hi].Host, "keepalived")
+		ps, err := metallabtest.NSProcs(ctx, hosts[hi].Host, "keepalived")
+		if err != nil {
+			return false, err
+		}
 		for _, p := range ps {
 			_ = unix.Kill(p, unix.SIGTERM)
 		}
@@ -390,10 +194,10 @@ func TestVIPLab(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	setLink(ctx, t, lab, hi, "up")
-	w.setCut(holder, false)
-	startDaemon(ctx, t, hosts[hi].c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
-	w.stays(ctx, t, holder+" back", next, 3*time.Second)
+	metallabtest.SetLink(ctx, t, lab, hi, "up")
+	w.SetCut(holder, false)
+	metallabtest.StartDaemon(ctx, t, hosts[hi].c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
+	w.Stays(ctx, t, holder+" back", next, 3*time.Second)
 
 	// (c) planned: hand the VIP off from its holder, drain that master in
 	// HAProxy everywhere, stop its apiserver — under load.
@@ -404,8 +208,14 @@ func TestVIPLab(t *testing.T) {
 			peers = append(peers, h.h)
 		}
 	}
-	load := startLoad(ctx, t, net.JoinHostPort(lab.VIP.String(), "8443"))
-	load.await(ctx, t, 50)
+	load := probeload.StartClients(ctx, "https://"+net.JoinHostPort(lab.VIP.String(), "8443")+"/version", &tls.Config{InsecureSkipVerify: true}, 0)
+	awaitLoad := func(n int) {
+		t.Helper()
+		if err := load.Await(ctx, n, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitLoad(50)
 	start = time.Now()
 	// A hang guard: a handoff is a few sessions, each a second late.
 	hctx, hcancel := context.WithTimeout(ctx, time.Minute)
@@ -418,9 +228,9 @@ func TestVIPLab(t *testing.T) {
 	t.Logf("(c) Handoff from %s: %v", next, handoff.Round(time.Millisecond))
 	// Handoff returns once another host holds the VIP; the watcher's
 	// own polls (every 25 ms) may not have seen it yet.
-	handedTo, _ := w.await(ctx, t, "(c) the watcher sees the new holder", next, start, 5*time.Second)
+	handedTo, _ := w.AwaitOff(ctx, t, "(c) the watcher sees the new holder", next, start, 5*time.Second)
 	newHolder := []string{handedTo}
-	load.await(ctx, t, load.count()+50)
+	awaitLoad(load.Count() + 50)
 	for _, h := range hosts {
 		if err := vip.Drain(ctx, h.h, next); err != nil {
 			t.Fatal(err)
@@ -430,23 +240,23 @@ func TestVIPLab(t *testing.T) {
 		}
 		waitStatus(ctx, t, h.h, next+" draining", func(m map[string]string) bool { return m[next] == "DRAIN" })
 	}
-	load.await(ctx, t, load.count()+50)
-	hosts[old].api.stop()
+	awaitLoad(load.Count() + 50)
+	hosts[old].api.Stop()
 	for _, h := range hosts {
 		waitStatus(ctx, t, h.h, next+" down after its apiserver stopped", func(m map[string]string) bool { return strings.HasPrefix(m[next], "DOWN") })
 	}
-	load.await(ctx, t, load.count()+100)
-	n, fails, reconnects := load.stop()
+	awaitLoad(load.Count() + 100)
+	n, fails, reconnects := load.Stop()
 	t.Logf("(c) handoff to %v, drain, apiserver stop: %d requests, %d failed, kept-alive client opened %d connections", newHolder, n, len(fails), reconnects)
 	// A request whose connection the old holder had accepted when the VIP
 	// left it is reset or times out (the connection's state stays there): only dropping
 	// new SYNs on the old holder before the move would avoid it (nftables,
 	// which the lab's hosts lack; docs/metal.md). Such failures are
 	// counted; any other fails the test.
-	var atMove, other []failure
+	var atMove, other []probeload.Failure
 	for _, f := range fails {
 		// The request was under way while the VIP moved.
-		if !f.at.Before(handoffStart) && f.from.Before(handoffEnd.Add(500*time.Millisecond)) {
+		if !f.At.Before(handoffStart) && f.From.Before(handoffEnd.Add(500*time.Millisecond)) {
 			atMove = append(atMove, f)
 		} else {
 			other = append(other, f)
@@ -473,27 +283,9 @@ func TestVIPLab(t *testing.T) {
 	if err := vip.Drain(ctx, hosts[0].h, "nobody"); err == nil {
 		t.Error("Drain of an unknown server succeeded")
 	}
-	w.stays(ctx, t, "Resume", newHolder[0], 2*time.Second)
+	w.Stays(ctx, t, "Resume", newHolder[0], 2*time.Second)
 	t.Logf("figures (speed, not asserted: BenchmarkVIPFailover measures them): (b) /readyz failed → moved %v; (a) node cut off → moved %v; (c) planned handoff %v, %d requests, %d failed",
 		readyzMove.Round(time.Millisecond), nodeMove.Round(time.Millisecond), handoff.Round(time.Millisecond), n, len(fails))
-}
-
-// nsProcs lists the processes called comm in h's network namespace (the
-// hosts share the machine's pids).
-func nsProcs(ctx context.Context, t *testing.T, h *metallab.Host, comm string) []int {
-	t.Helper()
-	out, err := exec.CommandContext(ctx, "ip", "netns", "pids", h.NS).Output()
-	if err != nil {
-		t.Fatalf("ip netns pids %s: %v", h.NS, err)
-	}
-	var ps []int
-	for _, f := range strings.Fields(string(out)) {
-		b, _ := os.ReadFile("/proc/" + f + "/comm")
-		if p, err := strconv.Atoi(f); err == nil && strings.TrimSpace(string(b)) == comm {
-			ps = append(ps, p)
-		}
-	}
-	return ps
 }
 
 // waitStatus waits until HAProxy's view on h (server → status) satisfies ok.
@@ -521,98 +313,6 @@ func waitStatus(ctx context.Context, t *testing.T, h vip.Host, what string, ok f
 	}
 }
 
-// load sends GETs through the VIP without pause: one client opening a
-// new connection for each, one keeping its connections alive (Go's
-// transport, as client-go: a request on a reused connection that the
-// server reset before answering is retried on a new one).
-type load struct {
-	mu         sync.Mutex
-	n          int
-	fails      []failure
-	reconnects atomic.Int64
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
-}
-
-func startLoad(ctx context.Context, t *testing.T, addr string) *load {
-	t.Helper()
-	lctx, cancel := context.WithCancel(ctx)
-	l := &load{cancel: cancel}
-	tlsc := &tls.Config{InsecureSkipVerify: true}
-	fresh := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsc, DisableKeepAlives: true}}
-	kept := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsc, MaxIdleConnsPerHost: 2,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			l.reconnects.Add(1)
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		}}}
-	for i, c := range []*http.Client{fresh, kept, kept} {
-		kind := map[bool]string{true: "new connection", false: "kept-alive"}[i == 0]
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			for lctx.Err() == nil {
-				from := time.Now()
-				req, _ := http.NewRequestWithContext(lctx, http.MethodGet, "https://"+addr+"/version", nil)
-				resp, err := c.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if err == nil && resp.StatusCode != http.StatusOK {
-						err = fmt.Errorf("status %s", resp.Status)
-					}
-				}
-				if lctx.Err() != nil {
-					return
-				}
-				l.mu.Lock()
-				l.n++
-				if err != nil {
-					l.fails = append(l.fails, failure{from, time.Now(), kind, err})
-				}
-				l.mu.Unlock()
-			}
-		}()
-	}
-	return l
-}
-
-func (l *load) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n
-}
-
-// await waits until n requests have been made (progress, not time).
-func (l *load) await(ctx context.Context, t *testing.T, n int) {
-	t.Helper()
-	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	if err := wait.Until(wctx, 10*time.Millisecond, fmt.Sprintf("%d requests", n), func() (bool, error) { return l.count() >= n, nil }); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// failure is one failed request.
-type failure struct {
-	from time.Time // the request's start
-	at   time.Time
-	kind string
-	err  error
-}
-
-func (f failure) String() string {
-	return fmt.Sprintf("%s–%s %s: %v", f.from.Format("15:04:05.000"), f.at.Format("15:04:05.000"), f.kind, f.err)
-}
-
-func (l *load) stop() (int, []failure, int64) {
-	l.cancel()
-	l.wg.Wait()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n, l.fails, l.reconnects.Load()
-}
-
 type tlog struct{ t *testing.T }
 
 func (w tlog) Write(p []byte) (int, error) {
@@ -621,41 +321,12 @@ func (w tlog) Write(p []byte) (int, error) {
 }
 
 // The naive arm, for comparison: kubeadm's docs/ha-considerations.md as
-// written (check every 3 s, fall 10, rise 2, weight -2; priorities 101 and
-// 100, MASTER and BACKUP, preemption, multicast, adverts every 1 s), its
-// check run against /readyz with --fail: the doc's check_apiserver.sh asks
-// "/" without --fail and so never sees a /readyz 500, only a refused
-// connection. Scenario (b): the holder's /readyz fails.
-const docKeepalivedConf = `! after kubeadm's docs/ha-considerations.md
-global_defs {
-    router_id LVS_DEVEL
-}
-vrrp_script check_apiserver {
-  script "/etc/kubernetes/doc-arm/check_apiserver.sh"
-  interval 3
-  weight -2
-  fall 10
-  rise 2
-}
-
-vrrp_instance VI_1 {
-    state %s
-    interface eth0
-    virtual_router_id 51
-    priority %d
-    authentication {
-        auth_type PASS
-        auth_pass 42
-    }
-    virtual_ipaddress {
-        %s
-    }
-    track_script {
-        check_apiserver
-    }
-}
-`
-
+// written (metallabtest.DocKeepalivedConf: check every 3 s, fall 10, rise
+// 2, weight -2; priorities 101 and 100, MASTER and BACKUP, preemption,
+// multicast, adverts every 1 s), its check (docCheck) run against /readyz
+// with --fail: the doc's check_apiserver.sh asks "/" without --fail and so
+// never sees a /readyz 500, only a refused connection. Scenario (b): the
+// holder's /readyz fails.
 const docCheck = `#!/bin/sh
 errorExit() {
     echo "*** $*" 1>&2
@@ -669,9 +340,9 @@ func TestVIPKubeadmDocArm(t *testing.T) {
 	defer cancel()
 	lab := metallabtest.Start(ctx, t, 2, keepalivedBin, "curl")
 	cert := metallabtest.SelfSigned(t)
-	var apis []*apiserver
+	var apis []*metallabtest.APIServer
 	for i, h := range lab.Hosts {
-		apis = append(apis, startAPIServer(t, h, cert))
+		apis = append(apis, metallabtest.StartAPIServer(t, h, cert))
 		c, err := lab.Dial(ctx, h)
 		if err != nil {
 			t.Fatal(err)
@@ -681,41 +352,35 @@ func TestVIPKubeadmDocArm(t *testing.T) {
 		if i > 0 {
 			state, prio = "BACKUP", 100
 		}
-		run(ctx, t, c, "mkdir -p /etc/kubernetes/doc-arm /run/doc-arm")
-		if err := c.Upload(ctx, "/etc/kubernetes/doc-arm/keepalived.conf", fmt.Appendf(nil, docKeepalivedConf, state, prio, lab.VIP), 0o644); err != nil {
+		metallabtest.Run(ctx, t, c, "mkdir -p /etc/kubernetes/doc-arm /run/doc-arm")
+		if err := c.Upload(ctx, "/etc/kubernetes/doc-arm/keepalived.conf", fmt.Appendf(nil, metallabtest.DocKeepalivedConf, state, prio, lab.VIP), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Upload(ctx, "/etc/kubernetes/doc-arm/check_apiserver.sh", []byte(docCheck), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		// Stopped by the lab's teardown (every process of its hosts).
-		startDaemon(ctx, t, c, "/run/doc-arm/keepalived.log", []string{"keepalived", "--dont-fork", "--log-console", "--vrrp",
+		metallabtest.StartDaemon(ctx, t, c, "/run/doc-arm/keepalived.log", []string{"keepalived", "--dont-fork", "--log-console", "--vrrp",
 			"--use-file=/etc/kubernetes/doc-arm/keepalived.conf", "--pid=/run/doc-arm/keepalived.pid", "--vrrp_pid=/run/doc-arm/vrrp.pid"})
 	}
-	w := &watcher{lab: lab, cut: map[string]bool{}}
-	wctx, stopWatch := context.WithCancel(ctx)
-	watchDone := make(chan struct{})
-	go func() { defer close(watchDone); w.run(wctx) }()
+	w, stopWatch := metallabtest.WatchHolders(ctx, lab, 25*time.Millisecond)
 	defer func() {
 		stopWatch()
-		<-watchDone
-		t.Logf("holder polls: %d, two holders seen: %d %v", w.polls, len(w.splits), w.splits)
+		splits := w.Splits()
+		t.Logf("holder polls: %d, two holders seen: %d %v", w.Polls(), len(splits), splits)
 	}()
 	start := time.Now()
-	w.await(ctx, t, "the doc's election", "", start, 15*time.Second)
-	w.mu.Lock()
-	first := w.holders[0]
-	w.mu.Unlock()
+	first, _ := w.AwaitOff(ctx, t, "the doc's election", "", start, 15*time.Second)
 	if first != "host-1" {
 		t.Fatalf("the doc's MASTER is not holding: %s", first)
 	}
 	// The doc's check needs its first rise before it counts: wait until
 	// host-1's check has passed (rise 2 × 3 s) — observed as 10 s of
 	// holding, bounded by the test's context.
-	w.stays(ctx, t, "the doc's checks rise", "host-1", 8*time.Second)
-	apis[0].ready.Store(false)
+	w.Stays(ctx, t, "the doc's checks rise", "host-1", 8*time.Second)
+	apis[0].SetReady(false)
 	start = time.Now()
-	_, d := w.await(ctx, t, "(b, the doc's timers) host-1's /readyz 500", "host-1", start, 60*time.Second)
+	_, d := w.AwaitOff(ctx, t, "(b, the doc's timers) host-1's /readyz 500", "host-1", start, 60*time.Second)
 	t.Logf("figures: the doc's configuration moved the VIP %v after /readyz failed (ours: logged by TestVIPLab; BenchmarkVIPFailover has both)", d.Round(time.Millisecond))
 	if d < 20*time.Second {
 		t.Errorf("the doc's arm moved in %v: expected ~30 s (fall 10 × interval 3 s)", d)
@@ -738,7 +403,7 @@ func TestVIPInterruptedHandoffHeals(t *testing.T) {
 	}
 	t.Cleanup(func() { c.Close() })
 	h := vip.Host{Name: h0.Name, Exec: c, Log: slog.New(slog.NewTextHandler(tlog{t}, nil))}
-	startAPIServer(t, h0, metallabtest.SelfSigned(t))
+	metallabtest.StartAPIServer(t, h0, metallabtest.SelfSigned(t))
 	cfg := vip.Config{VIP: lab.VIP.String(), Priority: vip.DefaultPriority(0, 1), Host: h0.Name, Masters: []vip.Master{{Name: h0.Name, Address: h0.Addr.String()}}}
 	if _, err := vip.Apply(ctx, h, cfg); err != nil {
 		t.Fatal(err)
@@ -755,8 +420,8 @@ func TestVIPInterruptedHandoffHeals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startDaemon(ctx, t, c, vip.RunDir+"/haproxy.log", files.HAProxyCommand)
-	startDaemon(ctx, t, c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
+	metallabtest.StartDaemon(ctx, t, c, vip.RunDir+"/haproxy.log", files.HAProxyCommand)
+	metallabtest.StartDaemon(ctx, t, c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
 	addr := net.JoinHostPort(lab.VIP.String(), "8443")
 	dial := func() error {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
@@ -790,7 +455,7 @@ func TestVIPInterruptedHandoffHeals(t *testing.T) {
 	if healed < vip.SynDropLifetime-time.Second {
 		t.Errorf("new connections accepted again %v after the drop, before its lifetime of %v ran out: the drop did not hold", healed, vip.SynDropLifetime)
 	}
-	if out := run(ctx, t, c, "nft list set inet "+vip.SynDropTable+" handoff"); strings.Contains(out, lab.VIP.String()) {
+	if out := metallabtest.Run(ctx, t, c, "nft list set inet "+vip.SynDropTable+" handoff"); strings.Contains(out, lab.VIP.String()) {
 		t.Errorf("the VIP is still in the drop set:\n%s", out)
 	}
 	t.Logf("an interrupted handoff's drop healed by itself %v after it began (its lifetime %v)", healed.Round(100*time.Millisecond), vip.SynDropLifetime)

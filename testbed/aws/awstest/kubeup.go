@@ -31,6 +31,7 @@ import (
 	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
+	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/aws/awstest/kubeupmaster"
 	"github.com/hamaster/hamaster/testbed/local/localtest"
 )
@@ -212,9 +213,9 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 		awsp.OptDeregistrationDelay: "120s", // scaled by the proxy
 		awsp.OptHostedZoneID:        c.ZoneID,
 		awsp.OptEndpointMode:        o.EndpointMode,
-		awsp.OptSSHUser:             k.SSHUser,
-		awsp.OptSSHKey:              k.SSHKeyFile,
-		awsp.OptSSHKnownHosts:       k.KnownHostsFile,
+		remote.OptUser:              k.SSHUser,
+		remote.OptKey:               k.SSHKeyFile,
+		remote.OptKnownHosts:        k.KnownHostsFile,
 		awsp.OptSSHBastion:          k.Bastion,
 		awsp.OptReleaseURL:          releases.URL(),
 	}}

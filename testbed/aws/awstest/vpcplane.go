@@ -745,22 +745,9 @@ func (v *VPCPlane) startIn(holder, bin string, args []string, logPath string) (*
 
 func (v *VPCPlane) startSSHD(x *awsVM) error {
 	sshDir := filepath.Join(x.dir, "ssh")
-	conf := []string{
-		"ListenAddress 0.0.0.0:22",
-		"HostKey " + filepath.Join(sshDir, "ssh_host_ed25519_key"),
-		"PidFile " + filepath.Join(sshDir, "sshd.pid"),
-		"AuthorizedKeysFile " + filepath.Join(sshDir, "authorized_keys", "%u"),
-		"StrictModes no", "UsePAM no", "AllowTcpForwarding yes", "PermitRootLogin prohibit-password",
-		"PubkeyAuthentication yes", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
-		"AllowAgentForwarding no", "X11Forwarding no", "PrintMotd no", "PrintLastLog no", "UseDNS no",
-		"MaxStartups 100", "MaxSessions 100", "LogLevel VERBOSE",
-	}
-	cfg := filepath.Join(sshDir, "sshd_config")
-	if err := os.WriteFile(cfg, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
+	cfg, err := vpc.WriteSSHDConfig(sshDir, 22)
+	if err != nil {
 		return err
-	}
-	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
-		return fmt.Errorf("sshd privilege separation dir: %w", err)
 	}
 	logPath := filepath.Join(sshDir, "sshd.log")
 	_ = os.Remove(logPath)

@@ -106,15 +106,7 @@ func (s *Server) createChange(r *request, z *managedZone) (any, *apiError) {
 	z.changes[id] = c
 	lat := s.latency(r.method)
 	start := time.Now()
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		t := time.NewTimer(lat)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-s.closeCtx.Done():
-		}
+	s.after(lat, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for key := range gone {
@@ -127,7 +119,7 @@ func (s *Server) createChange(r *request, z *managedZone) (any, *apiError) {
 		}
 		c["status"] = "done"
 		s.opStats = append(s.opStats, OpStat{Method: "dns.changes.create", Start: start, End: time.Now()})
-	}()
+	})
 	return deepCopy(c), nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hamaster/hamaster/testbed/gce/gcefake"
+	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 )
 
 // TestRefusesWhatComputeRefuses: each case is a request the real API
@@ -101,11 +102,7 @@ func TestOperationFailsInside(t *testing.T) {
 // DONE is not found for a while, then is.
 func TestEventualConsistency(t *testing.T) {
 	t.Parallel()
-	f, err := gcefake.New(gcefake.Options{Subnet: 249, Dir: t.TempDir(), Visibility: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	f := gcetest.Fake(t, gcefake.Options{Subnet: 249, Visibility: time.Second})
 	ctx := context.Background()
 	ac, err := compute.NewAddressesRESTClient(ctx, option.WithEndpoint(f.URL), option.WithoutAuthentication())
 	if err != nil {

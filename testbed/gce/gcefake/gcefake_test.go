@@ -17,15 +17,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hamaster/hamaster/testbed/gce/gcefake"
+	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 )
 
 func newFake(t *testing.T) (*gcefake.Server, *compute.AddressesClient, *compute.RegionOperationsClient) {
 	t.Helper()
-	f, err := gcefake.New(gcefake.Options{Subnet: 250, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	f := gcetest.Fake(t, gcefake.Options{Subnet: 250})
 	ctx := context.Background()
 	opts := []option.ClientOption{option.WithEndpoint(f.URL), option.WithoutAuthentication()}
 	ac, err := compute.NewAddressesRESTClient(ctx, opts...)

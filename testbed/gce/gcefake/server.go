@@ -534,15 +534,7 @@ func (s *Server) newOp(r *request, scope, target, opType string, effect func() *
 	if rid := r.query.Get("requestId"); rid != "" {
 		s.requests[rid] = op
 	}
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		t := time.NewTimer(lat)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-s.closeCtx.Done():
-		}
+	s.after(lat, func() {
 		var aerr *apiError
 		if effect != nil {
 			aerr = effect()
@@ -563,7 +555,7 @@ func (s *Server) newOp(r *request, scope, target, opType string, effect func() *
 		}
 		s.opStats = append(s.opStats, OpStat{Method: op.method, Start: op.start, End: end})
 		close(op.done)
-	}()
+	})
 	return s.opView(op)
 }
 
@@ -804,4 +796,19 @@ func (s *Server) RunningProcesses() (nodes, lbs int) {
 		}
 	}
 	return nodes, lbs
+}
+
+// after runs f in the background once lat has passed (an operation's or
+// a change's latency), or at once when the server closes; Close waits
+// for it.
+func (s *Server) after(lat time.Duration, f func()) {
+	s.bg.Go(func() {
+		t := time.NewTimer(lat)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.closeCtx.Done():
+		}
+		f()
+	})
 }

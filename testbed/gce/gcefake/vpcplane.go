@@ -215,24 +215,11 @@ func (s *Server) bootVM(key string) *apiError {
 // until it listens.
 func (s *Server) startSSHD(x *vpcVM) *apiError {
 	sshDir := filepath.Join(x.dir, "ssh")
-	conf := []string{
-		"ListenAddress 0.0.0.0:" + strconv.Itoa(SSHPort),
-		"HostKey " + filepath.Join(sshDir, "ssh_host_ed25519_key"),
-		"PidFile " + filepath.Join(sshDir, "sshd.pid"),
-		// The guest agent writes each ssh-keys user's keys into that
-		// user's authorized_keys; here one file per user.
-		"AuthorizedKeysFile " + filepath.Join(sshDir, "authorized_keys", "%u"),
-		"StrictModes no", "UsePAM no", "AllowTcpForwarding yes", "PermitRootLogin prohibit-password",
-		"PubkeyAuthentication yes", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
-		"AllowAgentForwarding no", "X11Forwarding no", "PrintMotd no", "PrintLastLog no", "UseDNS no",
-		"MaxStartups 100", "MaxSessions 100", "LogLevel VERBOSE", "SetEnv SHLVL=1",
-	}
-	cfg := filepath.Join(sshDir, "sshd_config")
-	if err := os.WriteFile(cfg, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
+	// The guest agent writes each ssh-keys user's keys into that user's
+	// authorized_keys: WriteSSHDConfig names one file per user.
+	cfg, err := vpc.WriteSSHDConfig(sshDir, SSHPort, "SetEnv SHLVL=1")
+	if err != nil {
 		return errf(500, "internalError", "%v", err)
-	}
-	if err := os.MkdirAll("/run/sshd", 0o755); err != nil { // privilege separation (systemd makes it on a VM)
-		return errf(500, "internalError", "sshd privilege separation dir: %v", err)
 	}
 	logPath := filepath.Join(sshDir, "sshd.log")
 	_ = os.Remove(logPath)

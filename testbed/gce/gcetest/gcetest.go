@@ -18,6 +18,7 @@ import (
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
+	"github.com/hamaster/hamaster/testbed/gce/gcefake"
 )
 
 // Region and Zones the test clusters use.
@@ -42,6 +43,21 @@ type Options = KubeUpOptions
 
 // MasterName is master 0's name.
 func MasterName(cluster string) string { return cluster + "-master" }
+
+// Fake starts a fake GCE API without a data plane (o.Dir the test's own
+// when empty), closed when the test ends.
+func Fake(t testing.TB, o gcefake.Options) *gcefake.Server {
+	t.Helper()
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	f, err := gcefake.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
 
 // Up starts a fake in VPC mode with master 0 (UpKubeUp) and opens the GCE
 // provider on it.

@@ -139,8 +139,8 @@ func UpKubeadm(t testing.TB, name string, o KubeadmOptions) *KubeadmCluster {
 	c.Settings = providers.Settings{Cluster: name, StateDir: stateDir, Out: io.Discard, Options: map[string]string{
 		gce.OptProject: fake.Project(), gce.OptRegion: Region, gce.OptZones: ZoneA + "," + ZoneB,
 		gce.OptEndpoint: fake.URL, gce.OptDNSZone: "example-zone", gce.OptDrainSeconds: "1", gce.OptOpTimeout: "60s",
-		gce.OptMasterName: c.Master, gce.OptSSHUser: SSHUser, gce.OptSSHKey: keyFile, gce.OptSSHKnownHosts: c.KnownHostsFile,
-		gce.OptSSHPort: fmt.Sprint(gcefake.SSHPort), gce.OptMasterFormat: gce.MasterFormatKubeadm,
+		gce.OptMasterName: c.Master, remote.OptUser: SSHUser, remote.OptKey: keyFile, remote.OptKnownHosts: c.KnownHostsFile,
+		remote.OptPort: fmt.Sprint(gcefake.SSHPort), gce.OptMasterFormat: gce.MasterFormatKubeadm,
 	}}
 	fake.AddManagedZone("example-zone", "example.test.")
 	return c

@@ -13,6 +13,7 @@ import (
 	"github.com/hamaster/hamaster/dataplane/vpc/vpctest"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
+	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake/kubeupmaster"
 	"github.com/hamaster/hamaster/testbed/local/localtest"
@@ -117,8 +118,8 @@ func UpKubeUp(t testing.TB, name string, o KubeUpOptions) *KubeUpCluster {
 	c.Settings = providers.Settings{Cluster: name, StateDir: stateDir, Out: io.Discard, Options: map[string]string{
 		gce.OptProject: fake.Project(), gce.OptRegion: Region, gce.OptZones: ZoneA + "," + ZoneB,
 		gce.OptEndpoint: fake.URL, gce.OptDNSZone: "example-zone", gce.OptDrainSeconds: "1", gce.OptOpTimeout: "60s",
-		gce.OptMasterName: m.Name, gce.OptSSHUser: SSHUser, gce.OptSSHKey: keyFile, gce.OptSSHKnownHosts: c.KnownHostsFile,
-		gce.OptSSHPort: fmt.Sprint(gcefake.SSHPort), gce.OptReleaseURL: fake.ReleaseURL(),
+		gce.OptMasterName: m.Name, remote.OptUser: SSHUser, remote.OptKey: keyFile, remote.OptKnownHosts: c.KnownHostsFile,
+		remote.OptPort: fmt.Sprint(gcefake.SSHPort), gce.OptReleaseURL: fake.ReleaseURL(),
 	}}
 	if err := c.WaitReady(ctx, m.StaticIP, o.BootTimeout); err != nil {
 		t.Fatal(err)

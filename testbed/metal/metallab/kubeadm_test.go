@@ -84,12 +84,9 @@ func waitNodesReady(ctx context.Context, t *testing.T, c kubernetes.Interface, v
 func TestKubeadmInit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	kubeletProgram, binDir := metallabtest.Kubeadm(t, kubeadmVersion)
-	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 1, Kubelet: kubeletProgram, BinDir: binDir})
+	o := metallabtest.KubeadmOptions(t, 1, kubeadmVersion)
+	lab := metallabtest.StartKubeadm(ctx, t, o, kubeadmVersion)
 	h := lab.Hosts[0]
-	if err := lab.Install(ctx, h, kubeadmVersion); err != nil {
-		t.Fatal(err)
-	}
 	took, err := lab.KubeadmInit(ctx, h, metallab.KubeadmInit{Version: kubeadmVersion})
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +98,7 @@ func TestKubeadmInit(t *testing.T) {
 	waitNodesReady(ctx, t, c, kubeadmVersion, h.Name)
 	t.Logf("Node %s Ready, mirror pods Running %v after init", h.Name, time.Since(start).Round(time.Millisecond))
 
-	out, err := exec.CommandContext(ctx, filepath.Join(binDir, kubeadmVersion, "kubectl"), "--kubeconfig", lab.AdminConfFile, "get", "--raw", "/readyz").CombinedOutput()
+	out, err := exec.CommandContext(ctx, filepath.Join(o.BinDir, kubeadmVersion, "kubectl"), "--kubeconfig", lab.AdminConfFile, "get", "--raw", "/readyz").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "ok" {
 		t.Fatalf("kubectl get --raw /readyz: %v: %s", err, out)
 	}
@@ -205,14 +202,8 @@ func runLogged(ctx context.Context, t *testing.T, c *remote.Client, cmd, log str
 func TestKubeadmControlPlaneJoin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	kubeletProgram, binDir := metallabtest.Kubeadm(t, kubeadmVersion)
-	lab := metallabtest.StartWith(ctx, t, metallab.Options{Hosts: 2, Kubelet: kubeletProgram, BinDir: binDir})
+	lab := metallabtest.StartKubeadm(ctx, t, metallabtest.KubeadmOptions(t, 2, kubeadmVersion), kubeadmVersion)
 	h1, h2 := lab.Hosts[0], lab.Hosts[1]
-	for _, h := range lab.Hosts {
-		if err := lab.Install(ctx, h, kubeadmVersion); err != nil {
-			t.Fatal(err)
-		}
-	}
 	c1, c2 := dial(ctx, t, lab, h1), dial(ctx, t, lab, h2)
 	run(ctx, t, c1, fmt.Sprintf("ip addr add %s/24 dev eth0", lab.VIP))
 	endpoint := lab.VIPEndpoint()

@@ -15,6 +15,7 @@ import (
 	"github.com/hamaster/hamaster/kubeenv/kubeuptest"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake/kubeupmaster"
+	"github.com/hamaster/hamaster/testbed/gce/gcetest"
 )
 
 // TestCreateAsKubeUp checks what Create leaves in the API against
@@ -22,11 +23,7 @@ import (
 // needed).
 func TestCreateAsKubeUp(t *testing.T) {
 	t.Parallel()
-	fake, err := gcefake.New(gcefake.Options{Subnet: 249, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fake.Close()
+	fake := gcetest.Fake(t, gcefake.Options{Subnet: 249})
 	fake.SetLatency(func(string) time.Duration { return 5 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

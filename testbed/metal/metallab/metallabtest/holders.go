@@ -2,11 +2,13 @@ package metallabtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/hamaster/hamaster/internal/wait"
@@ -26,6 +28,7 @@ type Holders struct {
 	holders []string
 	changes []holderChange
 	splits  []string
+	polls   int
 	err     error
 }
 
@@ -62,6 +65,7 @@ func (w *Holders) poll(ctx context.Context, h *metallab.Host, every time.Duratio
 		}
 		w.held[h.Name] = strings.Contains(string(out), " "+w.lab.VIP.String()+"/")
 		w.polled[h.Name] = true
+		w.polls++
 		w.update()
 		w.mu.Unlock()
 		select {
@@ -161,6 +165,45 @@ func (w *Holders) Await(ctx context.Context, old string, start time.Time, bound 
 		return "", 0, false
 	}
 	return to, time.Since(start), true
+}
+
+// AwaitOff is Await for a test, the bound from now: it fails t when no
+// host other than old holds the VIP alone within bound, and logs which
+// did and how long after start.
+func (w *Holders) AwaitOff(ctx context.Context, t testing.TB, what, old string, start time.Time, bound time.Duration) (string, time.Duration) {
+	t.Helper()
+	to, _, ok := w.Await(ctx, old, time.Now(), bound)
+	if !ok {
+		t.Fatalf("hang guard: %s: not one holder within %v (holders %v, poll error %v)", what, bound, w.Current(), w.Err())
+	}
+	d := time.Since(start)
+	t.Logf("%s: %s after %v", what, to, d.Round(time.Millisecond))
+	return to, d
+}
+
+// Stays fails t when holder does not keep the VIP alone for d (as with
+// nopreempt: a master that recovers does not take the VIP back).
+func (w *Holders) Stays(ctx context.Context, t testing.TB, what, holder string, d time.Duration) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	err := wait.Until(wctx, 10*time.Millisecond, what, func() (bool, error) {
+		if hs := w.Current(); len(hs) != 1 || hs[0] != holder {
+			return false, fmt.Errorf("%s: the VIP left %s: holders %v", what, holder, hs)
+		}
+		return false, nil
+	})
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %s kept the VIP for %v", what, holder, d)
+}
+
+// Polls is the number of polls made so far (of all hosts).
+func (w *Holders) Polls() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.polls
 }
 
 // Timeline is the holders' changes since start, times from start.
