@@ -195,9 +195,10 @@ demo: build
 # the metal lab's three hosts, as root with its prerequisites
 # (scripts/test-prereqs.sh: keepalived, haproxy, sshd), failover time and
 # failed requests through the VIP for the holder's host killed, its
-# apiserver killed and a planned handoff, hamaster's keepalived + HAProxy
-# against kubeadm's docs/ha-considerations.md; ~6 minutes more, and
-# bench-results/vip.json. BENCH selects benchmarks by name
+# apiserver killed and a planned handoff (failed requests and the longest
+# wait for new and for kept-alive connections apart), hamaster's
+# keepalived + HAProxy against kubeadm's docs/ha-considerations.md;
+# ~6 minutes more, and bench-results/vip.json. BENCH selects benchmarks by name
 # (make bench VIP=1 BENCH=VIP: the VIP arm alone).
 PROFILE ?= instant
 SCALE   ?= 1

@@ -194,6 +194,51 @@ exit 0
 // planned removal drains first (weight 0 / "state drain"), which never
 // marks the server down, so drained sessions end on their own; a long
 // tunnel timeout for watches.
+//
+// A new connection never waits on a dead apiserver for long (issue 33:
+// the VIP moved in 1.56 s, but the new holder's HAProxy, whose checks
+// had not yet failed on the dead host, sent a new connection there and
+// the client waited 5.7 s). After HAProxy 2.6's configuration manual
+// (the version Debian bookworm ships; doc/configuration.txt):
+//   - timeout connect 500ms: "If the server is located on the same LAN
+//     as HAProxy, the connection should be immediate (less than a few
+//     milliseconds)" — a SYN unanswered for 500 ms means a dead host,
+//     and its connection goes elsewhere (below) rather than waiting for
+//     the kernel's own SYN retransmission at 1 s. The manual's advice of
+//     4–5 s ("to cover one or several TCP packet losses") is for a
+//     connection that has nowhere else to go; here a lost SYN costs
+//     500 ms and another apiserver. It is also the checks' connect
+//     timeout ("min("timeout connect", "inter")" when "timeout check" is
+//     set), so a check of a dead host fails in 500 ms, not 1 s.
+//   - option redispatch 1: "a positive value of 1 would indicate a
+//     redispatch on every retry" (the default, -1, redispatches on the
+//     last retry only, and "a turn-around timer of min("timeout
+//     connect", one second) is applied before a retry occurs on the same
+//     server"); "When a retry occurs, HAProxy tries to select another
+//     server than the last one". retries 3: with redispatch on each, a
+//     connection tries up to four servers, enough to pass two dead ones
+//     of three, and a client whose every apiserver is down hears so
+//     within 2 s.
+//   - observe layer4, error-limit 1, on-error sudden-death: "In layer4
+//     mode, only successful/unsuccessful tcp connections are
+//     significant"; one failed connection (error-limit's default is 10)
+//     makes the next health check the deciding one ("simulate a
+//     pre-fatal failed health check, one more failed check will mark a
+//     server down, forces fastinter"). Not mark-down ("mark the server
+//     immediately down"): with on-marked-down shutdown-sessions, one lost
+//     SYN to a busy but healthy apiserver would end every watch on it;
+//     here a check has to agree.
+//   - fastinter 250ms: the interval of checks on a server "Transitionally
+//     UP (going down "fall")" or "Transitionally DOWN (going up "rise")";
+//     HAProxy also brings the next check forward to fastinter after an
+//     observed error. A dead apiserver is marked down about 0.75 s (a
+//     fastinter and a check's 500 ms connect) after the first failed
+//     connection or check; from its death, 2.25 s at worst (the first
+//     check up to inter away, 500 ms to fail, then those 0.75 s), about
+//     when keepalived moves the VIP, instead of up to fall × inter plus
+//     1 s timeouts (3 s). A recovered one rises
+//     after two passing checks 250 ms apart. A healthy server is checked
+//     every inter (1 s), as before.
 var haproxyTmpl = template.Must(template.New("haproxy.cfg").Parse(`# Rendered by hamaster for {{.Host}}; changes are overwritten.
 # Design: docs/metal.md "The VIP"; after kubeadm's docs/ha-considerations.md.
 global
@@ -201,9 +246,9 @@ global
     stats timeout 30s
 defaults
     mode tcp
-    option redispatch
-    retries 2
-    timeout connect 2s
+    option redispatch 1
+    retries 3
+    timeout connect 500ms
     timeout client 30s
     timeout server 30s
     timeout tunnel 1h
@@ -223,7 +268,7 @@ backend {{.Backend}}
     balance leastconn
     option httpchk GET /readyz
     http-check expect status 200
-    default-server check check-ssl verify none inter 1s fall 2 rise 2 on-marked-down shutdown-sessions
+    default-server check check-ssl verify none inter 1s fastinter 250ms fall 2 rise 2 observe layer4 error-limit 1 on-error sudden-death on-marked-down shutdown-sessions
 {{- range .Servers}}
     server {{.Name}} {{.Address}}:{{$.APIServerPort}}{{if .Drained}} weight 0{{end}}
 {{- end}}
