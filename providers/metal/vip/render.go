@@ -219,26 +219,31 @@ exit 0
 //     connection tries up to four servers, enough to pass two dead ones
 //     of three, and a client whose every apiserver is down hears so
 //     within 2 s.
-//   - observe layer4, error-limit 1, on-error sudden-death: "In layer4
+//   - observe layer4, error-limit 1, on-error fastinter: "In layer4
 //     mode, only successful/unsuccessful tcp connections are
 //     significant"; one failed connection (error-limit's default is 10)
-//     makes the next health check the deciding one ("simulate a
-//     pre-fatal failed health check, one more failed check will mark a
-//     server down, forces fastinter"). Not mark-down ("mark the server
-//     immediately down"): with on-marked-down shutdown-sessions, one lost
-//     SYN to a busy but healthy apiserver would end every watch on it;
-//     here a check has to agree.
+//     brings the next health check forward ("fastinter: force
+//     fastinter"), and the checks decide (fall 2). Not mark-down,
+//     sudden-death or fail-check: they change the server's health at
+//     the failed connection itself, and a server marked down there
+//     (sudden-death after two failed connections at once) has
+//     on-marked-down shutdown-sessions end the very connection being
+//     redispatched away from it: make bench VIP=1 lost a new connection
+//     so at each apiserver kill with sudden-death (HAProxy's log: "D",
+//     killed because the server went down). With mark-down, too, one
+//     lost SYN to a healthy apiserver would end every watch on it.
 //   - fastinter 250ms: the interval of checks on a server "Transitionally
-//     UP (going down "fall")" or "Transitionally DOWN (going up "rise")";
-//     HAProxy also brings the next check forward to fastinter after an
-//     observed error. A dead apiserver is marked down about 0.75 s (a
-//     fastinter and a check's 500 ms connect) after the first failed
-//     connection or check; from its death, 2.25 s at worst (the first
-//     check up to inter away, 500 ms to fail, then those 0.75 s), about
-//     when keepalived moves the VIP, instead of up to fall × inter plus
-//     1 s timeouts (3 s). A recovered one rises
-//     after two passing checks 250 ms apart. A healthy server is checked
-//     every inter (1 s), as before.
+//     UP (going down "fall")" or "Transitionally DOWN (going up "rise")",
+//     and the delay of the check an observed error brings forward. A
+//     dead host's apiserver (each check waiting out the 500 ms connect)
+//     is marked down about 1.5 s after the first connection it fails
+//     (0.25 + 0.5, twice), and at most about 2.25 s after its death
+//     (the first check up to inter away), about when keepalived moves
+//     the VIP, instead of up to about 4 s (two checks 1 s apart, each
+//     with a 1 s connect timeout); a killed one (refused at once) about
+//     0.5 s after its first refusal. A recovered one rises after two
+//     passing checks 250 ms apart. A healthy server is checked every
+//     inter (1 s), as before.
 var haproxyTmpl = template.Must(template.New("haproxy.cfg").Parse(`# Rendered by hamaster for {{.Host}}; changes are overwritten.
 # Design: docs/metal.md "The VIP"; after kubeadm's docs/ha-considerations.md.
 global
@@ -268,7 +273,7 @@ backend {{.Backend}}
     balance leastconn
     option httpchk GET /readyz
     http-check expect status 200
-    default-server check check-ssl verify none inter 1s fastinter 250ms fall 2 rise 2 observe layer4 error-limit 1 on-error sudden-death on-marked-down shutdown-sessions
+    default-server check check-ssl verify none inter 1s fastinter 250ms fall 2 rise 2 observe layer4 error-limit 1 on-error fastinter on-marked-down shutdown-sessions
 {{- range .Servers}}
     server {{.Name}} {{.Address}}:{{$.APIServerPort}}{{if .Drained}} weight 0{{end}}
 {{- end}}

@@ -53,7 +53,7 @@ func TestRender(t *testing.T) {
 	mustContain(t, "haproxy.cfg", f.HAProxyCfg.Data,
 		"mode tcp\n", "bind :8443\n", "bind 127.0.0.1:8404\n", "monitor-uri /healthz\n",
 		"option httpchk GET /readyz\n", "http-check expect status 200\n",
-		"default-server check check-ssl verify none inter 1s fastinter 250ms fall 2 rise 2 observe layer4 error-limit 1 on-error sudden-death on-marked-down shutdown-sessions\n",
+		"default-server check check-ssl verify none inter 1s fastinter 250ms fall 2 rise 2 observe layer4 error-limit 1 on-error fastinter on-marked-down shutdown-sessions\n",
 		// A new connection leaves a dead apiserver quickly (issue 33).
 		"option redispatch 1\n", "retries 3\n", "timeout connect 500ms\n",
 		"server cp-1 192.0.2.11:6443\n", "server cp-2 192.0.2.12:6443\n", "server cp-3 192.0.2.13:6443 weight 0\n",
