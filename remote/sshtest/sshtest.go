@@ -245,12 +245,10 @@ func (s *Server) start(t testing.TB, opts Options) error {
 		"UseDNS no",
 		"MaxStartups 100",
 		"MaxSessions 100",
+		// The user's shell setup runs as on any host (bash sources
+		// ~/.bashrc for commands run by sshd), on top of slowlogin's delay
+		// (a second unless HAMASTER_SSH_LOGIN_DELAY says).
 		"LogLevel VERBOSE",
-		// bash sources ~/.bashrc when run by sshd unless SHLVL says it is
-		// nested: keep the tests off this machine's shell setup, whatever
-		// it is, and give every session the same start-up time instead,
-		// slowlogin's (a second unless HAMASTER_SSH_LOGIN_DELAY says).
-		"SetEnv SHLVL=1",
 	)
 	cfgFile := filepath.Join(s.Dir, "sshd_config")
 	if err := os.WriteFile(cfgFile, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {

@@ -217,7 +217,7 @@ func (s *Server) startSSHD(x *vpcVM) *apiError {
 	sshDir := filepath.Join(x.dir, "ssh")
 	// The guest agent writes each ssh-keys user's keys into that user's
 	// authorized_keys: WriteSSHDConfig names one file per user.
-	cfg, err := vpc.WriteSSHDConfig(sshDir, SSHPort, "SetEnv SHLVL=1")
+	cfg, err := vpc.WriteSSHDConfig(sshDir, SSHPort)
 	if err != nil {
 		return errf(500, "internalError", "%v", err)
 	}
