@@ -261,38 +261,10 @@ func hamasterArm() vipArm {
 // hosts have no syslog; the daemons run in the foreground, as in the
 // doc's static pods).
 const (
-	docDir        = "/etc/kubernetes/doc-arm"
-	docRunDir     = "/run/doc-arm"
-	docKeepalived = `! /etc/keepalived/keepalived.conf
-! Configuration File for keepalived
-global_defs {
-    router_id LVS_DEVEL
-}
-vrrp_script check_apiserver {
-  script "` + docDir + `/check_apiserver.sh"
-  interval 3
-  weight -2
-  fall 10
-  rise 2
-}
-
-vrrp_instance VI_1 {
-    state %s
-    interface eth0
-    virtual_router_id 51
-    priority %d
-    authentication {
-        auth_type PASS
-        auth_pass 42
-    }
-    virtual_ipaddress {
-        %s
-    }
-    track_script {
-        check_apiserver
-    }
-}
-`
+	// docDir is the lab tests' doc arm's, as is its keepalived.conf
+	// (metallabtest.DocKeepalivedConf).
+	docDir         = metallabtest.DocArmDir
+	docRunDir      = "/run/doc-arm"
 	docCheckScript = `#!/bin/sh
 
 errorExit() {
@@ -367,7 +339,7 @@ func docArm() vipArm {
 					data string
 					mode os.FileMode
 				}{
-					{docDir + "/keepalived.conf", fmt.Sprintf(docKeepalived, state, prio, e.lab.VIP), 0o644},
+					{docDir + "/keepalived.conf", fmt.Sprintf(metallabtest.DocKeepalivedConf, state, prio, e.lab.VIP), 0o644},
 					{docDir + "/check_apiserver.sh", fmt.Sprintf(docCheckScript, e.lab.VIP), 0o755},
 					{docDir + "/haproxy.cfg", fmt.Sprintf(docHAProxy, servers.String()), 0o644},
 				} {
