@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	stdlog "log"
@@ -221,7 +220,7 @@ func hamasterArm() vipArm {
 			for _, h := range e.hosts {
 				waitBackends(ctx, b, h.vh)
 			}
-			stays(ctx, b, e.w, "hamaster: backups joined", "host-1", 2*time.Second)
+			e.w.Stays(ctx, b, "hamaster: backups joined", "host-1", 2*time.Second)
 		},
 		planned: func(ctx context.Context, b *testing.B, e *vipEnv, i int) {
 			var peers []vip.Host
@@ -358,7 +357,7 @@ func docArm() vipArm {
 			await(ctx, b, e.w, "doc: host-1 (MASTER) elected", "", 15*time.Second)
 			// The check counts once it has risen (rise 2 × interval 3 s):
 			// host-1 holding for 7 s is that, bounded by ctx.
-			stays(ctx, b, e.w, "doc: checks risen", "host-1", 7*time.Second)
+			e.w.Stays(ctx, b, "doc: checks risen", "host-1", 7*time.Second)
 		},
 		planned: func(ctx context.Context, b *testing.B, e *vipEnv, i int) {
 			e.stop(ctx, b, i, "keepalived")
@@ -709,22 +708,6 @@ func await(ctx context.Context, b *testing.B, w *metallabtest.Holders, what, not
 	b.Helper()
 	if _, _, ok := w.Await(ctx, not, time.Now(), bound); !ok {
 		b.Fatalf("%s: not within %v (holders %v, poll error %v)", what, bound, w.Current(), w.Err())
-	}
-}
-
-// stays checks that holder keeps the VIP alone for d.
-func stays(ctx context.Context, b *testing.B, w *metallabtest.Holders, what, holder string, d time.Duration) {
-	b.Helper()
-	wctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	err := wait.Until(wctx, 10*time.Millisecond, what, func() (bool, error) {
-		if hs := w.Current(); len(hs) != 1 || hs[0] != holder {
-			return false, fmt.Errorf("%s: the VIP left %s: holders %v", what, holder, hs)
-		}
-		return false, nil
-	})
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		b.Fatal(err)
 	}
 }
 
