@@ -13,7 +13,7 @@ DATE     ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 
-.PHONY: test-prereqs test-race build test lint demo bench verify-fmt fix-fmt clean dist man kube-apiserver test-real test-metal test-metal-lab test-metal-walk test-gce-kubeadm
+.PHONY: test-prereqs test-race build test lint demo bench verify-fmt fix-fmt clean dist man kube-apiserver test-real test-metal test-metal-lab test-metal-walk metal-walk-test test-gce-kubeadm
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster ./cmd/hamaster
@@ -23,13 +23,16 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/hamaster-kubelet ./cmd/hamaster-kubelet
 
 # The CLI for every platform operators run it on, version stamped, static
-# and reproducible (-trimpath): dist/hamaster-<os>-<arch>.
+# and reproducible (-trimpath), with hamaster-node beside it (what
+# --provider local runs; hamaster finds it next to itself):
+# dist/hamaster-<os>-<arch>/{hamaster,hamaster-node}.
 dist:
-	@mkdir -p $(DIST)
 	@set -e; for p in $(PLATFORMS); do \
-		os=$${p%/*}; arch=$${p#*/}; \
-		echo "$(DIST)/hamaster-$$os-$$arch"; \
-		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(DIST)/hamaster-$$os-$$arch ./cmd/hamaster; \
+		os=$${p%/*}; arch=$${p#*/}; dir=$(DIST)/hamaster-$$os-$$arch; \
+		mkdir -p $$dir; echo "$$dir/{hamaster,hamaster-node}"; \
+		for b in hamaster hamaster-node; do \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $$dir/$$b ./cmd/$$b; \
+		done; \
 	done
 
 # hamaster(1), generated from the commands' help.
@@ -129,7 +132,7 @@ kube-apiserver:
 # One package at a time (-p 1), and the upgrade under load alone: its
 # clients' view is what it measures, not 2 cores shared with other tests.
 test-real: kube-apiserver build
-	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags realapiserver -count=1 -p 1 -timeout 30m -run '^TestRealAPIServer' -v ./workflows/ ./cmd/hamaster/ ./flavors/kubeadm/ ./dataplane/cri/ ./dataplane/kubelet/
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags realapiserver -count=1 -p 1 -timeout 30m -run '^TestRealAPIServer' -v ./workflows/ ./cmd/hamaster/ ./flavors/kubeadm/ ./testbed/cri/ ./testbed/kubelet/
 
 # The metal lab's tier (as root; not part of make test): bin/metallab's
 # hosts (network namespaces on one bridge, each with its own sshd and
@@ -159,9 +162,15 @@ METAL_SKIP ?=
 test-metal: test-metal-lab test-metal-walk
 test-metal-lab: test-prereqs kube-apiserver build
 	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 40m -v $(if $(METAL_SKIP),-skip '$(METAL_SKIP)') ./testbed/metal/... ./cmd/metallab/ ./providers/metal/... ./flavors/kubeadm/
-# The real CLI's walk on the lab (TestMetalKubeadmEndToEnd) and recover.
-test-metal-walk: test-prereqs kube-apiserver build
-	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 75m -v -run 'TestMetal' ./cmd/hamaster/
+# The real CLI's walk on the lab (TestMetalKubeadmEndToEnd) and recover
+# (TestMetalKubeadmRecover), one after the other, from one test binary
+# (metal-walk-test builds it); METAL_WALK_RUN picks tests (.ci/run runs
+# the two at once, each on a lab of its own, from the one binary).
+METAL_WALK_RUN ?= ^TestMetal
+metal-walk-test:
+	$(GO) test -tags metallab -c -o bin/test/metal-walk.test ./cmd/hamaster/
+test-metal-walk: test-prereqs kube-apiserver build metal-walk-test
+	cd cmd/hamaster && HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(CURDIR)/bin/test/metal-walk.test -test.count=1 -test.timeout 75m -test.v -test.run '$(METAL_WALK_RUN)'
 
 # The GCE fake's kubeadm tier (as root; not part of make test): VMs made
 # from the fake's kubeadm image (kubeadm, kubectl and the test bed's

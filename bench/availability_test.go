@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"text/tabwriter"
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
@@ -215,10 +215,7 @@ func runArm(b *testing.B, prof Profile, cp controlPlane, arm string, upgrade upg
 // HAMASTER_BENCH_CONTROL_PLANE).
 func benchEnv(b *testing.B) (Profile, float64, controlPlane) {
 	b.Helper()
-	prof, scale, err := profileFromEnv()
-	if err != nil {
-		b.Fatal(err)
-	}
+	prof, scale := benchProfile(b)
 	cp, err := controlPlaneFromEnv()
 	if err != nil {
 		b.Fatal(err)
@@ -396,44 +393,43 @@ func report(b *testing.B, prof Profile, scale float64, cp controlPlane, arms []*
 		b.Fatal(err)
 	}
 	naive := arms[len(arms)-1]
-	var sb strings.Builder
-	tw := tabwriter.NewWriter(&sb, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "metric\t")
-	for _, a := range arms {
-		fmt.Fprintf(tw, "%s\t", a.Arm)
-	}
-	for _, a := range arms[:len(arms)-1] {
-		fmt.Fprintf(tw, "%s/naive\t", strings.TrimPrefix(a.Arm, "hamaster-"))
-	}
-	fmt.Fprintln(tw)
-	row := func(name, f string, get func(*ArmResult) float64) {
-		fmt.Fprintf(tw, "%s\t", name)
+	tbl := table(func(tw io.Writer) {
+		fmt.Fprint(tw, "metric\t")
 		for _, a := range arms {
-			fmt.Fprintf(tw, f+"\t", get(a))
+			fmt.Fprintf(tw, "%s\t", a.Arm)
 		}
 		for _, a := range arms[:len(arms)-1] {
-			fmt.Fprintf(tw, "%s\t", ratio(get(a), get(naive)))
+			fmt.Fprintf(tw, "%s/naive\t", strings.TrimPrefix(a.Arm, "hamaster-"))
 		}
 		fmt.Fprintln(tw)
-	}
-	row("requests", "%.0f", func(a *ArmResult) float64 { return float64(a.Total) })
-	row("failed requests", "%.0f", func(a *ArmResult) float64 { return float64(a.Failed) })
-	row("failed requests %", "%.2f", func(a *ArmResult) float64 { return 100 * float64(a.Failed) / float64(max(a.Total, 1)) })
-	if cp.real() {
-		row("failed on kept-alive connections", "%.0f", func(a *ArmResult) float64 { return float64(a.FailedKeepAlive) })
-	}
-	row("longest failure run s", "%.2f", func(a *ArmResult) float64 { return a.LongestFailRunMS / 1000 })
-	row("p50 latency ms", "%.1f", func(a *ArmResult) float64 { return a.P50MS })
-	row("p99 latency ms", "%.1f", func(a *ArmResult) float64 { return a.P99MS })
-	if cp.real() {
-		row("watch breaks (3 watches)", "%.0f", func(a *ArmResult) float64 { return float64(a.WatchBreaks) })
-		row("creates a watch never saw", "%.0f", func(a *ArmResult) float64 { return float64(a.WatchMissed) })
-	}
-	row("longest etcd write stall ms", "%.0f", func(a *ArmResult) float64 { return a.WriteStallMS })
-	row("failed etcd writes", "%.0f", func(a *ArmResult) float64 { return float64(a.WriterFails) })
-	row("upgrade wall time s", "%.1f", func(a *ArmResult) float64 { return a.WallMS / 1000 })
-	tw.Flush()
-	fmt.Fprintf(os.Stdout, "\nrolling upgrade of 3 replicas under load (one run), %s control plane %s → %s, profile %s at scale %g (%+v):\n%s", cp.Name, cmp.Or(cp.From, "default"), cp.To, prof.Name, scale, prof, sb.String())
+		row := func(name, f string, get func(*ArmResult) float64) {
+			fmt.Fprintf(tw, "%s\t", name)
+			for _, a := range arms {
+				fmt.Fprintf(tw, f+"\t", get(a))
+			}
+			for _, a := range arms[:len(arms)-1] {
+				fmt.Fprintf(tw, "%s\t", ratio(get(a), get(naive)))
+			}
+			fmt.Fprintln(tw)
+		}
+		row("requests", "%.0f", func(a *ArmResult) float64 { return float64(a.Total) })
+		row("failed requests", "%.0f", func(a *ArmResult) float64 { return float64(a.Failed) })
+		row("failed requests %", "%.2f", func(a *ArmResult) float64 { return 100 * float64(a.Failed) / float64(max(a.Total, 1)) })
+		if cp.real() {
+			row("failed on kept-alive connections", "%.0f", func(a *ArmResult) float64 { return float64(a.FailedKeepAlive) })
+		}
+		row("longest failure run s", "%.2f", func(a *ArmResult) float64 { return a.LongestFailRunMS / 1000 })
+		row("p50 latency ms", "%.1f", func(a *ArmResult) float64 { return a.P50MS })
+		row("p99 latency ms", "%.1f", func(a *ArmResult) float64 { return a.P99MS })
+		if cp.real() {
+			row("watch breaks (3 watches)", "%.0f", func(a *ArmResult) float64 { return float64(a.WatchBreaks) })
+			row("creates a watch never saw", "%.0f", func(a *ArmResult) float64 { return float64(a.WatchMissed) })
+		}
+		row("longest etcd write stall ms", "%.0f", func(a *ArmResult) float64 { return a.WriteStallMS })
+		row("failed etcd writes", "%.0f", func(a *ArmResult) float64 { return float64(a.WriterFails) })
+		row("upgrade wall time s", "%.1f", func(a *ArmResult) float64 { return a.WallMS / 1000 })
+	})
+	fmt.Fprintf(os.Stdout, "\nrolling upgrade of 3 replicas under load (one run), %s control plane %s → %s, profile %s at scale %g (%+v):\n%s", cp.Name, cmp.Or(cp.From, "default"), cp.To, prof.Name, scale, prof, tbl)
 	fmt.Fprintln(os.Stdout, "etcd writes: one writer through each replica's own member (as its apiserver's --etcd-servers), counted while its replica is up: from its first write after the replica is back until its VM is stopped or it leaves the LB for good (a drain grace, when leadership moves off its member, is counted)")
 	for _, a := range arms {
 		fmt.Fprintf(os.Stdout, "  %s: longest stall %.0f ms by the writer on %s at %.1f s (%s);", a.Arm, a.WriteStallMS, a.StallWriter, a.StallAtMS/1000, duringStep(a.Events, a.start.Add(time.Duration(a.StallAtMS*float64(time.Millisecond)))))

@@ -5,11 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
-	"strings"
 	"testing"
-	"text/tabwriter"
 	"time"
 
 	"github.com/hamaster/hamaster/etcdmember"
@@ -36,22 +35,18 @@ type leaderRemoval struct {
 // (leadership moved away first), once with the move-etcd-leader step left
 // out. It prints the longest write stall of each.
 func BenchmarkLeaderRemoval(b *testing.B) {
-	prof, scale, err := profileFromEnv()
-	if err != nil {
-		b.Fatal(err)
-	}
+	prof, scale := benchProfile(b)
 	for i := 0; i < b.N; i++ {
 		with := removeLeader(b, prof, true)
 		without := removeLeader(b, prof, false)
-		var sb strings.Builder
-		tw := tabwriter.NewWriter(&sb, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "metric\twith MoveLeader\twithout\twith/without\t")
-		fmt.Fprintf(tw, "longest etcd write stall ms\t%.0f\t%.0f\t%s\t\n", with.WriteStallMS, without.WriteStallMS, ratio(with.WriteStallMS, without.WriteStallMS))
-		fmt.Fprintf(tw, "etcd writer failed writes\t%d\t%d\t%s\t\n", with.WriterFails, without.WriterFails, ratio(float64(with.WriterFails), float64(without.WriterFails)))
-		fmt.Fprintf(tw, "remove-replica wall time s\t%.1f\t%.1f\t%s\t\n", with.WallMS/1000, without.WallMS/1000, ratio(with.WallMS, without.WallMS))
-		fmt.Fprintf(tw, "drain to snapshot and leader move done ms\t%.0f\t-\t\t\n", with.DrainToMovedMS)
-		tw.Flush()
-		fmt.Fprintf(os.Stdout, "\nremoving the etcd leader's replica under etcd writes, profile %s at scale %g:\n%s", prof.Name, scale, sb.String())
+		tbl := table(func(tw io.Writer) {
+			fmt.Fprintln(tw, "metric\twith MoveLeader\twithout\twith/without\t")
+			fmt.Fprintf(tw, "longest etcd write stall ms\t%.0f\t%.0f\t%s\t\n", with.WriteStallMS, without.WriteStallMS, ratio(with.WriteStallMS, without.WriteStallMS))
+			fmt.Fprintf(tw, "etcd writer failed writes\t%d\t%d\t%s\t\n", with.WriterFails, without.WriterFails, ratio(float64(with.WriterFails), float64(without.WriterFails)))
+			fmt.Fprintf(tw, "remove-replica wall time s\t%.1f\t%.1f\t%s\t\n", with.WallMS/1000, without.WallMS/1000, ratio(with.WallMS, without.WallMS))
+			fmt.Fprintf(tw, "drain to snapshot and leader move done ms\t%.0f\t-\t\t\n", with.DrainToMovedMS)
+		})
+		fmt.Fprintf(os.Stdout, "\nremoving the etcd leader's replica under etcd writes, profile %s at scale %g:\n%s", prof.Name, scale, tbl)
 		b.ReportMetric(with.WriteStallMS, "move-leader-stall-ms")
 		b.ReportMetric(without.WriteStallMS, "no-move-stall-ms")
 		// Inside the 1 s drain grace or not: workflows'
@@ -147,10 +142,7 @@ func removeLeader(b *testing.B, prof Profile, move bool) leaderRemoval {
 // rollback complete, against the health timeout a gate without fail-fast
 // would have waited out.
 func BenchmarkBadFlagRollback(b *testing.B) {
-	prof, scale, err := profileFromEnv()
-	if err != nil {
-		b.Fatal(err)
-	}
+	prof, scale := benchProfile(b)
 	for i := 0; i < b.N; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+10*prof.StepTimeout())
 		_, d, _, ecli := threeReplicas(ctx, b, prof, "bench-badflag")
@@ -192,10 +184,7 @@ func BenchmarkBadFlagRollback(b *testing.B) {
 // provisioned and seen master 0 pass its healthy threshold, the address
 // answers nowhere.
 func BenchmarkFirstAdd(b *testing.B) {
-	prof, scale, err := profileFromEnv()
-	if err != nil {
-		b.Fatal(err)
-	}
+	prof, scale := benchProfile(b)
 	for i := 0; i < b.N; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+10*prof.StepTimeout())
 		var opts map[string]string

@@ -48,3 +48,13 @@ func TestLongestFailRun(t *testing.T) {
 		}
 	}
 }
+
+// benchProfile is profileFromEnv for a benchmark: a bad setting fails it.
+func benchProfile(b *testing.B) (Profile, float64) {
+	b.Helper()
+	prof, scale, err := profileFromEnv()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return prof, scale
+}

@@ -3,11 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
 	"testing"
-	"text/tabwriter"
 	"time"
 
 	"github.com/hamaster/hamaster/etcdmember"
@@ -125,25 +125,24 @@ func BenchmarkRemoveUnderClients(b *testing.B) {
 			}
 		}
 		cancel()
-		var sb strings.Builder
-		tw := tabwriter.NewWriter(&sb, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "metric\t%s\t%s\tnow/before\t\n", results[0].Order, results[1].Order)
-		row := func(name, f string, get func(*removal) float64) {
-			fmt.Fprintf(tw, "%s\t"+f+"\t"+f+"\t%s\t\n", name, get(results[0]), get(results[1]), ratio(get(results[1]), get(results[0])))
-		}
-		row("requests", "%.0f", func(r *removal) float64 { return float64(r.Total) })
-		row("failed requests", "%.0f", func(r *removal) float64 { return float64(r.Failed) })
-		row("failed on kept-alive connections", "%.0f", func(r *removal) float64 { return float64(r.FailedKept) })
-		row("longest failure run s", "%.2f", func(r *removal) float64 { return r.LongestFailRunMS / 1000 })
-		if cp.real() {
-			row("watch stream ends + refused re-watches (4 watches)", "%.0f", func(r *removal) float64 { return float64(r.WatchBreaks) })
-		}
-		row("longest write stall ms (surviving writers)", "%.0f", func(r *removal) float64 { return r.WriteStallMS })
-		row("VM stop + delete s", "%.2f", func(r *removal) float64 { return r.StopMS / 1000 })
-		row("remove-etcd-member s", "%.2f", func(r *removal) float64 { return r.RemoveMemberMS / 1000 })
-		row("remove-replica wall time s", "%.2f", func(r *removal) float64 { return r.WallMS / 1000 })
-		tw.Flush()
-		fmt.Fprintf(os.Stdout, "\nremoving a follower replica (4 → 3, then 3 → 2) under clients, %s control plane, profile %s at scale %g:\n%s", cp.Name, prof.Name, scale, sb.String())
+		tbl := table(func(tw io.Writer) {
+			fmt.Fprintf(tw, "metric\t%s\t%s\tnow/before\t\n", results[0].Order, results[1].Order)
+			row := func(name, f string, get func(*removal) float64) {
+				fmt.Fprintf(tw, "%s\t"+f+"\t"+f+"\t%s\t\n", name, get(results[0]), get(results[1]), ratio(get(results[1]), get(results[0])))
+			}
+			row("requests", "%.0f", func(r *removal) float64 { return float64(r.Total) })
+			row("failed requests", "%.0f", func(r *removal) float64 { return float64(r.Failed) })
+			row("failed on kept-alive connections", "%.0f", func(r *removal) float64 { return float64(r.FailedKept) })
+			row("longest failure run s", "%.2f", func(r *removal) float64 { return r.LongestFailRunMS / 1000 })
+			if cp.real() {
+				row("watch stream ends + refused re-watches (4 watches)", "%.0f", func(r *removal) float64 { return float64(r.WatchBreaks) })
+			}
+			row("longest write stall ms (surviving writers)", "%.0f", func(r *removal) float64 { return r.WriteStallMS })
+			row("VM stop + delete s", "%.2f", func(r *removal) float64 { return r.StopMS / 1000 })
+			row("remove-etcd-member s", "%.2f", func(r *removal) float64 { return r.RemoveMemberMS / 1000 })
+			row("remove-replica wall time s", "%.2f", func(r *removal) float64 { return r.WallMS / 1000 })
+		})
+		fmt.Fprintf(os.Stdout, "\nremoving a follower replica (4 → 3, then 3 → 2) under clients, %s control plane, profile %s at scale %g:\n%s", cp.Name, prof.Name, scale, tbl)
 		for _, r := range results {
 			fmt.Fprintf(os.Stdout, "  %s: stall by %s; watch breaks %v\n", r.Order, r.stallWriter, r.watchErrs)
 			printFailures(os.Stdout, r.failures)

@@ -3,11 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"slices"
-	"strings"
 	"testing"
-	"text/tabwriter"
 	"time"
 
 	"github.com/hamaster/hamaster/etcdmember"
@@ -53,10 +52,7 @@ const stallGoal = 100 * time.Millisecond
 // window whoever drives it; the workflows make one hand-over per leader
 // they replace, while its replica is drained.
 func BenchmarkLeaderTransfer(b *testing.B) {
-	prof, scale, err := profileFromEnv()
-	if err != nil {
-		b.Fatal(err)
-	}
+	prof, scale := benchProfile(b)
 	n := 20
 	if v := os.Getenv("HAMASTER_BENCH_TRANSFERS"); v != "" {
 		if _, err := fmt.Sscan(v, &n); err != nil || n < 1 || n > 1000 {
@@ -65,17 +61,16 @@ func BenchmarkLeaderTransfer(b *testing.B) {
 	}
 	for i := 0; i < b.N; i++ {
 		views, moveMS := transferLeader(b, prof, n)
-		var sb strings.Builder
-		tw := tabwriter.NewWriter(&sb, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "writer through the\thand-overs with a failed write or a stall > %s\tfailed writes\tlongest stall ms\t\n", stallGoal)
-		for _, role := range handoverRoles {
-			v := views[role]
-			fmt.Fprintf(tw, "%s\t%d of %d\t%d\t%.0f\t\n", role, v.Hit, n, v.Failed, v.StallMS)
-		}
-		tw.Flush()
+		tbl := table(func(tw io.Writer) {
+			fmt.Fprintf(tw, "writer through the\thand-overs with a failed write or a stall > %s\tfailed writes\tlongest stall ms\t\n", stallGoal)
+			for _, role := range handoverRoles {
+				v := views[role]
+				fmt.Fprintf(tw, "%s\t%d of %d\t%d\t%.0f\t\n", role, v.Hit, n, v.Failed, v.StallMS)
+			}
+		})
 		slices.Sort(moveMS)
 		fmt.Fprintf(os.Stdout, "\netcd leadership handed over %d times under a writer through each member (100 writes/s each, %s timeout), profile %s at scale %g; MoveLeader took %.0f ms (median), %.0f ms (longest):\n%s",
-			n, writeTimeout, prof.Name, scale, moveMS[len(moveMS)/2], moveMS[len(moveMS)-1], sb.String())
+			n, writeTimeout, prof.Name, scale, moveMS[len(moveMS)/2], moveMS[len(moveMS)-1], tbl)
 		b.ReportMetric(float64(views["other follower"].Hit)/float64(n), "follower-hit/transfer")
 		b.ReportMetric(views["other follower"].StallMS, "other-follower-stall-ms")
 	}

@@ -137,10 +137,17 @@ func (ca *CA) IssueEtcdServer(req Request) (*Pair, error) {
 // such as an etcd client or apiserver-etcd-client, with subject CN
 // commonName and O org, valid one year.
 func (ca *CA) IssueClient(commonName string, org []string, kt KeyType) (*Pair, error) {
+	return ca.IssueClientFor(commonName, org, kt, 0)
+}
+
+// IssueClientFor is IssueClient valid for validity (0 means one year;
+// never past the CA's own expiry).
+func (ca *CA) IssueClientFor(commonName string, org []string, kt KeyType, validity time.Duration) (*Pair, error) {
 	p, err := ca.issue(leafSpec{
 		subject:  pkix.Name{CommonName: commonName, Organization: org},
 		extUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		keyType:  kt,
+		validity: validity,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("issue client certificate for %s: %w", commonName, err)

@@ -294,11 +294,14 @@ func TestRemovalRefusedWithVoterDown(t *testing.T) {
 	c := newClient(ctx, t, cl.ClientConfig())
 	cl.Stop(t, "m-3")
 
+	// The state under test: m-3 down, m-1 and m-2 healthy under one
+	// leader. Right after the stop the two may still be electing (when
+	// m-3 led), and a member without a leader reads unhealthy.
 	var ms []etcdmember.Member
-	eventually(ctx, t, "m-3 unhealthy", func() (bool, string) {
+	eventually(ctx, t, "m-3 unhealthy, m-1 and m-2 healthy under a leader", func() (bool, string) {
 		ms = members(ctx, t, c)
-		m3 := byName(t, ms, "m-3")
-		return !m3.Healthy && m3.Err != "", fmt.Sprintf("%+v", m3)
+		m1, m2, m3 := byName(t, ms, "m-1"), byName(t, ms, "m-2"), byName(t, ms, "m-3")
+		return !m3.Healthy && m3.Err != "" && m1.Healthy && m2.Healthy && (m1.Leader || m2.Leader), fmt.Sprintf("%+v", ms)
 	})
 	t.Logf("down member: %s", byName(t, ms, "m-3").Err)
 	leader(t, ms)

@@ -17,7 +17,7 @@
 // One folder a flavor: flavors/hamaster (hamaster's own masters: the local
 // provider's, and AWS masters in hamaster's format), flavors/kubeup
 // (kube-up's GCE and AWS masters), flavors/kubeadm (kubeadm's masters,
-// driven by the real kubeadm over SSH: being built, issue 23). flavors/registry chooses one for a
+// driven by the real kubeadm over SSH). flavors/registry chooses one for a
 // cluster; flavors/flavortest is the conformance suite every flavor passes.
 package flavors
 
@@ -125,6 +125,66 @@ type Joiner interface {
 	// Leave undoes the tool on replica once its etcd member is gone
 	// (kubeadm reset) and deletes its Node.
 	Leave(ctx context.Context, replica providers.Replica) error
+	// Joined reports whether a join whose caller died (a resumed add)
+	// completed: a join still running on replica is waited for first
+	// (bounded by timeout, 0: the flavor's default), then its last phase
+	// checked. false means: undo it and join again.
+	Joined(ctx context.Context, replica providers.Replica, timeout time.Duration) (bool, error)
+}
+
+// NodeDrainer is implemented by flavors whose masters are Nodes that
+// may run workloads (kubeadm's): remove-replica and an in-place upgrade
+// drain a master's Node before they touch it, as kubeadm's docs ask, and
+// an upgraded master's Node is uncordoned after (--skip-drain opts out).
+type NodeDrainer interface {
+	// Drain cordons replica's Node and evicts its pods, honouring
+	// PodDisruptionBudgets, bounded by timeout (0: the flavor's default).
+	// A drain that cannot finish is refused (FailedPrecondition) naming
+	// the pods and budgets that hold it, its Node uncordoned again.
+	Drain(ctx context.Context, replica providers.Replica, timeout time.Duration) error
+	// Uncordon marks replica's Node schedulable again; a Node that is
+	// gone is not an error.
+	Uncordon(ctx context.Context, replica providers.Replica) error
+}
+
+// ClientIssuer is implemented by flavors whose masters carry the
+// cluster CA (CarriesCertificates) and whose tool issues a person's
+// client certificate on a master, so that the CA key never leaves the
+// masters (kubeadm: `kubeadm kubeconfig user`): hamaster kubeconfig
+// uses it. Read-only: nothing in the cluster changes.
+type ClientIssuer interface {
+	// IssueClient issues a client certificate for req from the masters'
+	// CA on a running master. A failure names the master and what to do
+	// (no running master; the CA key not on the masters).
+	IssueClient(ctx context.Context, req ClientRequest) (ClientCredentials, error)
+}
+
+// ClientRequest is what a client certificate is issued for.
+type ClientRequest struct {
+	// User is the certificate's CN: the Kubernetes user name.
+	User string
+	// Groups are its O fields, Kubernetes groups; nil: the group the
+	// flavor's tool gives its own administrator's kubeconfig.
+	Groups []string
+	// Validity is how long it is valid from now; 0: one year.
+	Validity time.Duration
+}
+
+// ClientCredentials are a client certificate a ClientIssuer issued, and
+// where to use it. KeyPEM is a secret: never log it.
+type ClientCredentials struct {
+	// CACertPEM is the masters' CA, which the apiservers' serving
+	// certificates chain to and which signed CertPEM.
+	CACertPEM, CertPEM, KeyPEM []byte
+	// Groups are the certificate's O fields (the request's, or the
+	// flavor's default).
+	Groups []string
+	// Server is the cluster's endpoint as the masters record it
+	// (https://host:port), or the issuing master's own apiserver when
+	// they record none (a single master built without one).
+	Server string
+	// Master is the master that issued it.
+	Master string
 }
 
 // EndpointMover is implemented by flavors whose masters record the
@@ -152,6 +212,13 @@ type EndpointMover interface {
 	// running master: kubeadm-config's controlPlaneEndpoint and
 	// cluster-info's server, which later joins read.
 	SetEndpoint(ctx context.Context, endpoint string) error
+	// PointConsumers moves the in-cluster consumers the flavor's tool
+	// rendered from the endpoint (kubeadm: kube-proxy's kubeconfig, in
+	// its ConfigMap) to endpoint (host:port), and restarts what read
+	// them at start (kube-proxy's pods, rolled once: a re-run after a
+	// crash rolls only when the last one did not). Nothing changes when
+	// they name it already.
+	PointConsumers(ctx context.Context, endpoint string) error
 }
 
 // Upgrader is implemented by flavors that upgrade a master in place
@@ -159,13 +226,14 @@ type EndpointMover interface {
 // kubeadm upgrade node on the others) rather than by replacing its
 // machine from a template at the new version.
 type Upgrader interface {
-	// UpgradeMaster upgrades replica to version in place, bounded by
-	// timeout (0: the flavor's default); first marks the first master
-	// of the upgrade (kubeadm upgrade apply: the cluster-wide
-	// configuration changes too). Before it changes anything it saves
-	// what RollbackMaster restores, and it fails fast (seconds, not the
-	// tool's own minutes) when the new components cannot start.
-	UpgradeMaster(ctx context.Context, replica providers.Replica, version string, first bool, timeout time.Duration) error
+	// UpgradeMaster upgrades replica to version in place; first marks
+	// the first master of the upgrade (kubeadm upgrade apply: the
+	// cluster-wide configuration changes too). health is how long a new
+	// component that started may take to serve (the operator's
+	// --health-timeout; 0: the flavor's default). Before it changes
+	// anything it saves what RollbackMaster restores, and it fails at
+	// once (not at the tool's own minutes) when a new component exits.
+	UpgradeMaster(ctx context.Context, replica providers.Replica, version string, first bool, health time.Duration) error
 	// RollbackMaster restores what UpgradeMaster saved on replica (its
 	// manifests, certificates, kubeadm and kubelet configuration, the
 	// packages; with first, the cluster-wide configuration) and waits
@@ -222,6 +290,12 @@ type View struct {
 	// Problems are what the operator should act on, each with the
 	// command that does it.
 	Problems []string `json:"problems,omitempty"`
+	// Pinned are the consumers that name one master's own address where
+	// the flavor's tool would name the endpoint (PinFinder), each with
+	// the command that moves it; PinnedError says why they could not be
+	// read.
+	Pinned      []Pin  `json:"pinned,omitempty"`
+	PinnedError string `json:"pinned_error,omitempty"`
 }
 
 // MasterView is one master as its flavor's tool sees it.
@@ -276,4 +350,65 @@ type Recoverer interface {
 	// "snapshot restore" semantics: hash verified, one member, a new
 	// cluster ID.
 	RestoreSnapshot(ctx context.Context, replica providers.Replica, snapshotPath string) (keptAside string, err error)
+}
+
+// PinFinder is implemented by flavors whose tool renders consumers of
+// the control plane from the cluster's endpoint (kubeadm: kube-proxy's
+// kubeconfig in its ConfigMap, the masters' admin.conf, super-admin.conf
+// and kubelet.conf, kube-public/cluster-info), which a cluster made HA
+// after the fact can have left on one master's own address: that master
+// is then a single point of failure. status lists them (View.Pinned) and
+// remove-replica refuses to remove a master one of them names, unless
+// --force. Read-only.
+type PinFinder interface {
+	// Pinned lists every consumer that names one master's own address
+	// (its IP address or its Node name) where the tool would name the
+	// endpoint, none when the masters record no endpoint (a single
+	// master: nothing to point them at). It reads through running
+	// masters not in exclude, and not the files of those (remove-replica
+	// excludes its victim, whose own files go with it); a master it
+	// cannot read fails it.
+	Pinned(ctx context.Context, exclude ...string) ([]Pin, error)
+}
+
+// Pin is one consumer left on one master's own address.
+type Pin struct {
+	// Consumer names it: "kube-system/kube-proxy ConfigMap
+	// kubeconfig.conf", "/etc/kubernetes/admin.conf".
+	Consumer string `json:"consumer"`
+	// On is the master whose file it is, "" for an object of the
+	// cluster.
+	On string `json:"on,omitempty"`
+	// Server is the address it names (https://host:port, or host:port).
+	Server string `json:"server"`
+	// Master is the master whose own address that is; "" for a former
+	// endpoint of the cluster (one it had before the current one), which
+	// no master's removal waits for.
+	Master string `json:"master"`
+	// Fix is the command that moves it to the endpoint.
+	Fix string `json:"fix"`
+}
+
+// PinsOf are the pins among pins that name master, except those on
+// master itself (its own files go with it).
+func PinsOf(pins []Pin, master string) []Pin {
+	var out []Pin
+	for _, p := range pins {
+		if p.Master == master && p.On != master {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// String is the pin for people: what, where, the address it names.
+func (p Pin) String() string {
+	where := p.Consumer
+	if p.On != "" {
+		where += " on " + p.On
+	}
+	if p.Master == "" {
+		return where + " names a former endpoint of the cluster (" + p.Server + ")"
+	}
+	return where + " names " + p.Master + "'s own address (" + p.Server + ")"
 }

@@ -75,8 +75,10 @@ type LoadBalancer interface {
 
 // CreateChecker is a LoadBalancer that can tell, before anything changes,
 // that Create on ip with targets would give a reachable endpoint (metal:
-// the VIP inside the masters' subnet). The first add-replica's preflight
-// asks it.
+// the VIP inside the masters' subnet, free, and VRRP between the
+// targets). The first add-replica's preflight asks it with the master it
+// clones and the replica it adds, whose Address is empty (not known yet:
+// the provider finds it).
 type CreateChecker interface {
 	CheckCreate(ctx context.Context, ip string, targets []Target) error
 }

@@ -59,6 +59,24 @@ type MachineRunner interface {
 	RunOnMachine(ctx context.Context, machine, cmd string) (stdout, stderr []byte, err error)
 }
 
+type readOnlyKey struct{}
+
+// ReadOnly marks the commands run on a machine with the returned context
+// as changing nothing there (a file read, a kubectl get): a provider that
+// keeps what it last probed on a machine (metal, whose every SSH session
+// can take a second) keeps it across them, where any other command drops
+// it. Callers mark only commands they know to be reads; an unmarked
+// command is taken as a change.
+func ReadOnly(ctx context.Context) context.Context {
+	return context.WithValue(ctx, readOnlyKey{}, true)
+}
+
+// IsReadOnly reports whether ctx was marked by ReadOnly.
+func IsReadOnly(ctx context.Context) bool {
+	v, _ := ctx.Value(readOnlyKey{}).(bool)
+	return v
+}
+
 // MasterFormatter is implemented by providers that can tell, from what
 // their machines carry, which tool built the cluster's masters: the
 // flavor chosen when the operator names none (--flavor). "kubeup" for

@@ -278,3 +278,33 @@ func EndpointPortOf(p Provider) int {
 type NameChooser interface {
 	NextReplicaName(ctx context.Context, zone string) (string, error)
 }
+
+// MasterNamer is implemented by providers whose new masters are named
+// after master 0's name (GCE: kube-up's <cluster>-master): add-replica
+// without a name derives the next one from it.
+type MasterNamer interface {
+	MasterName() string
+}
+
+// ControlPlaneReporter is implemented by providers whose replicas may run
+// one of several control planes (local: hamaster-node's apiserver
+// stand-in, "standin", or the real kube-apiserver, "real"): status says
+// which.
+type ControlPlaneReporter interface {
+	ControlPlane() string
+}
+
+// WorkerLister is implemented by providers that know machines running a
+// kubelet of the cluster but never a master (metal: the inventory's
+// role: worker hosts), reachable like the masters (MachineDialer): a
+// flavor whose workers keep the apiserver address they joined with finds
+// and moves it.
+type WorkerLister interface {
+	Workers(ctx context.Context) ([]Worker, error)
+}
+
+// Worker is one of a WorkerLister's machines.
+type Worker struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+}

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -66,8 +66,39 @@ func (e *ExitError) outcome() string {
 // So Run has the login shell report its pid (the process group sshd made
 // for the session) on a first stderr line, which Run removes, and on
 // cancellation runs "kill -s KILL -- -<pgid>" in a second session.
+//
+// The login shell's own setup (a ~/.bashrc that runs `pyenv init`, a
+// profile script that greets) may print before the command runs, on
+// either stream. That is not the command's output: Run ends the setup
+// with a marker line on stdout and on stderr and returns only what comes
+// after it (the setup's output is logged at debug level). A session that
+// never reaches the marker (the login shell failed) returns all it printed.
 func (c *Client) Run(ctx context.Context, cmd string) (stdout, stderr []byte, err error) {
-	return c.run(ctx, cmd, nil, true)
+	return c.runChecked(ctx, cmd, nil)
+}
+
+// runChecked runs a killable command; for a client with Config.Sudo it
+// also checks sudo, at no cost while sudo works: the first command that
+// succeeds proves it, and the first that fails before that runs
+// CheckSudo, whose error (naming the user, the host and the fix) it
+// returns in place of the command's. A command sudo refused did not run,
+// so a login that cannot become root is refused before it changes
+// anything, without a session of its own.
+func (c *Client) runChecked(ctx context.Context, cmd string, stdin io.Reader) ([]byte, []byte, error) {
+	stdout, stderr, err := c.run(ctx, cmd, stdin, true)
+	if !c.sudo || c.sudoOK.Load() {
+		return stdout, stderr, err
+	}
+	var exit *ExitError
+	switch {
+	case err == nil:
+		c.sudoOK.Store(true)
+	case errors.As(err, &exit):
+		if cerr := c.CheckSudo(ctx); errors.Is(cerr, errkind.FailedPrecondition) {
+			return stdout, stderr, cerr
+		}
+	}
+	return stdout, stderr, err
 }
 
 // sudoWrap is cmd run as root by sudo: -n fails at once where sudo would
@@ -88,6 +119,9 @@ func (c *Client) CheckSudo(ctx context.Context) error {
 		return nil
 	}
 	_, _, err := c.run(ctx, "true", nil, false)
+	if err == nil {
+		c.sudoOK.Store(true)
+	}
 	var exit *ExitError
 	if errors.As(err, &exit) {
 		return errkind.Errorf(errkind.FailedPrecondition,
@@ -107,11 +141,15 @@ func (c *Client) run(ctx context.Context, cmd string, stdin io.Reader, killable 
 	if strings.TrimSpace(cmd) == "" {
 		return nil, nil, errkind.Errorf(errkind.InvalidArgument, "run on %s: empty command", c.addr)
 	}
+	start := time.Now()
 	sess, err := c.newSession(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("run %s: %w", quoteCmd(cmd), err)
 	}
 	defer sess.Close()
+	defer func() {
+		c.log.Debug("ssh session", "took", time.Since(start).Round(time.Millisecond), "cmd", firstLine(cmd, 100))
+	}()
 	var out, errOut syncbuf.Buffer // read early when ctx ends, as the session copies
 	sess.Stdout = &out
 	sess.Stderr = &errOut
@@ -120,14 +158,13 @@ func (c *Client) run(ctx context.Context, cmd string, stdin io.Reader, killable 
 	if c.sudo {
 		wire = sudoWrap(cmd)
 	}
-	var pg *pgidFilter
-	if killable {
-		// $PPID of this sh is the login shell, the session's process
-		// group leader. The quotes keep it from any shell but sh.
-		pg = newPGIDFilter(&errOut)
-		sess.Stderr = pg
-		wire = "sh -c 'echo " + pg.token + "$PPID >&2'\n" + wire
-	}
+	// The marker line ends the login shell's setup on both streams; $PPID
+	// of this sh is the login shell, the session's process group leader.
+	// The quotes keep it from any shell but sh.
+	token := newSetupToken()
+	outF, pg := newSetupFilter(&out, token), newSetupFilter(&errOut, token)
+	sess.Stdout, sess.Stderr = outF, pg
+	wire = "sh -c 'echo " + pg.token + "$PPID; echo " + pg.token + "$PPID >&2'\n" + wire
 	if err := sess.Start(wire); err != nil {
 		if end := c.waitEnd(time.Second); end != nil {
 			return nil, nil, fmt.Errorf("run %s: %w", quoteCmd(cmd), end)
@@ -141,13 +178,15 @@ func (c *Client) run(ctx context.Context, cmd string, stdin io.Reader, killable 
 	case <-ctx.Done():
 		_ = sess.Signal(ssh.SIGKILL)
 		_ = sess.Close()
-		if pg != nil {
+		if killable {
 			c.killGroup(ctx, cmd, pg, done)
 		}
 		return out.Bytes(), errOut.Bytes(), fmt.Errorf("run %s on %s: %w", quoteCmd(cmd), c.addr, ctx.Err())
 	}
-	if pg != nil {
-		pg.flush()
+	outF.flush()
+	pg.flush()
+	if so, se := outF.setupOutput(), pg.setupOutput(); so != "" || se != "" {
+		c.log.Debug("the login shell's setup printed, left out of the command's output", "stdout", so, "stderr", se)
 	}
 	stdout, stderr := out.Bytes(), errOut.Bytes()
 	var (
@@ -178,7 +217,7 @@ func (c *Client) run(ctx context.Context, cmd string, stdin io.Reader, killable 
 // ended on its own, in which case there is nothing to do), it runs kill in
 // a new session. It gives up after killTimeout or when the client is
 // closed. Close waits for it.
-func (c *Client) killGroup(ctx context.Context, cmd string, pg *pgidFilter, done <-chan error) {
+func (c *Client) killGroup(ctx context.Context, cmd string, pg *setupFilter, done <-chan error) {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killTimeout)
 	started := c.goTracked(func() {
 		defer cancel()
@@ -212,86 +251,6 @@ func (c *Client) killGroup(ctx context.Context, cmd string, pg *pgidFilter, done
 	if !started {
 		cancel()
 	}
-}
-
-// pgidFilter passes a command's stderr through to out, less the one line
-// that starts with its token and carries the process group id.
-type pgidFilter struct {
-	token string
-	out   io.Writer
-	known chan struct{} // closed once pgid is set
-
-	mu      sync.Mutex
-	pending []byte // a partial line, while the id is not known
-	pgid    string // decimal
-}
-
-func newPGIDFilter(out io.Writer) *pgidFilter {
-	return &pgidFilter{
-		token: "hamaster-pgid-" + rand.Text()[:10] + ":",
-		out:   out,
-		known: make(chan struct{}),
-	}
-}
-
-func (f *pgidFilter) Write(p []byte) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.pgid != "" {
-		return f.out.Write(p)
-	}
-	f.pending = append(f.pending, p...)
-	for {
-		i := bytes.IndexByte(f.pending, '\n')
-		if i < 0 {
-			break
-		}
-		line := f.pending[:i]
-		if rest, ok := bytes.CutPrefix(line, []byte(f.token)); ok && isDigits(rest) {
-			f.pgid = string(rest)
-			close(f.known)
-			after := f.pending[i+1:]
-			f.pending = nil
-			if _, err := f.out.Write(after); err != nil {
-				return 0, err
-			}
-			return len(p), nil
-		}
-		if _, err := f.out.Write(f.pending[:i+1]); err != nil {
-			return 0, err
-		}
-		f.pending = f.pending[i+1:]
-	}
-	if len(f.pending) > 64<<10 {
-		// Not the marker, whatever it is.
-		if _, err := f.out.Write(f.pending); err != nil {
-			return 0, err
-		}
-		f.pending = nil
-	}
-	return len(p), nil
-}
-
-// flush writes out a partial last line held back.
-func (f *pgidFilter) flush() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.pending) > 0 {
-		_, _ = f.out.Write(f.pending)
-		f.pending = nil
-	}
-}
-
-func isDigits(b []byte) bool {
-	if len(b) == 0 {
-		return false
-	}
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 // newSession opens a session channel, giving up when ctx ends.
@@ -364,7 +323,7 @@ cat > "$t"
 chmod %04o "$t"
 mv -f -- "$t" "$p"
 trap - EXIT`, ShellQuote(p), ShellQuote(path.Dir(p)), ShellQuote(tmp), uint32(mode.Perm()))
-	_, _, err := c.run(ctx, "sh -c "+ShellQuote(script), bytes.NewReader(data), true)
+	_, _, err := c.runChecked(ctx, "sh -c "+ShellQuote(script), bytes.NewReader(data))
 	var exit *ExitError
 	switch {
 	case errors.As(err, &exit):
@@ -418,4 +377,28 @@ func tail(b []byte, n int) string {
 		s = "…" + s
 	}
 	return s
+}
+
+// firstLine is cmd's first line cut to at most n bytes, for a log line.
+func firstLine(cmd string, n int) string {
+	if i := strings.IndexByte(cmd, '\n'); i >= 0 {
+		cmd = cmd[:i] + " …"
+	}
+	if len(cmd) > n {
+		cmd = cmd[:n] + "…"
+	}
+	return cmd
+}
+
+// WriteFileScript is a POSIX sh command line that writes data to the
+// absolute path (its directory made first) atomically, with the
+// permission bits of mode: a temporary file beside it, renamed over it.
+// The data travels in the command line itself, base64, so several files
+// can be written in one session (one script, joined with " && "); keep
+// them well under Linux's 128 KiB limit on one argument (MAX_ARG_STRLEN:
+// a command run through sudo is one).
+func WriteFileScript(path string, data []byte, mode os.FileMode) string {
+	tmp := ShellQuote(path + ".hamaster-tmp")
+	return fmt.Sprintf("mkdir -p %s && printf %%s %s | base64 -d > %s && chmod %o %s && mv -f %s %s",
+		ShellQuote(path[:strings.LastIndex(path, "/")+1]), base64.StdEncoding.EncodeToString(data), tmp, mode.Perm(), tmp, tmp, ShellQuote(path))
 }

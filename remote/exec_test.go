@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,9 +27,7 @@ func TestRun(t *testing.T) {
 	withSudo(t, testRun)
 }
 
-func testRun(t *testing.T, config func(*sshtest.Server) remote.Config) {
-	s := sshtest.Start(t, sshtest.Options{})
-	c := dial(t.Context(), t, config(s))
+func testRun(t *testing.T, s *sshtest.Server, c *remote.Client) {
 	tests := []struct {
 		name       string
 		cmd        string
@@ -104,18 +103,18 @@ func seq(n int) string {
 
 // TestRunCancel cancels a long command once it is known to run: Run must
 // return at once with ctx's error, and the remote command must die.
-// withSudo runs test once as the login user and once through sudo
-// (remote.Config.Sudo, as for a non-root login; here the login is the
-// test's user, root on CI, whom sudo lets in without a password).
-func withSudo(t *testing.T, test func(t *testing.T, cfg func(*sshtest.Server) remote.Config)) {
+// withSudo runs test on a client of an sshd of its own, once as the
+// login user and once through sudo (remote.Config.Sudo, as for a
+// non-root login; here the login is the test's user, root on CI, whom
+// sudo lets in without a password).
+func withSudo(t *testing.T, test func(t *testing.T, s *sshtest.Server, c *remote.Client)) {
 	for _, sudo := range []bool{false, true} {
 		t.Run(map[bool]string{false: "login user", true: "sudo"}[sudo], func(t *testing.T) {
 			t.Parallel()
-			test(t, func(s *sshtest.Server) remote.Config {
-				c := config(s)
-				c.Sudo = sudo
-				return c
-			})
+			s := sshtest.Start(t, sshtest.Options{})
+			cfg := config(s)
+			cfg.Sudo = sudo
+			test(t, s, dial(t.Context(), t, cfg))
 		})
 	}
 }
@@ -127,11 +126,9 @@ func TestRunCancel(t *testing.T) {
 
 // testRunCancel: a cancelled Run returns at once and its remote command
 // (its whole process group, through sudo too) is killed.
-func testRunCancel(t *testing.T, config func(*sshtest.Server) remote.Config) {
-	s := sshtest.Start(t, sshtest.Options{})
+func testRunCancel(t *testing.T, _ *sshtest.Server, c *remote.Client) {
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
-	c := dial(ctx, t, config(s))
 	if err := c.CheckSudo(ctx); err != nil {
 		t.Fatalf("CheckSudo: %v", err)
 	}
@@ -183,9 +180,7 @@ func TestUpload(t *testing.T) {
 	withSudo(t, testUpload)
 }
 
-func testUpload(t *testing.T, config func(*sshtest.Server) remote.Config) {
-	s := sshtest.Start(t, sshtest.Options{})
-	c := dial(t.Context(), t, config(s))
+func testUpload(t *testing.T, _ *sshtest.Server, c *remote.Client) {
 	allBytes := make([]byte, 256*64)
 	for i := range allBytes {
 		allBytes[i] = byte(i)
@@ -277,5 +272,84 @@ func TestUploadCancelled(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("file exists after a cancelled upload: %v", err)
+	}
+}
+
+// TestWriteFileScript runs the scripts of two files joined into one, as
+// one session does, in a real sh: each file's bytes and mode as given,
+// its directory made, an old file replaced, no temporary file left.
+func TestWriteFileScript(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	files := []struct {
+		path string
+		data []byte
+		mode os.FileMode
+	}{
+		{filepath.Join(dir, "new", "sub", "a.conf"), []byte("it's \"quoted\" $HOME `x`\n\x00\xff\n"), 0o640},
+		{filepath.Join(dir, "b.sh"), []byte("#!/bin/sh\nexit 0\n"), 0o755},
+	}
+	if err := os.WriteFile(files[1].path, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var parts []string
+	for _, f := range files {
+		parts = append(parts, remote.WriteFileScript(f.path, f.data, f.mode))
+	}
+	if out, err := exec.CommandContext(t.Context(), "sh", "-c", strings.Join(parts, " &&\n")).CombinedOutput(); err != nil {
+		t.Fatalf("sh: %v: %s", err, out)
+	}
+	for _, f := range files {
+		got, err := os.ReadFile(f.path)
+		if err != nil || !bytes.Equal(got, f.data) {
+			t.Errorf("%s = %q, %v; want %q", f.path, got, err, f.data)
+		}
+		if st, err := os.Stat(f.path); err != nil || st.Mode().Perm() != f.mode {
+			t.Errorf("%s mode = %v, %v; want %v", f.path, st.Mode().Perm(), err, f.mode)
+		}
+		if _, err := os.Stat(f.path + ".hamaster-tmp"); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s's temporary file left: %v", f.path, err)
+		}
+	}
+}
+
+// TestRunLeavesOutTheShellSetup: what the login shell's setup prints before
+// the command (a greeting on stdout without a newline, pyenv's complaints
+// on stderr) is not the command's output; a setup that ends the session
+// before the command is shown whole.
+func TestRunLeavesOutTheShellSetup(t *testing.T) {
+	t.Parallel()
+	const chatty = `printf 'Welcome to host-1!'; echo "rm: cannot remove '/root/.pyenv/shims/tmp'" >&2; `
+	tests := []struct {
+		name, setup, cmd       string
+		wantStdout, wantStderr string
+		wantExit               int
+	}{
+		{name: "output", setup: chatty, cmd: "echo out; echo err >&2", wantStdout: "out\n", wantStderr: "err\n"},
+		{name: "failure", setup: chatty, cmd: "echo boom >&2; exit 4", wantStderr: "boom\n", wantExit: 4},
+		{name: "a setup that refuses the login", setup: `echo 'This account is currently not available.' >&2; exit 1; `,
+			cmd: "echo never", wantStderr: "This account is currently not available.\n", wantExit: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// The first ForceCommand wins over slowlogin's.
+			s := sshtest.Start(t, sshtest.Options{Config: []string{
+				"ForceCommand " + tt.setup + `exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"`,
+			}})
+			ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+			defer cancel()
+			stdout, stderr, err := dial(ctx, t, config(s)).Run(ctx, tt.cmd)
+			if string(stdout) != tt.wantStdout || string(stderr) != tt.wantStderr {
+				t.Errorf("Run(%q) = stdout %q, stderr %q, want %q, %q", tt.cmd, stdout, stderr, tt.wantStdout, tt.wantStderr)
+			}
+			var exit *remote.ExitError
+			switch {
+			case tt.wantExit == 0 && err != nil:
+				t.Errorf("Run(%q): %v", tt.cmd, err)
+			case tt.wantExit != 0 && (!errors.As(err, &exit) || exit.Status != tt.wantExit || exit.StderrTail != strings.TrimSpace(tt.wantStderr)):
+				t.Errorf("Run(%q) error %v, want exit status %d with stderr %q", tt.cmd, err, tt.wantExit, tt.wantStderr)
+			}
+		})
 	}
 }

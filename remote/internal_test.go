@@ -7,13 +7,14 @@ import (
 	"github.com/hamaster/hamaster/internal/syncbuf"
 )
 
-func TestPGIDFilter(t *testing.T) {
+func TestSetupFilter(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name     string
-		writes   func(token string) []string
-		wantOut  func(token string) string
-		wantPGID string
+		name      string
+		writes    func(token string) []string
+		wantOut   func(token string) string
+		wantSetup func(token string) string // nil: none
+		wantPGID  string
 	}{
 		{
 			name:     "marker first, in one write",
@@ -28,13 +29,23 @@ func TestPGIDFilter(t *testing.T) {
 			wantPGID: "4242",
 		},
 		{
-			name:     "noise before the marker",
-			writes:   func(tok string) []string { return []string{"bashrc says hi\n", tok + "7\n", "x"} },
-			wantOut:  same("bashrc says hi\nx"),
-			wantPGID: "7",
+			name: "the setup's lines before the marker are left out",
+			writes: func(tok string) []string {
+				return []string{"bashrc says hi\n", "rm: cannot remove 'x'\n", tok + "7\n", "x"}
+			},
+			wantOut:   same("x"),
+			wantSetup: same("bashrc says hi\nrm: cannot remove 'x'"),
+			wantPGID:  "7",
 		},
 		{
-			name:    "no marker, partial last line",
+			name:      "setup output without a newline before the marker",
+			writes:    func(tok string) []string { return []string{"Welcome!", tok + "7\nout\n"} },
+			wantOut:   same("out\n"),
+			wantSetup: same("Welcome!"),
+			wantPGID:  "7",
+		},
+		{
+			name:    "no marker (the login shell failed): all of it, partial last line too",
 			writes:  func(string) []string { return []string{"a\n", "b"} },
 			wantOut: same("a\nb"),
 		},
@@ -44,25 +55,49 @@ func TestPGIDFilter(t *testing.T) {
 			wantOut: same("hamaster-pgid-x:1\n"),
 		},
 		{
-			name:    "token without digits",
-			writes:  func(tok string) []string { return []string{tok + "\n"} },
-			wantOut: func(tok string) string { return tok + "\n" },
+			name:      "token without digits, then the marker",
+			writes:    func(tok string) []string { return []string{tok + "\n", tok + "9\n", "z\n"} },
+			wantOut:   same("z\n"),
+			wantSetup: func(tok string) string { return tok },
+			wantPGID:  "9",
+		},
+		{
+			name:    "more setup output than setupMax: passed through",
+			writes:  func(string) []string { return []string{strings.Repeat("y", setupMax), "yy\n"} },
+			wantOut: same(strings.Repeat("y", setupMax+2) + "\n"),
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var out syncbuf.Buffer
-			f := newPGIDFilter(&out)
+			f := newSetupFilter(&out, newSetupToken())
 			for _, w := range tt.writes(f.token) {
 				if n, err := f.Write([]byte(w)); n != len(w) || err != nil {
-					t.Fatalf("Write(%q) = %d, %v", w, n, err)
+					t.Fatalf("Write(%.40q) = %d, %v", w, n, err)
 				}
 			}
 			f.flush()
 			got, want := string(out.Bytes()), tt.wantOut(f.token)
 			if got != want || f.pgid != tt.wantPGID {
-				t.Errorf("out %q pgid %q, want %q %q", got, f.pgid, want, tt.wantPGID)
+				t.Errorf("out %.80q pgid %q, want %.80q %q", got, f.pgid, want, tt.wantPGID)
+			}
+			wantSetup := ""
+			if tt.wantSetup != nil {
+				wantSetup = tt.wantSetup(f.token)
+			}
+			if s := f.setupOutput(); s != wantSetup {
+				t.Errorf("setup output %q, want %q", s, wantSetup)
+			}
+			select {
+			case <-f.known:
+				if tt.wantPGID == "" {
+					t.Error("known is closed without a marker")
+				}
+			default:
+				if tt.wantPGID != "" {
+					t.Error("known is still open after the marker")
+				}
 			}
 		})
 	}

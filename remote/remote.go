@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -91,8 +92,10 @@ type Config struct {
 	// Sudo runs every command (Run, Upload, and the kill of a cancelled
 	// command) through `sudo -n -- sh -c CMD`: for a User other than root,
 	// which is how most hosts let operators in. sudo must not ask for a
-	// password (-n makes it fail instead of waiting); CheckSudo says so
-	// before any change. Tunnels need no privilege and are unchanged.
+	// password (-n makes it fail instead of waiting): the first command
+	// that fails before one succeeded runs CheckSudo, whose error says so
+	// (that command did not run). Tunnels need no privilege and are
+	// unchanged.
 	Sudo bool
 }
 
@@ -146,8 +149,10 @@ type Client struct {
 	addr string // host:port
 	user string
 	sudo bool
-	log  *slog.Logger
-	ssh  *ssh.Client
+	// sudoOK: a command run through sudo has succeeded (runChecked).
+	sudoOK atomic.Bool
+	log    *slog.Logger
+	ssh    *ssh.Client
 
 	done    chan struct{}  // closed when the connection has ended
 	closing chan struct{}  // closed when Close is called
@@ -366,6 +371,35 @@ func (c *Client) keepalive(interval time.Duration) {
 			c.ssh.Close()
 			return
 		}
+	}
+}
+
+// Ping asks the server for an answer on the connection itself (a global
+// keepalive request: no session, so no login's shell setup, a round trip
+// only), giving up when ctx ends. It is how a caller that kept what it
+// last read on the host checks, cheaply, that the host still answers.
+func (c *Client) Ping(ctx context.Context) error {
+	if err := c.endErr(); err != nil {
+		return err
+	}
+	reply := make(chan error, 1)
+	go func() {
+		// OpenSSH answers an unknown global request with a failure,
+		// which is an answer all the same.
+		_, _, err := c.ssh.SendRequest("keepalive@openssh.com", true, nil)
+		reply <- err
+	}()
+	select {
+	case err := <-reply:
+		if err != nil {
+			if end := c.waitEnd(time.Second); end != nil {
+				return end
+			}
+			return errkind.Errorf(errkind.Unavailable, "ping %s: %w", c.addr, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return errkind.Errorf(errkind.Unavailable, "ping %s: no answer: %w", c.addr, ctx.Err())
 	}
 }
 

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -126,7 +127,7 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				if source == "" {
 					return errkind.Errorf(errkind.FailedPrecondition, "no replica with a healthy etcd voter to clone")
 				}
-				if err := checkFirstLB(ctx, d, rs, source); err != nil {
+				if err := checkFirstLB(ctx, d, rs, source, name(r)); err != nil {
 					return err
 				}
 				if r.Get("source") == "" {
@@ -436,13 +437,13 @@ func takeSnapshot(ctx context.Context, d *Deps, r *Run, label string, exclude ..
 func dnsStep(d *Deps, kind, name string) Step {
 	plan := []string{"no --dns-name: nothing to do"}
 	if name != "" {
-		plan = []string{fmt.Sprintf("dns(%s).Upsert(%s A <static IP>)", orDefault(kind, "static"), name), "wait until the change is in sync"}
+		plan = []string{fmt.Sprintf("dns(%s).Upsert(%s A <static IP>)", cmp.Or(kind, "static"), name), "wait until the change is in sync"}
 	}
 	return Step{
 		Name: StepDNS, Plan: plan,
 		Run: func(ctx context.Context, r *Run) error {
 			name := r.Param("dns-name")
-			kind := orDefault(r.Param("dns"), "static")
+			kind := cmp.Or(r.Param("dns"), "static")
 			if name == "" {
 				return nil
 			}
@@ -515,13 +516,6 @@ func verifyMember(ctx context.Context, d *Deps, cluster, replica string, want bo
 	return nil
 }
 
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
 // promotePlan is the promotion step's plan, with what the provider says
 // the promotion costs clients of the static IP (lb.PromotionNoter).
 func promotePlan(d *Deps) []string {
@@ -536,9 +530,10 @@ func promotePlan(d *Deps) []string {
 
 // checkFirstLB asks a load balancer that can check itself
 // (lb.CreateChecker) whether the first add's promote-static-ip-to-lb
-// would give a reachable endpoint, before anything changes; once the load
-// balancer exists there is nothing to check.
-func checkFirstLB(ctx context.Context, d *Deps, rs []providers.Replica, source string) error {
+// would give a reachable endpoint, before anything changes: its targets
+// are the master cloned and the replica being added (its address not
+// known yet); once the load balancer exists there is nothing to check.
+func checkFirstLB(ctx context.Context, d *Deps, rs []providers.Replica, source, adding string) error {
 	cc, ok := d.Provider.LoadBalancer().(lb.CreateChecker)
 	if !ok {
 		return nil
@@ -552,7 +547,7 @@ func checkFirstLB(ctx context.Context, d *Deps, rs []providers.Replica, source s
 	}
 	for _, rep := range rs {
 		if rep.Name == source {
-			return cc.CheckCreate(ctx, ip, []lb.Target{{Name: rep.Name, Address: rep.Address}})
+			return cc.CheckCreate(ctx, ip, []lb.Target{{Name: rep.Name, Address: rep.Address}, {Name: adding}})
 		}
 	}
 	return nil

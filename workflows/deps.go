@@ -461,10 +461,8 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 	}
 	started := time.Now()
 	d.logger().Info("run", "workflow", wf.Name, "run_id", runID, "params", wf.Params, "resumed", resumed)
-	if wf.Check != nil {
-		if err := wf.Check(ctx); err != nil {
-			return err
-		}
+	if err := wf.check(ctx); err != nil {
+		return err
 	}
 	cli, err := d.Etcd(ctx, o.LockExclude...)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/providers/local"
 	"github.com/hamaster/hamaster/testbed/local/localtest"
 	"github.com/hamaster/hamaster/workflows"
@@ -40,12 +41,28 @@ func newEnvOn(t *testing.T, c *localtest.Cluster, name string) *env {
 	return &env{t: t, c: c, name: name, wf: workflowstest.NewRunner(c.Provider, name, c.Settings.StateDir)}
 }
 
-// within is the test's bound: a context that ends after d, or when the
-// test ends.
-func (e *env) within(d time.Duration) context.Context {
+// startEnv is newEnv with the test's bound: a context that ends after d,
+// or when the test ends.
+func startEnv(t *testing.T, name string, d time.Duration) (*env, context.Context) {
+	return newEnv(t, name).within(d)
+}
+
+// within returns e with the test's bound: a context that ends after d, or
+// when the test ends.
+func (e *env) within(d time.Duration) (*env, context.Context) {
 	ctx, cancel := context.WithTimeout(e.t.Context(), d)
 	e.t.Cleanup(cancel)
-	return ctx
+	return e, ctx
+}
+
+// etcd is a client of the cluster's etcd; the caller closes it.
+func (e *env) etcd(ctx context.Context) *etcdmember.Client {
+	e.t.Helper()
+	cli, err := e.c.Provider.Etcd(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cli
 }
 
 func (e *env) deps(after func(string) error) *workflows.Deps { return e.wf.Deps(after) }
@@ -149,8 +166,7 @@ func startProber(t *testing.T, e *env) *workflowstest.Prober {
 
 func TestGrowAndShrink1to5to1(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "grow")
-	ctx := e.within(5 * time.Minute)
+	e, ctx := startEnv(t, "grow", 5*time.Minute)
 	master := local.MasterName("grow")
 	names := []string{"grow-master-a01", "grow-master-a02", "grow-master-a03", "grow-master-a04"}
 	pr := startProber(t, e)
@@ -207,8 +223,7 @@ func TestGrowAndShrink1to5to1(t *testing.T) {
 
 func TestConcurrentAddsOneWins(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "race")
-	ctx := e.within(3 * time.Minute)
+	e, ctx := startEnv(t, "race", 3*time.Minute)
 	// The two operators use separate state dirs' journals would be the
 	// realistic case; here they share one and race on the etcd lock.
 	errs := make([]error, 2)
@@ -260,8 +275,7 @@ func TestConcurrentAddsOneWins(t *testing.T) {
 
 func TestBadInputChangesNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "badin")
-	ctx := e.within(2 * time.Minute)
+	e, ctx := startEnv(t, "badin", 2*time.Minute)
 	master := local.MasterName("badin")
 	cases := []struct {
 		name string

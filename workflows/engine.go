@@ -47,6 +47,14 @@ type Workflow struct {
 	Check func(ctx context.Context) error
 }
 
+// check runs Check, when set.
+func (w *Workflow) check(ctx context.Context) error {
+	if w.Check == nil {
+		return nil
+	}
+	return w.Check(ctx)
+}
+
 // Plan renders the workflow's plan for people.
 func (w *Workflow) Plan() string {
 	var b strings.Builder
@@ -76,10 +84,19 @@ type Run struct {
 	now     func() time.Time
 	// hb is the step's heartbeat (see heartbeat.go).
 	hb heartbeat
+	// changed: a step that may change the world started before this one
+	// (in this run or an earlier one of the journal).
+	changed bool
 }
 
 // Param returns a workflow parameter.
 func (r *Run) Param(k string) string { return r.journal.Params[k] }
+
+// Changed reports whether a step that may change the world (one not
+// Always) started before this step, in this run or an earlier run of the
+// same journal: a check that must only refuse before anything changed
+// (a half-done removal is better finished) tests it.
+func (r *Run) Changed() bool { return r.changed }
 
 // Get returns data recorded by an earlier step (of this or a crashed run).
 func (r *Run) Get(k string) string { return r.journal.Data[k] }
@@ -259,13 +276,14 @@ func (rn *Runner) Execute(ctx context.Context, wf *Workflow, j *Journal) error {
 			rn.BeforeChange = nil
 		}
 		start := rn.now()
+		changedBefore := changed
 		changed = changed || !s.Always
 		j.record(s.Name, StateStart, start, nil)
 		if err := rn.Store.Save(j); err != nil {
 			return err
 		}
 		rn.Sink.Event(Event{Workflow: wf.Name, Step: s.Name, Index: i + 1, Total: len(wf.Steps), State: StateStart})
-		run := &Run{journal: j, store: rn.Store, sink: rn.Sink, step: s.Name, started: start, now: rn.now, hb: heartbeat{every: rn.Heartbeat}}
+		run := &Run{journal: j, store: rn.Store, sink: rn.Sink, step: s.Name, started: start, now: rn.now, hb: heartbeat{every: rn.Heartbeat}, changed: changedBefore}
 		err := s.Run(ctx, run)
 		run.hb.stop()
 		end := rn.now()

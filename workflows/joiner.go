@@ -56,7 +56,10 @@ func lbEndpoint(ctx context.Context, d *Deps) (string, error) {
 // as well as every name it had (clients on the old address keep
 // working), then the endpoint is recorded cluster-wide (kubeadm-config,
 // cluster-info: what later joins read), then each master's kubeconfigs
-// move to it. One master at a time; every call idempotent, so a resumed
+// move to it. Between the two, the consumers the flavor's tool rendered
+// from the endpoint inside the cluster (kube-proxy's kubeconfig) move
+// and are restarted: once every certificate names the endpoint, so they
+// verify it. One master at a time; every call idempotent, so a resumed
 // step redoes only what is left.
 func moveEndpoint(ctx context.Context, d *Deps, r *Run, mv flavors.EndpointMover, endpoint string) error {
 	host, _, err := net.SplitHostPort(endpoint)
@@ -76,6 +79,10 @@ func moveEndpoint(ctx context.Context, d *Deps, r *Run, mv flavors.EndpointMover
 	r.Waiting("recording %s as the cluster's endpoint", endpoint)
 	if err := mv.SetEndpoint(ctx, endpoint); err != nil {
 		return fmt.Errorf("record endpoint %s: %w", endpoint, err)
+	}
+	r.Waiting("the in-cluster consumers (kube-proxy, the workers' kubelets) to use https://%s", endpoint)
+	if err := mv.PointConsumers(ctx, endpoint); err != nil {
+		return fmt.Errorf("point the in-cluster consumers at %s: %w", endpoint, err)
 	}
 	for _, m := range masters {
 		r.Waiting("the kubeconfigs of %s to use https://%s", m.Name, endpoint)
@@ -123,7 +130,7 @@ func runningMasters(ctx context.Context, d *Deps) ([]providers.Replica, error) {
 func convertStep(d *Deps) Step {
 	return Step{
 		Name: StepConvertEndpoint,
-		Plan: []string{"when the masters record no endpoint: each master's apiserver certificate gains the VIP/LB address (old names kept)", "the endpoint recorded cluster-wide (kubeadm-config controlPlaneEndpoint, cluster-info)", "each master's kubeconfigs moved to it, the kubelet restarted"},
+		Plan: []string{"when the masters record no endpoint: each master's apiserver certificate gains the VIP/LB address (old names kept)", "the endpoint recorded cluster-wide (kubeadm-config controlPlaneEndpoint, cluster-info)", "kube-proxy's kubeconfig (its ConfigMap) moved to it and its DaemonSet rolled once", "each worker's kubelet.conf that names a master's own address moved to it, one worker at a time (its kubelet restarted, its Node heartbeating again; a worker that does not answer named, with the command that moves it by hand)", "each master's kubeconfigs moved to it, the kubelet restarted"},
 		Run: func(ctx context.Context, r *Run) error {
 			mv := moverOf(d)
 			if mv == nil {
@@ -160,7 +167,7 @@ func convertStep(d *Deps) Step {
 func joinStep(d *Deps, j flavors.Joiner, p AddParams) Step {
 	return Step{
 		Name: StepJoin,
-		Plan: []string{"when a previous attempt was interrupted: its member removed through another master, the flavor's tool reset on the machine", "the flavor's join on the machine (kubeadm join --control-plane with a fresh token and certificate key), bounded; a failed join undone"},
+		Plan: []string{"when a previous attempt was interrupted: its join waited for; unless it completed, its member removed through another master and the flavor's tool reset on the machine", "the flavor's join on the machine (kubeadm join --control-plane with a fresh token and certificate key), bounded; a failed join undone"},
 		Run: func(ctx context.Context, r *Run) error {
 			name := r.Param("name")
 			rep, err := d.Provider.Instances().Get(ctx, name)
@@ -171,8 +178,17 @@ func joinStep(d *Deps, j flavors.Joiner, p AddParams) Step {
 				rep.Address = r.Get("address")
 			}
 			if r.Get("join_started") != "" {
-				if verifyMember(ctx, d, providers.EtcdMain, name, true, []string{name}) == nil && rep.Running() {
-					return nil // the interrupted join had finished
+				// The interrupted join may still run on the machine: the
+				// flavor waits for it before judging it.
+				if rep.Running() {
+					r.Waiting("the interrupted join of %s to end", name)
+					joined, err := j.Joined(ctx, rep, p.Timeout)
+					if err != nil {
+						return err
+					}
+					if joined && verifyMember(ctx, d, providers.EtcdMain, name, true, []string{name}) == nil {
+						return nil // the interrupted join had finished
+					}
 				}
 				r.Info("undoing the interrupted join of %s before joining it again", name)
 				if err := removeMembers(ctx, d, name, rep.Address); err != nil {
@@ -327,7 +343,7 @@ func EndpointSet(d *Deps, p EndpointParams) *Workflow {
 			},
 		},
 		{
-			Name: StepConvertEndpoint, Plan: []string{"each master's apiserver certificate gains the endpoint's host (old names kept), one master at a time", "kubeadm-config controlPlaneEndpoint and cluster-info's server set", "each master's kubeconfigs moved, its kubelet restarted"},
+			Name: StepConvertEndpoint, Plan: []string{"each master's apiserver certificate gains the endpoint's host (old names kept), one master at a time", "kubeadm-config controlPlaneEndpoint and cluster-info's server set, the endpoint replaced recorded as a former one", "kube-proxy's kubeconfig (its ConfigMap) moved and its DaemonSet rolled once", "each worker's kubelet.conf that names a master's own address or a former endpoint moved, one worker at a time (its kubelet restarted, its Node heartbeating again)", "each master's kubeconfigs moved, its kubelet restarted"},
 			Run: func(ctx context.Context, r *Run) error {
 				return moveEndpoint(ctx, d, r, moverOf(d), r.Param("endpoint"))
 			},

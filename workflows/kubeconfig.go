@@ -1,63 +1,137 @@
 package workflows
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/providers"
 )
+
+// MaxClientValidity bounds a kubeconfig's client certificate: one year,
+// kubeadm's CertificateValidityPeriod (beyond which `kubeadm kubeconfig
+// user --validity-period` warns) and what hamaster's own CA issues by
+// default. A client certificate cannot be revoked.
+const MaxClientValidity = 365 * 24 * time.Hour
 
 // KubeconfigParams describe the credentials 'hamaster kubeconfig' writes.
 type KubeconfigParams struct {
 	// User is the client certificate's CN: the Kubernetes user name.
 	User string
-	// Groups are its O fields: Kubernetes groups (system:masters is
-	// cluster-admin through RBAC's default bindings).
+	// Groups are its O fields: Kubernetes groups. nil: the cluster's
+	// administrators' group, system:masters for hamaster's own masters
+	// (cluster-admin through RBAC's default bindings), the flavor's
+	// choice for masters that carry their own CA (kubeadm's
+	// kubeadm:cluster-admins from v1.29).
 	Groups []string
+	// Validity is how long the certificate is valid from now, at most
+	// MaxClientValidity; 0: MaxClientValidity.
+	Validity time.Duration
 	// Server overrides the endpoint (https://host:port); "" is the
-	// cluster's: its DNS name when recorded, else the static IP (the LB's
-	// address once there is one), on the apiserver port.
+	// cluster's: for hamaster's own masters its DNS name when recorded,
+	// else the static IP (the LB's address once there is one), on the
+	// apiserver port; for masters that record their endpoint (kubeadm's
+	// controlPlaneEndpoint), that one, or the single master's own
+	// address when they record none.
 	Server string
 }
 
-// Kubeconfig issues a client certificate signed by the cluster CA and
-// returns a kubeconfig (YAML) naming the cluster endpoint, trusting the
-// cluster CA. Nothing in the cluster changes; the key exists only in the
-// returned bytes.
-func Kubeconfig(ctx context.Context, d *Deps, p KubeconfigParams) ([]byte, error) {
+// IssuedKubeconfig is a kubeconfig Kubeconfig made, and what it says.
+type IssuedKubeconfig struct {
+	// Doc is the kubeconfig (YAML). It holds the client's private key.
+	Doc      []byte
+	Server   string
+	User     string
+	Groups   []string
+	NotAfter time.Time
+	// IssuedOn names the master whose own tool issued the certificate
+	// (flavors.ClientIssuer); "" when hamaster issued it from the cluster
+	// CA in the state directory.
+	IssuedOn string
+}
+
+// Kubeconfig issues a client certificate and returns a kubeconfig naming
+// the cluster endpoint and trusting the cluster CA. Nothing in the
+// cluster changes. For hamaster's own masters the certificate is signed
+// here by the cluster CA in the state directory and its key exists only
+// in the returned bytes; for masters that carry their own CA
+// (Flavor.CarriesCertificates) the flavor's tool issues it on a running
+// master (flavors.ClientIssuer), so the CA key never leaves the masters.
+func Kubeconfig(ctx context.Context, d *Deps, p KubeconfigParams) (IssuedKubeconfig, error) {
 	if p.User == "" {
-		return nil, errkind.Errorf(errkind.InvalidArgument, "--user: empty; want the certificate's CN, e.g. hamaster-admin")
+		return IssuedKubeconfig{}, errkind.Errorf(errkind.InvalidArgument, "--user: empty; want the certificate's CN, e.g. hamaster-admin")
+	}
+	if p.Validity < 0 || p.Validity > MaxClientValidity {
+		return IssuedKubeconfig{}, errkind.Errorf(errkind.InvalidArgument, "--validity %v: want more than 0 and at most %v (a client certificate cannot be revoked)", p.Validity, MaxClientValidity)
+	}
+	if p.Validity == 0 {
+		p.Validity = MaxClientValidity
+	}
+	if f := d.Flavor(); f.CarriesCertificates() {
+		return mastersKubeconfig(ctx, d, f, p)
 	}
 	ca, err := d.CA()
 	if err != nil {
-		return nil, err
+		return IssuedKubeconfig{}, err
 	}
 	server := p.Server
 	if server == "" {
 		host, _, err := d.Provider.StaticIP().Get(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("cluster endpoint: %w", err)
+			return IssuedKubeconfig{}, fmt.Errorf("cluster endpoint: %w", err)
 		}
 		if ep, err := LoadEndpoint(d.StateDir, d.Cluster); err == nil && ep.DNSName != "" {
 			host = ep.DNSName
 		}
 		if host == "" {
-			return nil, errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no static IP yet; pass --server", d.Cluster)
+			return IssuedKubeconfig{}, errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no static IP yet; pass --server", d.Cluster)
 		}
 		server = "https://" + net.JoinHostPort(host, strconv.Itoa(providers.EndpointPortOf(d.Provider)))
 	}
-	pair, err := ca.IssueClient(p.User, p.Groups, certs.ECDSA)
-	if err != nil {
-		return nil, err
+	groups := p.Groups
+	if groups == nil {
+		groups = []string{"system:masters"}
 	}
-	return renderKubeconfig(d.Cluster, server, p.User, ca.CertPEM, pair.CertPEM, pair.KeyPEM)
+	pair, err := ca.IssueClientFor(p.User, groups, certs.ECDSA, p.Validity)
+	if err != nil {
+		return IssuedKubeconfig{}, err
+	}
+	return issued(d.Cluster, server, p.User, groups, "", ca.CertPEM, pair.CertPEM, pair.KeyPEM)
+}
+
+// mastersKubeconfig is Kubeconfig for masters that carry their own CA:
+// the flavor's tool issues the certificate on a master.
+func mastersKubeconfig(ctx context.Context, d *Deps, f flavors.Flavor, p KubeconfigParams) (IssuedKubeconfig, error) {
+	ci, ok := f.(flavors.ClientIssuer)
+	if !ok {
+		return IssuedKubeconfig{}, errkind.Errorf(errkind.FailedPrecondition, "cluster %s: the %s flavor's masters carry their own CA, and hamaster cannot issue a client certificate from it yet: use the credentials their tool gives", d.Cluster, f.Name())
+	}
+	creds, err := ci.IssueClient(ctx, flavors.ClientRequest{User: p.User, Groups: p.Groups, Validity: p.Validity})
+	if err != nil {
+		return IssuedKubeconfig{}, fmt.Errorf("issue a client certificate for %s from the masters' CA (the %s flavor): %w", p.User, f.Name(), err)
+	}
+	return issued(d.Cluster, cmp.Or(p.Server, creds.Server), p.User, creds.Groups, creds.Master, creds.CACertPEM, creds.CertPEM, creds.KeyPEM)
+}
+
+func issued(cluster, server, user string, groups []string, master string, caPEM, certPEM, keyPEM []byte) (IssuedKubeconfig, error) {
+	c, err := certs.ParseCertPEM(certPEM)
+	if err != nil {
+		return IssuedKubeconfig{}, fmt.Errorf("the issued client certificate: %w", err)
+	}
+	doc, err := renderKubeconfig(cluster, server, user, caPEM, certPEM, keyPEM)
+	if err != nil {
+		return IssuedKubeconfig{}, err
+	}
+	return IssuedKubeconfig{Doc: doc, Server: server, User: user, Groups: groups, NotAfter: c.NotAfter, IssuedOn: master}, nil
 }
 
 // kubeconfig is the part of client-go's clientcmd v1 Config written here.

@@ -50,6 +50,16 @@ func TestOutageFence(t *testing.T) {
 		<-l.Done()
 		return l
 	}
+	// leaseGone returns an ended lock whose lease is gone too (revoked,
+	// as when it expires): its key with it.
+	leaseGone := func(t *testing.T, cluster string) *Lock {
+		t.Helper()
+		l := ended(t, cluster)
+		if _, err := l.session.Client().Revoke(ctx, l.session.Lease()); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
 	fence := func(l *Lock, cluster string, dial func(context.Context) (*clientv3.Client, func() error, error)) *outageFence {
 		return &outageFence{lock: l, cluster: cluster, holder: "rolling-upgrade", dial: dial, log: slog.New(slog.DiscardHandler), probe: 5 * time.Second}
 	}
@@ -82,10 +92,7 @@ func TestOutageFence(t *testing.T) {
 		}
 	})
 	t.Run("lease gone, lock free: taken again", func(t *testing.T) {
-		l := ended(t, "free")
-		if _, err := l.session.Client().Revoke(ctx, l.session.Lease()); err != nil {
-			t.Fatal(err)
-		}
+		l := leaseGone(t, "free")
 		if err := fence(l, "free", dialOK).Check(ctx); err != nil {
 			t.Fatalf("fence with the lock free again: %v", err)
 		}
@@ -97,10 +104,7 @@ func TestOutageFence(t *testing.T) {
 		}
 	})
 	t.Run("another run holds it: stopped", func(t *testing.T) {
-		l := ended(t, "taken")
-		if _, err := l.session.Client().Revoke(ctx, l.session.Lease()); err != nil {
-			t.Fatal(err)
-		}
+		l := leaseGone(t, "taken")
 		cli, err := etcdmember.New(ctx, ec.ClientConfig())
 		if err != nil {
 			t.Fatal(err)

@@ -17,13 +17,9 @@ import (
 // it, and that command (remove-replica --member-id) does.
 func TestOrphanLearnerRemovedByMemberID(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "orphan")
-	ctx := e.within(2 * time.Minute)
+	e, ctx := startEnv(t, "orphan", 2*time.Minute)
 	master := local.MasterName("orphan")
-	cli, err := e.c.Provider.Etcd(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli := e.etcd(ctx)
 	addr := fmt.Sprintf("127.0.%d.250", e.c.Provider.Info().Subnet)
 	m, err := cli.AddLearner(ctx, "", "https://"+addr+":2380")
 	cli.Close()

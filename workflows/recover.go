@@ -238,10 +238,8 @@ func ExecuteRecover(ctx context.Context, d *Deps, wf *Workflow, o Options) error
 		fmt.Fprintln(d.Out, "Dry run: nothing was changed.")
 		return nil
 	}
-	if wf.Check != nil {
-		if err := wf.Check(ctx); err != nil {
-			return err
-		}
+	if err := wf.check(ctx); err != nil {
+		return err
 	}
 	if o.Confirm != nil {
 		if err := o.Confirm(plan); err != nil {

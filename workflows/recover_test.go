@@ -29,10 +29,7 @@ func (e *env) kill(name string) {
 
 func (e *env) put(ctx context.Context, k, v string) {
 	e.t.Helper()
-	cli, err := e.c.Provider.Etcd(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	cli := e.etcd(ctx)
 	defer cli.Close()
 	if _, err := cli.Raw().Put(ctx, k, v); err != nil {
 		e.t.Fatal(err)
@@ -41,10 +38,7 @@ func (e *env) put(ctx context.Context, k, v string) {
 
 func (e *env) get(ctx context.Context, k string) string {
 	e.t.Helper()
-	cli, err := e.c.Provider.Etcd(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	cli := e.etcd(ctx)
 	defer cli.Close()
 	resp, err := cli.Raw().Get(ctx, k)
 	if err != nil {
@@ -58,10 +52,7 @@ func (e *env) get(ctx context.Context, k string) string {
 
 func (e *env) clusterID(ctx context.Context) uint64 {
 	e.t.Helper()
-	cli, err := e.c.Provider.Etcd(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	cli := e.etcd(ctx)
 	defer cli.Close()
 	resp, err := cli.Raw().MemberList(ctx)
 	if err != nil {
@@ -76,8 +67,7 @@ func (e *env) clusterID(ctx context.Context) uint64 {
 // new cluster ID.
 func TestRecoverFromSurvivorThenSnapshot(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "dr")
-	ctx := e.within(4 * time.Minute)
+	e, ctx := startEnv(t, "dr", 4*time.Minute)
 	names := e.grow(ctx, 2)
 	e.put(ctx, "/before-loss", "kept")
 	snaps, err := workflows.ListSnapshots(e.c.Settings.StateDir, e.name)

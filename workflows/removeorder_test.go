@@ -30,8 +30,7 @@ import (
 // (drain-to-moved-ms).
 func TestRemoveReplicaOverlapsTheDrainGrace(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "order")
-	ctx := e.within(5 * time.Minute)
+	e, ctx := startEnv(t, "order", 5*time.Minute)
 	master := local.MasterName("order")
 	const grace = 3 * time.Second
 	replicas := []string{master}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -22,6 +25,9 @@ type RemoveParams struct {
 	// replica.
 	DrainGrace time.Duration
 	Timeout    time.Duration
+	// Drain is what happens to the victim's Node first (flavors whose
+	// masters are Nodes).
+	Drain NodeDrain
 }
 
 // Remove-replica step names.
@@ -56,6 +62,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 	if p.Force {
 		wf.Params["force"] = "true"
 	}
+	p.Drain.params(wf.Params)
 	if p.Timeout <= 0 {
 		p.Timeout = 5 * time.Minute
 	}
@@ -95,7 +102,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 	wf.Steps = []Step{
 		{
 			Name: StepPreflight, Always: true,
-			Plan: []string{"instances.List", "etcd MemberList + Status (not through the victim)", "refuse removing the last replica or one whose removal would lose quorum (--force overrides)"},
+			Plan: []string{"instances.List", "etcd MemberList + Status (not through the victim)", "refuse removing the last replica or one whose removal would lose quorum (--force overrides)", "when the flavor renders consumers from the endpoint (kubeadm): refuse removing a master one of them still names (--force overrides)"},
 			Run: func(ctx context.Context, r *Run) error {
 				rs, err := inst.List(ctx)
 				if err != nil {
@@ -138,14 +145,17 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 					return errkind.Errorf(errkind.InvalidArgument, "--name: no replica, etcd member or reservation named %q in cluster %s (replicas: %v)", victim, d.Cluster, names)
 				}
 				if isMember {
-					if err := etcdmember.CanRemove(members, m.ID); err != nil {
+					if err := canRemoveSettled(ctx, members, m.ID, func(ctx context.Context) ([]etcdmember.Member, error) {
+						_, ms, _, err := memberOf(ctx, cli, providers.EtcdMain, r)
+						return ms, err
+					}, VoterSettle, 2*time.Second, r.Waiting); err != nil {
 						if r.Param("force") != "true" {
 							return fmt.Errorf("%w (pass --force to remove anyway, risking etcd quorum loss)", err)
 						}
 						r.Info("--force: removing %s although %v — etcd may lose quorum", victim, err)
 					}
 				}
-				return nil
+				return refusePinned(ctx, d, r, victim)
 			},
 		},
 		{
@@ -380,6 +390,11 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 		wf.Steps = append(wf.Steps, leaveStep(d, j, victim))
 		wf.Steps = append(wf.Steps, pickSteps(steps, StepDeleteVM, StepDemote, StepVerify)...)
 	}
+	if nodeDrainerOf(d) != nil {
+		// The Node drained before anything else changes (kubeadm's docs:
+		// drain, then reset), right after the preflight.
+		wf.Steps = slices.Insert(wf.Steps, 1, drainNodeStep(d, victim, p.Drain))
+	}
 	return wf
 }
 
@@ -489,4 +504,100 @@ func moveLeaderAway(ctx context.Context, cli *etcdmember.Client, c, victim strin
 	}
 	r.Info("etcd %s leadership moved from %s to %x", c, victim, to)
 	return nil
+}
+
+// pinFinderOf is the flavor's PinFinder, nil when its tool renders no
+// consumer from the cluster's endpoint.
+func pinFinderOf(d *Deps) flavors.PinFinder {
+	p, _ := d.Flavor().(flavors.PinFinder)
+	return p
+}
+
+// refusePinned refuses to remove victim while a consumer of the control
+// plane that the flavor's tool rendered from the endpoint still names
+// victim's own address (kube-proxy's kubeconfig, another master's
+// admin.conf: flavors.PinFinder): once victim is gone they reach no
+// apiserver. errkind.FailedPrecondition (exit 3) lists them and the
+// command that moves them; --force removes victim anyway, with a
+// warning naming them. A flavor without the capability is not asked.
+// The check is made before anything changes: a run resumed after its
+// first change finishes the removal.
+func refusePinned(ctx context.Context, d *Deps, r *Run, victim string) error {
+	pf := pinFinderOf(d)
+	if pf == nil || r.Changed() {
+		return nil
+	}
+	force := r.Param("force") == "true"
+	pins, err := pf.Pinned(ctx, victim)
+	if err != nil {
+		if !force {
+			return errkind.Errorf(errkind.FailedPrecondition, "cannot tell whether anything still names %s's own address: %v (pass --force to remove it anyway)", victim, err)
+		}
+		r.Info("--force: removing %s without knowing whether anything still names its own address: %v", victim, err)
+		return nil
+	}
+	ps := flavors.PinsOf(pins, victim)
+	if len(ps) == 0 {
+		return nil
+	}
+	what := make([]string, 0, len(ps))
+	var fixes []string
+	for _, p := range ps {
+		what = append(what, p.String())
+		if !slices.Contains(fixes, p.Fix) {
+			fixes = append(fixes, p.Fix)
+		}
+	}
+	if !force {
+		return errkind.Errorf(errkind.FailedPrecondition, "%s's own address is still named where the cluster's endpoint should be, and they would reach no apiserver once it is gone: %s; repoint them first: %s (or pass --force to remove %s anyway)",
+			victim, strings.Join(what, "; "), strings.Join(fixes, "; "), victim)
+	}
+	r.Info("--force: removing %s although its own address is still named, and they will reach no apiserver once it is gone: %s (%s repoints them)", victim, strings.Join(what, "; "), strings.Join(fixes, "; "))
+	return nil
+}
+
+// VoterSettle bounds how long the removal's preflight judges etcd's
+// voters again when one did not answer its status: a member whose
+// status missed its bound on a busy host (etcdmember.DefaultStatusTimeout)
+// is not a member that is down. A voter still not answering after it is
+// refused as before.
+const VoterSettle = 20 * time.Second
+
+// canRemoveSettled is etcdmember.CanRemove of id in members; when that
+// refuses while a voter is unhealthy, the members are read again (every
+// every, for at most settle; waiting says so) until it allows the
+// removal or no voter is unhealthy. The last refusal is returned.
+func canRemoveSettled(ctx context.Context, members []etcdmember.Member, id uint64, read func(context.Context) ([]etcdmember.Member, error), settle, every time.Duration, waiting func(string, ...any)) error {
+	err := etcdmember.CanRemove(members, id)
+	if err == nil || !unhealthyVoter(members) {
+		return err
+	}
+	waiting("etcd's voters to answer again (%v)", err)
+	wctx, cancel := context.WithTimeout(ctx, settle)
+	defer cancel()
+	judged := false // the first check is the judgment above
+	// Until's own error (settle is over) leaves err, the last judgment.
+	_ = wait.Until(wctx, every, "etcd's voters to answer", func() (bool, error) {
+		if !judged {
+			judged = true
+			return false, nil
+		}
+		ms, rerr := read(wctx)
+		if rerr != nil {
+			return false, nil // judged again at the next tick
+		}
+		err = etcdmember.CanRemove(ms, id)
+		return err == nil || !unhealthyVoter(ms), nil
+	})
+	return err
+}
+
+// unhealthyVoter reports whether a voter among members is unhealthy.
+func unhealthyVoter(members []etcdmember.Member) bool {
+	for _, m := range members {
+		if !m.Learner && !m.Healthy {
+			return true
+		}
+	}
+	return false
 }

@@ -66,8 +66,7 @@ func (f renewing) RenewCerts(ctx context.Context, r providers.Replica) error {
 // saved state is left.
 func TestRotateCertsWithTheFlavorsTool(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "renew")
-	ctx := e.within(6 * time.Minute)
+	e, ctx := startEnv(t, "renew", 6*time.Minute)
 	e.grow(ctx, 1)
 	rs, err := e.c.Provider.Instances().List(ctx)
 	if err != nil {

@@ -38,6 +38,9 @@ type UpgradeParams struct {
 	DrainGrace    time.Duration
 	HealthTimeout time.Duration
 	AllowDowntime bool
+	// Drain is what happens to each master's Node before its upgrade
+	// (flavors whose masters are Nodes; uncordoned after).
+	Drain NodeDrain
 }
 
 // target returns what tmpl becomes after the upgrade.
@@ -79,6 +82,7 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 	if p.ExtraArgsSet {
 		wf.Params["extra-args"] = strings.Join(p.ExtraArgs, " ")
 	}
+	p.Drain.params(wf.Params)
 	if p.HealthTimeout <= 0 {
 		p.HealthTimeout = 5 * time.Minute
 	}
@@ -440,6 +444,15 @@ func drainMovingLeader(ctx context.Context, d *Deps, r *Run, name string, grace 
 			return true, err
 		}
 	}
+	if st, err := l.Get(ctx); err == nil && onlyTarget(st, name) {
+		// Draining the only target sends clients nowhere and cuts what
+		// the master's own tools reach through the load balancer (a
+		// kubeadm master's admin.conf names the endpoint): a sole master
+		// (--allow-downtime) stays in it, its clients waiting while its
+		// apiserver restarts.
+		r.Info("%s is the load balancer's only target: not drained (its clients wait while it restarts)", name)
+		return true, moveLeaderOff(ctx, d, r, name)
+	}
 	if err := l.DrainTarget(ctx, name); err != nil {
 		return true, fmt.Errorf("drain %s: %w", name, err)
 	}
@@ -482,23 +495,38 @@ func moveLeaderOff(ctx context.Context, d *Deps, r *Run, name string) error {
 	return nil
 }
 
+// undrain puts name back: into the load balancer (waited for healthy
+// there, within timeout), then its Node uncordoned.
 func undrain(ctx context.Context, d *Deps, r *Run, name string, timeout time.Duration) error {
+	// The load balancer first: the Node's uncordon goes through it (a
+	// kubeadm master's admin.conf names the endpoint).
 	l := d.Provider.LoadBalancer()
 	exists, err := lb.Exists(ctx, l)
-	if err != nil || !exists {
-		return err
-	}
-	rep, err := d.Provider.Instances().Get(ctx, name)
 	if err != nil {
 		return err
 	}
-	if err := l.AddTarget(ctx, lb.Target{Name: name, Address: rep.Address}); err != nil {
-		return err
+	if exists {
+		rep, err := d.Provider.Instances().Get(ctx, name)
+		if err != nil {
+			return err
+		}
+		if err := l.AddTarget(ctx, lb.Target{Name: name, Address: rep.Address}); err != nil {
+			return err
+		}
+		r.Waiting("the load balancer to see %s healthy", name)
+		wctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		if err := lb.WaitHealthyObserved(wctx, l, name, r.Observe); err != nil {
+			return err
+		}
 	}
-	r.Waiting("the load balancer to see %s healthy", name)
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return lb.WaitHealthyObserved(wctx, l, name, r.Observe)
+	return uncordonNode(ctx, d, r, name)
+}
+
+// onlyTarget reports whether name is the one target of the load
+// balancer st describes.
+func onlyTarget(st lb.Status, name string) bool {
+	return len(st.Targets) == 1 && st.Targets[0].Name == name
 }
 
 // etcdSetupTimeout bounds the making of a health gate's etcd client.
@@ -695,10 +723,8 @@ func runSub(ctx context.Context, d *Deps, key string, wf *Workflow) error {
 	if err != nil {
 		return err
 	}
-	if wf.Check != nil {
-		if err := wf.Check(ctx); err != nil {
-			return err
-		}
+	if err := wf.check(ctx); err != nil {
+		return err
 	}
 	if err := rn.Execute(ctx, wf, j); err != nil {
 		return err

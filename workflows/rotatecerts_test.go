@@ -14,8 +14,7 @@ import (
 // them one at a time and every handshake through the LB succeeds.
 func TestDNSNameAddedThenCertsRotated(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "rot")
-	ctx := e.within(3 * time.Minute)
+	e, ctx := startEnv(t, "rot", 3*time.Minute)
 	e.grow(ctx, 1)
 	d := e.deps(nil)
 	wf := workflows.AddReplica(d, workflows.AddParams{Name: "rot-master-dns", DNSKind: "static", DNSName: "api.rot.example.test", Timeout: time.Minute})

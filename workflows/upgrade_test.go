@@ -56,10 +56,7 @@ func (e *env) grow(ctx context.Context, n int) []string {
 
 func (e *env) leader(ctx context.Context) string {
 	e.t.Helper()
-	cli, err := e.c.Provider.Etcd(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	cli := e.etcd(ctx)
 	defer cli.Close()
 	ms, err := cli.Members(ctx)
 	if err != nil {
@@ -146,42 +143,35 @@ func upgradedOrder(events []workflows.Event) []string {
 
 func TestRollingUpgradeRecreate(t *testing.T) {
 	t.Parallel()
-	for _, n := range []int{3, 5} {
-		t.Run(fmt.Sprintf("%d replicas", n), func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t, fmt.Sprintf("upg%d", n))
-			ctx := e.within(6 * time.Minute)
-			e.grow(ctx, n-1)
-			leader := e.leader(ctx)
-			pr := startProber(t, e)
-			rec := &recorder{}
-			err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", DrainGrace: 500 * time.Millisecond}, rec, nil)
-			pr.Finish()
-			if err != nil {
-				t.Fatalf("rolling-upgrade: %v", err)
-			}
-			e.assertVersions(ctx, "v1.31.0", n)
-			order := upgradedOrder(rec.events)
-			if len(order) != n || order[n-1] != leader {
-				t.Errorf("upgrade order %v; want %d replicas with the leader %s last", order, n, leader)
-			}
-			t.Logf("%d replicas upgraded in order %v (leader %s); readyz through the LB: %d ok, %d failed %v", n, order, leader, pr.OK.Load(), pr.Failed.Load(), pr.Failures())
-			if pr.Failed.Load() != 0 {
-				t.Errorf("%d client failures through the LB during the upgrade", pr.Failed.Load())
-			}
-			// A re-run finds nothing to do.
-			rec = &recorder{}
-			if err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0"}, rec, nil); err != nil || len(upgradedOrder(rec.events)) != 0 {
-				t.Errorf("second run: %v, upgraded %v", err, upgradedOrder(rec.events))
-			}
-		})
-	}
+	eachClusterSize(t, "upg", []int{3, 5}, func(ctx context.Context, t *testing.T, e *env, n int) {
+		leader := e.leader(ctx)
+		pr := startProber(t, e)
+		rec := &recorder{}
+		err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", DrainGrace: 500 * time.Millisecond}, rec, nil)
+		pr.Finish()
+		if err != nil {
+			t.Fatalf("rolling-upgrade: %v", err)
+		}
+		e.assertVersions(ctx, "v1.31.0", n)
+		order := upgradedOrder(rec.events)
+		if len(order) != n || order[n-1] != leader {
+			t.Errorf("upgrade order %v; want %d replicas with the leader %s last", order, n, leader)
+		}
+		t.Logf("%d replicas upgraded in order %v (leader %s); readyz through the LB: %d ok, %d failed %v", n, order, leader, pr.OK.Load(), pr.Failed.Load(), pr.Failures())
+		if pr.Failed.Load() != 0 {
+			t.Errorf("%d client failures through the LB during the upgrade", pr.Failed.Load())
+		}
+		// A re-run finds nothing to do.
+		rec = &recorder{}
+		if err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0"}, rec, nil); err != nil || len(upgradedOrder(rec.events)) != 0 {
+			t.Errorf("second run: %v, upgraded %v", err, upgradedOrder(rec.events))
+		}
+	})
 }
 
 func TestRollingUpgradeBadFlagRollsBack(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "badflag")
-	ctx := e.within(4 * time.Minute)
+	e, ctx := startEnv(t, "badflag", 4*time.Minute)
 	e.grow(ctx, 2)
 	pr := startProber(t, e)
 	err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", ExtraArgs: []string{"--no-such-flag"}, ExtraArgsSet: true, HealthTimeout: 3 * time.Second, DrainGrace: 300 * time.Millisecond}, nil, nil)
@@ -215,8 +205,7 @@ func TestRollingUpgradeBadFlagRollsBack(t *testing.T) {
 // BenchmarkBadFlagRollback (rollback-s).
 func TestRollingUpgradeFailuresRollBack(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "upgfail")
-	ctx := e.within(4 * time.Minute)
+	e, ctx := startEnv(t, "upgfail", 4*time.Minute)
 	e.grow(ctx, 2)
 	cases := []struct {
 		name string
@@ -245,10 +234,7 @@ func TestRollingUpgradeFailuresRollBack(t *testing.T) {
 		}
 		t.Logf("%s: rolled back in %s (a speed figure: BenchmarkBadFlagRollback): %v", c.name, took.Round(time.Millisecond), err)
 		e.assertVersions(ctx, "v1.30.2", 3)
-		cli, err := e.c.Provider.Etcd(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cli := e.etcd(ctx)
 		ms, err := cli.Members(ctx)
 		cli.Close()
 		if err != nil || len(ms) != 3 {
@@ -266,8 +252,7 @@ func TestRollingUpgradeFailuresRollBack(t *testing.T) {
 // each step in turn; every re-run resumes one step further.
 func TestRollingUpgradeCrashAfterEveryStep(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "upgcrash")
-	ctx := e.within(6 * time.Minute)
+	e, ctx := startEnv(t, "upgcrash", 6*time.Minute)
 	e.grow(ctx, 2)
 	p := workflows.UpgradeParams{Version: "v1.31.0", DrainGrace: 100 * time.Millisecond}
 	steps := crashAfterEachStepOnce(t, 40, func(after func(string) error) error {
@@ -282,24 +267,31 @@ func TestRollingUpgradeCrashAfterEveryStep(t *testing.T) {
 
 func TestRollingUpgradeSurge(t *testing.T) {
 	t.Parallel()
-	for _, n := range []int{1, 3} {
+	eachClusterSize(t, "surge", []int{1, 3}, func(ctx context.Context, t *testing.T, e *env, n int) {
+		if err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", Strategy: workflows.StrategySurge, DrainGrace: 200 * time.Millisecond}, nil, nil); err != nil {
+			t.Fatalf("surge: %v", err)
+		}
+		e.assertVersions(ctx, "v1.31.0", n)
+	})
+}
+
+// eachClusterSize runs test once for each size in ns, in parallel
+// subtests, each on a cluster of its own (named prefix and size) grown
+// to that many replicas, within 6 minutes.
+func eachClusterSize(t *testing.T, prefix string, ns []int, test func(ctx context.Context, t *testing.T, e *env, n int)) {
+	for _, n := range ns {
 		t.Run(fmt.Sprintf("%d replicas", n), func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, fmt.Sprintf("surge%d", n))
-			ctx := e.within(6 * time.Minute)
+			e, ctx := startEnv(t, fmt.Sprintf("%s%d", prefix, n), 6*time.Minute)
 			e.grow(ctx, n-1)
-			if err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0", Strategy: workflows.StrategySurge, DrainGrace: 200 * time.Millisecond}, nil, nil); err != nil {
-				t.Fatalf("surge: %v", err)
-			}
-			e.assertVersions(ctx, "v1.31.0", n)
+			test(ctx, t, e, n)
 		})
 	}
 }
 
 func TestRollingUpgradeRecreateSingleReplicaRefused(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "single")
-	ctx := e.within(3 * time.Minute)
+	e, ctx := startEnv(t, "single", 3*time.Minute)
 	err := e.upgrade(ctx, workflows.UpgradeParams{Version: "v1.31.0"}, nil, nil)
 	if !errors.Is(err, errkind.FailedPrecondition) || !strings.Contains(err.Error(), "--strategy surge") {
 		t.Fatalf("err = %v; want refusal suggesting surge", err)

@@ -100,19 +100,22 @@ func inPlaceSteps(d *Deps, p UpgradeParams, up flavors.Upgrader, k int) []Step {
 	}
 	return []Step{
 		{
-			Name: prefix + "drain", Plan: []string{"pick the next master not at " + p.Version + " (the etcd leader last)", fmt.Sprintf("loadBalancer.DrainTarget; inside the drain grace (%s) move etcd leadership off it; wait the rest of the grace", p.DrainGrace)},
+			Name: prefix + "drain", Plan: []string{"pick the next master not at " + p.Version + " (the etcd leader last)", "unless --skip-drain: kubectl drain of its Node (PodDisruptionBudgets honoured; uncordoned once it is back in the LB, or rolled back)", fmt.Sprintf("loadBalancer.DrainTarget; inside the drain grace (%s) move etcd leadership off it; wait the rest of the grace", p.DrainGrace)},
 			Run: func(ctx context.Context, r *Run) error {
 				n, err := inPlaceSlot(ctx, d, p, r, k)
 				if err != nil || n == "" {
 					return err
 				}
 				r.Info("upgrading %s in place from %s to %s", n, r.Get(fromKey(n)), p.Version)
+				if err := drainNode(ctx, d, r, n, p.Drain.Timeout); err != nil {
+					return err
+				}
 				_, err = drainMovingLeader(ctx, d, r, n, p.DrainGrace, nil)
 				return err
 			},
 		},
 		{
-			Name: prefix + "upgrade-in-place", Plan: []string{tool + " to " + p.Version + ": backup first, stopped within seconds when the new apiserver cannot start", "on failure: the flavor's rollback, the master back in the LB at its old version, and stop"},
+			Name: prefix + "upgrade-in-place", Plan: []string{tool + " to " + p.Version + ": backup first, stopped at once when the new apiserver exits, or when it does not serve within " + p.HealthTimeout.String(), "on failure: the flavor's rollback, the master back in the LB at its old version, and stop"},
 			Run: func(ctx context.Context, r *Run) error {
 				n := name(r)
 				rep, ok, err := getSlotReplica(ctx, inst, n)
@@ -120,7 +123,7 @@ func inPlaceSteps(d *Deps, p UpgradeParams, up flavors.Upgrader, k int) []Step {
 					return err
 				}
 				r.Waiting("upgrading %s to %s in place", n, p.Version)
-				uerr := up.UpgradeMaster(ctx, rep, p.Version, first, 0)
+				uerr := up.UpgradeMaster(ctx, rep, p.Version, first, p.HealthTimeout)
 				if uerr == nil || ctx.Err() != nil {
 					return uerr // done, or interrupted: a re-run resumes (the flavor keeps its backup)
 				}

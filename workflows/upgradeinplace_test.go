@@ -118,8 +118,7 @@ func (e *env) upgradeInPlace(ctx context.Context, f inPlace, p workflows.Upgrade
 // every step resume.
 func TestRollingUpgradeInPlace(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "inplace")
-	ctx := e.within(6 * time.Minute)
+	e, ctx := startEnv(t, "inplace", 6*time.Minute)
 	e.grow(ctx, 2)
 	own, err := registry.Open("", e.c.Provider, nil)
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hamaster/hamaster/dataplane/vpc"
 	"github.com/hamaster/hamaster/internal/nodebin"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake"
@@ -27,6 +26,7 @@ import (
 	"github.com/hamaster/hamaster/testbed/gce/gcefake/kubeupmaster"
 	"github.com/hamaster/hamaster/testbed/kubeadmhost"
 	"github.com/hamaster/hamaster/testbed/labcmd"
+	"github.com/hamaster/hamaster/testbed/vpc"
 )
 
 const usage = `usage: gcefake --state DIR --kube-up-master NAME [flags]
@@ -139,17 +139,9 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c, code, err := parse(args, stderr)
-	if err != nil {
-		if code != 0 {
-			fmt.Fprintf(stderr, "gcefake: %v\n", err)
-		}
+	c, logger, code, ok := labcmd.Start("gcefake", args, stderr, parse, func(c config) string { return c.logLevel })
+	if !ok {
 		return code
-	}
-	logger, err := labcmd.Logger(stderr, c.logLevel)
-	if err != nil {
-		fmt.Fprintf(stderr, "gcefake: %v\n", err)
-		return 2
 	}
 	if err := serve(ctx, c, logger, stdout); err != nil {
 		fmt.Fprintf(stderr, "gcefake: %v\n", err)

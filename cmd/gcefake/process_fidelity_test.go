@@ -28,8 +28,8 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/hamaster/hamaster/dataplane/vpc/vpctest"
 	"github.com/hamaster/hamaster/testbed/labcmd/labcmdtest"
+	"github.com/hamaster/hamaster/testbed/vpc/vpctest"
 )
 
 // TestGCEFakeProcess runs bin/gcefake as an operator would: it waits for

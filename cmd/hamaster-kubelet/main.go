@@ -1,5 +1,5 @@
 // Command hamaster-kubelet is the test bed's kubelet (package
-// dataplane/kubelet): it takes the real kubelet's flags as kubeadm's unit
+// testbed/kubelet): it takes the real kubelet's flags as kubeadm's unit
 // passes them,
 //
 //	hamaster-kubelet --bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf \
@@ -24,14 +24,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"go.etcd.io/etcd/server/v3/etcdmain"
 
-	"github.com/hamaster/hamaster/dataplane/kubelet"
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/climain"
+	"github.com/hamaster/hamaster/testbed/kubelet"
 )
 
 func main() {
@@ -40,10 +39,7 @@ func main() {
 		etcdmain.Main(append([]string{"etcd"}, kubelet.EtcdArgs(os.Args[2:])...))
 		return
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	climain.Run(func(ctx context.Context) int { return run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr) })
 }
 
 // run runs the kubelet with args and returns the exit code.

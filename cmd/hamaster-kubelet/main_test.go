@@ -10,7 +10,6 @@ import (
 )
 
 func TestRunVersionAndUsage(t *testing.T) {
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	tests := []struct {
 		name       string
 		args       []string
@@ -29,7 +28,7 @@ func TestRunVersionAndUsage(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			code := run(context.Background(), tc.args, env(tc.env), &out, &errb)
+			code := run(context.Background(), tc.args, func(k string) string { return tc.env[k] }, &out, &errb)
 			if code != tc.wantCode || out.String() != tc.wantStdout || !strings.Contains(errb.String(), tc.wantStderr) {
 				t.Errorf("run(%q) = %d, stdout %q, stderr %q; want %d, %q, stderr containing %q", tc.args, code, out.String(), errb.String(), tc.wantCode, tc.wantStdout, tc.wantStderr)
 			}

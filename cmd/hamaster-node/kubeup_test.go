@@ -25,9 +25,10 @@ import (
 
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
-	"github.com/hamaster/hamaster/dataplane/vpc/vpctest"
+	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/kubeenv/kubeuptest"
+	"github.com/hamaster/hamaster/testbed/vpc/vpctest"
 )
 
 // The test binary doubles as hamaster-node (mainEnv: main's run with the
@@ -226,13 +227,13 @@ func (n *kubeUpNode) status() (nodeapi.Status, error) {
 // timeout, or at once when a node has exited.
 func poll(t *testing.T, timeout time.Duration, what string, nodes []*kubeUpNode, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, reason := cond()
-		if ok {
-			return
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var reason string
+	err := wait.Until(ctx, 100*time.Millisecond, what, func() (bool, error) {
+		ok, r := cond()
+		if reason = r; ok {
+			return true, nil
 		}
 		for _, n := range nodes {
 			select {
@@ -241,13 +242,13 @@ func poll(t *testing.T, timeout time.Duration, what string, nodes []*kubeUpNode,
 			default:
 			}
 		}
-		if time.Now().After(deadline) {
-			for _, n := range nodes {
-				t.Logf("%s log:\n%s", n.name, n.log())
-			}
-			t.Fatalf("timed out after %v waiting for %s: %s", timeout, what, reason)
+		return false, nil
+	})
+	if err != nil {
+		for _, n := range nodes {
+			t.Logf("%s log:\n%s", n.name, n.log())
 		}
-		<-tick.C
+		t.Fatalf("timed out after %v waiting for %s: %s", timeout, what, reason)
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/hamaster/hamaster/dataplane/lbproxy"
 	"github.com/hamaster/hamaster/dataplane/node"
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/climain"
 )
 
 const usage = `usage:
@@ -55,10 +56,7 @@ func main() {
 		for range hup {
 		}
 	}()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stderr)
-	stop()
-	os.Exit(code)
+	climain.Run(func(ctx context.Context) int { return run(ctx, os.Args[1:], os.Stderr) })
 }
 
 // run runs the subcommand in args and returns the exit code.

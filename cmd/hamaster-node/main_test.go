@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/certs/certstest"
 	"github.com/hamaster/hamaster/dataplane/lbproxy"
+	"github.com/hamaster/hamaster/internal/wait"
 )
 
 func TestRunUsage(t *testing.T) {
@@ -68,14 +69,7 @@ func TestRunUsage(t *testing.T) {
 func TestRunLBStopsCleanly(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ca, err := certs.NewCA("test-ca", certs.ECDSA, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(dir, "ca.crt")
-	if err := ca.Write(caFile, filepath.Join(dir, "ca.key")); err != nil {
-		t.Fatal(err)
-	}
+	_, caFile := certstest.WriteCA(t, dir, "test-ca", 0)
 	cfg := lbproxy.Config{
 		Listen:     "127.0.0.1:0",
 		Health:     lbproxy.HealthConfig{CAFile: caFile},
@@ -91,17 +85,13 @@ func TestRunLBStopsCleanly(t *testing.T) {
 	var stderr syncBuffer
 	go func() { done <- run(ctx, []string{"lb", "--config", path}, &stderr) }()
 
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if st, err := lbproxy.ReadStatus(cfg.StatusFile); err == nil && st.Serving {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lb never served; stderr:\n%s", stderr.String())
-		}
-		<-tick.C
+	serving, stopWaiting := context.WithTimeout(ctx, 10*time.Second)
+	defer stopWaiting()
+	if err := wait.Until(serving, 20*time.Millisecond, "the lb to serve", func() (bool, error) {
+		st, err := lbproxy.ReadStatus(cfg.StatusFile)
+		return err == nil && st.Serving, nil
+	}); err != nil {
+		t.Fatalf("lb never served; stderr:\n%s", stderr.String())
 	}
 	cancel()
 	select {

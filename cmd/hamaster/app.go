@@ -173,7 +173,7 @@ func globalFlags(e *env) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "cluster", Value: "demo", EnvVars: []string{"HAMASTER_CLUSTER"}, Usage: "cluster `NAME` to act on"},
 		&cli.StringFlag{Name: "provider", Value: "local", EnvVars: []string{"HAMASTER_PROVIDER"}, Usage: "where the masters run: local|gce|aws|metal (metal: your own hosts over SSH, listed in --metal-inventory, the endpoint a VIP)"},
-		&cli.StringFlag{Name: "flavor", EnvVars: []string{"HAMASTER_FLAVOR"}, Usage: "what the masters are, apart from where they run: `hamaster|kubeadm|kubeup` (kubeadm: being built, issue 23; recorded with the cluster on its first change; default: the recorded one, else what the provider finds on its masters: kube-up's GCE metadata or AWS user data → kubeup, else hamaster)"},
+		&cli.StringFlag{Name: "flavor", EnvVars: []string{"HAMASTER_FLAVOR"}, Usage: "what the masters are, apart from where they run: `hamaster|kubeadm|kubeup` (recorded with the cluster on its first change; default: the recorded one, else what the provider finds on its masters: kube-up's GCE metadata or AWS user data → kubeup, else hamaster)"},
 		&cli.StringFlag{Name: "config", EnvVars: []string{"HAMASTER_CONFIG"}, Usage: "YAML `FILE` whose keys are flag names (cluster: prod, provider: local, ...)"},
 		&cli.StringFlag{Name: "state-dir", Value: defaultStateDir(e), EnvVars: []string{"HAMASTER_STATE_DIR"}, Usage: "`DIR` for journals, snapshots, certificates and the local provider's replicas"},
 		&cli.StringFlag{Name: "output", Value: "text", EnvVars: []string{"HAMASTER_OUTPUT"}, Usage: "text|json"},

@@ -458,8 +458,11 @@ replica to the LB and wait until healthy → DNS (--dns-name) → verify.
 
 Masters that join with their own tool (--flavor kubeadm, the metal
 provider's) take another path: the first add brings the VIP up on the
-master (keepalived + HAProxy) and converts the cluster to HA (every
-master's apiserver certificate gains the VIP, kubeadm-config's
+master (keepalived + HAProxy: the distribution's packages, keepalived
+>= 2.1.0 and HAProxy >= 2.0, run as the systemd units
+hamaster-keepalived.service and hamaster-haproxy.service; a master
+without them is refused before any change) and converts the cluster to
+HA (every master's apiserver certificate gains the VIP, kubeadm-config's
 controlPlaneEndpoint and cluster-info move to it, then every master's
 kubeconfigs); the host is claimed and runs 'kubeadm join --control-plane'
 with a fresh token and certificate key; a failed join is undone (no
@@ -536,6 +539,19 @@ func removeReplicaCommand(e *env, g *globals) *cli.Command {
 		Usage: "remove a control-plane replica safely (the last-but-one removal demotes the LB)",
 		Description: `Refuses to remove the last replica or one whose removal would leave etcd
 without a healthy quorum (exit 3; --force overrides and names the risk).
+On kubeadm's masters it also refuses, before anything changes, to remove
+a master that something kubeadm rendered from the cluster's endpoint
+still names by its own address (kube-proxy's kubeconfig, cluster-info,
+another master's admin.conf or kubelet.conf: 'hamaster status' lists
+them under PINNED TO ONE MASTER): exit 3 with the list and the command
+that repoints them ('hamaster endpoint set --yes ENDPOINT'); --force
+removes it anyway, with a warning naming them.
+On kubeadm's masters the master's Node is drained first, as kubeadm's docs
+ask (kubectl drain on another master: cordoned, its pods evicted honouring
+PodDisruptionBudgets, DaemonSet pods left, bounded by --drain-timeout): a
+drain that cannot finish stops the removal before anything else changes
+(exit 3), naming each pod a budget holds, its Node uncordoned again;
+--skip-drain removes the master without draining it.
 Order: out of the load balancer, then a drain grace period → DNS →
 etcd leadership moved away if the victim leads → member removed through
 another replica → VM and disk deleted → when one replica is left, the LB is
@@ -547,10 +563,10 @@ Example:
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "replica `NAME` to remove (this or --member-id)"},
 			&cli.StringFlag{Name: "member-id", Usage: "remove the etcd member `ID` (hex) that no replica owns: an orphan 'hamaster status' names"},
-			&cli.BoolFlag{Name: "force", Usage: "remove even if etcd quorum would be at risk"},
+			&cli.BoolFlag{Name: "force", Usage: "remove even if etcd quorum would be at risk, or (kubeadm) the cluster's consumers still name the master's own address"},
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining from the LB before touching the replica"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait"},
-		}, providerFlags(true)...),
+		}, append(nodeDrainFlags(), providerFlags(true)...)...),
 		Action: func(c *cli.Context) error {
 			if err := g.mutating(c, e); err != nil {
 				return err
@@ -564,9 +580,13 @@ Example:
 			if err := drainDurations(c, "timeout"); err != nil {
 				return err
 			}
+			nd, err := nodeDrain(c)
+			if err != nil {
+				return err
+			}
 			return g.withDeps(c, e, func(_ providers.Provider, d *workflows.Deps) error {
 				name := c.String("name")
-				wf := workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Force: c.Bool("force"), DrainGrace: c.Duration("drain-grace"), Timeout: c.Duration("timeout")})
+				wf := workflows.RemoveReplica(d, workflows.RemoveParams{Name: name, Force: c.Bool("force"), DrainGrace: c.Duration("drain-grace"), Timeout: c.Duration("timeout"), Drain: nd})
 				err := workflows.Execute(c.Context, d, wf, workflows.Options{
 					DryRun: g.dryRun, Confirm: g.confirm(e), Supersede: workflows.SupersedeAdd(name), LockExclude: []string{name}, ShowPlan: g.showPlan(e),
 				})
@@ -602,8 +622,8 @@ Example:
 				// The local provider's replicas run the stand-in or the real
 				// kube-apiserver (local up --control-plane).
 				controlPlane := ""
-				if lp, ok := p.(*local.Provider); ok {
-					controlPlane = cmp.Or(lp.Info().ControlPlane, "standin")
+				if cr, ok := p.(providers.ControlPlaneReporter); ok {
+					controlPlane = cr.ControlPlane()
 				}
 				if g.json() {
 					out := statusJSON(rep)
@@ -732,6 +752,7 @@ func printStatus(e *env, rep workflows.Report) {
 		tw.Flush()
 	}
 	printView(w, rep)
+	printPinned(w, rep)
 	fmt.Fprintln(w, "\nAPISERVER CERTIFICATES")
 	for _, c := range rep.Certificates {
 		fmt.Fprintf(w, "%s: expires %s (in %dd); SANs: %s %s\n", c.Replica, c.NotAfter.Format(time.RFC3339), int(time.Until(c.NotAfter).Hours()/24), strings.Join(c.DNSNames, ","), strings.Join(c.IPs, ","))
@@ -780,6 +801,15 @@ remove an old one: never fewer healthy replicas than at the start. A new
 replica that fails is removed with its etcd member and the command stops
 (exit 1).
 
+kubeadm's masters are upgraded in place with kubeadm (upgrade apply on the
+first, upgrade node on the others), one at a time as kubeadm's docs ask:
+the master's Node drained (kubectl drain, PodDisruptionBudgets honoured,
+bounded by --drain-timeout; --skip-drain skips it), out of the LB,
+upgraded, health-gated, back in the LB, its Node uncordoned; on failure
+kubeadm's backup is restored and the Node uncordoned too. A drain that
+cannot finish stops the run before that master is touched (exit 3),
+naming the PodDisruptionBudgets that hold it.
+
 Example:
   hamaster --cluster demo rolling-upgrade --version v1.31.0 --yes
   hamaster --cluster demo rolling-upgrade --version v1.31.0 --extra-args "--v=2" --yes`,
@@ -792,7 +822,7 @@ Example:
 			&cli.BoolFlag{Name: "allow-downtime", Usage: "allow recreating a single replica (the control plane is down meanwhile)"},
 			&cli.BoolFlag{Name: "allow-downgrade", Usage: "allow a --version older than a replica's"},
 			&cli.BoolFlag{Name: "allow-skew", Usage: "allow a --version more than one minor version ahead of a replica's"},
-		}, providerFlags(true)...),
+		}, append(nodeDrainFlags(), providerFlags(true)...)...),
 		Action: func(c *cli.Context) error {
 			if err := g.mutating(c, e); err != nil {
 				return err
@@ -807,6 +837,10 @@ Example:
 				return usageErr("--strategy: %q is not valid (valid: recreate, surge)", strategy)
 			}
 			if err := drainDurations(c, "health-timeout"); err != nil {
+				return err
+			}
+			nd, err := nodeDrain(c)
+			if err != nil {
 				return err
 			}
 			for _, a := range strings.Fields(c.String("extra-args")) {
@@ -831,7 +865,7 @@ Example:
 				params := workflows.UpgradeParams{
 					Version: v, Strategy: strategy, DrainGrace: c.Duration("drain-grace"),
 					HealthTimeout: c.Duration("health-timeout"), AllowDowntime: c.Bool("allow-downtime"),
-					ExtraArgs: strings.Fields(c.String("extra-args")), ExtraArgsSet: c.IsSet("extra-args"),
+					ExtraArgs: strings.Fields(c.String("extra-args")), ExtraArgsSet: c.IsSet("extra-args"), Drain: nd,
 				}
 				wf := workflows.RollingUpgrade(d, params, len(rs))
 				return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e), SoleReplicaOutage: params.AllowDowntime})

@@ -35,8 +35,20 @@ without re-signing certificates. hamaster does it, one master at a time:
   2. kubeadm-config's controlPlaneEndpoint (and apiServer.certSANs, so a
      later 'kubeadm upgrade' or 'certs renew' keeps the name) and
      kube-public/cluster-info's server are set: later joins read them;
-  3. each master's admin.conf, super-admin.conf and kubelet.conf point at
+  3. kube-proxy's kubeconfig (its ConfigMap) names the new endpoint and
+     its DaemonSet is rolled once, so that its pods read it; each worker
+     the provider knows (metal: the inventory's role: worker hosts) whose
+     kubelet.conf names a master's own address or an endpoint the
+     cluster had before (kubeadm-config's hamaster.io/former-endpoints
+     annotation, where step 2 records the one it replaces) is moved to
+     the new endpoint, one worker at a time, its kubelet restarted and
+     its Node heartbeating again before the next;
+  4. each master's admin.conf, super-admin.conf and kubelet.conf point at
      the new endpoint and its kubelet restarts (its pods keep running).
+
+Run with the endpoint the masters record already, it moves what is still
+left on one master's own address ('hamaster status' lists it under
+PINNED TO ONE MASTER): every step is idempotent.
 
 The first add-replica of a cluster with no endpoint does this itself, to
 the VIP or load balancer. PORT defaults to the load balancer's (metal:

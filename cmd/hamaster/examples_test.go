@@ -124,8 +124,7 @@ func newExampleEnv(t *testing.T) *exampleEnv {
 	}
 	// Shorter waits than the defaults, through the config file the
 	// operator would use; none of these appears in an example.
-	cfg := filepath.Join(cwd, "hamaster-test.yaml")
-	os.WriteFile(cfg, []byte("drain-grace: 0s\nhealth-timeout: 20s\netcd-heartbeat-ms: 50\netcd-election-ms: 500\n"), 0o600)
+	cfg := writeTestFile(t, cwd, "hamaster-test.yaml", "drain-grace: 0s\nhealth-timeout: 20s\netcd-heartbeat-ms: 50\netcd-election-ms: 500\n")
 	var environ []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "HAMASTER_") && !strings.HasPrefix(kv, "PATH=") && !strings.HasPrefix(kv, "HOME=") {

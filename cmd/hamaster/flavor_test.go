@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/workflows"
 )
@@ -20,6 +22,17 @@ type ownMasters struct{ providers.Provider }
 func (ownMasters) Name() string { return "own" }
 func (ownMasters) Etcd(context.Context, ...string) (*etcdmember.Client, error) {
 	return nil, errors.New("unused")
+}
+
+// recordFlavor records cluster's flavor under state as the workflows do.
+func recordFlavor(t *testing.T, state, cluster, flavor string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(state, cluster), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(workflows.FlavorFile(state, cluster), []byte(flavor+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A cluster's recorded flavor is used without --flavor, and another one
@@ -34,17 +47,45 @@ func TestChooseFlavorKeepsTheRecordedOne(t *testing.T) {
 	if _, err := os.Stat(workflows.FlavorFile(state, "c1")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("choosing recorded the flavor (only a change does): %v", err)
 	}
-	if err := os.MkdirAll(filepath.Join(state, "c1"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(workflows.FlavorFile(state, "c1"), []byte("hamaster\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	recordFlavor(t, state, "c1", "hamaster")
 	if f, err := chooseFlavor("hamaster", state, "c1", ownMasters{}, nil); err != nil || f.Name() != "hamaster" {
 		t.Fatalf("--flavor as recorded: %v, %v", f, err)
 	}
 	_, err = chooseFlavor("kubeup", state, "c1", ownMasters{}, nil)
 	if !errors.Is(err, errkind.InvalidArgument) || !strings.Contains(err.Error(), "recorded as hamaster") {
 		t.Fatalf("--flavor kubeup on a cluster recorded as hamaster: %v", err)
+	}
+}
+
+// kubeadmHosts is a provider whose hosts run kubeadm's masters (the
+// metal provider: MasterFormat "kubeadm") with a way in.
+type kubeadmHosts struct{ providers.Provider }
+
+func (kubeadmHosts) Name() string         { return "metal" }
+func (kubeadmHosts) MasterFormat() string { return "kubeadm" }
+func (kubeadmHosts) DialMachine(context.Context, string, string) (net.Conn, error) {
+	return nil, errors.New("unused")
+}
+func (kubeadmHosts) MachineHostname(string, string) string { return "" }
+func (kubeadmHosts) RunOnMachine(context.Context, string, string) ([]byte, []byte, error) {
+	return nil, nil, errors.New("unused")
+}
+
+// Without --flavor or a record, kubeadm's hosts are the kubeadm flavor's
+// (what kubeconfig, status and the first add-replica see before anything
+// is recorded); once recorded, the record is used.
+func TestChooseFlavorFindsKubeadmsMasters(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	f, err := chooseFlavor("", state, "lab", kubeadmHosts{}, nil)
+	if err != nil || f.Name() != "kubeadm" {
+		t.Fatalf("no record, no --flavor, kubeadm's hosts: %v, %v; want kubeadm", f, err)
+	}
+	if _, ok := f.(flavors.ClientIssuer); !ok || !f.CarriesCertificates() {
+		t.Errorf("the kubeadm flavor: no ClientIssuer (kubeconfig would look for hamaster's own CA)")
+	}
+	recordFlavor(t, state, "lab", "kubeadm")
+	if f, err := chooseFlavor("", state, "lab", kubeadmHosts{}, nil); err != nil || f.Name() != "kubeadm" {
+		t.Fatalf("recorded kubeadm, no --flavor: %v, %v", f, err)
 	}
 }

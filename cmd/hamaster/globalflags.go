@@ -177,24 +177,17 @@ func envSet(c *cli.Context, e *env, name string) bool {
 
 // assign copies the value of the global flag name, as c resolves it, into g.
 func (g *globals) assign(c *cli.Context, name string) {
-	switch name {
-	case "cluster":
-		g.cluster = c.String(name)
-	case "provider":
-		g.provider = c.String(name)
-	case "flavor":
-		g.flavor = c.String(name)
-	case "state-dir":
-		g.stateDir = c.String(name)
-	case "output":
-		g.output = c.String(name)
-	case "log-level":
-		g.logLevel = c.String(name)
-	case "log-format":
-		g.logFmt = c.String(name)
-	case "dry-run":
-		g.dryRun = c.Bool(name)
-	case "yes":
-		g.yes = c.Bool(name)
+	strs := map[string]*string{
+		"cluster": &g.cluster, "provider": &g.provider, "flavor": &g.flavor,
+		"state-dir": &g.stateDir, "output": &g.output,
+		"log-level": &g.logLevel, "log-format": &g.logFmt,
+	}
+	if p, ok := strs[name]; ok {
+		*p = c.String(name)
+		return
+	}
+	bools := map[string]*bool{"dry-run": &g.dryRun, "yes": &g.yes}
+	if p, ok := bools[name]; ok {
+		*p = c.Bool(name)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -17,18 +16,9 @@ import (
 func TestGlobalFlagsAfterTheCommand(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "cfg.yaml")
-	os.WriteFile(cfg, []byte("cluster: fromfile\n"), 0o600)
-	typo := filepath.Join(dir, "typo.yaml")
-	os.WriteFile(typo, []byte("clustr: x\n"), 0o600)
-	cases := []struct {
-		name     string
-		environ  []string
-		args     []string
-		code     int
-		inStderr string
-		inStdout string
-	}{
+	cfg := writeTestFile(t, dir, "cfg.yaml", "cluster: fromfile\n")
+	typo := writeTestFile(t, dir, "typo.yaml", "clustr: x\n")
+	runCLICases(t, []string{"HOME=" + dir}, true, []cliCase{
 		{"output after status is validated", nil, []string{"status", "--output", "yaml"}, 2, "--output", ""},
 		{"log-level after status is validated", nil, []string{"status", "--log-level", "loud"}, 2, "--log-level", ""},
 		{"log-format after status is validated", nil, []string{"status", "--log-format", "xml"}, 2, "--log-format", ""},
@@ -47,20 +37,7 @@ func TestGlobalFlagsAfterTheCommand(t *testing.T) {
 		{"output json after version", nil, []string{"version", "--output", "json"}, 0, "", `"go":`},
 		{"output json after history", nil, []string{"--state-dir", dir, "history", "--output", "json"}, 0, "", `"runs": []`},
 		{"output json after etcd members is validated", nil, []string{"etcd", "members", "--output", "yaml", "--endpoints", "http://127.0.0.1:1"}, 2, "--output", ""},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			env := append([]string{"HOME=" + dir}, c.environ...)
-			code, out, errs := hm(t, env, c.args...)
-			if code != c.code {
-				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, c.code, out, errs)
-			}
-			if !strings.Contains(errs, c.inStderr) || !strings.Contains(out, c.inStdout) {
-				t.Fatalf("want %q in stderr and %q in stdout\nstdout: %s\nstderr: %s", c.inStderr, c.inStdout, out, errs)
-			}
-		})
-	}
+	})
 }
 
 func TestVersion(t *testing.T) {
@@ -160,8 +137,7 @@ func TestCompletionCandidatesFromTheBinary(t *testing.T) {
 func TestConfigFillsCommandFlagsWhereverGiven(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "cfg.yaml")
-	os.WriteFile(cfg, []byte("drain-grace: -3s\n"), 0o600)
+	cfg := writeTestFile(t, dir, "cfg.yaml", "drain-grace: -3s\n")
 	for _, c := range []struct {
 		environ []string
 		args    []string

@@ -6,13 +6,12 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/hamaster/hamaster/internal/climain"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr, os.Environ())
-	stop()
-	os.Exit(code)
+	climain.Run(func(ctx context.Context) int {
+		return run(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr, os.Environ())
+	})
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/internal/wait"
+	"github.com/hamaster/hamaster/providers/metal/vip"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
 	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
 )
@@ -39,11 +40,14 @@ import (
 //   - the dead host comes back: its claim lists it again, and
 //     remove-replica resets and frees it, clean;
 //   - recover --snapshot --force of the removal's snapshot: what was
-//     written after it is gone, what was written before is there.
+//     written after it is gone, what was written before is there;
+//   - an upgrade of the sole master left that fails after kubeadm's
+//     addon phase, rolled back with kube-proxy and CoreDNS
+//     (upgradeFailsAfterAddons).
 func TestMetalKubeadmRecover(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	lab := metallabtest.StartKubeadm(ctx, t, metallabtest.KubeadmOptions(t, 2, metalVersion), metalVersion)
+	lab := metallabtest.StartKubeadm(ctx, t, metallabtest.KubeadmOptions(t, 2, metalVersion, metalUpgradeTo), metalVersion)
 	h1, h2 := lab.Hosts[0], lab.Hosts[1]
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: metalVersion}); err != nil {
 		t.Fatal(err)
@@ -120,8 +124,10 @@ func TestMetalKubeadmRecover(t *testing.T) {
 		t.Fatalf("recover with a quorum: want refused\n%s", out)
 	}
 
-	// The second master's host dies.
+	// The second master's host dies: its kubelet (and its pods) and its
+	// units (the VIP's daemons) stop.
 	lab.StopKubelet(h2)
+	metallabtest.StopUnits(ctx, t, h2)
 	link := func(h *metallab.Host, state string) {
 		t.Helper()
 		if out, err := exec.CommandContext(ctx, "ip", "-n", lab.Switch(), "link", "set", fmt.Sprintf("h%d", slices.Index(lab.Hosts, h)+1), state).CombinedOutput(); err != nil {
@@ -157,6 +163,8 @@ func TestMetalKubeadmRecover(t *testing.T) {
 	if err := lab.Install(ctx, h2, metalVersion); err != nil {
 		t.Fatal(err)
 	}
+	// Its boot starts its enabled units too.
+	cli.must(h2, "systemctl start "+vip.KeepalivedUnit+" "+vip.HAProxyUnit)
 	if err := wait.Until(ctx, time.Second, h2.Name+" listed again", func() (bool, error) {
 		rs, _ := status()
 		return slices.Contains(rs, h2.Name), nil
@@ -197,6 +205,67 @@ func TestMetalKubeadmRecover(t *testing.T) {
 	}
 	if left := cli.must(h1, "ls -d /var/lib/hamaster/etcd-before-restore-*/member | wc -l; ls -d /var/lib/etcd?* 2>/dev/null; ls -A /var/lib/hamaster"); !strings.HasPrefix(left, "1\n") || strings.Contains(left, "recover") || strings.Contains(left, "/var/lib/etcd") {
 		t.Errorf("on %s after the restore (want the data kept aside once, no recovery files): %s", h1.Name, left)
+	}
+	if t.Failed() {
+		return
+	}
+	upgradeFailsAfterAddons(t, cli, h1)
+}
+
+// upgradeFailsAfterAddons: on the sole master h1 (at metalVersion), an
+// upgrade whose `kubeadm upgrade apply` goes through its addon phase (no
+// other control plane left to wait for: kube-proxy and CoreDNS rewritten
+// at metalUpgradeTo), then fails at the kubelet's package, is rolled
+// back whole: the master at metalVersion again, and kube-proxy's and
+// CoreDNS's objects as they were before (the rollback says it restored
+// kube-proxy's DaemonSet: it had changed). A healthy upgraded etcd is
+// kept, as kubeadm keeps it (its data is an older etcd's no more).
+func upgradeFailsAfterAddons(t *testing.T, cli *labCLI, h1 *metallab.Host) {
+	t.Helper()
+	const kubectl = "kubectl --kubeconfig /etc/kubernetes/admin.conf "
+	addons := func() string {
+		return cli.must(h1, kubectl+`-n kube-system get daemonset/kube-proxy deployment/coredns configmap/kube-proxy configmap/coredns -o jsonpath='{range .items[*]}{.kind}/{.metadata.name} {.spec.template.spec.containers[*].image} {.data}{"\n"}{end}'`)
+	}
+	before := addons()
+	if !strings.Contains(before, "kube-proxy:"+metalVersion) || !strings.Contains(before, "Deployment/coredns") {
+		t.Fatalf("addons before the upgrade: %s", before)
+	}
+	// The lab's package installer, failing for the kubelet at the new
+	// version only: kubeadm's package and the rollback's installs go
+	// through.
+	failing := `case " {packages} " in *" kubelet "*) if [ {version} = ` + metalUpgradeTo + ` ]; then echo "hamaster test: the kubelet package of {version} does not install" >&2; exit 1; fi;; esac; ` + metallab.InstallCommand
+	cmd, out := cli.command([]string{"HAMASTER_KUBEADM_INSTALL_COMMAND=" + failing},
+		"rolling-upgrade", "--version", metalUpgradeTo, "--allow-downtime", "--drain-grace", "2s", "--log-level", "info", "--yes")
+	start := time.Now()
+	err := cmd.Run()
+	t.Logf("rolling-upgrade failing after kubeadm's addon phase: %v (%s)", err, time.Since(start).Round(100*time.Millisecond))
+	o := out.String()
+	switch {
+	case err == nil:
+		t.Fatalf("rolling-upgrade succeeded with a kubelet package that does not install:\n%s", o)
+	case !strings.Contains(o, "does not install") || (!strings.Contains(o, "rolling it back") && !strings.Contains(o, "rolled back")):
+		t.Errorf("rolling-upgrade's output names neither the failure nor the rollback:\n%s", o)
+	case !strings.Contains(o, "addon restored") || !strings.Contains(o, "kube-system/daemonset/kube-proxy"):
+		t.Errorf("the rollback did not restore kube-proxy's DaemonSet (kubeadm's addon phase did not run, or the restore did not):\n%s", o)
+	}
+	if after := addons(); after != before {
+		t.Errorf("addons after the rollback:\n%s\nwant as before the upgrade:\n%s", after, before)
+	}
+	for what, cmd := range map[string]string{
+		"kubeadm":                          "kubeadm version -o short",
+		"kubelet":                          "kubelet --version | awk '{print $2}'",
+		"the apiserver's manifest":         "sed -n 's#.*image: .*/kube-apiserver:##p' /etc/kubernetes/manifests/kube-apiserver.yaml",
+		"kubeadm-config kubernetesVersion": kubectl + "-n kube-system get cm kubeadm-config -o jsonpath='{.data.ClusterConfiguration}' | sed -n 's/^kubernetesVersion: //p'",
+	} {
+		if got := cli.must(h1, cmd); got != metalVersion {
+			t.Errorf("%s after the rollback: %q, want %s", what, got, metalVersion)
+		}
+	}
+	if left := cli.must(h1, "ls -d /var/lib/hamaster/upgrade-backup* /var/lib/hamaster/restore-*.json 2>/dev/null; true"); left != "" {
+		t.Errorf("on %s after the rollback, the backup or a restore's file is left: %s", h1.Name, left)
+	}
+	if t.Failed() {
+		t.Logf("rolling-upgrade's output:\n%s", o)
 	}
 }
 

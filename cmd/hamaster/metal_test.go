@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,44 +17,22 @@ import (
 func TestMetalBadInputNamesTheFlag(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	inv := filepath.Join(dir, "inventory.yaml")
-	if err := os.WriteFile(inv, []byte("vip: 192.0.2.100\nhosts:\n  - name: cp-1\n    address: 192.0.2.11\n    role: control-plane\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	typo := filepath.Join(dir, "typo.yaml")
-	if err := os.WriteFile(typo, []byte("vip: 192.0.2.100\nhosts:\n  - name: cp-1\n    adress: 192.0.2.11\n    role: control-plane\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	inv := writeTestFile(t, dir, "inventory.yaml", "vip: 192.0.2.100\nhosts:\n  - name: cp-1\n    address: 192.0.2.11\n    role: control-plane\n")
+	typo := writeTestFile(t, dir, "typo.yaml", "vip: 192.0.2.100\nhosts:\n  - name: cp-1\n    adress: 192.0.2.11\n    role: control-plane\n")
 	state := filepath.Join(dir, "state")
 	key := []string{"--ssh-key", filepath.Join(dir, "id_ed25519")}
-	cases := []struct {
-		name    string
-		environ []string
-		args    []string
-		want    string
-	}{
-		{"no inventory", nil, []string{"status"}, "--metal-inventory"},
-		{"missing inventory", nil, append([]string{"status", "--metal-inventory", filepath.Join(dir, "nope.yaml")}, key...), "--metal-inventory"},
-		{"misspelt field", nil, append([]string{"status", "--metal-inventory", typo}, key...), "adress"},
-		{"VIP not an IP", nil, append([]string{"status", "--metal-inventory", inv, "--metal-vip", "300.1.1.1"}, key...), "--metal-vip"},
-		{"VIP a host's address", nil, append([]string{"status", "--metal-inventory", inv, "--metal-vip", "192.0.2.11"}, key...), "--metal-vip"},
-		{"VIP from the environment", []string{"HAMASTER_METAL_INVENTORY=" + inv, "HAMASTER_METAL_VIP=vip.example", "HAMASTER_SSH_KEY=" + key[1]}, []string{"status"}, "--metal-vip"},
-		{"VIP port", nil, append([]string{"status", "--metal-inventory", inv, "--metal-vip-port", "6443"}, key...), "--metal-vip-port"},
-		{"no SSH key", nil, []string{"status", "--metal-inventory", inv}, "--ssh-key"},
-		{"add-replica, missing inventory", []string{"HAMASTER_METAL_INVENTORY=" + filepath.Join(dir, "nope.yaml")}, append([]string{"add-replica", "--host", "cp-1", "--yes"}, key...), "--metal-inventory"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			env := append([]string{"HOME=" + dir, "SSH_AUTH_SOCK=", "HAMASTER_STATE_DIR=" + state, "HAMASTER_PROVIDER=metal"}, c.environ...)
-			code, out, errs := hm(t, env, c.args...)
-			if code != 2 {
-				t.Fatalf("exit %d, want 2\nstdout: %s\nstderr: %s", code, out, errs)
-			}
-			if !strings.Contains(errs, c.want) {
-				t.Fatalf("stderr does not name %q:\n%s", c.want, errs)
-			}
-		})
-	}
+	// One at a time: the state directory is checked after them all.
+	runCLICases(t, []string{"HOME=" + dir, "SSH_AUTH_SOCK=", "HAMASTER_STATE_DIR=" + state, "HAMASTER_PROVIDER=metal"}, false, []cliCase{
+		{"no inventory", nil, []string{"status"}, 2, "--metal-inventory", ""},
+		{"missing inventory", nil, append([]string{"status", "--metal-inventory", filepath.Join(dir, "nope.yaml")}, key...), 2, "--metal-inventory", ""},
+		{"misspelt field", nil, append([]string{"status", "--metal-inventory", typo}, key...), 2, "adress", ""},
+		{"VIP not an IP", nil, append([]string{"status", "--metal-inventory", inv, "--metal-vip", "300.1.1.1"}, key...), 2, "--metal-vip", ""},
+		{"VIP a host's address", nil, append([]string{"status", "--metal-inventory", inv, "--metal-vip", "192.0.2.11"}, key...), 2, "--metal-vip", ""},
+		{"VIP from the environment", []string{"HAMASTER_METAL_INVENTORY=" + inv, "HAMASTER_METAL_VIP=vip.example", "HAMASTER_SSH_KEY=" + key[1]}, []string{"status"}, 2, "--metal-vip", ""},
+		{"VIP port", nil, append([]string{"status", "--metal-inventory", inv, "--metal-vip-port", "6443"}, key...), 2, "--metal-vip-port", ""},
+		{"no SSH key", nil, []string{"status", "--metal-inventory", inv}, 2, "--ssh-key", ""},
+		{"add-replica, missing inventory", []string{"HAMASTER_METAL_INVENTORY=" + filepath.Join(dir, "nope.yaml")}, append([]string{"add-replica", "--host", "cp-1", "--yes"}, key...), 2, "--metal-inventory", ""},
+	})
 	// Nothing of the cluster's was written (the state directory itself
 	// may exist: mutating commands check it is writable first).
 	if fp := stateFingerprint(t, state); len(fp) != 0 {

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/hamaster/hamaster/testbed/realtier"
 )
 
 // TestRealAPIServerCLIKubeconfig (the real-apiserver tier, run by make test-real, where
@@ -29,10 +31,7 @@ import (
 // kubeconfig from 'hamaster kubeconfig' that the real apiserver accepts as
 // cluster-admin through the static IP; a refused choice exits 2.
 func TestRealAPIServerCLIKubeconfig(t *testing.T) {
-	dir := os.Getenv("HAMASTER_REAL_APISERVER_DIR")
-	if dir == "" {
-		t.Fatal("HAMASTER_REAL_APISERVER_DIR is not set: run the real-apiserver tier with 'make test-real' (it builds the binaries first)")
-	}
+	dir := realtier.BinDir(t)
 	t.Parallel()
 	c := newCLIEnv(t, "rcli")
 	c.env = append(c.env, "HAMASTER_KUBE_APISERVER_DIR="+dir)
@@ -61,20 +60,7 @@ func TestRealAPIServerCLIKubeconfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kc struct {
-		Clusters []struct {
-			Cluster struct {
-				Server string `yaml:"server"`
-				CA     string `yaml:"certificate-authority-data"`
-			} `yaml:"cluster"`
-		} `yaml:"clusters"`
-		Users []struct {
-			User struct {
-				Cert string `yaml:"client-certificate-data"`
-				Key  string `yaml:"client-key-data"`
-			} `yaml:"user"`
-		} `yaml:"users"`
-	}
+	var kc kubeconfigDoc
 	if err := yaml.Unmarshal(b, &kc); err != nil || len(kc.Clusters) != 1 || len(kc.Users) != 1 {
 		t.Fatalf("kubeconfig: %v\n%s", err, b)
 	}

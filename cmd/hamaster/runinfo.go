@@ -73,7 +73,7 @@ func nextReplicaName(ctx context.Context, d *workflows.Deps, zone string) (strin
 	} else if d.Logger != nil {
 		d.Logger.Warn("next replica name: etcd members", "error", err)
 	}
-	if n, ok := d.Provider.(interface{ MasterName() string }); ok {
+	if n, ok := d.Provider.(providers.MasterNamer); ok {
 		return tfexternal.NextReplicaNameFor(d.Cluster, n.MasterName(), taken), nil
 	}
 	return tfexternal.NextReplicaName(d.Cluster, taken), nil

@@ -84,7 +84,9 @@ func viewRows(rep workflows.Report) []viewRow {
 }
 
 // addViewJSON adds the flavor's view to status's JSON: "flavor_view"
-// (the view itself and the side-by-side rows), or
+// (the view itself, the side-by-side rows, and "pinned": the consumers
+// still on one master's own address, each with "fix", the command that
+// moves it; "pinned_error" when they could not be read), or
 // "flavor_view_error".
 func addViewJSON(out map[string]any, rep workflows.Report) {
 	if rep.ViewError != "" {
@@ -97,13 +99,22 @@ func addViewJSON(out map[string]any, rep workflows.Report) {
 	if problems == nil {
 		problems = []string{}
 	}
-	out["flavor_view"] = map[string]any{
+	pinned := rep.View.Pinned
+	if pinned == nil {
+		pinned = []flavors.Pin{}
+	}
+	fv := map[string]any{
 		"endpoint":     rep.View.Endpoint,
 		"version":      rep.View.Version,
 		"masters":      rep.View.Masters,
 		"problems":     problems,
 		"side_by_side": viewRows(rep),
+		"pinned":       pinned,
 	}
+	if rep.View.PinnedError != "" {
+		fv["pinned_error"] = rep.View.PinnedError
+	}
+	out["flavor_view"] = fv
 }
 
 // printView prints the flavor's view beside etcd's and the LB's.
@@ -141,6 +152,32 @@ func printView(w io.Writer, rep workflows.Report) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orNone(r.Replica), orNone(r.Node), ready, orNone(r.Kubelet), orNone(r.Etcd), orNone(r.LB), expiry, strings.Join(pods, " "))
 	}
 	tw.Flush()
+}
+
+// printPinned prints the consumers still pinned to one master's own
+// address, then each command that moves them, once.
+func printPinned(w io.Writer, rep workflows.Report) {
+	v := rep.View
+	if v == nil {
+		return
+	}
+	if v.PinnedError == "" && len(v.Pinned) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nPINNED TO ONE MASTER (named where the endpoint %s should be: they reach no apiserver once that master is gone; remove-replica refuses it) OR TO A FORMER ENDPOINT\n", orNone(v.Endpoint))
+	if v.PinnedError != "" {
+		fmt.Fprintf(w, "unreadable: %s\n", v.PinnedError)
+	}
+	var fixes []string
+	for _, p := range v.Pinned {
+		fmt.Fprintf(w, "  %s\n", p)
+		if !slices.Contains(fixes, p.Fix) {
+			fixes = append(fixes, p.Fix)
+		}
+	}
+	for _, f := range fixes {
+		fmt.Fprintf(w, "repoint: %s\n", f)
+	}
 }
 
 // printViewProblems prints the flavor's problems, each with its command.

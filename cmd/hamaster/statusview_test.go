@@ -63,3 +63,61 @@ func TestStatusFlavorView(t *testing.T) {
 		t.Errorf("view error JSON: %v", out)
 	}
 }
+
+// TestStatusPinned: the consumers still on one master's own address,
+// in the text (each, then each command that repoints them, once) and
+// in JSON (flavor_view.pinned, always a list; pinned_error).
+func TestStatusPinned(t *testing.T) {
+	t.Parallel()
+	const fix = "hamaster endpoint set --yes 10.0.0.100:8443"
+	rep := workflows.Report{Cluster: "c", Flavor: "kubeadm", View: &flavors.View{Endpoint: "10.0.0.100:8443", Masters: []flavors.MasterView{},
+		Pinned: []flavors.Pin{
+			{Consumer: "kube-system/kube-proxy ConfigMap kubeconfig.conf", Server: "https://10.0.0.11:6443", Master: "host-1", Fix: fix},
+			{Consumer: "/etc/kubernetes/admin.conf", On: "host-2", Server: "https://10.0.0.11:6443", Master: "host-1", Fix: fix},
+		}}}
+	var b bytes.Buffer
+	printPinned(&b, rep)
+	text := b.String()
+	for _, s := range []string{"PINNED TO ONE MASTER", "endpoint 10.0.0.100:8443", "remove-replica refuses",
+		"kube-system/kube-proxy ConfigMap kubeconfig.conf names host-1's own address (https://10.0.0.11:6443)",
+		"/etc/kubernetes/admin.conf on host-2 names host-1's own address", "repoint: " + fix} {
+		if !strings.Contains(text, s) {
+			t.Errorf("text lacks %q:\n%s", s, text)
+		}
+	}
+	if n := strings.Count(text, "repoint: "); n != 1 {
+		t.Errorf("%d repoint lines; want the one command once:\n%s", n, text)
+	}
+	out := map[string]any{}
+	addViewJSON(out, rep)
+	j, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`"pinned":[{"consumer":"kube-system/kube-proxy ConfigMap kubeconfig.conf","server":"https://10.0.0.11:6443","master":"host-1","fix":"` + fix + `"}`, `"on":"host-2"`} {
+		if !strings.Contains(string(j), s) {
+			t.Errorf("JSON lacks %s: %s", s, j)
+		}
+	}
+
+	// Nothing pinned: no section, an empty list.
+	rep.View.Pinned = nil
+	b.Reset()
+	printPinned(&b, rep)
+	out = map[string]any{}
+	addViewJSON(out, rep)
+	j, _ = json.Marshal(out)
+	if b.Len() != 0 || !strings.Contains(string(j), `"pinned":[]`) {
+		t.Errorf("nothing pinned: text %q, JSON %s", b.String(), j)
+	}
+	// Unreadable.
+	rep.View.PinnedError = "no master's admin.conf answers"
+	b.Reset()
+	printPinned(&b, rep)
+	out = map[string]any{}
+	addViewJSON(out, rep)
+	j, _ = json.Marshal(out)
+	if !strings.Contains(b.String(), "unreadable: no master's admin.conf answers") || !strings.Contains(string(j), `"pinned_error":"no master's admin.conf answers"`) {
+		t.Errorf("unreadable: text %q, JSON %s", b.String(), j)
+	}
+}

@@ -299,11 +299,7 @@ func checkAgainstStatus(t *testing.T, cluster, stateDir string, res map[string]s
 func stateFiles(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	files := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
+	walkState(t, dir, func(p, rel string, d fs.DirEntry) error {
 		files[rel] = ""
 		if !d.IsDir() && (strings.HasSuffix(p, ".json") || strings.HasSuffix(p, ".crt")) && !strings.HasSuffix(p, "status.json") {
 			b, err := os.ReadFile(p)
@@ -314,9 +310,6 @@ func stateFiles(t *testing.T, dir string) map[string]string {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return files
 }
 

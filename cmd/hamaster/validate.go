@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
@@ -48,6 +49,23 @@ func drainDurations(c *cli.Context, bound string) error {
 		return usageErr("--drain-grace: must not be negative")
 	}
 	return positiveDuration(c, bound)
+}
+
+// nodeDrainFlags are remove-replica's and rolling-upgrade's choice of
+// what happens to a master's Node first (kubeadm's masters: drained).
+func nodeDrainFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "skip-drain", Usage: "kubeadm: do not drain the master's Node first (its pods, PodDisruptionBudgets or not, go down with it)"},
+		&cli.DurationFlag{Name: "drain-timeout", Value: 5 * time.Minute, Usage: "kubeadm: bound of the drain of a master's Node (kubectl drain --timeout); a drain that does not finish is refused, naming the PodDisruptionBudgets that hold it"},
+	}
+}
+
+// nodeDrain reads nodeDrainFlags.
+func nodeDrain(c *cli.Context) (workflows.NodeDrain, error) {
+	if err := positiveDuration(c, "drain-timeout"); err != nil {
+		return workflows.NodeDrain{}, err
+	}
+	return workflows.NodeDrain{Skip: c.Bool("skip-drain"), Timeout: c.Duration("drain-timeout")}, nil
 }
 
 // positiveDuration refuses zero and negative durations: "-5s" is an

@@ -20,11 +20,7 @@ import (
 func stateFingerprint(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, path)
+	walkState(t, dir, func(path, rel string, d fs.DirEntry) error {
 		if d.IsDir() {
 			if d.Name() == "data" || d.Name() == "member" {
 				return filepath.SkipDir // etcd's own files change while it runs
@@ -46,10 +42,24 @@ func stateFingerprint(t *testing.T, dir string) map[string]string {
 		out[rel] = hex.EncodeToString(sum[:8])
 		return nil
 	})
+	return out
+}
+
+// walkState calls visit for each file and directory under dir (dir
+// included), with its path and its path relative to dir, as
+// filepath.WalkDir does; an error fails the test.
+func walkState(t *testing.T, dir string, visit func(path, rel string, d fs.DirEntry) error) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		return visit(path, rel, d)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
 }
 
 func diffFingerprints(a, b map[string]string) []string {
@@ -132,6 +142,9 @@ func TestBadInputTable(t *testing.T) {
 		{"recover missing snapshot", []string{"recover", "--from", "badtab-master", "--snapshot", "/nonexistent.db", "--yes"}, 2, "--snapshot"},
 		{"recover with quorum", []string{"recover", "--from", "badtab-master", "--yes"}, 3, "still has a quorum"},
 		{"rotate bad window", []string{"rotate-certs", "--expiring-within", "-3d", "--yes"}, 2, "--expiring-within"},
+		{"kubeconfig without validity", []string{"kubeconfig", "--validity", "0s"}, 2, "--validity 0s: want more than 0"},
+		{"kubeconfig past a year", []string{"kubeconfig", "--validity", "8761h"}, 2, "--validity 8761h0m0s: want more than 0 and at most 8760h0m0s"},
+		{"kubeconfig empty user", []string{"kubeconfig", "--client-name", ""}, 2, "--user: empty"},
 		{"local up bad election", []string{"local", "up", "--etcd-heartbeat-ms", "100", "--etcd-election-ms", "200"}, 2, "--etcd-election-ms"},
 		{"no changes without --yes", []string{"add-replica"}, 2, "--yes"},
 		{"unknown flavor", []string{"--flavor", "kops", "status"}, 2, `--flavor "kops": want one of hamaster, kubeadm, kubeup`},

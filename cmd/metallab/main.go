@@ -16,8 +16,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/hamaster/hamaster/dataplane/kubelet"
 	"github.com/hamaster/hamaster/testbed/kubeadmhost"
+	"github.com/hamaster/hamaster/testbed/kubelet"
 	"github.com/hamaster/hamaster/testbed/labcmd"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
 	"github.com/hamaster/hamaster/testbed/slowlogin"
@@ -68,12 +68,21 @@ its admin.conf to DIR/admin.conf (KUBECONFIG in DIR/hamaster.env):
 
 The other hosts have the packages installed, ready for kubeadm join.
 
+With --workers N the last N hosts are the inventory's workers (role:
+worker: never a master) and, with --kubeadm-master, each joins host-1's
+cluster as a worker the way kubeadm's docs have it done ('kubeadm token
+create --print-join-command' on host-1, run on the worker), before any
+conversion: its kubelet.conf names host-1's own address until hamaster's
+conversion moves it to the VIP:
+
+  sudo bin/metallab --hosts 4 --workers 1 --state /tmp/lab --kubeadm-master v1.33.13
+
 flags:
 `
 
 // config is the parsed command line.
 type config struct {
-	hosts                                     int
+	hosts, workers                            int
 	state, cleanup, subnet, logLevel, kubeadm string
 	kubelet, binDir                           string
 	third                                     int
@@ -88,6 +97,7 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 	var c config
 	fs := labcmd.FlagSet("metallab", usage, stderr)
 	fs.IntVar(&c.hosts, "hosts", 0, fmt.Sprintf("how many hosts, `N` 1..%d (required)", metallab.MaxHosts))
+	fs.IntVar(&c.workers, "workers", 0, "how many of the hosts, `N`, the last ones, are workers (role: worker; joined as workers with --kubeadm-master)")
 	fs.StringVar(&c.state, "state", "", "`DIR` for the lab's files and hamaster.env (required; created if missing; not under /run, /etc/kubernetes or /var/lib/{etcd,kubelet})")
 	fs.StringVar(&c.cleanup, "cleanup", "", "remove what a killed metallab recorded in `DIR` (its --state), then exit")
 	fs.StringVar(&c.subnet, "subnet", "", fmt.Sprintf("the lab's `CIDR`, 198.18.T.0/24 with T 1..%d (default: a free one)", metallab.MaxThird))
@@ -127,6 +137,9 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 	if c.hosts < 1 || c.hosts > metallab.MaxHosts {
 		return c, 2, fmt.Errorf("--hosts %d: want 1..%d", c.hosts, metallab.MaxHosts)
 	}
+	if c.workers < 0 || c.workers >= c.hosts {
+		return c, 2, fmt.Errorf("--workers %d: want 0..%d (--hosts %d: host-1 is the master)", c.workers, c.hosts-1, c.hosts)
+	}
 	if c.subnet != "" {
 		p, err := netip.ParsePrefix(c.subnet)
 		lab := netip.MustParsePrefix("198.18.0.0/16")
@@ -139,17 +152,9 @@ func parse(args []string, stderr io.Writer) (config, int, error) {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c, code, err := parse(args, stderr)
-	if err != nil {
-		if code != 0 {
-			fmt.Fprintf(stderr, "metallab: %v\n", err)
-		}
+	c, logger, code, ok := labcmd.Start("metallab", args, stderr, parse, func(c config) string { return c.logLevel })
+	if !ok {
 		return code
-	}
-	logger, err := labcmd.Logger(stderr, c.logLevel)
-	if err != nil {
-		fmt.Fprintf(stderr, "metallab: %v\n", err)
-		return 2
 	}
 	if c.cleanup != "" {
 		if err := metallab.Cleanup(ctx, c.cleanup, logger); err != nil {
@@ -175,7 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // serve runs the lab until ctx is done; every process, namespace and file
 // it made is gone when it returns.
 func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer) (err error) {
-	lab, err := metallab.New(ctx, metallab.Options{Hosts: c.hosts, Dir: c.state, Third: c.third, Logger: logger, Kubelet: c.kubelet, BinDir: c.binDir, LoginDelay: c.loginDelay})
+	lab, err := metallab.New(ctx, metallab.Options{Hosts: c.hosts, Dir: c.state, Third: c.third, Logger: logger, Kubelet: c.kubelet, BinDir: c.binDir, LoginDelay: c.loginDelay, Workers: c.workers})
 	if err != nil {
 		return err
 	}
@@ -206,6 +211,13 @@ func serve(ctx context.Context, c config, logger *slog.Logger, stdout io.Writer)
 		}
 		fmt.Fprintf(stdout, "metallab: kubeadm init of %s done in %v: KUBECONFIG=%s (server %s)\n",
 			lab.Hosts[0].Name, took.Round(time.Millisecond), lab.AdminConfFile, metallab.APIServer(lab.Hosts[0], ""))
+		for _, h := range lab.Hosts[len(lab.Hosts)-c.workers:] {
+			took, err := lab.KubeadmJoinWorker(ctx, h, lab.Hosts[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "metallab: %s joined as a worker in %v (log %s)\n", h.Name, took.Round(time.Millisecond), filepath.Join(h.Dir, metallab.KubeadmJoinWorkerLog))
+		}
 	}
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "metallab: stopping: every host process, namespace and file goes")

@@ -16,6 +16,8 @@ func TestUsage(t *testing.T) {
 		{Name: "kubeadm version", Args: []string{"--state", "x", "--hosts", "2", "--kubeadm-master", "1.33"}, Code: 2, Want: "--kubeadm-master \"1.33\""},
 		{Name: "kubeadm binaries", Args: []string{"--state", "x", "--hosts", "2", "--kubeadm-master", "v1.33.13", "--kubelet", "/nonexistent"}, Code: 2, Want: "--kubelet"},
 		{Name: "kubelet without kubeadm", Args: []string{"--state", "x", "--hosts", "2", "--bin-dir", "/x"}, Code: 2, Want: "go with --kubeadm-master"},
+		{Name: "every host a worker", Args: []string{"--state", "x", "--hosts", "2", "--workers", "2"}, Code: 2, Want: "--workers 2: want 0..1"},
+		{Name: "help names workers", Args: []string{"--help"}, Code: 0, Want: "--workers N"},
 		{Name: "subnet elsewhere", Args: []string{"--state", "x", "--hosts", "2", "--subnet", "10.0.0.0/24"}, Code: 2, Want: "want 198.18.T.0/24"},
 		{Name: "subnet size", Args: []string{"--state", "x", "--hosts", "2", "--subnet", "198.18.4.0/23"}, Code: 2, Want: "want 198.18.T.0/24"},
 		{Name: "subnet zero", Args: []string{"--state", "x", "--hosts", "2", "--subnet", "198.18.0.0/24"}, Code: 2, Want: "T 1..99"},

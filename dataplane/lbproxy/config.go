@@ -210,11 +210,7 @@ func LoadConfig(path string) (Config, error) {
 // WriteConfig writes cfg atomically (a temporary file renamed over path),
 // so a running proxy never reads half a file.
 func WriteConfig(path string, cfg Config) error {
-	b, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode lb config: %w", err)
-	}
-	if err := fsutil.ReplaceFile(path, append(b, '\n'), 0o644); err != nil {
+	if err := fsutil.ReplaceJSON(path, cfg, 0o644); err != nil {
 		return fmt.Errorf("write lb config: %w", err)
 	}
 	return nil

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -19,23 +18,27 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/internal/loopbacktest"
+	"github.com/hamaster/hamaster/internal/wait"
 )
 
-// testPKI is a CA (written to ca.crt) and a serving certificate for
-// 127.0.0.1, as the replicas' apiservers have.
+// testPKI is a CA (written to ca.crt in Dir, a test's own directory) and
+// a serving certificate for 127.0.0.1, as the replicas' apiservers have.
 type testPKI struct {
+	Dir    string
 	CAFile string
 	Pool   *x509.CertPool
 	Cert   tls.Certificate
 }
 
-func newTestPKI(t *testing.T, dir string) testPKI {
+func newTestPKI(t *testing.T) testPKI {
 	t.Helper()
+	dir := t.TempDir()
 	ca, err := certs.NewCA("test-ca", certs.ECDSA, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := testPKI{CAFile: filepath.Join(dir, "ca.crt"), Pool: ca.Pool()}
+	p := testPKI{Dir: dir, CAFile: filepath.Join(dir, "ca.crt"), Pool: ca.Pool()}
 	if err := ca.Write(p.CAFile, filepath.Join(dir, "ca.key")); err != nil {
 		t.Fatal(err)
 	}
@@ -89,22 +92,13 @@ func (b *testBackend) target() Target {
 	return Target{Name: b.name, Address: b.srv.Listener.Addr().String()}
 }
 
-// freeAddr returns a loopback ip:port that was free a moment ago.
-func freeAddr(t *testing.T) string {
+// testConfig is a fast-checking config for backends, changed by edit
+// unless nil, and written to pki's directory.
+func testConfig(t *testing.T, pki testPKI, edit func(*Config), backends ...*testBackend) (Config, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// testConfig is a fast-checking config for backends, written to dir.
-func testConfig(t *testing.T, dir string, pki testPKI, backends ...*testBackend) (Config, string) {
-	t.Helper()
+	dir := pki.Dir
 	cfg := Config{
-		Listen: freeAddr(t),
+		Listen: loopbacktest.Addr(t),
 		Health: HealthConfig{
 			Interval:           Duration{50 * time.Millisecond},
 			Timeout:            Duration{time.Second},
@@ -117,6 +111,9 @@ func testConfig(t *testing.T, dir string, pki testPKI, backends ...*testBackend)
 	}
 	for _, b := range backends {
 		cfg.Targets = append(cfg.Targets, b.target())
+	}
+	if edit != nil {
+		edit(&cfg)
 	}
 	path := filepath.Join(dir, "lb.json")
 	if err := WriteConfig(path, cfg); err != nil {
@@ -171,18 +168,14 @@ func (w testWriter) Write(p []byte) (int, error) {
 // waitFor polls cond until it holds or 10 s pass.
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, reason := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %s", what, reason)
-		}
-		<-tick.C
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var reason string
+	if err := wait.Until(ctx, 20*time.Millisecond, what, func() (ok bool, _ error) {
+		ok, reason = cond()
+		return ok, nil
+	}); err != nil {
+		t.Fatalf("timed out waiting for %s: %s", what, reason)
 	}
 }
 
@@ -300,13 +293,9 @@ type twoTargets struct {
 // unless nil.
 func startTwoTargets(t *testing.T, edit func(*Config)) twoTargets {
 	t.Helper()
-	dir := t.TempDir()
-	l := twoTargets{pki: newTestPKI(t, dir)}
+	l := twoTargets{pki: newTestPKI(t)}
 	l.a, l.b = newBackend(t, l.pki, "a", true), newBackend(t, l.pki, "b", true)
-	l.cfg, l.path = testConfig(t, dir, l.pki, l.a, l.b)
-	if edit != nil {
-		edit(&l.cfg)
-	}
+	l.cfg, l.path = testConfig(t, l.pki, edit, l.a, l.b)
 	startLB(t, l.cfg, l.path)
 	waitStatus(t, l.cfg.StatusFile, "both healthy", func(s Status) bool { return healthy(s, "a", "b") })
 	l.pc = dialPersistent(t, l.pki, l.cfg.Listen)

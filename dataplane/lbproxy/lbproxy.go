@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,7 +21,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -30,6 +28,7 @@ import (
 	"github.com/inetaf/tcpproxy"
 
 	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/internal/conntrack"
 	"github.com/hamaster/hamaster/internal/fsutil"
 )
 
@@ -63,11 +62,12 @@ type lb struct {
 	pool     *x509.CertPool
 	backends []*backend
 	next     uint64 // round-robin position
-	conns    map[net.Conn]struct{}
-	closed   bool
 	serving  bool
-	connWG   sync.WaitGroup
 	statusMu sync.Mutex
+
+	// conns are the client connections (with their handlers) and the
+	// target connections proxied.
+	conns conntrack.Set
 }
 
 // Run binds cfg.Listen and proxies until ctx is done; then it closes the
@@ -87,7 +87,7 @@ func Run(ctx context.Context, cfg Config, configPath string, logger *slog.Logger
 		return err
 	}
 	l := &lb{log: logger.With("lb", cfg.Listen), statusFile: cfg.StatusFile, stopCtx: ctx,
-		cfg: cfg, pool: pool, conns: map[net.Conn]struct{}{}}
+		cfg: cfg, pool: pool}
 	l.backends = l.buildBackends(cfg, nil)
 
 	var p tcpproxy.Proxy
@@ -97,12 +97,13 @@ func Run(ctx context.Context, cfg Config, configPath string, logger *slog.Logger
 	}
 	l.log.Info("load balancer listening", "targets", len(cfg.Targets))
 	if cfg.PIDFile != "" {
-		if err := fsutil.ReplaceFile(cfg.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		removePID, err := fsutil.WritePIDFile(cfg.PIDFile)
+		if err != nil {
 			_ = p.Close()
 			return fmt.Errorf("write pid file: %w", err)
 		}
 		defer func() {
-			if err := os.Remove(cfg.PIDFile); err != nil && !os.IsNotExist(err) {
+			if err := removePID(); err != nil {
 				l.log.Warn("remove pid file", "err", err)
 			}
 		}()
@@ -124,7 +125,7 @@ func Run(ctx context.Context, cfg Config, configPath string, logger *slog.Logger
 	_ = p.Close()
 	_ = p.Wait()
 	wg.Wait()
-	l.closeConns()
+	l.conns.Close() // every proxied connection, and their copiers waited for
 	l.mu.Lock()
 	l.serving = false
 	l.mu.Unlock()
@@ -215,11 +216,11 @@ func (l *lb) healthClient(address, serverName string, timeout time.Duration) *ht
 // non-draining target, trying the others if dialing fails (unless
 // Config.NoDialRetry), and closes src at once if there is none.
 func (l *lb) HandleConn(src net.Conn) {
-	if !l.enter(src) {
+	if !l.conns.Enter(src) {
 		_ = src.Close()
 		return
 	}
-	defer l.leave(src)
+	defer l.conns.Leave(src)
 	candidates, timeout := l.pick()
 	if len(candidates) == 0 {
 		l.log.Debug("no healthy target; closing connection", "client", src.RemoteAddr().String())
@@ -276,34 +277,14 @@ func (l *lb) pick() ([]*backend, time.Duration) {
 	return order, l.cfg.Health.Timeout.Duration
 }
 
-// enter registers a client connection; false once the lb is closing.
-func (l *lb) enter(src net.Conn) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.conns[src] = struct{}{}
-	l.connWG.Add(1)
-	return true
-}
-
-func (l *lb) leave(src net.Conn) {
-	l.mu.Lock()
-	delete(l.conns, src)
-	l.mu.Unlock()
-	l.connWG.Done()
-}
-
 // attach registers the backend side of a proxied connection; false once
 // the lb is closing.
 func (l *lb) attach(b *backend, dst net.Conn) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+	if !l.conns.Add(dst) {
 		return false
 	}
-	l.conns[dst] = struct{}{}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	b.active++
 	if b.dsts == nil {
 		b.dsts = map[net.Conn]struct{}{}
@@ -313,22 +294,11 @@ func (l *lb) attach(b *backend, dst net.Conn) bool {
 }
 
 func (l *lb) detach(b *backend, dst net.Conn) {
+	l.conns.Remove(dst)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.conns, dst)
 	delete(b.dsts, dst)
 	b.active--
-}
-
-// closeConns closes every proxied connection and waits for their copiers.
-func (l *lb) closeConns() {
-	l.mu.Lock()
-	l.closed = true
-	for c := range l.conns {
-		_ = c.Close()
-	}
-	l.mu.Unlock()
-	l.connWG.Wait()
 }
 
 // healthLoop checks every target each interval until ctx is done and
@@ -523,12 +493,7 @@ func (l *lb) writeStatus() {
 	}
 	l.statusMu.Lock()
 	defer l.statusMu.Unlock()
-	b, err := json.MarshalIndent(l.status(), "", "  ")
-	if err != nil {
-		l.log.Error("encode status", "err", err)
-		return
-	}
-	if err := fsutil.ReplaceFile(l.statusFile, append(b, '\n'), 0o644); err != nil {
+	if err := fsutil.ReplaceJSON(l.statusFile, l.status(), 0o644); err != nil {
 		l.log.Error("write status file", "err", err)
 	}
 }

@@ -11,14 +11,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hamaster/hamaster/internal/loopbacktest"
 )
 
 func TestLBRoutesOnlyToHealthyTargets(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	pki := newTestPKI(t, dir)
+	pki := newTestPKI(t)
 	a, b, c := newBackend(t, pki, "a", true), newBackend(t, pki, "b", true), newBackend(t, pki, "c", false)
-	cfg, path := testConfig(t, dir, pki, a, b, c)
+	cfg, path := testConfig(t, pki, nil, a, b, c)
 	startLB(t, cfg, path)
 	cl := client(pki)
 
@@ -111,10 +112,9 @@ func TestLBDrainingKeepsExistingConnections(t *testing.T) {
 
 func TestLBReload(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	pki := newTestPKI(t, dir)
+	pki := newTestPKI(t)
 	a, b := newBackend(t, pki, "a", true), newBackend(t, pki, "b", true)
-	cfg, path := testConfig(t, dir, pki, a)
+	cfg, path := testConfig(t, pki, nil, a)
 	startLB(t, cfg, path)
 	cl := client(pki)
 	waitStatus(t, cfg.StatusFile, "a healthy", func(s Status) bool { return healthy(s, "a") })
@@ -127,7 +127,7 @@ func TestLBReload(t *testing.T) {
 	}{
 		{"add b", []Target{a.target(), b.target()}, "", []string{"a", "b"}},
 		{"remove a", []Target{b.target()}, "", []string{"b"}},
-		{"listen change ignored", []Target{a.target(), b.target()}, freeAddr(t), []string{"a", "b"}},
+		{"listen change ignored", []Target{a.target(), b.target()}, loopbacktest.Addr(t), []string{"a", "b"}},
 	}
 	for _, s := range steps {
 		next := cfg
@@ -155,10 +155,9 @@ func TestLBReload(t *testing.T) {
 
 func TestLBNoHealthyTargetClosesConnection(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	pki := newTestPKI(t, dir)
+	pki := newTestPKI(t)
 	a := newBackend(t, pki, "a", false)
-	cfg, path := testConfig(t, dir, pki, a)
+	cfg, path := testConfig(t, pki, nil, a)
 	startLB(t, cfg, path)
 	waitStatus(t, cfg.StatusFile, "a checked and unhealthy", func(s Status) bool {
 		tg, _ := s.Target("a")
@@ -189,14 +188,9 @@ func isReset(err error) bool {
 
 func TestLBStatusAndShutdown(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	pki := newTestPKI(t, dir)
+	pki := newTestPKI(t)
 	a, b := newBackend(t, pki, "a", true), newBackend(t, pki, "b", false)
-	cfg, path := testConfig(t, dir, pki, a, b)
-	cfg.Targets[1].Draining = true
-	if err := WriteConfig(path, cfg); err != nil {
-		t.Fatal(err)
-	}
+	cfg, path := testConfig(t, pki, func(c *Config) { c.Targets[1].Draining = true }, a, b)
 	r := startLB(t, cfg, path)
 	st := waitStatus(t, cfg.StatusFile, "checked", func(s Status) bool {
 		ta, _ := s.Target("a")
@@ -248,14 +242,13 @@ func TestLBStatusAndShutdown(t *testing.T) {
 
 func TestRunBindError(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	pki := newTestPKI(t, dir)
+	pki := newTestPKI(t)
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	cfg, path := testConfig(t, dir, pki)
+	cfg, path := testConfig(t, pki, nil)
 	cfg.Listen = busy.Addr().String()
 	err = Run(context.Background(), cfg, path, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), cfg.Listen) || !strings.Contains(err.Error(), "something else is bound to it") {
@@ -267,34 +260,20 @@ func TestRunBindError(t *testing.T) {
 // connections is skipped for the next one.
 func TestHandleConnTriesNextTarget(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	pki := newTestPKI(t, dir)
+	pki := newTestPKI(t)
 	alive := newBackend(t, pki, "alive", true)
-	deadAddr := freeAddr(t) // nothing listens there
+	deadAddr := loopbacktest.Addr(t) // nothing listens there
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	l := &lb{log: slog.New(slog.DiscardHandler), stopCtx: ctx, conns: map[net.Conn]struct{}{},
+	l := &lb{log: slog.New(slog.DiscardHandler), stopCtx: ctx,
 		cfg: Config{Health: HealthConfig{Timeout: Duration{time.Second}}}}
 	l.backends = []*backend{
 		{Target: Target{Name: "dead", Address: deadAddr}, healthy: true},
 		{Target: alive.target(), healthy: true},
 	}
 
-	front, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer front.Close()
-	go func() {
-		for {
-			c, err := front.Accept()
-			if err != nil {
-				return
-			}
-			go l.HandleConn(c)
-		}
-	}()
-	defer l.closeConns()
+	front := loopbacktest.Serve(t, l.HandleConn)
+	defer l.conns.Close()
 	for i := range 4 { // round robin starts at each target in turn
 		pc := dialPersistent(t, pki, front.Addr().String())
 		got, err := pc.who()
@@ -307,8 +286,7 @@ func TestHandleConnTriesNextTarget(t *testing.T) {
 
 func TestBuildBackendsKeepsHealthState(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	pki := newTestPKI(t, dir)
+	pki := newTestPKI(t)
 	l := &lb{log: slog.New(slog.DiscardHandler), pool: pki.Pool}
 	a := &backend{Target: Target{Name: "a", Address: "127.0.0.1:1"}, healthy: true, okStreak: 5}
 	b := &backend{Target: Target{Name: "b", Address: "127.0.0.1:2"}, healthy: true}
@@ -346,17 +324,14 @@ func TestBuildBackendsKeepsHealthState(t *testing.T) {
 // marked unhealthy while the hung check is still running.
 func TestLBHungTargetDoesNotDelayOthers(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	pki := newTestPKI(t, dir)
+	pki := newTestPKI(t)
 	a, hung := newBackend(t, pki, "a", true), newBackend(t, pki, "hung", true)
-	cfg, path := testConfig(t, dir, pki, a, hung)
-	// Far above the other target's 2 checks at 50 ms: the hung check
-	// cannot end first, however slow the machine (waitStatus gives up
-	// after 10 s).
-	cfg.Health.Timeout = Duration{30 * time.Second}
-	if err := WriteConfig(path, cfg); err != nil {
-		t.Fatal(err)
-	}
+	cfg, path := testConfig(t, pki, func(c *Config) {
+		// Far above the other target's 2 checks at 50 ms: the hung
+		// check cannot end first, however slow the machine (waitStatus
+		// gives up after 10 s).
+		c.Health.Timeout = Duration{30 * time.Second}
+	}, a, hung)
 	startLB(t, cfg, path)
 	waitStatus(t, cfg.StatusFile, "both healthy", func(s Status) bool { return healthy(s, "a", "hung") })
 	hung.hang.Store(true)

@@ -25,9 +25,8 @@ func TestHealthServerName(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := t.TempDir()
-			pki := newTestPKI(t, dir)
-			ca, err := certs.LoadCA(pki.CAFile, filepath.Join(dir, "ca.key"))
+			pki := newTestPKI(t)
+			ca, err := certs.LoadCA(pki.CAFile, filepath.Join(pki.Dir, "ca.key"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -40,12 +39,7 @@ func TestHealthServerName(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := newBackend(t, pki, "m", true)
-			cfg, _ := testConfig(t, dir, pki, b)
-			cfg.Health.ServerName = tc.serverName
-			path := filepath.Join(dir, "lb-named.json")
-			if err := WriteConfig(path, cfg); err != nil {
-				t.Fatal(err)
-			}
+			cfg, path := testConfig(t, pki, func(c *Config) { c.Health.ServerName = tc.serverName }, b)
 			startLB(t, cfg, path)
 			st := waitStatus(t, cfg.StatusFile, "a check round", func(st Status) bool {
 				return len(st.Targets) == 1 && (st.Targets[0].Healthy || st.Targets[0].LastError != "")

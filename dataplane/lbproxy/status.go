@@ -1,10 +1,9 @@
 package lbproxy
 
 import (
-	"encoding/json"
-	"fmt"
-	"os"
 	"time"
+
+	"github.com/hamaster/hamaster/internal/fsutil"
 )
 
 // Status is what a running proxy writes to its status file after every
@@ -45,13 +44,5 @@ func (s Status) Target(name string) (TargetStatus, bool) {
 
 // ReadStatus reads a status file written by Run.
 func ReadStatus(path string) (Status, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Status{}, fmt.Errorf("read lb status: %w", err)
-	}
-	var s Status
-	if err := json.Unmarshal(b, &s); err != nil {
-		return Status{}, fmt.Errorf("read lb status %s: %w", path, err)
-	}
-	return s, nil
+	return fsutil.ReadJSON[Status](path, "lb status")
 }

@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
+	"github.com/hamaster/hamaster/internal/wait"
 )
 
 // KVPrefix is the etcd key prefix of the /kv/{key} endpoint.
@@ -82,11 +83,18 @@ func (n *node) probeEtcd(ctx context.Context) (bool, string) {
 	if srv.IsLearner() {
 		return false, "etcd member is a learner (not voting)"
 	}
-	if srv.Leader() == 0 {
-		return false, "etcd member has no leader"
-	}
 	ctx, cancel := context.WithTimeout(ctx, readyReadTimeout)
 	defer cancel()
+	// A member between two leaders (a leadership transfer takes one round
+	// trip) waits for the next within the read's timeout, as kube-apiserver's
+	// etcd readiness check does: it is a plain read bounded by
+	// --etcd-readycheck-timeout (k8s.io/apiserver storagebackend/factory
+	// etcd3.go), never an instant "no leader" verdict. Answering at once
+	// failed clients through the LB while rotate-certs and upgrades moved
+	// leadership on a busy machine.
+	if wait.Until(ctx, 25*time.Millisecond, "a leader", func() (bool, error) { return srv.Leader() != 0, nil }) != nil {
+		return false, "etcd member has no leader"
+	}
 	// Retried while leadership moves, as /kv reads are: a member that
 	// answers once the new leader is known can serve (seen as a burst of
 	// "leader changed" 503s through the LB while rotate-certs moved
@@ -187,20 +195,35 @@ func (n *node) kvClient(w http.ResponseWriter, r *http.Request) (*clientv3.Clien
 	return cli, KVPrefix + key, true
 }
 
-func (n *node) serveKVGet(w http.ResponseWriter, r *http.Request) {
+// kvCall runs op with the member's client and the key once kvClient
+// allows, within the KV timeout, and answers 503 for op's error and 404
+// when op found nothing; true when the caller is to write the answer.
+func (n *node) kvCall(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, cli *clientv3.Client, key string) (found bool, err error)) bool {
 	cli, key, ok := n.kvClient(w, r)
 	if !ok {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), n.kvTimeout())
 	defer cancel()
-	resp, err := getRetryingLeaderChange(ctx, cli, key)
+	found, err := op(ctx, cli, key)
 	if err != nil {
 		http.Error(w, "etcd: "+err.Error(), http.StatusServiceUnavailable)
-		return
+		return false
 	}
-	if len(resp.Kvs) == 0 {
+	if !found {
 		http.Error(w, "not found", http.StatusNotFound)
+		return false
+	}
+	return true
+}
+
+func (n *node) serveKVGet(w http.ResponseWriter, r *http.Request) {
+	var resp *clientv3.GetResponse
+	if !n.kvCall(w, r, func(ctx context.Context, cli *clientv3.Client, key string) (bool, error) {
+		var err error
+		resp, err = getRetryingLeaderChange(ctx, cli, key)
+		return err == nil && len(resp.Kvs) > 0, err
+	}) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -293,23 +316,14 @@ func (n *node) serveKVPut(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *node) serveKVDelete(w http.ResponseWriter, r *http.Request) {
-	cli, key, ok := n.kvClient(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), n.kvTimeout())
-	defer cancel()
-	var resp *clientv3.DeleteResponse
-	err := retryUnproposed(ctx, func() (err error) {
-		resp, err = cli.Delete(ctx, key)
-		return err
-	})
-	if err != nil {
-		http.Error(w, "etcd: "+err.Error(), http.StatusServiceUnavailable)
-		return
-	}
-	if resp.Deleted == 0 {
-		http.Error(w, "not found", http.StatusNotFound)
+	if !n.kvCall(w, r, func(ctx context.Context, cli *clientv3.Client, key string) (bool, error) {
+		var resp *clientv3.DeleteResponse
+		err := retryUnproposed(ctx, func() (err error) {
+			resp, err = cli.Delete(ctx, key)
+			return err
+		})
+		return err == nil && resp.Deleted > 0, err
+	}) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

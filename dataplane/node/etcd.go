@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
+	"github.com/hamaster/hamaster/internal/ctxutil"
 )
 
 // initialClusterToken is the etcd --initial-cluster-token of every
@@ -134,13 +135,9 @@ func (m *etcdMember) run(ctx context.Context) {
 		wait := bo.NextBackOff()
 		m.log.Error("etcd member stopped; restarting", "err", err, "after", wait)
 		m.set(nodeapi.EtcdFailed, err.Error(), nil, nil)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !ctxutil.Sleep(ctx, wait) {
 			m.set(nodeapi.EtcdStopped, "", nil, nil)
 			return
-		case <-t.C:
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/hamaster/hamaster/internal/conntrack"
 )
 
 // tcpProxy forwards a listener's connections to target at L4 (the static
@@ -14,9 +16,7 @@ type tcpProxy struct {
 	ln     net.Listener
 	target string
 	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
+	conns  conntrack.Set
 }
 
 func startTCPProxy(addr, target string) (*tcpProxy, error) {
@@ -24,7 +24,7 @@ func startTCPProxy(addr, target string) (*tcpProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &tcpProxy{ln: ln, target: target}
 	p.wg.Go(p.accept)
 	return p, nil
 }
@@ -39,37 +39,21 @@ func (p *tcpProxy) accept() {
 	}
 }
 
-func (p *tcpProxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *tcpProxy) untrack(c net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.conns, c)
-}
-
 func (p *tcpProxy) forward(client net.Conn) {
 	defer client.Close()
-	if !p.track(client) {
+	if !p.conns.Add(client) {
 		return
 	}
-	defer p.untrack(client)
+	defer p.conns.Remove(client)
 	backend, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 	if err != nil {
 		return // the client sees the connection close, as with a dead VM
 	}
 	defer backend.Close()
-	if !p.track(backend) {
+	if !p.conns.Add(backend) {
 		return
 	}
-	defer p.untrack(backend)
+	defer p.conns.Remove(backend)
 	var wg sync.WaitGroup
 	pipe := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
@@ -86,12 +70,7 @@ func (p *tcpProxy) forward(client net.Conn) {
 // the forwarding goroutines.
 func (p *tcpProxy) Close() error {
 	err := p.ln.Close()
-	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
+	p.conns.Close()
 	p.wg.Wait()
 	if errors.Is(err, net.ErrClosed) {
 		return nil

@@ -21,6 +21,7 @@ import (
 
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
+	"github.com/hamaster/hamaster/internal/ctxutil"
 )
 
 // The real control plane: with CONTROL_PLANE=real the replica runs
@@ -253,12 +254,8 @@ func (n *node) runKubeAPIServer(ctx context.Context, k *kubeAPIServer) {
 		n.mu.Unlock()
 		n.poke()
 		n.log.Error("kube-apiserver exited; restarting", "err", exitErr, "served", served, "backoff", backoff, "log", k.logPath)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !ctxutil.Sleep(ctx, backoff) {
 			return
-		case <-t.C:
 		}
 		if !served {
 			backoff = min(2*backoff, maxRestartBackoff)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
+	"github.com/hamaster/hamaster/internal/loopbacktest"
 )
 
 // installFakeAPIServer writes script as dir/version/kube-apiserver with a
@@ -174,20 +175,7 @@ func TestValidateControlPlane(t *testing.T) {
 
 func TestTCPProxy(t *testing.T) {
 	t.Parallel()
-	backend, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer backend.Close()
-	go func() {
-		for {
-			c, err := backend.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }() // echo
-		}
-	}()
+	backend := loopbacktest.Serve(t, func(c net.Conn) { defer c.Close(); _, _ = io.Copy(c, c) }) // echo
 	p, err := startTCPProxy("127.0.0.1:0", backend.Addr().String())
 	if err != nil {
 		t.Fatal(err)

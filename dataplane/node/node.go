@@ -15,7 +15,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -113,11 +112,12 @@ func run(ctx context.Context, cfg Config, logger *slog.Logger, members func(n *n
 		return fmt.Errorf("create %s: %w", nodeapi.KeyDataDir, err)
 	}
 	if cfg.PIDFile != "" {
-		if err := fsutil.ReplaceFile(cfg.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		removePID, err := fsutil.WritePIDFile(cfg.PIDFile)
+		if err != nil {
 			return fmt.Errorf("write %s: %w", nodeapi.KeyPIDFile, err)
 		}
 		defer func() {
-			if err := os.Remove(cfg.PIDFile); err != nil && !os.IsNotExist(err) {
+			if err := removePID(); err != nil {
 				logger.Warn("remove pid file", "err", err)
 			}
 		}()
@@ -482,12 +482,7 @@ func (n *node) writeStatus() {
 	if n.cfg.StatusFile == "" {
 		return
 	}
-	b, err := json.MarshalIndent(n.status(), "", "  ")
-	if err != nil {
-		n.log.Error("encode status", "err", err)
-		return
-	}
-	if err := fsutil.ReplaceFile(n.cfg.StatusFile, append(b, '\n'), 0o644); err != nil {
+	if err := fsutil.ReplaceJSON(n.cfg.StatusFile, n.status(), 0o644); err != nil {
 		n.log.Error("write status file", "path", n.cfg.StatusFile, "err", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/certs/certstest"
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/internal/fsutil"
 )
@@ -402,14 +403,7 @@ func TestNodeThreeMembersOwnAddresses(t *testing.T) {
 		requireLoopback(t, ip)
 	}
 	dir := t.TempDir()
-	ca, err := certs.NewCA("test-etcd-ca", certs.ECDSA, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(dir, "ca.crt")
-	if err := ca.Write(caFile, filepath.Join(dir, "ca.key")); err != nil {
-		t.Fatal(err)
-	}
+	ca, caFile := certstest.WriteCA(t, dir, "test-etcd-ca", 0)
 	var cfgs []Config
 	var members []string
 	for i, ip := range ips {

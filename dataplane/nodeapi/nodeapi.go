@@ -6,11 +6,12 @@
 package nodeapi
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/hamaster/hamaster/internal/fsutil"
 )
 
 // Keys of the env file, the local stand-in for a cloud VM's "kube-env"
@@ -216,13 +217,5 @@ type Status struct {
 
 // ReadStatus reads a status file written by a node.
 func ReadStatus(path string) (Status, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Status{}, fmt.Errorf("read node status: %w", err)
-	}
-	var s Status
-	if err := json.Unmarshal(b, &s); err != nil {
-		return Status{}, fmt.Errorf("read node status %s: %w", path, err)
-	}
-	return s, nil
+	return fsutil.ReadJSON[Status](path, "node status")
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/internal/loopbacktest"
 )
 
 // Raft timing of test members.
@@ -125,7 +126,7 @@ func (c *Cluster) FreeURLs(t testing.TB) (peerURL, clientURL string) {
 	if c.ca != nil {
 		scheme = "https"
 	}
-	return scheme + "://" + freeAddr(t), scheme + "://" + freeAddr(t)
+	return scheme + "://" + loopbacktest.Addr(t), scheme + "://" + loopbacktest.Addr(t)
 }
 
 // Endpoints returns the client URLs of the members that are not stopped.
@@ -321,15 +322,4 @@ func (c *Cluster) issue(t testing.TB, name, kind string) transport.TLSInfo {
 		t.Fatalf("etcdtest: write %s certificate for %s: %v", kind, name, err)
 	}
 	return transport.TLSInfo{CertFile: certFile, KeyFile: keyFile, TrustedCAFile: c.CAFile, ClientCertAuth: true}
-}
-
-// freeAddr returns 127.0.0.1:port for a port that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("etcdtest: find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

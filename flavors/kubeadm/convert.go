@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -57,14 +57,11 @@ const ServingCertReload = 90 * time.Second
 // Endpoint implements flavors.EndpointMover: kubeadm-config's
 // controlPlaneEndpoint, read through a running master.
 func (f *Flavor) Endpoint(ctx context.Context) (string, error) {
-	src, err := f.running(ctx)
+	master, err := f.firstRunning(ctx, "read kubeadm-config through")
 	if err != nil {
 		return "", err
 	}
-	if len(src) == 0 {
-		return "", errkind.Errorf(errkind.FailedPrecondition, "no running master to read kubeadm-config through")
-	}
-	_, cfg, err := f.ClusterConfigurationOf(ctx, src[0].Name)
+	_, cfg, err := f.ClusterConfigurationOf(ctx, master)
 	if err != nil {
 		return "", err
 	}
@@ -504,7 +501,7 @@ func (f *Flavor) State(ctx context.Context, replica providers.Replica) (MasterSt
 // readIfExists is the file at path on machine, nil when there is none.
 func (f *Flavor) readIfExists(ctx context.Context, machine, path string) ([]byte, error) {
 	q := remote.ShellQuote(path)
-	out, stderr, err := f.m.RunOnMachine(ctx, machine, "if [ -e "+q+" ]; then cat "+q+"; fi")
+	out, stderr, err := f.m.RunOnMachine(providers.ReadOnly(ctx), machine, "if [ -e "+q+" ]; then cat "+q+"; fi")
 	if err != nil {
 		return nil, fmt.Errorf("master %s: read %s: %w (stderr: %s)", machine, path, err, tail(stderr))
 	}
@@ -516,36 +513,69 @@ func (f *Flavor) readIfExists(ctx context.Context, machine, path string) ([]byte
 // kubeadm upgrade or certs renew keeps the name: kubeadm#1447) and
 // kube-public/cluster-info's server (what `kubeadm join` discovery
 // reads), each replaced with its resourceVersion (a concurrent change
-// fails the replace instead of being overwritten).
+// fails the replace instead of being overwritten). The endpoint it
+// replaces is recorded as a former one (former.go).
 func (f *Flavor) SetEndpoint(ctx context.Context, endpoint string) error {
-	ep, err := SplitEndpoint(endpoint)
-	if err != nil {
+	if _, err := SplitEndpoint(endpoint); err != nil {
 		return errkind.Errorf(errkind.InvalidArgument, "endpoint %q: %v", endpoint, err)
 	}
-	src, err := f.running(ctx)
+	master, err := f.firstRunning(ctx, "record the endpoint through")
 	if err != nil {
 		return err
 	}
-	if len(src) == 0 {
-		return errkind.Errorf(errkind.FailedPrecondition, "no running master to record the endpoint through")
-	}
-	master := src[0].Name
-	if err := f.editConfigMap(ctx, master, "kube-system", "kubeadm-config", "ClusterConfiguration", func(doc []byte) ([]byte, bool, error) {
-		cc, err := ParseClusterConfiguration(doc)
-		if err != nil {
-			return nil, false, err
-		}
-		keep := []string{ep.Host}
-		if old, err := SplitEndpoint(cc.ControlPlaneEndpoint); err == nil && cc.ControlPlaneEndpoint != "" {
-			keep = append(keep, old.Host) // clients of the old endpoint keep verifying
-		}
-		return SetControlPlaneEndpoint(doc, endpoint, keep)
+	if err := f.editConfigMapObject(ctx, master, "kube-system", "kubeadm-config", func(cm map[string]any) (bool, error) {
+		return EditKubeadmConfigEndpoint(cm, endpoint)
 	}); err != nil {
 		return err
 	}
 	return f.editConfigMap(ctx, master, "kube-public", "cluster-info", "kubeconfig", func(doc []byte) ([]byte, bool, error) {
 		return SetKubeconfigServer(doc, "https://"+endpoint)
 	})
+}
+
+// EditKubeadmConfigEndpoint moves kube-system/kubeadm-config (cm, as
+// `kubectl get -o json` decodes it) to endpoint (host:port):
+// ClusterConfiguration's controlPlaneEndpoint set and its certSANs
+// gaining the new host and keeping the old one (clients of the old
+// endpoint keep verifying), and the endpoint it replaces added to
+// AnnotationFormerEndpoints, in one object. It reports whether it
+// changed cm; the same endpoint again changes nothing.
+func EditKubeadmConfigEndpoint(cm map[string]any, endpoint string) (bool, error) {
+	ep, err := SplitEndpoint(endpoint)
+	if err != nil {
+		return false, err
+	}
+	data, _ := cm["data"].(map[string]any)
+	doc, _ := data["ClusterConfiguration"].(string)
+	if doc == "" {
+		return false, errors.New("kube-system/kubeadm-config has no ClusterConfiguration")
+	}
+	cc, err := ParseClusterConfiguration([]byte(doc))
+	if err != nil {
+		return false, fmt.Errorf("kube-system/kubeadm-config ClusterConfiguration: %w", err)
+	}
+	keep := []string{ep.Host}
+	if old, err := SplitEndpoint(cc.ControlPlaneEndpoint); err == nil {
+		keep = append(keep, old.Host)
+	}
+	nd, changed, err := SetControlPlaneEndpoint([]byte(doc), endpoint, keep)
+	if err != nil {
+		return false, fmt.Errorf("kube-system/kubeadm-config ClusterConfiguration: %w", err)
+	}
+	if changed {
+		data["ClusterConfiguration"] = string(nd)
+	}
+	cur, _ := annotations(cm, false)[AnnotationFormerEndpoints].(string)
+	switch next := FormerEndpointsAfter(cur, cc.ControlPlaneEndpoint, endpoint); {
+	case next == cur:
+	case next == "":
+		delete(annotations(cm, false), AnnotationFormerEndpoints)
+		changed = true
+	default:
+		annotations(cm, true)[AnnotationFormerEndpoints] = next
+		changed = true
+	}
+	return changed, nil
 }
 
 // editConfigMap rewrites one key of a ConfigMap through master's
@@ -555,8 +585,30 @@ func (f *Flavor) SetEndpoint(ctx context.Context, endpoint string) error {
 // redoes the edit, at most configMapAttempts times: the edit is a pure
 // function of what it reads, so it is safe to repeat.
 func (f *Flavor) editConfigMap(ctx context.Context, master, ns, name, key string, edit func([]byte) ([]byte, bool, error)) error {
+	return f.editConfigMapObject(ctx, master, ns, name, func(cm map[string]any) (bool, error) {
+		data, _ := cm["data"].(map[string]any)
+		doc, _ := data[key].(string)
+		if doc == "" {
+			return false, fmt.Errorf("%s/%s has no %s", ns, name, key)
+		}
+		nd, changed, err := edit([]byte(doc))
+		if err != nil {
+			return false, fmt.Errorf("%s/%s %s: %w", ns, name, key, err)
+		}
+		if changed {
+			data[key] = string(nd)
+		}
+		return changed, nil
+	})
+}
+
+// editConfigMapObject is editConfigMap with an edit of the whole object
+// as `kubectl get -o json` prints it (data and metadata: an annotation
+// changes in the same replace as the data it speaks of). edit reports
+// whether it changed anything; nothing is replaced when it did not.
+func (f *Flavor) editConfigMapObject(ctx context.Context, master, ns, name string, edit func(cm map[string]any) (bool, error)) error {
 	for attempt := 1; ; attempt++ {
-		body, err := f.editedConfigMap(ctx, master, ns, name, key, edit)
+		body, err := f.editedConfigMap(ctx, master, ns, name, edit)
 		if err != nil || body == nil {
 			return err
 		}
@@ -566,7 +618,7 @@ func (f *Flavor) editConfigMap(ctx context.Context, master, ns, name, key string
 		}
 		_, stderr, err := f.m.RunOnMachine(ctx, master, adminKubectl+"replace -f "+tmp+"; rc=$?; rm -f "+tmp+"; exit $rc")
 		if err == nil {
-			f.log.Info("configmap updated", "configmap", ns+"/"+name, "key", key)
+			f.log.Info("configmap updated", "configmap", ns+"/"+name)
 			return nil
 		}
 		if IsConflict(stderr) && attempt < configMapAttempts {
@@ -587,11 +639,11 @@ func IsConflict(stderr []byte) bool {
 	return strings.Contains(s, "the object has been modified") || strings.Contains(s, "(Conflict)")
 }
 
-// editedConfigMap reads the ConfigMap and applies edit to its key: the
+// editedConfigMap reads the ConfigMap and applies edit to it: the
 // object to replace (with the resourceVersion read), nil when the edit
 // changes nothing.
-func (f *Flavor) editedConfigMap(ctx context.Context, master, ns, name, key string, edit func([]byte) ([]byte, bool, error)) ([]byte, error) {
-	out, stderr, err := f.m.RunOnMachine(ctx, master, adminKubectl+"-n "+ns+" get configmap "+name+" -o json")
+func (f *Flavor) editedConfigMap(ctx context.Context, master, ns, name string, edit func(map[string]any) (bool, error)) ([]byte, error) {
+	out, stderr, err := f.m.RunOnMachine(providers.ReadOnly(ctx), master, adminKubectl+"-n "+ns+" get configmap "+name+" -o json")
 	if err != nil {
 		return nil, fmt.Errorf("read %s/%s on %s: %w (stderr: %s)", ns, name, master, err, tail(stderr))
 	}
@@ -602,19 +654,10 @@ func (f *Flavor) editedConfigMap(ctx context.Context, master, ns, name, key stri
 	if md, _ := cm["metadata"].(map[string]any); md == nil || md["resourceVersion"] == nil {
 		return nil, fmt.Errorf("%s/%s has no resourceVersion", ns, name)
 	}
-	data, _ := cm["data"].(map[string]any)
-	doc, _ := data[key].(string)
-	if doc == "" {
-		return nil, fmt.Errorf("%s/%s has no %s", ns, name, key)
+	changed, err := edit(cm)
+	if err != nil || !changed {
+		return nil, err
 	}
-	nd, changed, err := edit([]byte(doc))
-	if err != nil {
-		return nil, fmt.Errorf("%s/%s %s: %w", ns, name, key, err)
-	}
-	if !changed {
-		return nil, nil
-	}
-	data[key] = string(nd)
 	return json.Marshal(cm)
 }
 
@@ -622,11 +665,7 @@ func (f *Flavor) editedConfigMap(ctx context.Context, master, ns, name, key stri
 // renamed over it), with mode, over the provider's RunOnMachine: the
 // only way in every provider gives.
 func (f *Flavor) write(ctx context.Context, machine, path string, data []byte, mode os.FileMode) error {
-	dir := path[:strings.LastIndex(path, "/")+1]
-	tmp := path + ".hamaster-tmp"
-	cmd := fmt.Sprintf("mkdir -p %s && printf %%s %s | base64 -d > %s && chmod %o %s && mv -f %s %s",
-		remote.ShellQuote(dir), base64.StdEncoding.EncodeToString(data), remote.ShellQuote(tmp), mode.Perm(), remote.ShellQuote(tmp), remote.ShellQuote(tmp), remote.ShellQuote(path))
-	if _, stderr, err := f.m.RunOnMachine(ctx, machine, cmd); err != nil {
+	if _, stderr, err := f.m.RunOnMachine(ctx, machine, remote.WriteFileScript(path, data, mode)); err != nil {
 		return fmt.Errorf("%w (stderr: %s)", err, tail(stderr))
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/metal/vip"
+	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
 	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
 )
@@ -35,7 +37,11 @@ import (
 // it): AddServingSANs reissues the apiserver certificate with the
 // real kubeadm and the running apiserver serves it without a restart
 // (same pid); SetEndpoint records the VIP in kubeadm-config and
-// cluster-info; PointMaster moves the kubeconfigs. Then a second host
+// cluster-info; PointConsumers moves kube-proxy's kubeconfig in its
+// ConfigMap (kubeadm's signature renewed) and rolls its DaemonSet exactly
+// once across a run that stopped after the move and one that stopped
+// before clearing its mark; PointMaster moves the kubeconfigs; Pinned
+// names what is left on host-1 at each stage. Then a second host
 // joins through the flavor's Join and a third by hand with the command
 // `kubeadm token create --print-join-command` prints (plus
 // --control-plane and the key upload-certs prints): both read the VIP
@@ -68,9 +74,50 @@ func TestConvertToHA(t *testing.T) {
 	for _, name := range []string{"admin.conf", "super-admin.conf", "kubelet.conf", "controller-manager.conf", "scheduler.conf"} {
 		t.Logf("before: %s server %s", name, run(h1.Name, "grep server: /etc/kubernetes/"+name))
 	}
+	// kube-proxy as kubeadm init rendered it: its kubeconfig on
+	// host-1's own address, the ConfigMap signed by kubeadm with the
+	// checksum hamaster computes (componentconfigs/checksums.go).
+	kubeProxyCM := func() map[string]any {
+		t.Helper()
+		var cm map[string]any
+		if err := json.Unmarshal([]byte(run(h1.Name, kubectlAdmin+"-n kube-system get configmap kube-proxy -o json")), &cm); err != nil {
+			t.Fatal(err)
+		}
+		return cm
+	}
+	cmKubeconfigServer := func(cm map[string]any) string {
+		t.Helper()
+		doc, _ := cm["data"].(map[string]any)[kubeadm.KubeProxyKubeconfigKey].(string)
+		srv, err := kubeadm.KubeconfigServer([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv
+	}
+	cmAnnotation := func(cm map[string]any, key string) string {
+		a, _ := cm["metadata"].(map[string]any)["annotations"].(map[string]any)
+		v, _ := a[key].(string)
+		return v
+	}
+	dsGeneration := func() string {
+		t.Helper()
+		return run(h1.Name, kubectlAdmin+"-n kube-system get daemonset kube-proxy -o jsonpath='{.metadata.generation}'")
+	}
+	cm0 := kubeProxyCM()
+	t.Logf("kube-proxy ConfigMap as kubeadm init wrote it: %s", run(h1.Name, kubectlAdmin+"-n kube-system get configmap kube-proxy -o json"))
+	if srv := cmKubeconfigServer(cm0); srv != "https://"+net.JoinHostPort(h1.Addr.String(), "6443") {
+		t.Errorf("kube-proxy's kubeconfig before the conversion names %s; want host-1's own address", srv)
+	}
+	if sum, err := kubeadm.ConfigMapChecksum(cm0); err != nil || sum != cmAnnotation(cm0, kubeadm.AnnotationComponentConfigHash) {
+		t.Errorf("kubeadm's signature of kube-proxy's ConfigMap %q; hamaster computes %q, %v", cmAnnotation(cm0, kubeadm.AnnotationComponentConfigHash), sum, err)
+	}
+	gen0 := dsGeneration()
+	if pins, err := f.Pinned(ctx); err != nil || len(pins) > 0 {
+		t.Errorf("Pinned of a master that records no endpoint = %v, %v; want none", pins, err)
+	}
 
-	// The VIP on host-1: keepalived and HAProxy as static pods (the
-	// test bed's kubelet runs them), VIP:8443 → host-1:6443.
+	// The VIP on host-1: keepalived and HAProxy as its units (the lab's
+	// systemctl stand-in runs them), VIP:8443 → host-1:6443.
 	c1, err := lab.Dial(ctx, h1)
 	if err != nil {
 		t.Fatal(err)
@@ -179,6 +226,87 @@ func TestConvertToHA(t *testing.T) {
 		t.Errorf("cluster-info server %q, %v; want https://%s", srv, err, endpoint)
 	}
 
+	// The endpoint recorded, nothing moved yet: kube-proxy and host-1's
+	// admin.conf and super-admin.conf still name host-1 (status lists
+	// them), the fix is the conversion again.
+	pinsOf := func() []string {
+		t.Helper()
+		pins, err := f.Pinned(ctx)
+		if err != nil {
+			t.Fatalf("Pinned: %v", err)
+		}
+		var out []string
+		for _, p := range pins {
+			out = append(out, p.Consumer+"@"+p.On+"→"+p.Master)
+			if p.Fix != "hamaster endpoint set --yes "+endpoint {
+				t.Errorf("pin %v: fix %q", p, p.Fix)
+			}
+		}
+		return out
+	}
+	if got, want := pinsOf(), []string{"kube-system/kube-proxy ConfigMap kubeconfig.conf@→host-1", "/etc/kubernetes/admin.conf@host-1→host-1", "/etc/kubernetes/super-admin.conf@host-1→host-1"}; !slices.Equal(got, want) {
+		t.Errorf("pinned after SetEndpoint:\n got %q\nwant %q", got, want)
+	}
+
+	// PointConsumers: kube-proxy's ConfigMap moved to the VIP and its
+	// DaemonSet rolled once. First as a run that stopped right after the
+	// ConfigMap's replace (the move done by hand with the flavor's own
+	// edit, the roll not): the next PointConsumers rolls; the one after
+	// it, and one after a run that stopped after the roll but before
+	// the mark's removal, do not roll again.
+	moved := kubeProxyCM()
+	if changed, err := kubeadm.EditKubeProxyConfigMap(moved, "https://"+endpoint); err != nil || !changed {
+		t.Fatalf("EditKubeProxyConfigMap: %v, %v", changed, err)
+	}
+	body, err := json.Marshal(moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := p.RunOnMachine(ctx, h1.Name, remote.WriteFileScript("/var/lib/hamaster/kube-proxy-moved.json", body, 0o600)); err != nil {
+		t.Fatalf("%v: %s", err, stderr)
+	}
+	run(h1.Name, kubectlAdmin+"replace -f /var/lib/hamaster/kube-proxy-moved.json && rm -f /var/lib/hamaster/kube-proxy-moved.json")
+	if g := dsGeneration(); g != gen0 {
+		t.Fatalf("kube-proxy's DaemonSet at generation %s after the ConfigMap's move alone; was %s", g, gen0)
+	}
+	if got := pinsOf(); !slices.Contains(got, "kube-system/kube-proxy pods (started before kubeconfig.conf moved; not rolled yet)@→host-1") {
+		t.Errorf("pinned with kube-proxy moved but not rolled: %q", got)
+	}
+	// The test bed's kubelet runs no DaemonSet pod; it confirms a
+	// deleted one's deletion as a kubelet does (docs/kubelet.md), so the
+	// DaemonSet controller's roll completes as on real nodes.
+	for i := range 2 {
+		start := time.Now()
+		if err := f.PointConsumers(ctx, endpoint); err != nil {
+			t.Fatalf("PointConsumers #%d: %v", i+1, err)
+		}
+		t.Logf("PointConsumers(%s) #%d took %v", endpoint, i+1, time.Since(start).Round(time.Millisecond))
+	}
+	run(h1.Name, kubectlAdmin+"-n kube-system annotate configmap kube-proxy "+kubeadm.AnnotationRollPending+"=https://"+net.JoinHostPort(h1.Addr.String(), "6443"))
+	pcStart := time.Now()
+	if err := f.PointConsumers(ctx, endpoint); err != nil {
+		t.Fatalf("PointConsumers after a run that stopped before clearing its mark: %v", err)
+	}
+	t.Logf("PointConsumers after a run that stopped before clearing its mark took %v", time.Since(pcStart).Round(time.Millisecond))
+	cm1 := kubeProxyCM()
+	if srv := cmKubeconfigServer(cm1); srv != "https://"+endpoint {
+		t.Errorf("kube-proxy's kubeconfig names %s after PointConsumers; want https://%s", srv, endpoint)
+	}
+	if sum, _ := kubeadm.ConfigMapChecksum(cm1); sum != cmAnnotation(cm1, kubeadm.AnnotationComponentConfigHash) || sum == cmAnnotation(cm0, kubeadm.AnnotationComponentConfigHash) {
+		t.Errorf("kube-proxy's ConfigMap signed %q after the move; want its new checksum %q", cmAnnotation(cm1, kubeadm.AnnotationComponentConfigHash), sum)
+	}
+	if m := cmAnnotation(cm1, kubeadm.AnnotationRollPending); m != "" {
+		t.Errorf("the roll mark %q is left on kube-proxy's ConfigMap", m)
+	}
+	g0, _ := strconv.Atoi(gen0)
+	if g := dsGeneration(); g != strconv.Itoa(g0+1) {
+		t.Errorf("kube-proxy's DaemonSet at generation %s; want %d: rolled exactly once (from %d)", g, g0+1, g0)
+	}
+	if a := run(h1.Name, kubectlAdmin+"-n kube-system get daemonset kube-proxy -o jsonpath='{.spec.template.metadata.annotations}'"); !strings.Contains(a, `"`+kubeadm.AnnotationKubeconfigServer+`":"https://`+endpoint+`"`) {
+		t.Errorf("kube-proxy's pod template annotations %s; want %s=https://%s", a, kubeadm.AnnotationKubeconfigServer, endpoint)
+	}
+	t.Logf("kube-proxy's DaemonSet: %s", run(h1.Name, kubectlAdmin+"-n kube-system get daemonset kube-proxy -o jsonpath='generation {.metadata.generation}, observed {.status.observedGeneration}, desired {.status.desiredNumberScheduled}, updated {.status.updatedNumberScheduled}'"))
+
 	for i := range 2 {
 		start := time.Now()
 		if err := f.PointMaster(ctx, r1, "https://"+endpoint); err != nil {
@@ -196,6 +324,9 @@ func TestConvertToHA(t *testing.T) {
 	}
 	if ep := run(h1.Name, "kubectl --kubeconfig /etc/kubernetes/admin.conf get --raw /readyz"); ep != "ok" {
 		t.Errorf("kubectl through the VIP: %q", ep)
+	}
+	if got := pinsOf(); len(got) > 0 {
+		t.Errorf("pinned after the conversion: %q", got)
 	}
 
 	// PointMaster's kubelet path: a kubelet.conf that names an old
@@ -237,14 +368,25 @@ func TestConvertToHA(t *testing.T) {
 	// kubeadm-config and cluster-info.
 	claim := func(h *metallab.Host) providers.Replica { t.Helper(); return claimHost(ctx, t, p, h) }
 	start := time.Now()
-	if err := f.Join(ctx, claim(h2), 0); err != nil {
+	r2 := claim(h2)
+	if err := f.Join(ctx, r2, 0); err != nil {
 		t.Fatalf("Join(host-2) after the conversion: %v", err)
 	}
 	t.Logf("Join(host-2) took %v", time.Since(start).Round(time.Millisecond))
+	// What a resumed add asks: host-2's join ended with its Node marked a
+	// control plane; host-3, claimed and never joined, has none.
+	r3 := claim(h3)
+	for _, c := range []struct {
+		r    providers.Replica
+		want bool
+	}{{r2, true}, {r3, false}} {
+		if got, err := f.Joined(ctx, c.r, time.Minute); err != nil || got != c.want {
+			t.Errorf("Joined(%s) = %v, %v; want %v", c.r.Name, got, err, c.want)
+		}
+	}
 
 	// host-3 by hand, as the operator would: the printed join command,
 	// --control-plane and the certificate key upload-certs prints.
-	claim(h3)
 	joinCmd := run(h1.Name, "kubeadm token create --print-join-command")
 	if !strings.HasPrefix(joinCmd, "kubeadm join "+endpoint+" ") {
 		t.Errorf("the printed join command does not name the endpoint: %s", joinCmd)
@@ -300,7 +442,15 @@ func TestConvertToHA(t *testing.T) {
 	if n := run(h1.Name, "kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes -o name | sort | tr '\\n' ' '"); n != "node/host-1 node/host-2 node/host-3" {
 		t.Errorf("Nodes: %q", n)
 	}
+	// Nothing names one master after the joins: remove-replica may take
+	// any of them.
+	if v, err := f.View(ctx); err != nil || len(v.Pinned) > 0 || v.PinnedError != "" {
+		t.Errorf("View after the joins: pinned %v (%s), %v", v.Pinned, v.PinnedError, err)
+	}
 }
+
+// kubectlAdmin runs kubectl on a master with kubeadm's admin.conf.
+const kubectlAdmin = "kubectl --kubeconfig /etc/kubernetes/admin.conf "
 
 // apiserverPID is the pid of the kube-apiserver process in h's network
 // namespace (the hosts share the machine's pid namespace).

@@ -17,9 +17,15 @@
 //     the old pair, which the running apiserver reloads
 //     (AddServingSANs); kubeadm-config's ClusterConfiguration
 //     (SetControlPlaneEndpoint) and cluster-info rewritten
-//     (SetEndpoint); the kubeconfigs that point at the endpoint moved
-//     (PointMaster: EndpointKubeconfigs, KubeconfigMoves,
+//     (SetEndpoint); kube-proxy's kubeconfig moved in its ConfigMap,
+//     kubeadm's signature renewed, and its DaemonSet rolled once
+//     (PointConsumers: EditKubeProxyConfigMap, ConfigMapChecksum,
+//     KubeProxyState.RollLeft); the kubeconfigs that point at the
+//     endpoint moved (PointMaster: EndpointKubeconfigs, KubeconfigMoves,
 //     SetKubeconfigServer); ConversionLeft says what is left on a master;
+//   - naming what still points at one master's own address where the
+//     endpoint should be (flavors.PinFinder: Pinned, FindPins), for
+//     status and for remove-replica's refusal;
 //   - upgrading a master in place (UpgradeMaster: kubeadm upgrade apply
 //     on the first master, kubeadm upgrade node on the others) with a
 //     backup saved first and restored whole by RollbackMaster, and kubeadm

@@ -81,8 +81,9 @@ type etcdTLSCache struct {
 }
 
 var (
-	_ flavors.Flavor = (*Flavor)(nil)
-	_ flavors.Joiner = (*Flavor)(nil)
+	_ flavors.Flavor      = (*Flavor)(nil)
+	_ flavors.Joiner      = (*Flavor)(nil)
+	_ flavors.NodeDrainer = (*Flavor)(nil)
 )
 
 // New binds the flavor to p, whose machines it reaches through p's way in.
@@ -134,7 +135,7 @@ func (f *Flavor) read(ctx context.Context, machine string, paths ...string) ([][
 		fmt.Fprintf(&script, "base64 -w0 < %s || exit 1; echo\n", remote.ShellQuote(p))
 	}
 	what := strings.Join(paths, ", ")
-	b, _, err := f.m.RunOnMachine(ctx, machine, script.String())
+	b, _, err := f.m.RunOnMachine(providers.ReadOnly(ctx), machine, script.String())
 	if err != nil {
 		return nil, fmt.Errorf("master %s: read %s: %w", machine, what, err)
 	}
@@ -171,27 +172,25 @@ func (f *Flavor) etcdTLS(ctx context.Context, cands []providers.Replica) (*tls.C
 	}
 	rctx, cancel := ctxutil.WithoutDeadline(ctx, etcdTLSTimeout)
 	defer cancel()
-	var errs []error
-	for _, r := range cands {
-		files, err := f.read(rctx, r.Name, EtcdCACert, EtcdClientCert, EtcdClientKey)
+	if err := throughFirst(cands, func(master string) error {
+		files, err := f.read(rctx, master, EtcdCACert, EtcdClientCert, EtcdClientKey)
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return err
 		}
 		pair, err := tls.X509KeyPair(files[1], files[2])
 		if err != nil {
-			errs = append(errs, fmt.Errorf("master %s: %s: %w", r.Name, EtcdClientCert, err))
-			continue
+			return fmt.Errorf("master %s: %s: %w", master, EtcdClientCert, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(files[0]) {
-			errs = append(errs, fmt.Errorf("master %s: %s is not PEM", r.Name, EtcdCACert))
-			continue
+			return fmt.Errorf("master %s: %s is not PEM", master, EtcdCACert)
 		}
 		c.cfg = &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}
-		return c.cfg, nil
+		return nil
+	}); err != nil {
+		return nil, errkind.Errorf(errkind.Unavailable, "no master's etcd client certificate readable: %w", err)
 	}
-	return nil, errkind.Errorf(errkind.Unavailable, "no master's etcd client certificate readable: %w", errors.Join(errs...))
+	return c.cfg, nil
 }
 
 // forgetEtcdTLS drops the kept etcd client certificate (a client made
@@ -209,6 +208,42 @@ func (f *Flavor) forgetEtcdTLS() {
 func (f *Flavor) running(ctx context.Context, exclude ...string) ([]providers.Replica, error) {
 	_, rs, err := flavors.RunningMasters(ctx, f.p, exclude...)
 	return rs, err
+}
+
+// firstRunning is the first running master not excluded, or
+// FailedPrecondition "no running master to <what>" when there is none.
+func (f *Flavor) firstRunning(ctx context.Context, what string, exclude ...string) (string, error) {
+	rs, err := f.running(ctx, exclude...)
+	if err != nil {
+		return "", err
+	}
+	if len(rs) == 0 {
+		return "", noneRunning(what)
+	}
+	return rs[0].Name, nil
+}
+
+// noneRunning is the refusal for want of a running master to do what.
+func noneRunning(what string) error {
+	return errkind.Errorf(errkind.FailedPrecondition, "no running master to %s", what)
+}
+
+// throughFirst calls read with each of rs in turn until one succeeds:
+// nil then, or every master's error when none does (an error too when
+// rs is empty).
+func throughFirst(rs []providers.Replica, read func(master string) error) error {
+	if len(rs) == 0 {
+		return errors.New("no master to read through")
+	}
+	var errs []error
+	for _, r := range rs {
+		err := read(r.Name)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // EtcdCluster implements flavors.Flavor: through every running master
@@ -292,15 +327,18 @@ func (f *Flavor) MasterCA(ctx context.Context) ([]byte, error) {
 	if len(rs) == 0 {
 		return nil, errkind.Errorf(errkind.Unavailable, "the cluster CA (%s): no master is running", CACert)
 	}
-	var errs []error
-	for _, r := range rs {
-		b, err := f.read(ctx, r.Name, CACert)
-		if err == nil {
-			return b[0], nil
+	var ca []byte
+	if err := throughFirst(rs, func(master string) error {
+		b, err := f.read(ctx, master, CACert)
+		if err != nil {
+			return err
 		}
-		errs = append(errs, err)
+		ca = b[0]
+		return nil
+	}); err != nil {
+		return nil, errkind.Errorf(errkind.Unavailable, "the cluster CA (%s) is readable on no running master: %w", CACert, err)
 	}
-	return nil, errkind.Errorf(errkind.Unavailable, "the cluster CA (%s) is readable on no running master: %w", CACert, errors.Join(errs...))
+	return ca, nil
 }
 
 // APIServerPort implements flavors.Flavor: kubeadm's default bind port.
@@ -329,11 +367,20 @@ func (f *Flavor) CheckVersion(ctx context.Context, v string) error {
 	if err != nil {
 		return err
 	}
-	for _, r := range rs {
-		cur, err := f.RunningVersion(ctx, r.Name)
-		if err != nil {
-			return err
-		}
+	// Every master at once: on a real host each read is a session whose
+	// login can take a second.
+	curs := make([]string, len(rs))
+	errs := make([]error, len(rs))
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		wg.Go(func() { curs[i], errs[i] = f.RunningVersion(ctx, r.Name) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for i, r := range rs {
+		cur := curs[i]
 		c, err := version.ParseSemantic(cur)
 		if err != nil {
 			return fmt.Errorf("master %s runs %q: %w", r.Name, cur, err)

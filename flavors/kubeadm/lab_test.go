@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamaster/hamaster/dataplane/kubelet"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/flavors/flavortest"
@@ -23,6 +22,7 @@ import (
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/metal"
+	"github.com/hamaster/hamaster/testbed/kubelet"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
 	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
 )
@@ -183,6 +183,10 @@ func checkView(ctx context.Context, t *testing.T, f *kubeadm.Flavor, p *metal.Pr
 	}
 	if len(v.Problems) > 0 {
 		t.Errorf("View of healthy masters: problems %q", v.Problems)
+	}
+	// Built with the endpoint from the start: nothing names one master.
+	if len(v.Pinned) > 0 || v.PinnedError != "" {
+		t.Errorf("View of masters built with an endpoint: pinned %v (%s)", v.Pinned, v.PinnedError)
 	}
 	notAfter := func(host, path string) time.Time {
 		t.Helper()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,7 +22,7 @@ const adminKubectl = "kubectl --kubeconfig /etc/kubernetes/admin.conf "
 // ClusterConfigurationOf reads kube-system/kubeadm-config's
 // ClusterConfiguration through master's admin.conf.
 func (f *Flavor) ClusterConfigurationOf(ctx context.Context, master string) ([]byte, ClusterConfiguration, error) {
-	out, _, err := f.m.RunOnMachine(ctx, master, adminKubectl+"-n kube-system get configmap kubeadm-config -o jsonpath='{.data.ClusterConfiguration}'")
+	out, _, err := f.m.RunOnMachine(providers.ReadOnly(ctx), master, adminKubectl+"-n kube-system get configmap kubeadm-config -o jsonpath='{.data.ClusterConfiguration}'")
 	if err != nil {
 		return nil, ClusterConfiguration{}, fmt.Errorf("read kubeadm-config on %s: %w", master, err)
 	}
@@ -53,14 +55,10 @@ func (f *Flavor) Join(ctx context.Context, replica providers.Replica, timeout ti
 	if timeout <= 0 {
 		timeout = JoinTimeout
 	}
-	src, err := f.running(ctx, replica.Name)
+	source, err := f.firstRunning(ctx, "join "+replica.Name+" to", replica.Name)
 	if err != nil {
 		return err
 	}
-	if len(src) == 0 {
-		return errkind.Errorf(errkind.FailedPrecondition, "no running master to join %s to", replica.Name)
-	}
-	source := src[0].Name
 	_, cfg, err := f.ClusterConfigurationOf(ctx, source)
 	if err != nil {
 		return err
@@ -104,7 +102,9 @@ func (f *Flavor) Join(ctx context.Context, replica providers.Replica, timeout ti
 	jctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	f.log.Info("kubeadm join", "replica", replica.Name, "command", j.Redacted())
-	_, stderr, jerr := f.m.RunOnMachine(jctx, replica.Name, "kubeadm "+strings.Join(quoteAll(j.Args()), " "))
+	// The join's pid is recorded (exec keeps the shell's) so that Leave
+	// stops this join and no other process.
+	_, stderr, jerr := f.m.RunOnMachine(jctx, replica.Name, "mkdir -p "+path.Dir(JoinPIDFile)+" && echo $$ > "+JoinPIDFile+" && exec kubeadm "+strings.Join(quoteAll(j.Args()), " "))
 	if jerr == nil {
 		return nil
 	}
@@ -170,7 +170,7 @@ func (f *Flavor) Leave(ctx context.Context, replica providers.Replica) error {
 	var errs []error
 	// A join whose caller died (hamaster killed mid-join) may still run
 	// on the host: it is stopped first, so reset does not race it.
-	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, "pkill -KILL -f '^kubeadm join' || true; "+restoreAPIServer+"; "+resetAndClean); err != nil {
+	if _, stderr, err := f.m.RunOnMachine(ctx, replica.Name, stopJoin+"; "+restoreAPIServer+"; "+resetAndClean); err != nil {
 		errs = append(errs, fmt.Errorf("kubeadm reset on %s: %w (stderr: %s)", replica.Name, err, tail(stderr)))
 	}
 	others, err := f.running(ctx, replica.Name)
@@ -183,6 +183,56 @@ func (f *Flavor) Leave(ctx context.Context, replica providers.Replica) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// JoinPIDFile is where Join records its kubeadm join's pid on the
+// machine.
+const JoinPIDFile = "/var/lib/hamaster/kubeadm-join.pid"
+
+// joinRuns succeeds while the kubeadm join Join recorded still runs: the
+// pid names a process whose command line is kubeadm join (not a pid
+// reused since). Not a pgrep by pattern: where machines share one process
+// namespace (the test beds' hosts and VMs) that would find every host's
+// join.
+const joinRuns = `{ pid=$(cat ` + JoinPIDFile + ` 2>/dev/null); case "$pid" in ''|*[!0-9]*) false;; *) tr '\0' ' ' < /proc/"$pid"/cmdline 2>/dev/null | grep -q '^kubeadm join ';; esac; }`
+
+// stopJoin kills the kubeadm join Join recorded, when it still runs.
+const stopJoin = `if ` + joinRuns + `; then kill -KILL "$pid"; fi
+rm -f ` + JoinPIDFile
+
+// waitJoin waits for the kubeadm join Join recorded to end, when it still
+// runs (its caller bounds the wait).
+const waitJoin = `while ` + joinRuns + `; do sleep 1; done`
+
+// Joined reports whether replica's join completed, for an add resumed
+// after hamaster died mid-join. The join hamaster started goes on on the
+// machine without it (it may finish, or die at its next write to the
+// closed session), so Joined waits for the recorded one to end, bounded
+// by timeout (0: JoinTimeout), then asks whether replica's Node carries
+// the control-plane label that kubeadm join's last phase sets
+// (cmd/kubeadm/app/cmd/phases/join/controlplanejoin.go
+// runMarkControlPlanePhase, after the etcd phase that made its member a
+// voter). false: the join stopped before that phase (or hamaster cannot
+// tell), and the caller undoes it and joins again.
+func (f *Flavor) Joined(ctx context.Context, replica providers.Replica, timeout time.Duration) (bool, error) {
+	if timeout <= 0 {
+		timeout = JoinTimeout
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, stderr, err := f.m.RunOnMachine(wctx, replica.Name, waitJoin); err != nil {
+		return false, fmt.Errorf("wait for the interrupted kubeadm join on %s to end: %w (stderr: %s)", replica.Name, err, tail(stderr))
+	}
+	source, err := f.firstRunning(ctx, "read the Node of "+replica.Name+" on", replica.Name)
+	if err != nil {
+		return false, err
+	}
+	node := f.m.MachineHostname(replica.Name, replica.Address)
+	out, _, err := f.m.RunOnMachine(providers.ReadOnly(ctx), source, adminKubectl+"get nodes -l node-role.kubernetes.io/control-plane -o name")
+	if err != nil {
+		return false, fmt.Errorf("list the control-plane Nodes on %s: %w", source, err)
+	}
+	return slices.Contains(strings.Fields(string(out)), "node/"+node), nil
 }
 
 // resetAndClean runs kubeadm reset -f, then empties the etcd data

@@ -134,7 +134,7 @@ func (f *Flavor) RestoreSnapshot(ctx context.Context, replica providers.Replica,
 	if err != nil {
 		return "", err
 	}
-	done, _, err := f.m.RunOnMachine(ctx, replica.Name, "cat "+RecoverDir+"/restored 2>/dev/null || true")
+	done, _, err := f.m.RunOnMachine(providers.ReadOnly(ctx), replica.Name, "cat "+RecoverDir+"/restored 2>/dev/null || true")
 	if err != nil {
 		return "", fmt.Errorf("master %s: %w", replica.Name, err)
 	}
@@ -143,7 +143,7 @@ func (f *Flavor) RestoreSnapshot(ctx context.Context, replica providers.Replica,
 			return "", err
 		}
 	}
-	out, _, err := f.m.RunOnMachine(ctx, replica.Name, "cat "+RecoverDir+"/aside 2>/dev/null || true")
+	out, _, err := f.m.RunOnMachine(providers.ReadOnly(ctx), replica.Name, "cat "+RecoverDir+"/aside 2>/dev/null || true")
 	if err != nil {
 		return "", fmt.Errorf("master %s: %w", replica.Name, err)
 	}
@@ -221,7 +221,7 @@ func (f *Flavor) stopForRecovery(ctx context.Context, replica providers.Replica)
 	defer cancel()
 	listening := fmt.Sprintf("ss -Hltn 'sport = :%d' | grep -c . || true", EtcdClientPort)
 	if err := wait.Until(wctx, 250*time.Millisecond, "the etcd of "+replica.Name+" to stop", func() (bool, error) {
-		out, _, err := f.m.RunOnMachine(wctx, replica.Name, listening)
+		out, _, err := f.m.RunOnMachine(providers.ReadOnly(wctx), replica.Name, listening)
 		if err != nil {
 			return false, nil // a dropped connection: ask again
 		}
@@ -315,7 +315,7 @@ func (f *Flavor) restartRecovered(ctx context.Context, replica providers.Replica
 	// bracket keeps pgrep from matching the shell that runs it).
 	check := "if pgrep -f -- '--force-new-[c]luster' >/dev/null; then echo forced; fi; curl -s --max-time 3 " + EtcdHealthURL + " || true"
 	if err := wait.Until(wctx, 500*time.Millisecond, "etcd on "+replica.Name+" to run from its own manifest again", func() (bool, error) {
-		out, _, err := f.m.RunOnMachine(wctx, replica.Name, check)
+		out, _, err := f.m.RunOnMachine(providers.ReadOnly(wctx), replica.Name, check)
 		if err != nil {
 			return false, nil
 		}
@@ -343,7 +343,7 @@ func (f *Flavor) restartRecovered(ctx context.Context, replica providers.Replica
 	defer cancel()
 	var last string
 	if err := wait.Until(ectx, 500*time.Millisecond, "the cluster's endpoint (admin.conf's server) answering through "+replica.Name, func() (bool, error) {
-		_, stderr, err := f.m.RunOnMachine(ectx, replica.Name, adminKubectl+"get --raw /readyz")
+		_, stderr, err := f.m.RunOnMachine(providers.ReadOnly(ectx), replica.Name, adminKubectl+"get --raw /readyz")
 		last = tail(stderr)
 		return err == nil, nil
 	}); err != nil {

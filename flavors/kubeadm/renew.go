@@ -123,7 +123,7 @@ func (f *Flavor) RenewCerts(ctx context.Context, replica providers.Replica) erro
 	if err != nil {
 		return fmt.Errorf("master %s: %s: %w", m, APIServerManifest, err)
 	}
-	if err := f.backup(ctx, m, v, false); err != nil {
+	if err := f.backup(ctx, m, v, false, false); err != nil {
 		return err
 	}
 	f.log.Info("kubeadm certs renew all", "master", m)

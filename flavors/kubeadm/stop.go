@@ -43,7 +43,7 @@ func (f *Flavor) StopAPIServer(ctx context.Context, replica providers.Replica) e
 	defer cancel()
 	listening := fmt.Sprintf("ss -Hltn 'sport = :%d' | grep -c . || true", DefaultBindPort)
 	return wait.Until(wctx, 250*time.Millisecond, "the apiserver of "+replica.Name+" to stop", func() (bool, error) {
-		out, _, err := f.m.RunOnMachine(wctx, replica.Name, listening)
+		out, _, err := f.m.RunOnMachine(providers.ReadOnly(wctx), replica.Name, listening)
 		if err != nil {
 			return false, nil // a dropped connection: ask again
 		}

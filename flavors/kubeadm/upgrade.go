@@ -1,8 +1,8 @@
 package kubeadm
 
 import (
+	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,8 +42,9 @@ import (
 //     upgradeComponent: waiter.WaitForStaticPodHashChange, then
 //     WaitForPodsWithLabel, bounded by UpgradeManifestTimeout;
 //     kubeadm#2927, #2061); hamaster watches the master while kubeadm
-//     runs and stops kubeadm once the new kube-apiserver exits or does
-//     not serve /livez within UpgradeOptions.APIServerStartGrace.
+//     runs and stops kubeadm once the new kube-apiserver exits (its
+//     first exit), or once it started and did not serve /livez within
+//     the upgrade's health timeout (the operator's --health-timeout).
 
 // UpgradeBackupDir is where UpgradeMaster saves, on the master, what
 // RollbackMaster restores: the master's own directory of hamaster's
@@ -71,12 +72,21 @@ const DefaultRestartKubeletCommand = "systemctl daemon-reload && systemctl resta
 
 // Defaults of UpgradeOptions' bounds.
 const (
-	// UpgradeTimeout bounds UpgradeMaster when its caller gives none.
+	// UpgradeTimeout bounds UpgradeMaster's work besides the new
+	// kube-apiserver's start (packages, kubeadm's phases); the start's
+	// grace is added to it.
 	UpgradeTimeout = 10 * time.Minute
-	// DefaultAPIServerStartGrace is how long a new kube-apiserver may
-	// not serve /livez after its manifest changed. A kube-apiserver that
-	// exits is noticed sooner: at its first exit.
-	DefaultAPIServerStartGrace = 15 * time.Second
+	// DefaultAPIServerStartGrace is how long a new kube-apiserver that
+	// started may not serve /livez when UpgradeMaster's caller gives no
+	// health timeout: kubeadm's own window, the kube-apiserver static
+	// pod's startupProbe (failureThreshold × periodSeconds, from
+	// ClusterConfiguration timeouts.controlPlaneComponentHealthCheck,
+	// default 4m: cmd/kubeadm/app/util/staticpod/utils.go, v1beta4).
+	// A speed bound is no fail-fast signal: a busy host starts a
+	// kube-apiserver slower (the metal walk's v1.34.4 took more than
+	// 15 s to serve at load 18). Failing fast comes from exits: a
+	// kube-apiserver that exits is noticed at its first exit.
+	DefaultAPIServerStartGrace = 4 * time.Minute
 	// RollbackTimeout bounds the wait of RollbackMaster for the restored
 	// apiserver.
 	RollbackTimeout = 3 * time.Minute
@@ -106,10 +116,6 @@ type UpgradeOptions struct {
 	// RestartKubelet, when set, restarts machine's kubelet in place of
 	// RestartKubeletCommand (a test bed whose hosts run no systemd).
 	RestartKubelet func(ctx context.Context, machine string) error
-	// APIServerStartGrace is how long a new kube-apiserver may not serve
-	// /livez after its manifest changed before the upgrade is stopped;
-	// DefaultAPIServerStartGrace when 0.
-	APIServerStartGrace time.Duration
 	// APIServerArgs are kube-apiserver flags (--name=value) the upgrade
 	// sets: kubeadm-config's apiServer.extraArgs, the operator's way to
 	// change a flag (kubeadm's "Reconfiguring a kubeadm cluster"), which
@@ -193,12 +199,17 @@ func (f *Flavor) restartKubelet(ctx context.Context, machine string) error {
 	return nil
 }
 
-// backupScript saves what RollbackMaster restores into UpgradeBackupDir,
+// backupScript saves what RollbackMaster restores into UpgradeBackupDir
+// (an upgrade's: the addons too; the first master's: the cluster-wide
+// ConfigMaps),
 // unless a backup of the same upgrade is there already (a re-run after a
 // crash must not save the half-upgraded state over the good one): the
 // backup is made in a temporary directory and renamed into place whole,
 // so the directory's presence means a complete backup. $1 is the
-// target version, $2 "first" to save the cluster-wide ConfigMaps.
+// target version, $2 "first" to save the cluster-wide ConfigMaps, $3
+// "addons" to save the addons (an upgrade's backup: a certificate
+// renewal's, which may run while the API refuses expired certificates,
+// reads nothing through it).
 const backupScript = `set -e
 B=` + UpgradeBackupDir + `
 if [ -d "$B" ]; then
@@ -219,6 +230,12 @@ if [ "$2" = first ]; then
   $k kubelet-config -o jsonpath='{.data.kubelet}' > "$B.tmp/kubelet-config.yaml"
   [ -s "$B.tmp/kubeadm-config.yaml" ] && [ -s "$B.tmp/kubelet-config.yaml" ]
 fi
+if [ "$3" = addons ]; then
+  mkdir "$B.tmp/addons"
+  for o in ` + upgradeAddons + `; do
+    kubectl --kubeconfig /etc/kubernetes/admin.conf -n kube-system get "$o" --ignore-not-found -o json > "$B.tmp/addons/${o%%/*}-${o#*/}.json"
+  done
+fi
 echo "$1" > "$B.tmp/target"
 echo "$2" > "$B.tmp/first"
 sync
@@ -226,13 +243,16 @@ mv "$B.tmp" "$B"
 echo saved
 `
 
-// backup runs backupScript on machine.
-func (f *Flavor) backup(ctx context.Context, machine, v string, first bool) error {
-	which := "node"
+// backup runs backupScript on machine; addons for an upgrade's.
+func (f *Flavor) backup(ctx context.Context, machine, v string, first, addons bool) error {
+	which, what := "node", "none"
 	if first {
 		which = "first"
 	}
-	out, stderr, err := f.m.RunOnMachine(ctx, machine, "sh -c "+remote.ShellQuote(backupScript)+" backup "+remote.ShellQuote(v)+" "+which)
+	if addons {
+		what = "addons"
+	}
+	out, stderr, err := f.m.RunOnMachine(ctx, machine, "sh -c "+remote.ShellQuote(backupScript)+" backup "+remote.ShellQuote(v)+" "+which+" "+what)
 	if err != nil {
 		if strings.Contains(string(stderr), "a backup of the upgrade to") {
 			return errkind.Errorf(errkind.FailedPrecondition, "master %s: %s", machine, tail(stderr))
@@ -251,11 +271,11 @@ func (f *Flavor) backup(ctx context.Context, machine, v string, first bool) erro
 // start, the kubelet's and kubectl's packages, the kubelet restarted,
 // and the apiserver serving /readyz at version. A master already there
 // is left as it is. On error, RollbackMaster restores the backup.
-func (f *Flavor) UpgradeMaster(ctx context.Context, replica providers.Replica, v string, first bool, timeout time.Duration) error {
-	if timeout <= 0 {
-		timeout = UpgradeTimeout
+func (f *Flavor) UpgradeMaster(ctx context.Context, replica providers.Replica, v string, first bool, health time.Duration) error {
+	if health <= 0 {
+		health = DefaultAPIServerStartGrace
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, UpgradeTimeout+health)
 	defer cancel()
 	m := replica.Name
 	if _, err := f.up.InstallCommandFor(v, "kubeadm"); err != nil {
@@ -269,7 +289,7 @@ func (f *Flavor) UpgradeMaster(ctx context.Context, replica providers.Replica, v
 		f.log.Info("master already upgraded", "machine", m, "version", v)
 		return nil
 	}
-	if err := f.backup(ctx, m, v, first); err != nil {
+	if err := f.backup(ctx, m, v, first, true); err != nil {
 		return err
 	}
 	if first && len(f.up.APIServerArgs) > 0 {
@@ -287,7 +307,7 @@ func (f *Flavor) UpgradeMaster(ctx context.Context, replica providers.Replica, v
 	if len(f.up.IgnorePreflightErrors) > 0 {
 		cmd += " --ignore-preflight-errors=" + remote.ShellQuote(strings.Join(f.up.IgnorePreflightErrors, ","))
 	}
-	if err := f.runWatched(ctx, replica, cmd); err != nil {
+	if err := f.runWatched(ctx, replica, cmd, health); err != nil {
 		return err
 	}
 	if err := f.install(ctx, m, v, "kubelet", "kubectl"); err != nil {
@@ -306,7 +326,7 @@ func (f *Flavor) upgraded(ctx context.Context, m, v string, first bool) (bool, e
 	if err != nil || cur != v {
 		return false, err
 	}
-	out, _, err := f.m.RunOnMachine(ctx, m, "kubelet --version")
+	out, _, err := f.m.RunOnMachine(providers.ReadOnly(ctx), m, "kubelet --version")
 	if err != nil {
 		return false, fmt.Errorf("kubelet --version on %s: %w", m, err)
 	}
@@ -325,31 +345,16 @@ func (f *Flavor) upgraded(ctx context.Context, m, v string, first bool) (bool, e
 // setAPIServerArgs writes args into kubeadm-config's
 // apiServer.extraArgs, through machine.
 func (f *Flavor) setAPIServerArgs(ctx context.Context, m string, args []string) error {
-	doc, _, err := f.ClusterConfigurationOf(ctx, m)
-	if err != nil {
-		return err
-	}
-	out, changed, err := SetAPIServerExtraArgs(doc, args)
-	if err != nil || !changed {
-		return err
-	}
-	f.log.Info("kubeadm-config: apiServer.extraArgs", "args", args)
-	return f.replaceConfigMap(ctx, m, "kubeadm-config", "ClusterConfiguration", "/var/lib/hamaster/kubeadm-config.new.yaml", out)
-}
-
-// replaceConfigMap replaces kube-system/name's data with key=doc (doc
-// nil: the file at file already holds it), through machine's admin.conf.
-func (f *Flavor) replaceConfigMap(ctx context.Context, m, name, key, file string, doc []byte) error {
-	cmd := ""
-	if doc != nil {
-		cmd = "echo " + base64.StdEncoding.EncodeToString(doc) + " | base64 -d > " + file + " && "
-	}
-	cmd += adminKubectl + "-n kube-system create configmap " + name + " --from-file=" + key + "=" + file + " --dry-run=client -o yaml | " +
-		adminKubectl + "replace -f -"
-	if _, stderr, err := f.m.RunOnMachine(ctx, m, cmd); err != nil {
-		return fmt.Errorf("replace configmap kube-system/%s through %s: %w (stderr: %s)", name, m, err, tail(stderr))
-	}
-	return nil
+	// One key edited, the rest of the object kept (its annotations:
+	// former.go's former endpoints); nothing replaced when the args are
+	// set already.
+	return f.editConfigMap(ctx, m, "kube-system", "kubeadm-config", "ClusterConfiguration", func(doc []byte) ([]byte, bool, error) {
+		out, changed, err := SetAPIServerExtraArgs(doc, args)
+		if changed {
+			f.log.Info("kubeadm-config: apiServer.extraArgs", "args", args)
+		}
+		return out, changed, err
+	})
 }
 
 // SetAPIServerExtraArgs sets each of args (--name=value) in the
@@ -426,7 +431,7 @@ type podLog struct {
 func (f *Flavor) apiserverLogs(ctx context.Context, m, node string) (sum string, logs map[string]podLog, err error) {
 	cmd := "date +%s; sha256sum " + APIServerManifest + " 2>/dev/null | cut -c1-64; echo ---; " +
 		"stat -c '%s %Y %n' /var/log/pods/kube-system_kube-apiserver-" + remote.ShellQuote(node) + "_*/kube-apiserver/*.log 2>/dev/null || true"
-	out, _, err := f.m.RunOnMachine(ctx, m, cmd)
+	out, _, err := f.m.RunOnMachine(providers.ReadOnly(ctx), m, cmd)
 	if err != nil {
 		return "", nil, err
 	}
@@ -475,14 +480,17 @@ func (e *APIServerFailedError) Error() string {
 // of its own, and watches the master while it runs: once the
 // kube-apiserver manifest changed, a kube-apiserver container that
 // exits (its pod's log gets a next restart's file) or /livez not served
-// for APIServerStartGrace stops kubeadm and fails with an
+// for grace once it started stops kubeadm and fails with an
 // *APIServerFailedError.
-func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd string) error {
+func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd string, grace time.Duration) error {
 	m := replica.Name
 	node := f.m.MachineHostname(replica.Name, replica.Address)
-	grace := f.up.APIServerStartGrace
-	if grace <= 0 {
-		grace = DefaultAPIServerStartGrace
+	// A kubeadm upgrade an earlier run left (hamaster killed while it
+	// ran: setsid put it out of reach of the SSH session's end) is
+	// stopped first: left alone, it would end its own wait by moving
+	// its backup manifests over this upgrade's.
+	if err := f.stopKubeadm(ctx, m, nil); err != nil {
+		return err
 	}
 	sum0, logs0, err := f.apiserverLogs(ctx, m, node)
 	if err != nil {
@@ -491,7 +499,9 @@ func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd 
 	// setsid -w: a session and process group of its own (killed as a
 	// group), waited for, so the SSH command returns when kubeadm does.
 	inner := "echo $$ > " + upgradePIDFile + "; exec " + cmd
-	full := "rm -f " + upgradePIDFile + "; setsid -w sh -c " + remote.ShellQuote(inner) + " > " + upgradeLogFile + " 2>&1 < /dev/null"
+	// The pid file goes when kubeadm ends, so that a later stop cannot
+	// take a reused pid for it.
+	full := "setsid -w sh -c " + remote.ShellQuote(inner) + " > " + upgradeLogFile + " 2>&1 < /dev/null; rc=$?; rm -f " + upgradePIDFile + "; exit $rc"
 	f.log.Info("kubeadm upgrade", "machine", m, "command", cmd, "log", upgradeLogFile)
 	done := make(chan error, 1)
 	kctx, kcancel := context.WithCancel(ctx)
@@ -510,7 +520,7 @@ func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd 
 		select {
 		case err := <-done:
 			if err != nil {
-				out, _, _ := f.m.RunOnMachine(context.WithoutCancel(ctx), m, "tail -n 8 "+upgradeLogFile)
+				out, _, _ := f.m.RunOnMachine(providers.ReadOnly(context.WithoutCancel(ctx)), m, "tail -n 8 "+upgradeLogFile)
 				if ctx.Err() != nil {
 					return fmt.Errorf("%s on %s: %w", cmd, m, ctx.Err())
 				}
@@ -518,7 +528,7 @@ func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd 
 			}
 			return nil
 		case <-ctx.Done():
-			f.stopKubeadm(context.WithoutCancel(ctx), m, done)
+			_ = f.stopKubeadm(context.WithoutCancel(ctx), m, done) // logged; the rollback stops it again
 			return fmt.Errorf("%s on %s: %w", cmd, m, ctx.Err())
 		case <-tick.C:
 		}
@@ -548,7 +558,7 @@ func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd 
 			downSince = time.Now()
 		}
 		if exits, last := exitsSince(logs0, logs, oldDir); exits > 0 {
-			out, _, _ := f.m.RunOnMachine(ctx, m, "tail -n 3 "+remote.ShellQuote(last))
+			out, _, _ := f.m.RunOnMachine(providers.ReadOnly(ctx), m, "tail -n 3 "+remote.ShellQuote(last))
 			fail = &APIServerFailedError{Machine: m, Cause: fmt.Sprintf("it exited (%d restarts)", exits), Log: strings.TrimSpace(string(out)), Exited: logs[last].age}
 		} else if !downSince.IsZero() && time.Since(downSince) >= grace {
 			fail = &APIServerFailedError{Machine: m, Cause: fmt.Sprintf("it started but did not serve /livez for %v", grace)}
@@ -561,7 +571,7 @@ func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd 
 				fail.Started = time.Since(startedAt)
 			}
 			f.log.Warn("stopping kubeadm", "machine", m, "err", fail)
-			f.stopKubeadm(context.WithoutCancel(ctx), m, done)
+			_ = f.stopKubeadm(context.WithoutCancel(ctx), m, done) // logged; the rollback stops it again
 			return fail
 		}
 	}
@@ -625,14 +635,57 @@ func exitsSince(before, now map[string]podLog, skipDir string) (exits int, last 
 	return exits, last
 }
 
+// stopGroupScript stops the process group whose leader's pid the file
+// $1 holds, when that leader is still what the file was written for:
+// the leader of its own process group, its command line $2's (kubeadm
+// upgrade …) or the sh that writes the file and execs it (a pid reused
+// by another program, whatever its name, is left alone). SIGTERM, SIGKILL
+// after 10 s; the group counts as gone once no member but a zombie is
+// left (its parent reaps those). It removes the file, prints "stopped"
+// when it signalled, and fails when the group outlives SIGKILL by 5 s.
+//
+// Only "kill -s SIG" is portable: Debian's /bin/sh (dash) reads
+// "kill -TERM -- -pid" as a bad number and signals nothing, which left a
+// stopped upgrade's kubeadm running: its own 5-minute wait then ended in
+// rollbackOldManifests, which moved its old manifest over the next
+// upgrade's new one.
+const stopGroupScript = `f=$1 want=$2
+p=$(cat "$f" 2>/dev/null) || exit 0
+case $p in ''|*[!0-9]*) rm -f "$f"; exit 0;; esac
+st=$(cat /proc/"$p"/stat 2>/dev/null) || st=
+set -- ${st##*) }
+cl=$(tr '\0' ' ' < /proc/"$p"/cmdline 2>/dev/null) || cl=
+case $cl in "$want "*|*"$f"*) ;; *) rm -f "$f"; exit 0;; esac
+[ "$3" = "$p" ] || { rm -f "$f"; exit 0; }
+alive() {
+  for s in /proc/[0-9]*/stat; do
+    { read -r l < "$s"; } 2>/dev/null || continue
+    set -- ${l##*) }
+    [ "$3" = "$p" ] && [ "$1" != Z ] && return 0
+  done
+  return 1
+}
+kill -s TERM -- "-$p" 2>/dev/null || true
+i=0; while alive && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+if alive; then
+  kill -s KILL -- "-$p" 2>/dev/null || true
+  i=0; while alive && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+  if alive; then echo "process group $p still runs after SIGKILL" >&2; exit 1; fi
+fi
+rm -f "$f"
+echo stopped
+`
+
 // stopKubeadm stops the kubeadm process group UpgradeMaster started
-// (SIGTERM, SIGKILL 10 s later) and, given its command's channel, waits
-// for the command to return.
-func (f *Flavor) stopKubeadm(ctx context.Context, m string, done <-chan error) {
-	cmd := "p=$(cat " + upgradePIDFile + " 2>/dev/null) || exit 0; kill -TERM -- -$p 2>/dev/null || exit 0; " +
-		"i=0; while kill -0 -- -$p 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; kill -KILL -- -$p 2>/dev/null; rm -f " + upgradePIDFile + "; true"
-	if _, stderr, err := f.m.RunOnMachine(ctx, m, cmd); err != nil {
-		f.log.Warn("stop kubeadm", "machine", m, "err", err, "stderr", tail(stderr))
+// (stopGroupScript) and, given its command's channel, waits for the
+// command to return. It fails when the group could not be stopped.
+func (f *Flavor) stopKubeadm(ctx context.Context, m string, done <-chan error) error {
+	out, stderr, err := f.m.RunOnMachine(ctx, m, "sh -c "+remote.ShellQuote(stopGroupScript)+" stop "+upgradePIDFile+" "+remote.ShellQuote("kubeadm upgrade"))
+	if err != nil {
+		err = fmt.Errorf("stop the kubeadm upgrade on %s (process group in %s): %w (stderr: %s)", m, upgradePIDFile, err, tail(stderr))
+		f.log.Warn("stop kubeadm", "machine", m, "err", err)
+	} else if strings.TrimSpace(string(out)) == "stopped" {
+		f.log.Info("stopped kubeadm upgrade", "machine", m)
 	}
 	if done != nil {
 		select {
@@ -641,6 +694,7 @@ func (f *Flavor) stopKubeadm(ctx context.Context, m string, done <-chan error) {
 			f.log.Warn("kubeadm's SSH command did not return after it was stopped", "machine", m)
 		}
 	}
+	return err
 }
 
 // localGet is an anonymous GET of path on m's own apiserver, by curl on
@@ -654,7 +708,7 @@ func (f *Flavor) stopKubeadm(ctx context.Context, m string, done <-chan error) {
 func (f *Flavor) localGet(ctx context.Context, m, path string) (int, []byte, error) {
 	port := strconv.Itoa(DefaultBindPort)
 	cmd := "curl -s --max-time 3 --cacert " + CACert + " --resolve kubernetes:" + port + ":127.0.0.1 -w '\\n%{http_code}' https://kubernetes:" + port + path + " || true"
-	out, _, err := f.m.RunOnMachine(ctx, m, cmd)
+	out, _, err := f.m.RunOnMachine(providers.ReadOnly(ctx), m, cmd)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -730,7 +784,8 @@ for f in "$B"/manifests/*; do n=$(basename "$f"); cp -a "$f" "$K/.$n.hamaster"; 
 // etcd that is healthy is kept, as kubeadm keeps it), the kubelet
 // restarted, the apiserver waited for at the backup's version, then
 // (first, when the backup has them) kubeadm-config and kubelet-config
-// replaced by the backup's, and the backup dropped. Without a backup,
+// replaced by the backup's, the addons kubeadm rewrote since the backup
+// put back (addons.go), and the backup dropped. Without a backup,
 // nothing.
 func (f *Flavor) RollbackMaster(ctx context.Context, replica providers.Replica, first bool) error {
 	m := replica.Name
@@ -756,7 +811,9 @@ func (f *Flavor) RollbackMaster(ctx context.Context, replica providers.Replica, 
 		return fmt.Errorf("upgrade backup on %s: kube-apiserver.yaml: %w", m, err)
 	}
 	f.log.Info("rolling back", "machine", m, "from", target, "to", prev)
-	f.stopKubeadm(ctx, m, nil)
+	if err := f.stopKubeadm(ctx, m, nil); err != nil {
+		return err
+	}
 	keepEtcd, err := f.keepEtcd(ctx, m)
 	if err != nil {
 		return err
@@ -791,18 +848,29 @@ func (f *Flavor) RollbackMaster(ctx context.Context, replica providers.Replica, 
 		return fmt.Errorf("master %s restored to %s: %w", m, prev, err)
 	}
 	if first && savedFirst {
+		// Each key put back as saved, the rest of the object kept (its
+		// annotations: former.go's former endpoints).
 		var errs []error
 		for _, cm := range []struct{ name, key, file string }{
 			{"kubeadm-config", "ClusterConfiguration", "kubeadm-config.yaml"},
 			{"kubelet-config", "kubelet", "kubelet-config.yaml"},
 		} {
-			if err := f.replaceConfigMap(ctx, m, cm.name, cm.key, UpgradeBackupDir+"/"+cm.file, nil); err != nil {
+			saved, err := f.read(ctx, m, UpgradeBackupDir+"/"+cm.file)
+			if err == nil {
+				err = f.editConfigMap(ctx, m, "kube-system", cm.name, cm.key, func(cur []byte) ([]byte, bool, error) {
+					return saved[0], !bytes.Equal(cur, saved[0]), nil
+				})
+			}
+			if err != nil {
 				errs = append(errs, err)
 			}
 		}
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
+	}
+	if err := f.restoreAddons(ctx, m); err != nil {
+		return err
 	}
 	return f.FinishUpgrade(ctx, replica)
 }
@@ -815,7 +883,7 @@ const EtcdHealthURL = "http://127.0.0.1:2381/health"
 // keepEtcd reports whether m's etcd manifest was changed by the upgrade
 // and its etcd is healthy: RollbackMaster then keeps it.
 func (f *Flavor) keepEtcd(ctx context.Context, m string) (bool, error) {
-	out, _, err := f.m.RunOnMachine(ctx, m, "cmp -s "+UpgradeBackupDir+"/manifests/etcd.yaml /etc/kubernetes/manifests/etcd.yaml && echo same; curl -s --max-time 3 "+EtcdHealthURL+" || true")
+	out, _, err := f.m.RunOnMachine(providers.ReadOnly(ctx), m, "cmp -s "+UpgradeBackupDir+"/manifests/etcd.yaml /etc/kubernetes/manifests/etcd.yaml && echo same; curl -s --max-time 3 "+EtcdHealthURL+" || true")
 	if err != nil {
 		return false, fmt.Errorf("etcd on %s: %w", m, err)
 	}

@@ -1,11 +1,21 @@
 package kubeadm
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/hamaster/hamaster/internal/wait"
 )
 
 func TestSetAPIServerExtraArgs(t *testing.T) {
@@ -110,4 +120,146 @@ func TestExitsSince(t *testing.T) {
 			t.Errorf("%s: exitsSince = %d, %q; want %d, %q", tc.name, exits, last, tc.exits, tc.last)
 		}
 	}
+}
+
+// TestStopGroupScript runs stopGroupScript under each shell a master may
+// have as sh (Debian's dash, bash) against real process groups: the
+// group the pid file was written for is gone afterwards; a pid that is
+// now another program's (whatever its name), or no group's leader, is
+// left alone.
+func TestStopGroupScript(t *testing.T) {
+	t.Parallel()
+	var shells []string
+	for _, sh := range []string{"sh", "dash", "bash"} {
+		if p, err := exec.LookPath(sh); err == nil {
+			shells = append(shells, p)
+		}
+	}
+	if len(shells) == 0 {
+		t.Fatal("no sh on PATH")
+	}
+	for _, sh := range shells {
+		for _, tc := range []struct {
+			name string
+			// argv starts the process whose pid the file gets, in a
+			// group of its own unless it starts without setsid; PIDFILE
+			// is replaced. nil: the file names a pid no process has.
+			argv    []string
+			want    string // the command line the script is told to expect
+			stopped bool   // the group is gone afterwards
+		}{
+			{"the upgrade, exec'ed", []string{"setsid", "-w", sh, "-c", "echo $$ > PIDFILE; exec sleep 300"}, "sleep 300", true},
+			{"the launcher's sh, before its exec", []string{"setsid", "-w", sh, "-c", "echo $$ > PIDFILE; sleep 300; true"}, "kubeadm upgrade", true},
+			{"a pid now another program's", []string{"setsid", "-w", sh, "-c", "echo $$ > PIDFILE; exec sleep 300"}, "kubeadm upgrade", false},
+			{"a pid now another sh's", []string{"setsid", "-w", sh, "-c", "echo $$ > PIDFILE; sleep 300; true"}, "kubeadm upgrade", false},
+			{"not a group's leader", []string{sh, "-c", "echo $$ > PIDFILE; exec sleep 300"}, "sleep 300", false},
+			{"no process any more", nil, "sleep 300", false},
+		} {
+			t.Run(filepath.Base(sh)+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				pidFile := filepath.Join(t.TempDir(), "upgrade.pid")
+				if tc.argv != nil {
+					// The process writes its pid where its command line
+					// says: the pid file, or (another program that
+					// happens to have the pid) a file of its own, copied
+					// to the pid file below, as after a pid's reuse.
+					written := pidFile
+					if tc.name == "a pid now another sh's" {
+						written = filepath.Join(filepath.Dir(pidFile), "own.pid")
+					}
+					argv := slices.Clone(tc.argv)
+					for i := range argv {
+						argv[i] = strings.ReplaceAll(argv[i], "PIDFILE", written)
+					}
+					group := exec.Command(argv[0], argv[1:]...)
+					if err := group.Start(); err != nil {
+						t.Fatal(err)
+					}
+					// Reaped as soon as it ends, as a master's init or
+					// SSH session reaps kubeadm.
+					reaped := make(chan struct{})
+					go func() { _ = group.Wait(); close(reaped) }()
+					t.Cleanup(func() {
+						_ = syscall.Kill(group.Process.Pid, syscall.SIGKILL)
+						_ = syscall.Kill(-group.Process.Pid, syscall.SIGKILL)
+						<-reaped
+					})
+					waitFile(t, written)
+					if written != pidFile {
+						if err := os.WriteFile(pidFile, readFile(t, written), 0o644); err != nil {
+							t.Fatal(err)
+						}
+					}
+				} else if err := os.WriteFile(pidFile, []byte("999999999\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				pid, err := strconv.Atoi(strings.TrimSpace(string(readFile(t, pidFile))))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.argv != nil && strings.Contains(tc.argv[len(tc.argv)-1], "exec sleep") {
+					// The sh writes the file before it execs: until then
+					// its command line names the file, as the launcher's.
+					waitCmdline(t, pid, "sleep 300")
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				out, err := exec.CommandContext(ctx, sh, "-c", stopGroupScript, "stop", pidFile, tc.want).CombinedOutput()
+				if err != nil {
+					t.Fatalf("%v: %s", err, out)
+				}
+				if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
+					t.Errorf("pid file left: %v", err)
+				}
+				if got := strings.TrimSpace(string(out)) == "stopped"; got != tc.stopped {
+					t.Errorf("output %q; stopped %v, want %v", out, got, tc.stopped)
+				}
+				if tc.argv == nil {
+					return
+				}
+				alive := syscall.Kill(pid, 0) == nil
+				if alive == tc.stopped {
+					t.Errorf("process %d alive %v after the script, want %v", pid, alive, !tc.stopped)
+				}
+			})
+		}
+	}
+}
+
+// waitCmdline waits up to 30 s (a hang guard) for process pid's command
+// line to be want.
+func waitCmdline(t *testing.T, pid int, want string) {
+	t.Helper()
+	pollFor(t, fmt.Sprintf("process %d's command line to be %q", pid, want), func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " ")) == want
+	})
+}
+
+// waitFile waits up to 30 s (a hang guard) for path to hold a whole line.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	pollFor(t, path+" written", func() bool {
+		b, err := os.ReadFile(path)
+		return err == nil && len(b) > 0 && b[len(b)-1] == '\n'
+	})
+}
+
+// pollFor polls done every 10 ms for up to 30 s, failing t after that.
+func pollFor(t *testing.T, what string, done func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := wait.Until(ctx, 10*time.Millisecond, what, func() (bool, error) { return done(), nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -53,7 +52,8 @@ var StaticPodComponents = []string{"kube-apiserver", "kube-controller-manager", 
 // admin.conf, and `kubeadm certs check-expiration -o json` on each
 // running master — set beside etcd's members and the provider's
 // machines, with a problem for each disagreement and the command that
-// mends it. A master that cannot be read is reported in its
+// mends it; and the consumers still pinned to one master's own address
+// (Pinned). A master that cannot be read is reported in its
 // MasterView.Error; View fails only when no master answers.
 func (f *Flavor) View(ctx context.Context) (flavors.View, error) {
 	all, err := f.p.Instances().List(ctx)
@@ -72,18 +72,8 @@ func (f *Flavor) View(ctx context.Context) (flavors.View, error) {
 		return flavors.View{}, errkind.Errorf(errkind.Unavailable, "kubeadm's view: no running master")
 	}
 	// The cluster-wide objects through the first master that answers.
-	var errs []error
-	read := false
-	for _, r := range running {
-		if err := f.readCluster(ctx, r.Name, &in); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		read = true
-		break
-	}
-	if !read {
-		return flavors.View{}, errkind.Errorf(errkind.Unavailable, "kubeadm's view: no master's admin.conf answers: %w", errors.Join(errs...))
+	if err := throughFirst(running, func(master string) error { return f.readCluster(ctx, master, &in) }); err != nil {
+		return flavors.View{}, errkind.Errorf(errkind.Unavailable, "kubeadm's view: no master's admin.conf answers: %w", err)
 	}
 	// Each master's certificates, on the master itself.
 	var mu sync.Mutex
@@ -102,6 +92,14 @@ func (f *Flavor) View(ctx context.Context) (flavors.View, error) {
 			in.Certs[r.Name] = cs
 		}()
 	}
+	// What still names one master's own address (PinFinder).
+	var pins []flavors.Pin
+	var pinsErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		pins, pinsErr = f.Pinned(ctx)
+	}()
 	// etcd's members, to set the Nodes against.
 	if cli, err := f.EtcdCluster(ctx, flavors.EtcdMain); err != nil {
 		in.MembersError = err.Error()
@@ -114,7 +112,12 @@ func (f *Flavor) View(ctx context.Context) (flavors.View, error) {
 		in.Members = ms
 	}
 	wg.Wait()
-	return BuildView(in), nil
+	v := BuildView(in)
+	v.Pinned = pins
+	if pinsErr != nil {
+		v.PinnedError = pinsErr.Error()
+	}
+	return v, nil
 }
 
 // readCluster reads kubeadm-config, the control-plane Nodes and the
@@ -125,14 +128,14 @@ func (f *Flavor) readCluster(ctx context.Context, master string, in *ViewInput) 
 		return err
 	}
 	in.Config = cfg
-	out, _, err := f.m.RunOnMachine(ctx, master, adminKubectl+"get nodes -l "+LabelControlPlane+" -o json")
+	out, _, err := f.m.RunOnMachine(providers.ReadOnly(ctx), master, adminKubectl+"get nodes -l "+LabelControlPlane+" -o json")
 	if err != nil {
 		return fmt.Errorf("list control-plane Nodes on %s: %w", master, err)
 	}
 	if in.Nodes, err = ParseNodes(out); err != nil {
 		return fmt.Errorf("control-plane Nodes read on %s: %w", master, err)
 	}
-	out, _, err = f.m.RunOnMachine(ctx, master, adminKubectl+"-n kube-system get pods -l tier=control-plane -o json")
+	out, _, err = f.m.RunOnMachine(providers.ReadOnly(ctx), master, adminKubectl+"-n kube-system get pods -l tier=control-plane -o json")
 	if err != nil {
 		return fmt.Errorf("list control-plane pods on %s: %w", master, err)
 	}
@@ -145,7 +148,7 @@ func (f *Flavor) readCluster(ctx context.Context, master string, in *ViewInput) 
 // CheckExpiration runs `kubeadm certs check-expiration -o json` on
 // master and parses what it prints.
 func (f *Flavor) CheckExpiration(ctx context.Context, master string) ([]CertificateInfo, error) {
-	out, stderr, err := f.m.RunOnMachine(ctx, master, checkExpirationArgs)
+	out, stderr, err := f.m.RunOnMachine(providers.ReadOnly(ctx), master, checkExpirationArgs)
 	if err != nil {
 		return nil, fmt.Errorf("%s on %s: %w (stderr: %s)", checkExpirationArgs, master, err, tail(stderr))
 	}

@@ -1,12 +1,14 @@
 package kubeadm
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/providers"
 )
 
 // checkExpirationOut is `kubeadm certs check-expiration -o json` as
@@ -182,5 +184,32 @@ func TestBuildView(t *testing.T) {
 	if len(v.Masters) != 2 || v.Masters[0].Replica != "host-1" || !v.Masters[0].NodeReady || !v.Masters[0].ControlPlane ||
 		v.Masters[0].KubeletVersion != "v1.33.13" || v.Masters[0].StaticPods["etcd"] != "etcd-host-1" || len(v.Masters[0].Certificates) != 1 {
 		t.Errorf("masters %+v", v.Masters)
+	}
+}
+
+// throughFirst reads through the first master that answers, and says
+// why each failed when none does.
+func TestThroughFirst(t *testing.T) {
+	t.Parallel()
+	rs := []providers.Replica{{Name: "m0"}, {Name: "m1"}, {Name: "m2"}}
+	var tried []string
+	err := throughFirst(rs, func(master string) error {
+		tried = append(tried, master)
+		if master == "m0" {
+			return errors.New("m0 down")
+		}
+		return nil
+	})
+	if err != nil || !slices.Equal(tried, []string{"m0", "m1"}) {
+		t.Errorf("throughFirst = %v, tried %v; want nil after m0, m1", err, tried)
+	}
+	if err := throughFirst(nil, func(string) error { return nil }); err == nil {
+		t.Error("throughFirst of no masters = nil; want an error")
+	}
+	err = throughFirst(rs, func(master string) error { return errors.New(master + " down") })
+	for _, m := range []string{"m0", "m1", "m2"} {
+		if err == nil || !strings.Contains(err.Error(), m+" down") {
+			t.Errorf("throughFirst with none answering = %v; want every master's error (%s)", err, m)
+		}
 	}
 }

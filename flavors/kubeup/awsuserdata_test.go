@@ -60,6 +60,12 @@ func gz(t *testing.T, s string) []byte {
 	return b.Bytes()
 }
 
+// kubeUpScriptWith is the user data kubeUpScript with the first from
+// replaced by to.
+func kubeUpScriptWith(from, to string) func(*testing.T) []byte {
+	return func(*testing.T) []byte { return []byte(strings.Replace(kubeUpScript, from, to, 1)) }
+}
+
 func TestParseKubeUpUserData(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -70,30 +76,18 @@ func TestParseKubeUpUserData(t *testing.T) {
 	}{
 		{"kube-up, gzip", func(t *testing.T) []byte { return gz(t, kubeUpScript) }, true, ""},
 		{"kube-up, plain", func(*testing.T) []byte { return []byte(kubeUpScript) }, false, ""},
-		{"#!/bin/bash without the space", func(*testing.T) []byte {
-			return []byte(strings.Replace(kubeUpScript, "#! /bin/bash", "#!/bin/bash", 1))
-		}, false, ""},
+		{"#!/bin/bash without the space", kubeUpScriptWith("#! /bin/bash", "#!/bin/bash"), false, ""},
 		{"empty", func(*testing.T) []byte { return nil }, false, "user data is empty"},
 		{"cloud-config", func(*testing.T) []byte { return []byte("#cloud-config\nruncmd: []\n") }, false, `starts with "#cloud-config"`},
 		{"hamaster's old MIME layout", func(*testing.T) []byte {
 			return []byte("MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"b\"\r\n\r\n--b--\r\n")
 		}, false, `starts with "MIME-Version: 1.0`},
 		{"bash without the heredoc", func(*testing.T) []byte { return []byte("#! /bin/bash\necho hi\n") }, false, "has no line \"cat > kube_env.yaml << __EOF_MASTER_KUBE_ENV_YAML\""},
-		{"heredoc never ends", func(*testing.T) []byte {
-			return []byte(strings.Replace(kubeUpScript, "__EOF_MASTER_KUBE_ENV_YAML\n\nwget", "\nwget", 1))
-		}, false, "never ends"},
-		{"no MASTER_EIP", func(*testing.T) []byte {
-			return []byte(strings.Replace(kubeUpScript, "MASTER_EIP: '52.1.2.3'\n", "", 1))
-		}, false, "has no MASTER_EIP"},
-		{"no API_SERVERS", func(*testing.T) []byte {
-			return []byte(strings.Replace(kubeUpScript, "API_SERVERS: '172.20.0.9'\n", "", 1))
-		}, false, "has no API_SERVERS"},
-		{"not YAML", func(*testing.T) []byte {
-			return []byte(strings.Replace(kubeUpScript, "DOCKER_STORAGE: 'aufs'", "DOCKER_STORAGE: [aufs", 1))
-		}, false, "kube_env.yaml"},
-		{"bash expands a value", func(*testing.T) []byte {
-			return []byte(strings.Replace(kubeUpScript, "DOCKER_STORAGE: 'aufs'", "DOCKER_STORAGE: '$STORAGE'", 1))
-		}, false, "DOCKER_STORAGE holds $"},
+		{"heredoc never ends", kubeUpScriptWith("__EOF_MASTER_KUBE_ENV_YAML\n\nwget", "\nwget"), false, "never ends"},
+		{"no MASTER_EIP", kubeUpScriptWith("MASTER_EIP: '52.1.2.3'\n", ""), false, "has no MASTER_EIP"},
+		{"no API_SERVERS", kubeUpScriptWith("API_SERVERS: '172.20.0.9'\n", ""), false, "has no API_SERVERS"},
+		{"not YAML", kubeUpScriptWith("DOCKER_STORAGE: 'aufs'", "DOCKER_STORAGE: [aufs"), false, "kube_env.yaml"},
+		{"bash expands a value", kubeUpScriptWith("DOCKER_STORAGE: 'aufs'", "DOCKER_STORAGE: '$STORAGE'"), false, "DOCKER_STORAGE holds $"},
 		{"corrupt gzip", func(t *testing.T) []byte { b := gz(t, kubeUpScript); return b[:len(b)/2] }, false, "gzip"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hamaster/hamaster/internal/wait"
 )
 
 // TestClientsKeepFailuresWithTheirTimes: requests are counted, paced or
@@ -28,8 +30,14 @@ func TestClientsKeepFailuresWithTheirTimes(t *testing.T) {
 		}
 		failFrom := time.Now()
 		fail.Store(true)
-		if err := l.Await(ctx, l.Count()+20, 5*time.Second); err != nil {
-			t.Fatal(err)
+		// Until both kinds of client have seen the endpoint fail (on a
+		// busy machine the new-connection client can be outpaced by 20
+		// kept-alive requests and more); the bound is a hang guard.
+		if err := wait.Until(ctx, 10*time.Millisecond, "a failure of each kind of client", func() (bool, error) {
+			k := l.FailuresByKind()
+			return k["new"] > 0 && k["kept-alive"] > 0, nil
+		}); err != nil {
+			t.Fatalf("hang guard: %v", err)
 		}
 		n, fails, dials := l.Stop()
 		kinds := map[string]int{}
@@ -39,7 +47,7 @@ func TestClientsKeepFailuresWithTheirTimes(t *testing.T) {
 				t.Errorf("pace %v: failure %v before the endpoint failed (%v)", pace, f, failFrom.Format("15:04:05.000"))
 			}
 		}
-		if n < 40 || kinds["new"] == 0 || kinds["kept-alive"] == 0 || dials == 0 {
+		if n < 22 || kinds["new"] == 0 || kinds["kept-alive"] == 0 || dials == 0 {
 			t.Errorf("pace %v: %d requests, failures by kind %v, %d kept-alive connections", pace, n, kinds, dials)
 		}
 		cancel()

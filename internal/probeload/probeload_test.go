@@ -27,21 +27,20 @@ func TestCountsWhatClientsSee(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l := Start(ctx, srv.URL+"/readyz", cfg, time.Millisecond)
-	if err := wait.Until(ctx, time.Millisecond, "requests on both kinds", func() (bool, error) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.res["new"].Requests > 3 && l.res["kept-alive"].Requests > 3, nil
-	}); err != nil {
-		t.Fatal(err)
+	// awaitBoth waits until count is above more for both kinds.
+	awaitBoth := func(what string, more int, count func(*Result) int) {
+		t.Helper()
+		if err := wait.Until(ctx, time.Millisecond, what+" on both kinds", func() (bool, error) {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return count(l.res["new"]) > more && count(l.res["kept-alive"]) > more, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	awaitBoth("requests", 3, func(r *Result) int { return r.Requests })
 	fail.Store(true)
-	if err := wait.Until(ctx, time.Millisecond, "failures on both kinds", func() (bool, error) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.res["new"].Failed > 0 && l.res["kept-alive"].Failed > 0, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	awaitBoth("failures", 0, func(r *Result) int { return r.Failed })
 	res := l.Stop()
 	if Failed(res) < 2 || len(res["new"].Errors) == 0 {
 		t.Fatalf("failures not counted: %+v", res)

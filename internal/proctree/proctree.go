@@ -69,13 +69,16 @@ func KillDescendants(pid int) {
 }
 
 // KillTree kills pid and every process below it, leaving pid no moment
-// to fork a survivor: pid is stopped (SIGSTOP) first, so that a child it
-// forks is either already below it, and killed, or never forked (sshd
-// accepting a connection between its children's kill and its own stop
-// forked a session that outlived both), then killed with SIGKILL. The
-// caller still reaps pid; pid must be its live child.
+// to fork a survivor: pid is stopped (SIGSTOP) first, and its stop
+// waited for, so that a child it forks is either already below it, and
+// killed, or never forked (sshd accepting a connection between its
+// children's kill and its own stop forked a session that outlived both;
+// and kill(2) returns before the stop takes effect: a fork under way
+// then still ends, after the children were listed), then killed with
+// SIGKILL. The caller still reaps pid; pid must be its live child.
 func KillTree(pid int) {
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	waitStopped(pid)
 	KillDescendants(pid)
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 }

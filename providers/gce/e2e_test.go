@@ -26,6 +26,11 @@ type env struct {
 	wf *workflowstest.Runner
 }
 
+// stepTimeout bounds each of a workflow's waits in these tests: a hang
+// guard (a replica is healthy in seconds on a quiet machine; one minute
+// ran out at load 24), not a speed.
+const stepTimeout = 5 * time.Minute
+
 func newEnv(t *testing.T, name string, o gcetest.Options) *env {
 	c := gcetest.Up(t, name, o)
 	return &env{t: t, c: c, wf: workflowstest.NewRunner(c.Provider, c.Name, c.Settings.StateDir)}
@@ -34,11 +39,11 @@ func newEnv(t *testing.T, name string, o gcetest.Options) *env {
 func (e *env) deps(after func(string) error) *workflows.Deps { return e.wf.Deps(after) }
 
 func (e *env) add(ctx context.Context, name string, after func(string) error) error {
-	return e.wf.Add(ctx, workflows.AddParams{Name: name, Timeout: time.Minute, DNSKind: "clouddns", DNSName: dnsName}, after)
+	return e.wf.Add(ctx, workflows.AddParams{Name: name, Timeout: stepTimeout, DNSKind: "clouddns", DNSName: dnsName}, after)
 }
 
 func (e *env) remove(ctx context.Context, name string, after func(string) error) error {
-	return e.wf.Remove(ctx, workflows.RemoveParams{Name: name, Timeout: time.Minute, DrainGrace: 200 * time.Millisecond}, after)
+	return e.wf.Remove(ctx, workflows.RemoveParams{Name: name, Timeout: stepTimeout, DrainGrace: 200 * time.Millisecond}, after)
 }
 
 // assertConverged checks replicas, etcd members, LB targets, the DNS
@@ -170,7 +175,9 @@ func callSummary(calls map[string]int) string {
 
 // growShrink runs add 1→3 and remove 3→1 and reports calls and timings.
 func growShrink(t *testing.T, e *env) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// A hang guard (a quiet run takes about a minute; 4 minutes ran out
+	// at load 24), not a speed: the package's -timeout is 15 minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	master := e.c.Master
 	names := []string{e.c.Name + "-master-a01", e.c.Name + "-master-a02"}

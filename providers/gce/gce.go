@@ -398,6 +398,9 @@ func (p *Provider) staticAddressName() string {
 
 // MasterName is kube-up's MASTER_NAME: master 0's name; replicas are
 // MASTER_NAME-<3 characters>.
+var _ providers.MasterNamer = (*Provider)(nil)
+
+// MasterName implements providers.MasterNamer.
 func (p *Provider) MasterName() string { return p.masterName() }
 
 // masterName is kube-up's MASTER_NAME.

@@ -116,6 +116,13 @@ func (p *Provider) Close() error { return nil }
 // Info returns the cluster's record.
 func (p *Provider) Info() ClusterInfo { return p.info }
 
+var _ providers.ControlPlaneReporter = (*Provider)(nil)
+
+// ControlPlane implements providers.ControlPlaneReporter: what the
+// replicas run, "standin" (hamaster-node's apiserver stand-in) or "real"
+// (kube-apiserver; local up --control-plane).
+func (p *Provider) ControlPlane() string { return cmp.Or(p.info.ControlPlane, "standin") }
+
 func (p *Provider) caFile() string { return filepath.Join(p.l.pki(), "ca.crt") }
 
 // Etcd implements providers.Provider: mTLS to every running replica not

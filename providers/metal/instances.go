@@ -104,9 +104,85 @@ func (p *Provider) probe(ctx context.Context) []hostState {
 	return out
 }
 
+// probeCache keeps each host's last probe that answered, within one
+// process (one command's run): List, Get and FreeHost are called many
+// times a run, and on a real host every SSH session can take a second.
+// A probe is reused only while nothing else was done on its host: every
+// command run there that is not providers.ReadOnly (before it starts and
+// after it ends) and every connection dropped counts a generation, and a
+// probe made across a generation's change is not kept. Decisions that
+// change a host (claim, release, forget) probe it afresh (probeNow).
+type probeCache struct {
+	mu   sync.Mutex
+	gen  map[string]uint64
+	kept map[string]keptProbe
+}
+
+type keptProbe struct {
+	st  hostState
+	gen uint64
+}
+
+// changed counts a generation on host: its kept probe is dropped.
+func (c *probeCache) changed(host string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen == nil {
+		c.gen = map[string]uint64{}
+	}
+	c.gen[host]++
+	delete(c.kept, host)
+}
+
+// get is host's kept probe, and the generation a new probe starts at.
+func (c *probeCache) get(host string) (hostState, bool, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k, ok := c.kept[host]
+	return k.st, ok && k.gen == c.gen[host], c.gen[host]
+}
+
+// keep keeps st, probed from generation gen, unless host changed since.
+func (c *probeCache) keep(host string, st hostState, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen[host] != gen {
+		return
+	}
+	if c.kept == nil {
+		c.kept = map[string]keptProbe{}
+	}
+	c.kept[host] = keptProbe{st, gen}
+}
+
+// probeHost is h's state: the kept probe when nothing was done on h
+// since it was made and h still answers on its connection (a ping: a
+// round trip, no session), otherwise a new one (kept when h answered).
 func (p *Provider) probeHost(ctx context.Context, h Host) hostState {
+	st, ok, gen := p.probes.get(h.Name)
+	if ok {
+		err := p.ping(ctx, h.Name)
+		if err == nil {
+			return st
+		}
+		p.probes.changed(h.Name)
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// No answer within the probe's bound on a live
+			// connection: a probe would wait as long again.
+			return hostState{host: h, err: err}
+		}
+	}
+	st = p.probeNow(ctx, h)
+	if st.reachable {
+		p.probes.keep(h.Name, st, gen)
+	}
+	return st
+}
+
+// probeNow probes h over SSH, one session.
+func (p *Provider) probeNow(ctx context.Context, h Host) hostState {
 	st := hostState{host: h}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	ctx, cancel := context.WithTimeout(providers.ReadOnly(ctx), probeTimeout)
 	defer cancel()
 	stdout, _, err := p.RunOnMachine(ctx, h.Name, probeScript)
 	if err != nil {
@@ -201,24 +277,33 @@ func (in *instances) Get(ctx context.Context, name string) (providers.Replica, e
 // when one is given): not a master of any cluster, no etcd data left,
 // answering SSH. Idempotent: this cluster's own claim is accepted.
 func (in *instances) ReserveAddress(ctx context.Context, name, zone string) (string, error) {
-	h, err := in.p.inv.Host(name)
+	h, err := in.p.freeHost(ctx, name, zone)
 	if err != nil {
-		return "", errkind.Errorf(errkind.InvalidArgument, "--name %s: %w (the metal provider's replicas are the inventory's hosts)", name, err)
-	}
-	if !h.ControlPlane() {
-		return "", errkind.Errorf(errkind.InvalidArgument, "--name %s: the host's role is %s; a master runs only on a %s host", name, h.Role, RoleControlPlane)
-	}
-	if zone != "" && h.Zone != zone {
-		return "", errkind.Errorf(errkind.InvalidArgument, "--zone %s: host %s is in zone %q", zone, name, h.Zone)
-	}
-	st := in.p.probeHost(ctx, h)
-	if err := st.free(in.p.cluster); err != nil {
 		return "", err
 	}
 	if err := in.p.recordClaim(name, true); err != nil {
 		return "", err
 	}
 	return h.Address, nil
+}
+
+// freeHost is the inventory's control-plane host name (in zone, unless
+// zone is ""), reachable and free to become this cluster's new master.
+func (p *Provider) freeHost(ctx context.Context, name, zone string) (Host, error) {
+	h, err := p.inv.Host(name)
+	if err != nil {
+		return Host{}, errkind.Errorf(errkind.InvalidArgument, "--name %s: %w (the metal provider's replicas are the inventory's hosts)", name, err)
+	}
+	if !h.ControlPlane() {
+		return Host{}, errkind.Errorf(errkind.InvalidArgument, "--name %s: the host's role is %s; a master runs only on a %s host", name, h.Role, RoleControlPlane)
+	}
+	if zone != "" && h.Zone != zone {
+		return Host{}, errkind.Errorf(errkind.InvalidArgument, "--zone %s: host %s is in zone %q", zone, name, h.Zone)
+	}
+	if err := p.probeNow(ctx, h).free(p.cluster); err != nil {
+		return Host{}, err
+	}
+	return h, nil
 }
 
 // free says why a host cannot become this cluster's new master, nil when
@@ -311,7 +396,7 @@ func (in *instances) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	st := in.p.probeHost(ctx, h)
+	st := in.p.probeNow(ctx, h)
 	if !st.reachable {
 		return errkind.Errorf(errkind.Unavailable, "release host %s: it does not answer SSH: %v", name, st.err)
 	}
@@ -340,7 +425,7 @@ func (in *instances) Forget(ctx context.Context, name string) error {
 	if err != nil {
 		return nil
 	}
-	if st := in.p.probeHost(ctx, h); st.reachable {
+	if st := in.p.probeNow(ctx, h); st.reachable {
 		return errkind.Errorf(errkind.FailedPrecondition, "forget host %s: it answers SSH; release it clean instead (remove-replica)", name)
 	}
 	in.p.log.Warn("metal: a host that does not answer is forgotten; its files stay on it", "host", name)

@@ -22,13 +22,13 @@ import (
 
 // The metal provider's load balancer is the VIP of package vip on the
 // masters themselves, as kubeadm's docs/ha-considerations.md lays it out
-// ("keepalived and haproxy", option 2: static pods): keepalived (VRRP)
+// ("keepalived and haproxy", option 1: the services on the operating
+// system; package vip says why not option 2's static pods): keepalived (VRRP)
 // on every target holds the inventory's VIP, HAProxy beside each
 // apiserver listens on VIP:EndpointPort and balances to every target's
 // apiserver with /readyz checks. There is no device in front of the
 // masters: "creating the load balancer" is writing those files on each
-// target over SSH (vip.Apply), and the kubelet on each master starts the
-// static pods.
+// target over SSH and starting their systemd units (vip.Apply).
 //
 // What exists is recorded in the state directory
 // (<state-dir>/<cluster>/metal-lb.json, written atomically before the
@@ -92,10 +92,9 @@ func (p *Provider) saveLB(s *lbState) error {
 
 // Bounds of the waits the load balancer makes on its own.
 const (
-	// holderWait bounds Create's wait for a holder: the kubelet starts
-	// the static pods (it rescans its manifests every few seconds), then
-	// keepalived's check must rise (2 × 1 s) and its Master_Down timer
-	// pass (3 adverts of 0.5 s).
+	// holderWait bounds Create's wait for a holder: keepalived's check
+	// must rise (2 × 1 s) and its Master_Down timer pass (3 adverts of
+	// 0.5 s) after its unit started it.
 	holderWait = 2 * time.Minute
 	// handoffWait bounds a planned move of the VIP (measured 0.7–2.5 s on
 	// the lab: docs/metal.md).
@@ -121,12 +120,17 @@ type executor struct {
 	host string
 }
 
+// The VIP's commands change only its own files and daemons (vip.ConfigDir,
+// vip.RunDir, its keepalived and HAProxy manifests and processes), none
+// of what a probe of the host reads (the claim, kube-apiserver's
+// manifest, etcd's data): the host's kept probe stays (probeCache).
+
 func (e executor) Run(ctx context.Context, cmd string) ([]byte, []byte, error) {
-	return e.p.RunOnMachine(ctx, e.host, cmd)
+	return e.p.run(ctx, e.host, cmd)
 }
 
 func (e executor) Upload(ctx context.Context, path string, data []byte, mode os.FileMode) error {
-	return e.p.UploadToMachine(ctx, e.host, path, data, mode)
+	return e.p.upload(ctx, e.host, path, data, mode)
 }
 
 // vipHost is the host named name as package vip reaches it.
@@ -341,31 +345,56 @@ func (l loadBalancer) Get(ctx context.Context) (lb.Status, error) {
 }
 
 // CheckCreate implements lb.CreateChecker: before anything changes (the
-// first add-replica's preflight), the VIP must lie inside the subnet of
-// the interface each target's address is on (vip.CheckPrefix), and, unless
-// a create has begun, nobody may answer ARP for it (vip.CheckUnused).
+// first add-replica's preflight, with the master cloned and the host being
+// added, whose Address may be empty: the inventory's), every target must
+// be a control-plane host of the inventory with keepalived and HAProxy
+// recent enough and systemd (vip.CheckDaemons), the VIP must lie inside
+// the subnet of the interface each target's address is on
+// (vip.CheckPrefix), and, unless a create has begun, nobody may answer ARP
+// for it (vip.CheckUnused) and VRRP's adverts must reach between every two
+// targets (vip.CheckVRRP; kubeadm's ha-considerations.md leaves this to
+// the operator, and where they do not arrive each master takes the VIP).
 func (l loadBalancer) CheckCreate(ctx context.Context, ip string, targets []lb.Target) error {
 	p := l.p
 	if ip == "" {
 		ip = p.inv.VIP
 	}
+	peers := make([]vip.VRRPPeer, 0, len(targets))
 	for _, t := range targets {
+		if t.Address == "" {
+			// The host being added: refused here as its
+			// ReserveAddress would refuse it, before anything changes.
+			h, err := p.freeHost(ctx, t.Name, "")
+			if err != nil {
+				return err
+			}
+			t.Address = h.Address
+		}
+		d, err := vip.CheckDaemons(ctx, p.vipHost(t.Name))
+		if err != nil {
+			return err
+		}
 		if err := vip.CheckPrefix(ctx, p.vipHost(t.Name), t.Address, ip); err != nil {
 			return err
 		}
+		peers = append(peers, vip.VRRPPeer{Host: p.vipHost(t.Name), Address: t.Address, Keepalived: d.KeepalivedPath})
 	}
 	// Nobody answers for it yet: asked from one target, the segment being
 	// one (VRRP's adverts need it). Once a create has begun (its record
-	// is written before any keepalived starts) the holder may be ours.
+	// is written before any keepalived starts) the holder may be ours, and
+	// the VIP's keepalived may run on the router id the probe would use.
 	s, err := p.loadLB()
 	if err != nil || s != nil || len(targets) == 0 {
 		return err
 	}
-	return vip.CheckUnused(ctx, p.vipHost(targets[0].Name), targets[0].Address, ip)
+	if err := vip.CheckUnused(ctx, peers[0].Host, peers[0].Address, ip); err != nil {
+		return err
+	}
+	return vip.CheckVRRP(ctx, routerID(ip), peers)
 }
 
 // Create implements lb.LoadBalancer: the record is written, the VIP's
-// files applied on every target (the kubelets start keepalived and
+// files applied on every target (their units start keepalived and
 // HAProxy), and Create returns once exactly one target holds the VIP. ip
 // must be the inventory's VIP ("" means it). An existing load balancer
 // gets the targets it lacks.
@@ -442,7 +471,12 @@ func (p *Provider) awaitHolder(ctx context.Context, s *lbState) error {
 		return len(held) == 1, nil
 	})
 	if err != nil {
-		return errkind.Mark(errkind.Unavailable, fmt.Errorf("the VIP %s: holders %v (keepalived runs as a static pod: is the kubelet running on the masters, and their apiservers' /readyz 200?): %w %w", s.VIP, held, err, errors.Join(errs...)))
+		hint := fmt.Sprintf("keepalived runs as the unit %s: is it active on the masters (systemctl status %s), and their apiservers' /readyz 200?", vip.KeepalivedUnit, vip.KeepalivedUnit)
+		if len(held) > 1 {
+			// Each took the VIP: they do not hear each other's adverts.
+			hint = fmt.Sprintf("each of %s took it: VRRP adverts (IP protocol 112, unicast between the masters' addresses) do not reach between them; allow them in every master's firewall and the network between, then run the command again", strings.Join(held, ", "))
+		}
+		return errkind.Mark(errkind.Unavailable, fmt.Errorf("the VIP %s: holders %v (%s): %w %w", s.VIP, held, hint, err, errors.Join(errs...)))
 	}
 	p.log.Info("metal: VIP held", "vip", s.VIP, "holder", held[0])
 	return nil
@@ -472,6 +506,11 @@ func (l loadBalancer) AddTarget(ctx context.Context, t lb.Target) error {
 			return err
 		}
 	}
+	// The new master can run the VIP's daemons before any other master
+	// hears of it.
+	if _, err := vip.CheckDaemons(ctx, p.vipHost(t.Name)); err != nil {
+		return err
+	}
 	if err := p.saveLB(s); err != nil {
 		return err
 	}
@@ -495,23 +534,30 @@ func (l loadBalancer) AddTarget(ctx context.Context, t lb.Target) error {
 	return p.onEveryHAProxy(ctx, s, t.Name, "", vip.Ready)
 }
 
-// onEveryHAProxy runs op for server on every target's HAProxy. One that
-// does not run or does not know the server is skipped (it serves nothing
-// of it), with a warning saying skipped when that is not "".
+// onEveryHAProxy runs op for server on every target's HAProxy, all at
+// once (each a session, whose login can take a second). One that does
+// not run or does not know the server is skipped (it serves nothing of
+// it), with a warning saying skipped when that is not "".
 func (p *Provider) onEveryHAProxy(ctx context.Context, s *lbState, server, skipped string, op func(context.Context, vip.Host, string) error) error {
-	for _, t := range s.Targets {
-		err := op(ctx, p.vipHost(t.Name), server)
+	errs := make([]error, len(s.Targets))
+	var wg sync.WaitGroup
+	for i, t := range s.Targets {
+		wg.Go(func() { errs[i] = op(ctx, p.vipHost(t.Name), server) })
+	}
+	wg.Wait()
+	var failed []error
+	for i, err := range errs {
 		switch {
 		case err == nil:
 		case errors.Is(err, errkind.Unavailable), errors.Is(err, errkind.NotFound):
 			if skipped != "" {
-				p.log.Warn("metal: "+skipped, "host", t.Name, "server", server, "err", err)
+				p.log.Warn("metal: "+skipped, "host", s.Targets[i].Name, "server", server, "err", err)
 			}
 		default:
-			return err
+			failed = append(failed, err)
 		}
 	}
-	return nil
+	return errors.Join(failed...)
 }
 
 // DrainTarget implements lb.LoadBalancer: when name holds the VIP and
@@ -616,7 +662,7 @@ func (l loadBalancer) Delete(ctx context.Context) error {
 // PromotionNote implements lb.PromotionNoter: promotion costs no outage
 // on metal (the workflow prints it after "outage: ").
 func (l loadBalancer) PromotionNote() string {
-	return fmt.Sprintf("none: the VIP %s is a new address (keepalived and HAProxy as static pods on the masters, kubeadm's docs/ha-considerations.md) and the master keeps its own; the endpoint to move to is %s:%d", l.p.inv.VIP, l.p.inv.VIP, l.p.vipPort)
+	return fmt.Sprintf("none: the VIP %s is a new address (keepalived and HAProxy as systemd units on the masters, kubeadm's docs/ha-considerations.md) and the master keeps its own; the endpoint to move to is %s:%d", l.p.inv.VIP, l.p.inv.VIP, l.p.vipPort)
 }
 
 // staticIP is the inventory's VIP as the cluster's static IP. On bare

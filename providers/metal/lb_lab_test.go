@@ -35,12 +35,11 @@ import (
 
 const lbLabVersion = "v1.33.13"
 
-// The provider's load balancer on two lab hosts whose kubelets run the
-// VIP's static pods: host-1 a real kubeadm master (kubeadm init, its
-// apiserver's /readyz what HAProxy and keepalived check), host-2 a host
-// whose kubelet runs standalone (a KubeletConfiguration with the static
-// pod path, no API) beside a stand-in apiserver. Create on host-1 → the
-// kubelet starts keepalived and HAProxy (Debian's, run from PATH), the
+// The provider's load balancer on two lab hosts: host-1 a real kubeadm
+// master (kubeadm init, its apiserver's /readyz what HAProxy and
+// keepalived check), host-2 a host with a stand-in apiserver. Create on
+// host-1 → its units start keepalived and HAProxy (Debian's, under the
+// lab's systemctl stand-in), the
 // VIP held, VIP:8443 serving host-1's apiserver; a second provider on the
 // same state directory (a re-run after a crash) finds the load balancer;
 // AddTarget host-2 (host-1 keeps the VIP); DrainTarget host-1, the holder
@@ -78,17 +77,12 @@ func TestLoadBalancerOnTheLab(t *testing.T) {
 		}
 		return strings.TrimSpace(string(out))
 	}
-	// host-2: a kubelet with a configuration and no API, and a stand-in
-	// apiserver.
-	if err := p.UploadToMachine(ctx, h2.Name, "/var/lib/kubelet/config.yaml", []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /etc/kubernetes/manifests\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sh(h2, "mkdir -p /etc/kubernetes/manifests")
+	// host-2: a stand-in apiserver.
 	startStandIn(t, h2)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, h := range lab.Hosts {
-				out, _, _ := p.RunOnMachine(context.Background(), h.Name, "ls -l /etc/kubernetes/manifests; for d in $(ls -dt /var/log/pods/kube-system_hamaster-*-'"+h.Name+"'_* | head -2); do tail -n 30 $d/*/*.log; done 2>&1")
+				out, _, _ := p.RunOnMachine(context.Background(), h.Name, "systemctl status "+vip.KeepalivedUnit+" "+vip.HAProxyUnit+" 2>&1")
 				t.Logf("%s:\n%s", h.Name, out)
 			}
 		}
@@ -100,7 +94,7 @@ func TestLoadBalancerOnTheLab(t *testing.T) {
 	t1 := lb.Target{Name: h1.Name, Address: h1.Addr.String()}
 	t2 := lb.Target{Name: h2.Name, Address: h2.Addr.String()}
 
-	// Create: the static pods under host-1's kubelet, the VIP held.
+	// Create: host-1's units, the VIP held.
 	start := time.Now()
 	if err := l.Create(ctx, vipAddr, []lb.Target{t1}); err != nil {
 		t.Fatal(err)
@@ -114,15 +108,12 @@ func TestLoadBalancerOnTheLab(t *testing.T) {
 	if st.IP != vipAddr || len(st.Targets) != 1 {
 		t.Fatalf("Get after Create: %+v", st)
 	}
-	// The kubelet runs them: mirror pods Running in the API, processes in
-	// host-1's network namespace that nobody but the kubelet started.
-	for _, pod := range []string{"hamaster-keepalived-host-1", "hamaster-haproxy-host-1"} {
-		waitFor(ctx, t, "mirror pod "+pod+" Running", func() bool {
-			out, _, err := p.RunOnMachine(ctx, h1.Name, "kubectl --kubeconfig /etc/kubernetes/admin.conf -n kube-system get pod "+pod+" -o jsonpath='{.status.phase}'")
-			return err == nil && strings.TrimSpace(string(out)) == "Running"
-		})
+	// Their units run them: active, and processes in host-1's network
+	// namespace that nobody but the units started.
+	if out := sh(h1, "systemctl is-active "+vip.KeepalivedUnit+" "+vip.HAProxyUnit); out != "active\nactive" {
+		t.Errorf("units on host-1: %q; want both active", out)
 	}
-	for _, comm := range []string{"keepalived", "haproxy"} {
+	for _, comm := range []string{"keepalived", "haproxy", metallab.UnitSupervisor} {
 		if len(nsProcs(ctx, t, h1, comm)) == 0 {
 			t.Errorf("no %s process in host-1's namespace", comm)
 		}
@@ -265,9 +256,9 @@ func getLB(ctx context.Context, t *testing.T, l lb.LoadBalancer, holder, viewer 
 // checkClean fails the test when anything of the VIP is left on h.
 func checkClean(ctx context.Context, t *testing.T, p *metal.Provider, h *metallab.Host, vipAddr string) {
 	t.Helper()
-	out, _, _ := p.RunOnMachine(ctx, h.Name, "ls -d "+vip.ConfigDir+" "+vip.RunDir+" "+vip.KeepalivedManifestPath+" "+vip.HAProxyManifestPath+" 2>/dev/null; ip -o addr show | grep -F ' "+vipAddr+"/'; nft list table inet "+vip.SynDropTable+" 2>/dev/null")
+	out, _, _ := p.RunOnMachine(ctx, h.Name, "ls -d "+vip.ConfigDir+" "+vip.RunDir+" "+vip.KeepalivedUnitPath+" "+vip.HAProxyUnitPath+" 2>/dev/null; ip -o addr show | grep -F ' "+vipAddr+"/'; nft list table inet "+vip.SynDropTable+" 2>/dev/null")
 	left := strings.TrimSpace(string(out))
-	for _, comm := range []string{"keepalived", "haproxy"} {
+	for _, comm := range []string{"keepalived", "haproxy", metallab.UnitSupervisor} {
 		if ps := nsProcs(ctx, t, h, comm); len(ps) > 0 {
 			left += fmt.Sprintf(" %s running: %v", comm, ps)
 		}

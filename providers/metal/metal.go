@@ -59,6 +59,8 @@ type Provider struct {
 
 	mu  sync.Mutex
 	ssh map[string]*remote.Client // host name → connection
+
+	probes probeCache
 }
 
 var (
@@ -184,7 +186,18 @@ func (p *Provider) DialMachine(ctx context.Context, machine, addr string) (net.C
 
 // RunOnMachine runs cmd (a POSIX sh command line) on the host as its
 // inventory's SSH user, returning stdout and stderr (remote.Client.Run).
+// A command not marked providers.ReadOnly drops what was last probed on
+// the host.
 func (p *Provider) RunOnMachine(ctx context.Context, machine, cmd string) (stdout, stderr []byte, err error) {
+	if !providers.IsReadOnly(ctx) {
+		p.probes.changed(machine)
+		defer p.probes.changed(machine)
+	}
+	return p.run(ctx, machine, cmd)
+}
+
+// run is RunOnMachine keeping the host's probe.
+func (p *Provider) run(ctx context.Context, machine, cmd string) (stdout, stderr []byte, err error) {
 	c, err := p.client(ctx, machine)
 	if err != nil {
 		return nil, nil, err
@@ -197,9 +210,34 @@ func (p *Provider) RunOnMachine(ctx context.Context, machine, cmd string) (stdou
 	return stdout, stderr, nil
 }
 
+// ping checks, within probeTimeout, that machine still answers on the
+// connection kept to it (remote.Client.Ping); a connection that has
+// ended is forgotten.
+func (p *Provider) ping(ctx context.Context, machine string) error {
+	p.mu.Lock()
+	c := p.ssh[machine]
+	p.mu.Unlock()
+	if c == nil {
+		return errkind.Errorf(errkind.Unavailable, "host %s: no connection", machine)
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if err := c.Ping(ctx); err != nil {
+		p.dropIfEnded(machine, c)
+		return fmt.Errorf("host %s: %w", machine, err)
+	}
+	return nil
+}
+
 // UploadToMachine writes data to path on the host atomically
 // (remote.Client.Upload).
 func (p *Provider) UploadToMachine(ctx context.Context, machine, path string, data []byte, mode os.FileMode) error {
+	p.probes.changed(machine)
+	defer p.probes.changed(machine)
+	return p.upload(ctx, machine, path, data, mode)
+}
+
+func (p *Provider) upload(ctx context.Context, machine, path string, data []byte, mode os.FileMode) error {
 	c, err := p.client(ctx, machine)
 	if err != nil {
 		return err
@@ -231,12 +269,10 @@ func (p *Provider) client(ctx context.Context, machine string) (*remote.Client, 
 	if err != nil {
 		return nil, fmt.Errorf("host %s (ssh %s@%s): %w", machine, h.SSH.User, h.SSHAddr(), err)
 	}
-	// Every change is made through this connection, so a login that
-	// cannot become root is refused here, before any.
-	if err := c.CheckSudo(ctx); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("host %s: %w", machine, err)
-	}
+	// Every change is made through this connection, whose first
+	// command checks sudo (remote.Client.Run): a login that cannot
+	// become root is refused there, before any change, at no session's
+	// cost when it can.
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if old := p.ssh[machine]; old != nil {
@@ -257,6 +293,7 @@ func (p *Provider) dropIfEnded(machine string, c *remote.Client) {
 	if c.Err() == nil {
 		return
 	}
+	p.probes.changed(machine)
 	p.mu.Lock()
 	if p.ssh[machine] == c {
 		delete(p.ssh, machine)
@@ -274,4 +311,18 @@ func (p *Provider) Close() error {
 		delete(p.ssh, name)
 	}
 	return nil
+}
+
+var _ providers.WorkerLister = (*Provider)(nil)
+
+// Workers implements providers.WorkerLister: the inventory's role:
+// worker hosts, in its order.
+func (p *Provider) Workers(context.Context) ([]providers.Worker, error) {
+	var out []providers.Worker
+	for _, h := range p.inv.Hosts {
+		if h.Role == RoleWorker {
+			out = append(out, providers.Worker{Name: h.Name, Address: h.Address})
+		}
+	}
+	return out, nil
 }

@@ -220,6 +220,31 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("CheckCreate with the VIP free: %v", err)
 	}
 
+	// A keepalived older than the configuration needs (the kubeadm doc's
+	// image's 2.0.20) first on host-1's PATH: refused before any change,
+	// naming the host, the version found and the one needed.
+	root1, err := lab.Dial(ctx, lab.Host("host-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root1.Close()
+	old := "/usr/local/bin/keepalived"
+	if err := root1.Upload(ctx, old, []byte("#!/bin/sh\necho 'Keepalived v2.0.20 (01/22,2020)' >&2\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err = cc.CheckCreate(ctx, "", targets)
+	for _, want := range []string{"host-1", "keepalived 2.0.20 (" + old + ")", "older than 2.1.0", "apt-get install keepalived haproxy"} {
+		if !errors.Is(err, errkind.FailedPrecondition) || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckCreate with keepalived 2.0.20: %v; want FailedPrecondition saying %q", err, want)
+		}
+	}
+	if _, _, err := root1.Run(ctx, "rm "+old); err != nil {
+		t.Fatal(err)
+	}
+	if err := cc.CheckCreate(ctx, "", targets); err != nil {
+		t.Errorf("CheckCreate with Debian's keepalived again: %v", err)
+	}
+
 	// An inventory host nobody answers on.
 	inv, err := metal.Load(lab.InventoryFile)
 	if err != nil {

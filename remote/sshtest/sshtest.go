@@ -28,7 +28,6 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +35,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/hamaster/hamaster/internal/proctree"
+	"github.com/hamaster/hamaster/internal/syncbuf"
 	"github.com/hamaster/hamaster/testbed/slowlogin"
 )
 
@@ -74,7 +74,7 @@ type Server struct {
 	KnownHostsFile string
 
 	cmd  *exec.Cmd
-	log  *lockedBuffer
+	log  *syncbuf.Buffer
 	logr *os.File
 	read chan struct{} // closed when the log reader is done
 }
@@ -121,7 +121,12 @@ func Start(t testing.TB, opts Options) *Server {
 }
 
 // Log returns what sshd has logged so far (LogLevel VERBOSE).
-func (s *Server) Log() string { return s.log.String() }
+func (s *Server) Log() string {
+	if s.log == nil {
+		return ""
+	}
+	return s.log.String()
+}
 
 // KnownHosts writes a known_hosts file with lines for keys under the
 // address addr (host:port, normalized as OpenSSH writes it) and returns its
@@ -269,7 +274,7 @@ func (s *Server) start(t testing.TB, opts Options) error {
 	if err != nil {
 		t.Fatalf("sshtest: pipe: %v", err)
 	}
-	s.log = &lockedBuffer{}
+	s.log = &syncbuf.Buffer{}
 	s.logr = r
 	s.read = make(chan struct{})
 	s.cmd = exec.Command(SSHD, "-D", "-e", "-f", cfgFile)
@@ -311,7 +316,7 @@ func (s *Server) readLog(listening chan struct{}) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	seen := false
 	for sc.Scan() {
-		s.log.WriteLine(sc.Text())
+		fmt.Fprintln(s.log, sc.Text())
 		if !seen && strings.Contains(sc.Text(), "Server listening on") {
 			seen = true
 			close(listening)
@@ -353,25 +358,4 @@ func (s *Server) kill(exited chan error) {
 		<-exited
 	}
 	s.closeLog()
-}
-
-// lockedBuffer collects log lines from the reader goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) WriteLine(s string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.WriteString(s + "\n")
-}
-
-func (b *lockedBuffer) String() string {
-	if b == nil {
-		return ""
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

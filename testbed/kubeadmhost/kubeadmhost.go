@@ -26,7 +26,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hamaster/hamaster/dataplane/kubelet"
+	"github.com/hamaster/hamaster/testbed/kubelet"
 )
 
 // Unshare is util-linux's unshare, which starts a host's mount and UTS
@@ -53,9 +53,10 @@ const KubeletStopWait = 5 * time.Second
 // kubectl and kubelet ("the packages"), and /var/log/pods, where the
 // kubelet writes its pods' logs (the kubeadm flavor's upgrade reads its
 // kube-apiserver's there: one host's must not be another's, nor the
-// machine's).
+// machine's); /etc/systemd/system, where hamaster writes the VIP's units
+// on a metal master (the metal lab's systemctl stand-in reads them).
 func Mounts() []string {
-	return []string{"/etc/kubernetes", "/var/lib/etcd", "/var/lib/kubelet", "/var/lib/hamaster", "/run", "/usr/local/bin", "/var/log/pods"}
+	return []string{"/etc/kubernetes", "/var/lib/etcd", "/var/lib/kubelet", "/var/lib/hamaster", "/run", "/usr/local/bin", "/var/log/pods", "/etc/systemd/system"}
 }
 
 // MountSource is the directory under hostDir that a host mounts over

@@ -12,8 +12,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/hamaster/hamaster/internal/climain"
 )
 
 // Run is a command's body: it returns the process's exit code.
@@ -22,10 +22,7 @@ type Run func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // Main runs run with a context that ends at SIGINT or SIGTERM and exits
 // with its code.
 func Main(run Run) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	climain.Run(func(ctx context.Context) int { return run(ctx, os.Args[1:], os.Stdout, os.Stderr) })
 }
 
 // FlagSet is command name's flag set: its errors and usage (the text
@@ -54,6 +51,27 @@ func Parse(fs *flag.FlagSet, args []string) (int, error) {
 		return 2, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	return 0, nil
+}
+
+// Start is what a command's run does first: parse its arguments with
+// parse, then make its logger at the --log-level that level reads from
+// them. When the command must stop there, it has said why on stderr as
+// "name: err" (nothing more for --help, whose usage parse printed) and ok
+// is false, with the exit code: 0 for --help, 2 for bad arguments.
+func Start[C any](name string, args []string, stderr io.Writer, parse func([]string, io.Writer) (C, int, error), level func(C) string) (c C, logger *slog.Logger, code int, ok bool) {
+	c, code, err := parse(args, stderr)
+	if err != nil {
+		if code != 0 {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		}
+		return c, nil, code, false
+	}
+	logger, err = Logger(stderr, level(c))
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return c, nil, 2, false
+	}
+	return c, logger, 0, true
 }
 
 // Logger is a text logger to w at level (debug, info, warn or error, as

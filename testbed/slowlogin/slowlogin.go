@@ -6,6 +6,13 @@
 // per connection; a test bed whose sessions start in milliseconds hides
 // every deadline and every per-attempt poll that only a fast host meets.
 //
+// A heavy setup also talks: pyenv's rehash, run by `pyenv init` from
+// ~/.bashrc, prints "rm: cannot remove …" on stderr when two logins race
+// (as .ci/run's machine showed). So the test beds' setup prints a line on
+// stderr too, before the command, in every session; a client must not
+// take it for the command's own output. (Not on stdout: there it would
+// break scp and sftp, as a real ~/.bashrc that prints on stdout does.)
+//
 // The delay is an sshd ForceCommand that sleeps, then runs the command the
 // client asked for (SSH_ORIGINAL_COMMAND) with the user's shell as sshd
 // would have, or a login shell when none was asked for. The shell keeps
@@ -53,6 +60,10 @@ func Parse(what, v string) (time.Duration, error) {
 	return d, nil
 }
 
+// SetupChatter is the line every delayed session prints on stderr before
+// its command, as a talkative shell setup does (no shell metacharacters).
+const SetupChatter = "hamaster-testbed: the login shell setup prints this on stderr"
+
 // SSHDConfig is the sshd_config line that delays every session by d
 // (none for 0). It runs for every user and every session, commands and
 // shells alike; subsystems (sftp) are commands too under a ForceCommand,
@@ -64,5 +75,5 @@ func SSHDConfig(d time.Duration) []string {
 	secs := strconv.FormatFloat(d.Seconds(), 'f', 3, 64)
 	// Run by the user's shell with -c; exec keeps its pid, the session's
 	// process group leader.
-	return []string{`ForceCommand sleep ` + secs + `; if [ -n "${SSH_ORIGINAL_COMMAND+set}" ]; then exec "${SHELL:-/bin/sh}" -c "$SSH_ORIGINAL_COMMAND"; else exec "${SHELL:-/bin/sh}" -l; fi`}
+	return []string{`ForceCommand echo ` + SetupChatter + ` >&2; sleep ` + secs + `; if [ -n "${SSH_ORIGINAL_COMMAND+set}" ]; then exec "${SHELL:-/bin/sh}" -c "$SSH_ORIGINAL_COMMAND"; else exec "${SHELL:-/bin/sh}" -l; fi`}
 }

@@ -2,10 +2,12 @@ package slowlogin_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hamaster/hamaster/internal/syncbuf"
 	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/remote/sshtest"
 	"github.com/hamaster/hamaster/testbed/slowlogin"
@@ -45,20 +47,26 @@ func TestEverySessionIsDelayed(t *testing.T) {
 	s := sshtest.Start(t, sshtest.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // hang guard
 	defer cancel()
-	c, err := remote.Dial(ctx, remote.Config{Addr: s.Addr, User: s.User, KeyFile: s.ClientKeyFile, KnownHostsFile: s.KnownHostsFile})
+	var logs syncbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, err := remote.Dial(ctx, remote.Config{Addr: s.Addr, User: s.User, KeyFile: s.ClientKeyFile, KnownHostsFile: s.KnownHostsFile, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	for i := range 3 {
 		start := time.Now()
-		out, _, err := c.Run(ctx, `printf '%s|' "a b" 'c"d'; echo $((1+2))`)
+		out, errOut, err := c.Run(ctx, `printf '%s|' "a b" 'c"d'; echo $((1+2))`)
 		took := time.Since(start)
-		if err != nil || string(out) != `a b|c"d|3`+"\n" {
-			t.Fatalf("session %d: %q, %v", i, out, err)
+		if err != nil || string(out) != `a b|c"d|3`+"\n" || len(errOut) != 0 {
+			t.Fatalf("session %d: stdout %q, stderr %q (the setup's chatter is not the command's), %v", i, out, errOut, err)
 		}
 		if took < delay {
 			t.Errorf("session %d started after %s, before the login delay of %s", i, took, delay)
 		}
+	}
+	// The setup did talk; the client logged it apart.
+	if n := strings.Count(string(logs.Bytes()), slowlogin.SetupChatter); n != 3 {
+		t.Errorf("the client logged the setup's chatter %d times, want 3 (once a session):\n%s", n, logs.Bytes())
 	}
 }

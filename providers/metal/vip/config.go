@@ -1,12 +1,24 @@
 // Package vip is the bare-metal cluster endpoint: a VIP held by keepalived
 // (VRRP) with HAProxy on every master balancing TCP to every apiserver, as
 // kubeadm's docs/ha-considerations.md lays out ("keepalived and haproxy",
-// "Option 2: Run the services as static pods"). It renders the
-// configuration of one master (keepalived.conf, the check script,
-// haproxy.cfg and the two static pod manifests) and runs the operations on
-// one host over an Executor (SSH in production: *remote.Client): Apply,
-// Remove, Holder, Status, Handoff/Resume (planned VIP move) and
-// Drain/Ready (one HAProxy backend).
+// "Option 1: Run the services on the operating system": the
+// distribution's packages, started by systemd). It renders the
+// configuration of one master (keepalived.conf, the check and notify
+// scripts, haproxy.cfg and two systemd units of hamaster's own,
+// hamaster-keepalived.service and hamaster-haproxy.service) and runs the
+// operations on one host over an Executor (SSH in production:
+// *remote.Client): CheckDaemons, Apply, Remove, Holder, Status,
+// Handoff/Resume (planned VIP move) and Drain/Ready (one HAProxy backend).
+//
+// Why the host's daemons and not the doc's option 2 (static pods): what
+// runs must be what is tested. The rendered configuration needs
+// keepalived 2.1.0 (track_file, check_unicast_src) and the doc's image,
+// osixia/keepalived:2.0.20, the newest of its line, has 2.0.20, which
+// logs "Unknown keyword" for both and goes on without them (a planned
+// handoff then waits for a move that never comes). The test beds run
+// Debian 12's packages (keepalived 2.2.7, HAProxy 2.6), the very binaries
+// a Debian master runs, and CheckDaemons refuses a host whose keepalived
+// or HAProxy is older than the configuration needs, before any change.
 //
 // The cluster endpoint is VIP:FrontendPort (8443 by default): HAProxy
 // listens on every address of every master at that port, the apiservers
@@ -37,11 +49,12 @@ const (
 	DefaultFrontendPort  = 8443
 	DefaultHealthPort    = 8404
 	DefaultRouterID      = 51
-	// DefaultKeepalivedImage and DefaultHAProxyImage are the images of the
-	// static pods under a real kubelet: the keepalived one must have sh and
-	// curl for the check script (kubeadm's doc uses osixia/keepalived).
-	DefaultKeepalivedImage = "osixia/keepalived:2.0.20"
-	DefaultHAProxyImage    = "haproxy:2.6"
+	// DefaultKeepalivedPath and DefaultHAProxyPath are where the
+	// distributions' packages put the daemons (Debian's and Ubuntu's
+	// keepalived and haproxy, RHEL's too): the units run the ones
+	// CheckDaemons finds on the host's PATH, these when none is given.
+	DefaultKeepalivedPath = "/usr/sbin/keepalived"
+	DefaultHAProxyPath    = "/usr/sbin/haproxy"
 )
 
 // Master is one apiserver behind HAProxy and one VRRP peer.
@@ -93,15 +106,17 @@ type Config struct {
 	// Drained names masters whose HAProxy server takes no new connection
 	// (weight 0), so that a reload keeps a drain made through Drain.
 	Drained []string
-	// KeepalivedImage and HAProxyImage are the static pods' images
-	// (defaults above).
-	KeepalivedImage string
-	HAProxyImage    string
+	// KeepalivedPath and HAProxyPath are the daemons the units run,
+	// absolute paths (defaults above; Apply sets what CheckDaemons finds
+	// on the host).
+	KeepalivedPath string
+	HAProxyPath    string
 }
 
 var (
 	labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 	ifaceRE = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,15}$`)
+	binRE   = regexp.MustCompile(`^/[A-Za-z0-9_.+/-]+$`)
 )
 
 // withDefaults returns c with zero fields filled in.
@@ -118,11 +133,11 @@ func (c Config) withDefaults() Config {
 	if c.HealthPort == 0 {
 		c.HealthPort = DefaultHealthPort
 	}
-	if c.KeepalivedImage == "" {
-		c.KeepalivedImage = DefaultKeepalivedImage
+	if c.KeepalivedPath == "" {
+		c.KeepalivedPath = DefaultKeepalivedPath
 	}
-	if c.HAProxyImage == "" {
-		c.HAProxyImage = DefaultHAProxyImage
+	if c.HAProxyPath == "" {
+		c.HAProxyPath = DefaultHAProxyPath
 	}
 	return c
 }
@@ -163,6 +178,11 @@ func (c Config) Validate() (Config, error) {
 	}
 	if c.HealthPort == c.APIServerPort || c.HealthPort == c.FrontendPort {
 		bad("healthPort: %d clashes with the apiserver's or HAProxy's frontend port", c.HealthPort)
+	}
+	for _, b := range []struct{ name, path string }{{"keepalivedPath", c.KeepalivedPath}, {"haproxyPath", c.HAProxyPath}} {
+		if !binRE.MatchString(b.path) {
+			bad("%s: %q is not an absolute path (a systemd unit's ExecStart needs one)", b.name, b.path)
+		}
 	}
 	if len(c.Masters) == 0 {
 		bad("masters: empty")

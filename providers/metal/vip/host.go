@@ -67,25 +67,6 @@ type Applied struct {
 	Reloaded []string
 }
 
-// ResolveInterface returns the interface holding address on h ("ip -o -4
-// addr show to ADDR/32"); errkind.NotFound when none does.
-func ResolveInterface(ctx context.Context, h Host, address string) (string, error) {
-	if _, err := netip.ParseAddr(address); err != nil {
-		return "", errkind.Errorf(errkind.InvalidArgument, "find the interface of %s on %s: not an IP address", address, h.Name)
-	}
-	out, err := h.run(ctx, "find the interface of "+address, "ip -o -4 addr show to "+remote.ShellQuote(address+"/32"))
-	if err != nil {
-		return "", err
-	}
-	for l := range strings.Lines(string(out)) {
-		if f := strings.Fields(l); len(f) >= 2 {
-			name, _, _ := strings.Cut(f[1], "@")
-			return name, nil
-		}
-	}
-	return "", errkind.Errorf(errkind.NotFound, "find the interface of %s on %s: no interface holds it", address, h.Name)
-}
-
 // CheckPrefix checks that vip lies inside the prefix of the interface
 // holding address on h: keepalived adds the VIP to that interface, and a
 // VIP outside its subnet is held but reached by nobody (neighbours do not
@@ -150,13 +131,12 @@ func CheckUnused(ctx context.Context, h Host, address, vip string) error {
 	}
 	// curl is on every master already (keepalived's check uses it); port
 	// 9 (discard) is as good as any: only the ARP request matters.
-	script := fmt.Sprintf(`if=$(ip -o -4 addr show to %[1]s | awk '{sub("@.*","",$2); print $2; exit}')
-[ -n "$if" ] || { echo "no interface holds %[1]s" >&2; exit 3; }
+	script := ifaceScript(address) + fmt.Sprintf(`
 echo "if $if"
-if ip -o -4 addr show | grep -qF ' %[2]s/'; then echo held; exit 0; fi
-ip neigh flush to %[2]s dev "$if" 2>/dev/null || true
-curl --silent --output /dev/null --connect-timeout %[3]d http://%[2]s:9/ 2>/dev/null || true
-ip -4 neigh show to %[2]s dev "$if"`, remote.ShellQuote(address+"/32"), v, int(dadWait/time.Second))
+if ip -o -4 addr show | grep -qF ' %[1]s/'; then echo held; exit 0; fi
+ip neigh flush to %[1]s dev "$if" 2>/dev/null || true
+curl --silent --output /dev/null --connect-timeout %[2]d http://%[1]s:9/ 2>/dev/null || true
+ip -4 neigh show to %[1]s dev "$if"`, v, int(dadWait/time.Second))
 	out, err := h.run(ctx, "check that the vip "+vip+" is free", script)
 	if err != nil {
 		return err
@@ -180,24 +160,60 @@ ip -4 neigh show to %[2]s dev "$if"`, remote.ShellQuote(address+"/32"), v, int(d
 	return nil
 }
 
-// Apply makes h's files those rendered from cfg: it finds the interface
-// when cfg.Interface is empty, creates the directories, replaces each file
-// that differs (content or mode) atomically, configuration before
-// manifests, and tells a running daemon whose configuration changed to
-// reload — keepalived by SIGHUP (its VRRP instance keeps its state: the
-// VIP stays), HAProxy by SIGUSR2 to its master (a new worker takes the
-// listening sockets, the old one finishes its connections). The
-// manifests never change for a configuration change, so the kubelet never
-// restarts a pod (a restarted keepalived on the holder moves the VIP).
-// Re-running with the same cfg changes nothing.
+// Apply makes h's files those rendered from cfg and the daemons run
+// them. In one session it finds the interface (when cfg.Interface is
+// empty), keepalived and HAProxy (CheckDaemons: a host without them, or
+// with one too old, is refused before anything changes on it; when
+// cfg's paths are empty, the units run the ones found) and the mode and
+// content of each file, and whether the units are active. Then, in a
+// second session and only when something differs or a unit is not
+// active: each differing file replaced atomically,
+// configuration before units; the static pods of earlier releases
+// removed (their kubelet stops them); a running daemon whose
+// configuration changed told to reload — keepalived by SIGHUP (its VRRP
+// instance keeps its state: the VIP stays), HAProxy by SIGUSR2 to its
+// master (a new worker takes the listening sockets, the old one
+// finishes its connections); and both units enabled and started
+// (systemctl enable --now: a no-op for a running one). A configuration
+// change never restarts a daemon (a restarted keepalived on the holder
+// moves the VIP). Re-running with the same cfg changes nothing.
 func Apply(ctx context.Context, h Host, cfg Config) (Applied, error) {
+	findPaths := cfg.KeepalivedPath == "" || cfg.HAProxyPath == ""
 	cfg, err := cfg.Validate()
 	if err != nil {
 		return Applied{}, err
 	}
+	var b strings.Builder
+	b.WriteString(daemonsScript)
 	if cfg.Interface == "" {
-		if cfg.Interface, err = ResolveInterface(ctx, h, cfg.self().Address); err != nil {
-			return Applied{}, fmt.Errorf("apply vip config: %w", err)
+		b.WriteString("echo iface $(ip -o -4 addr show to " + remote.ShellQuote(cfg.self().Address+"/32") + ")\n")
+	}
+	// Whether the units run: a run that died between writing the files
+	// and starting the units left files that match and units that do not
+	// run; a re-run must start them.
+	b.WriteString("for u in " + KeepalivedUnit + " " + HAProxyUnit + "; do echo \"unit $u $(systemctl is-active $u 2>/dev/null)\"; done\n")
+	paths := []string{KeepalivedConfPath, CheckScriptPath, NotifyScriptPath, HAProxyCfgPath, KeepalivedUnitPath, HAProxyUnitPath}
+	b.WriteString(sumsScript(paths))
+	out, err := h.run(ctx, "read the vip files", b.String())
+	if err != nil {
+		return Applied{}, err
+	}
+	d, err := parseDaemons(h.Name, out)
+	if err != nil {
+		return Applied{}, err
+	}
+	if findPaths {
+		cfg.KeepalivedPath, cfg.HAProxyPath = d.KeepalivedPath, d.HAProxyPath
+	}
+	if cfg.Interface == "" {
+		for l := range strings.Lines(string(out)) {
+			// "iface 2: eth0    inet 198.18.6.1/24 ..."
+			if f := strings.Fields(l); len(f) >= 3 && f[0] == "iface" {
+				cfg.Interface, _, _ = strings.Cut(f[2], "@")
+			}
+		}
+		if cfg.Interface == "" {
+			return Applied{}, errkind.Errorf(errkind.NotFound, "apply vip config: find the interface of %s on %s: no interface holds it", cfg.self().Address, h.Name)
 		}
 	}
 	files, err := Render(cfg)
@@ -205,91 +221,114 @@ func Apply(ctx context.Context, h Host, cfg Config) (Applied, error) {
 		return Applied{}, err
 	}
 	res := Applied{Interface: cfg.Interface}
-	have, err := fileSums(ctx, h, files.All())
-	if err != nil {
-		return res, err
-	}
+	have := parseSums(out)
+	// Every changed file in one session, each written atomically, then
+	// the daemons reloaded or started.
+	var script []string
 	for _, f := range files.All() {
 		if have[f.Path] == sum(f) {
 			continue
 		}
-		if err := h.Exec.Upload(ctx, f.Path, f.Data, f.Mode); err != nil {
-			return res, fmt.Errorf("write %s on %s: %w", f.Path, h.Name, err)
-		}
-		h.log().Info("vip: wrote", "file", f.Path)
+		script = append(script, remote.WriteFileScript(f.Path, f.Data, f.Mode))
 		res.Written = append(res.Written, f.Path)
 	}
-	for _, d := range []struct {
+	if len(script) == 0 && have[legacyManifests[0]] == "" && have[legacyManifests[1]] == "" && unitsActive(out) {
+		return res, nil
+	}
+	script = append(script, "rm -f "+strings.Join(legacyManifests, " "))
+	if slices.Contains(res.Written, KeepalivedUnitPath) || slices.Contains(res.Written, HAProxyUnitPath) {
+		script = append(script, "systemctl daemon-reload")
+	}
+	for _, dm := range []struct {
 		name, conf, pidfile, signal string
 	}{
 		{"keepalived", KeepalivedConfPath, KeepalivedPidPath, "HUP"},
 		{"haproxy", HAProxyCfgPath, HAProxyPidPath, "USR2"},
 	} {
-		if !slices.Contains(res.Written, d.conf) {
-			continue
-		}
-		ok, err := signal(ctx, h, d.name, d.pidfile, d.signal)
-		if err != nil {
-			return res, fmt.Errorf("reload %s after writing %s: %w", d.name, d.conf, err)
-		}
-		if ok {
-			h.log().Info("vip: reloaded", "daemon", d.name)
-			res.Reloaded = append(res.Reloaded, d.name)
+		if slices.Contains(res.Written, dm.conf) {
+			script = append(script, "{ "+signalScript(dm.name, dm.pidfile, dm.signal)+"; }")
 		}
 	}
-	return res, nil
+	script = append(script, "systemctl enable --now "+KeepalivedUnit+" "+HAProxyUnit)
+	what := "start the vip's daemons"
+	if len(res.Written) > 0 {
+		what = "write " + strings.Join(res.Written, ", ")
+	}
+	out, err = h.run(ctx, what, strings.Join(script, " &&\n"))
+	for _, p := range res.Written {
+		h.log().Info("vip: wrote", "file", p)
+	}
+	for l := range strings.Lines(string(out)) {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "signalled" {
+			h.log().Info("vip: reloaded", "daemon", f[1])
+			res.Reloaded = append(res.Reloaded, f[1])
+		}
+	}
+	return res, err
 }
 
-// sum is a file's mode and content as fileSums reports them: "644
+// sum is a file's mode and content as sumsScript reports them: "644
 // <sha256 hex>".
 func sum(f File) string {
 	return fmt.Sprintf("%o %x", f.Mode.Perm(), sha256.Sum256(f.Data))
 }
 
-// fileSums creates the VIP's directories on h and reads the mode and
-// SHA-256 of each of files there, in one session (every session on a
-// real host runs its login's shell setup first: a second is common).
-// A missing file has no entry.
-func fileSums(ctx context.Context, h Host, files []File) (map[string]string, error) {
+// sumsScript creates the VIP's directories and prints "PATH MODE SHA256"
+// for each of paths that exists (and for the legacy manifests), for
+// parseSums; every session on a real host runs its login's shell setup
+// first (a second is common), so Apply reads them in the session that
+// checks the daemons.
+func sumsScript(paths []string) string {
 	var b strings.Builder
-	b.WriteString("mkdir -p " + strings.Join([]string{ConfigDir, ManifestsDir, RunDir}, " ") + " || exit 1\n")
-	for _, f := range files {
-		p := remote.ShellQuote(f.Path)
-		fmt.Fprintf(&b, "[ -f %[1]s ] && printf '%%s %%s %%s\\n' %[1]s \"$(stat -c %%a %[1]s)\" \"$(sha256sum < %[1]s | cut -d' ' -f1)\"\n", p)
+	b.WriteString("mkdir -p " + strings.Join([]string{ConfigDir, RunDir}, " ") + " || exit 1\n")
+	for _, p := range append(slices.Clone(paths), legacyManifests...) {
+		q := remote.ShellQuote(p)
+		fmt.Fprintf(&b, "[ -f %[1]s ] && printf '%%s %%s %%s\\n' %[1]s \"$(stat -c %%a %[1]s)\" \"$(sha256sum < %[1]s | cut -d' ' -f1)\"\n", q)
 	}
 	b.WriteString("exit 0")
-	out, err := h.run(ctx, "read the vip files", b.String())
-	if err != nil {
-		return nil, err
+	return b.String()
+}
+
+// unitsActive reports whether Apply's read found both units active
+// ("unit NAME active" lines).
+func unitsActive(out []byte) bool {
+	n := 0
+	for l := range strings.Lines(string(out)) {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "unit" && f[2] == "active" {
+			n++
+		}
 	}
+	return n == 2
+}
+
+// parseSums reads sumsScript's lines; a missing file has no entry.
+func parseSums(out []byte) map[string]string {
 	have := map[string]string{}
 	for l := range strings.Lines(string(out)) {
-		if f := strings.Fields(l); len(f) == 3 {
+		if f := strings.Fields(l); len(f) == 3 && strings.HasPrefix(f[0], "/") {
 			have[f[0]] = f[1] + " " + f[2]
 		}
 	}
-	return have, nil
+	return have
 }
 
-// signal sends sig to the process named in pidfile when it is running and
-// its name is comm (a stale pid file names someone else); it reports
-// whether it was.
-func signal(ctx context.Context, h Host, comm, pidfile, sig string) (bool, error) {
-	out, err := h.run(ctx, "signal "+comm, fmt.Sprintf(`pid=$(cat %s 2>/dev/null) || exit 0
-[ "$(cat /proc/"$pid"/comm 2>/dev/null)" = %s ] || exit 0
-kill -%s "$pid" 2>/dev/null && echo signalled && exit 0
-# Gone between the check and the signal (the kubelet stopped its pod):
-# nothing left to signal.
-[ -d /proc/"$pid" ] && exit 1
-exit 0`, remote.ShellQuote(pidfile), remote.ShellQuote(comm), sig))
-	return strings.TrimSpace(string(out)) == "signalled", err
+// signalScript sends sig to the process named in pidfile when it is
+// running and its name is comm (a stale pid file names someone else),
+// printing "signalled COMM" when it did. It fails only when the process
+// is still there and the signal failed: one gone between the check and
+// the signal has nothing left to reload.
+func signalScript(comm, pidfile, sig string) string {
+	return fmt.Sprintf(`pid=$(cat %[1]s 2>/dev/null); if [ -n "$pid" ] && [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = %[2]s ]; then if kill -%[3]s "$pid" 2>/dev/null; then echo signalled %[2]s; elif [ -d /proc/"$pid" ]; then echo "could not send SIG%[3]s to %[2]s (pid $pid)" >&2; false; fi; fi`,
+		remote.ShellQuote(pidfile), remote.ShellQuote(comm), sig)
 }
 
-// Remove takes the VIP's configuration off h: the manifests first (a
-// kubelet stops the pods), then the daemons named by the pid files are
-// stopped (SIGTERM: keepalived gives the VIP up with a priority-0 advert)
-// and awaited, the VIP deleted from any interface still carrying it, and
-// the configuration, check script, maintenance file and RunDir removed.
+// Remove takes the VIP's configuration off h: the units stopped and
+// disabled (systemctl disable --now: SIGTERM, keepalived gives the VIP
+// up with a priority-0 advert) and removed, with the static pods'
+// manifests of earlier releases; then any daemon the pid files still
+// name is stopped and awaited, the VIP deleted from any interface still
+// carrying it, and the configuration, check script, maintenance file and
+// RunDir removed.
 // Hand the VIP off first (Handoff) for a move without a gap. Removing
 // what is not there is success.
 func Remove(ctx context.Context, h Host, vip string) error {
@@ -297,11 +336,20 @@ func Remove(ctx context.Context, h Host, vip string) error {
 		return errkind.Errorf(errkind.InvalidArgument, "remove vip from %s: %q is not an IP address", h.Name, vip)
 	}
 	// One session (every session on a real host runs its login's shell
-	// setup first): the manifests, then each daemon stopped and awaited
-	// (stopWait; a stale pid file names someone else), the VIP, the drop
-	// rule and the files.
+	// setup first): the units and manifests, then each daemon stopped and
+	// awaited (stopWait; a stale pid file names someone else), the VIP,
+	// the drop rule and the files.
 	var b strings.Builder
-	b.WriteString("rm -f " + KeepalivedManifestPath + " " + HAProxyManifestPath + " || exit 1\n")
+	fmt.Fprintf(&b, `PATH=`+systemdPATH+`
+units=
+for u in %[1]s %[2]s; do [ -f %[3]s/"$u" ] && units="$units $u"; done
+if [ -n "$units" ]; then
+  systemctl disable --now $units || exit 1
+  for u in $units; do rm -f %[3]s/"$u"; done
+  systemctl daemon-reload || exit 1
+fi
+rm -f %[4]s || exit 1
+`, KeepalivedUnit, HAProxyUnit, UnitDir, strings.Join(legacyManifests, " "))
 	for _, d := range []struct{ name, pidfile string }{{"keepalived", KeepalivedPidPath}, {"haproxy", HAProxyPidPath}} {
 		fmt.Fprintf(&b, `pid=$(cat %[1]s 2>/dev/null) && [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = %[2]s ] && {
   kill -TERM "$pid" 2>/dev/null
@@ -390,10 +438,11 @@ type result[T any] struct {
 	err error
 }
 
-// onEach runs fn on every host at once and returns their answers in the
-// hosts' order: a poll of n hosts takes one session's time, not n (on a
-// real host every session starts with the login's shell setup).
-func onEach[T any](hosts []Host, fn func(Host) (T, error)) []result[T] {
+// onEach runs fn on every host (or peer) at once and returns their
+// answers in the hosts' order: a poll of n hosts takes one session's time,
+// not n (on a real host every session starts with the login's shell
+// setup).
+func onEach[H, T any](hosts []H, fn func(H) (T, error)) []result[T] {
 	out := make([]result[T], len(hosts))
 	var wg sync.WaitGroup
 	for i, x := range hosts {
@@ -404,6 +453,23 @@ func onEach[T any](hosts []Host, fn func(Host) (T, error)) []result[T] {
 	}
 	wg.Wait()
 	return out
+}
+
+// joinErrs joins the errors of rs.
+func joinErrs[T any](rs []result[T]) error {
+	var errs []error
+	for _, r := range rs {
+		errs = append(errs, r.err)
+	}
+	return errors.Join(errs...)
+}
+
+// ifaceScript sets the shell variable if to the interface holding the
+// IPv4 address (the kernel's name, without a veth's @peer), failing with
+// exit 3 when none does.
+func ifaceScript(address string) string {
+	return fmt.Sprintf(`if=$(ip -o -4 addr show to %s | awk '{sub("@.*","",$2); print $2; exit}')
+[ -n "$if" ] || { echo "no interface holds %s" >&2; exit 3; }`, remote.ShellQuote(address+"/32"), address)
 }
 
 // runtime sends one command to HAProxy's admin socket on h (curl's

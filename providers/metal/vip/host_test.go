@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/remote"
 )
 
 // fakeExec answers commands by their first matching substring and
@@ -22,10 +23,17 @@ type fakeExec struct {
 	ran       []string
 	uploads   map[string][]byte
 	uploadErr error
+	// runErr fails a command containing the key.
+	runErr map[string]error
 }
 
 func (f *fakeExec) Run(_ context.Context, cmd string) ([]byte, []byte, error) {
 	f.ran = append(f.ran, cmd)
+	for k, err := range f.runErr {
+		if strings.Contains(cmd, k) {
+			return nil, nil, err
+		}
+	}
 	for k, v := range f.answers {
 		if strings.Contains(cmd, k) {
 			return []byte(v), nil, nil
@@ -108,7 +116,7 @@ func TestDrainErrors(t *testing.T) {
 }
 
 // Apply writes only what differs and names the host and file when it
-// cannot; the interface is found on the host.
+// cannot; the interface and the daemons are found on the host.
 func TestApplyFake(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig()
@@ -117,20 +125,18 @@ func TestApplyFake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The host has every file as rendered except haproxy.cfg; keepalived
-	// runs (its pid file names a keepalived), haproxy does not.
-	// One session reads every file's mode and checksum.
-	var sums strings.Builder
+	// The host has every file as rendered except haproxy.cfg, Debian's
+	// daemons and systemd. One session reads all of it.
+	var read strings.Builder
+	read.WriteString("daemon keepalived /usr/sbin/keepalived Keepalived v2.2.7 (01/16,2022)\ndaemon haproxy /usr/sbin/haproxy HAProxy version 2.6.12-1+deb12u4 2026/10/17 - https://haproxy.org/\nsystemctl /usr/bin/systemctl\n")
+	read.WriteString("iface 2: eth0    inet 192.0.2.12/24 brd 192.0.2.255 scope global eth0\n")
+	read.WriteString("unit " + KeepalivedUnit + " active\nunit " + HAProxyUnit + " active\n")
 	for _, x := range f.All() {
 		if x.Path != HAProxyCfgPath {
-			fmt.Fprintf(&sums, "%s %s %x\n", x.Path, strconv.FormatUint(uint64(x.Mode.Perm()), 8), sha256.Sum256(x.Data))
+			fmt.Fprintf(&read, "%s %s %x\n", x.Path, strconv.FormatUint(uint64(x.Mode.Perm()), 8), sha256.Sum256(x.Data))
 		}
 	}
-	answers := map[string]string{
-		"ip -o -4 addr show to '192.0.2.12/32'": "2: eth0    inet 192.0.2.12/24 brd 192.0.2.255 scope global eth0\n",
-		"kill -HUP":                             "signalled\n",
-		"sha256sum":                             sums.String(),
-	}
+	answers := map[string]string{"sha256sum": read.String()}
 	ex := &fakeExec{answers: answers}
 	res, err := Apply(context.Background(), Host{Name: "cp-2", Exec: ex}, cfg)
 	if err != nil {
@@ -139,22 +145,48 @@ func TestApplyFake(t *testing.T) {
 	if res.Interface != "eth0" || len(res.Written) != 1 || res.Written[0] != HAProxyCfgPath || len(res.Reloaded) != 0 {
 		t.Errorf("Apply = %+v", res)
 	}
-	if string(ex.uploads[HAProxyCfgPath]) != string(f.HAProxyCfg.Data) {
-		t.Error("haproxy.cfg not written as rendered")
+	// Sessions (each a second on a slow host): one read (the daemons, the
+	// interface, every file), one write of every changed file with
+	// haproxy's reload (it does not run: nothing signalled) and the units
+	// enabled and started.
+	if len(ex.ran) != 2 || !strings.Contains(ex.ran[0], "mkdir -p "+ConfigDir) || !strings.Contains(ex.ran[0], "command -v $d") {
+		t.Fatalf("Apply ran %d commands, want 2 (one read, one write): %q", len(ex.ran), ex.ran)
 	}
-	// Sessions (each a second on a slow host): the interface, one read of
-	// every file (directories made first), haproxy's reload (it does not
-	// run: nothing signalled); the write is the one upload.
-	if len(ex.ran) != 3 || !strings.HasPrefix(ex.ran[1], "mkdir -p "+ConfigDir) || !strings.Contains(ex.ran[2], "kill -USR2") {
-		t.Errorf("Apply ran %d commands, want 3 (the interface, one read of every file, haproxy's reload): %q", len(ex.ran), ex.ran)
+	write := ex.ran[1]
+	for _, w := range []string{remote.WriteFileScript(HAProxyCfgPath, f.HAProxyCfg.Data, f.HAProxyCfg.Mode), "rm -f " + LegacyManifestsDir + "/hamaster-keepalived.yaml", "kill -USR2", "systemctl enable --now " + KeepalivedUnit + " " + HAProxyUnit} {
+		if !strings.Contains(write, w) {
+			t.Errorf("the write session lacks %q:\n%s", w, write)
+		}
 	}
-	ex = &fakeExec{answers: answers, uploadErr: errors.New("disk full")}
+	if strings.Contains(write, "kill -HUP") || strings.Contains(write, "daemon-reload") {
+		t.Errorf("the write session reloads what did not change:\n%s", write)
+	}
+	// Nothing differs: one session, nothing started.
+	var same strings.Builder
+	same.WriteString(read.String())
+	fmt.Fprintf(&same, "%s %s %x\n", HAProxyCfgPath, "644", sha256.Sum256(f.HAProxyCfg.Data))
+	ex = &fakeExec{answers: map[string]string{"sha256sum": same.String()}}
+	if res, err := Apply(context.Background(), Host{Name: "cp-2", Exec: ex}, cfg); err != nil || len(res.Written) != 0 || len(ex.ran) != 1 {
+		t.Errorf("Apply of what is there = %+v, %v, ran %q", res, err, ex.ran)
+	}
+	// Everything in place but a unit that does not run (a run that died
+	// before starting it): the units started, nothing written.
+	ex = &fakeExec{answers: map[string]string{"sha256sum": strings.Replace(same.String(), HAProxyUnit+" active", HAProxyUnit+" inactive", 1)}}
+	if res, err := Apply(context.Background(), Host{Name: "cp-2", Exec: ex}, cfg); err != nil || len(res.Written) != 0 || len(ex.ran) != 2 || !strings.Contains(ex.ran[1], "systemctl enable --now") {
+		t.Errorf("Apply with haproxy's unit inactive = %+v, %v, ran %q", res, err, ex.ran)
+	}
+	ex = &fakeExec{answers: answers, runErr: map[string]error{"base64 -d": errors.New("disk full")}}
 	_, err = Apply(context.Background(), Host{Name: "cp-2", Exec: ex}, cfg)
 	if err == nil || !strings.Contains(err.Error(), "write "+HAProxyCfgPath+" on cp-2: disk full") {
 		t.Errorf("Apply with a failing upload = %v", err)
 	}
+	// An old keepalived: refused before anything is written.
+	ex = &fakeExec{answers: map[string]string{"sha256sum": strings.Replace(read.String(), "v2.2.7", "v2.0.20", 1)}}
+	if _, err := Apply(context.Background(), Host{Name: "cp-2", Exec: ex}, cfg); !errors.Is(err, errkind.FailedPrecondition) || !strings.Contains(err.Error(), "keepalived 2.0.20") || len(ex.ran) != 1 {
+		t.Errorf("Apply on a host with keepalived 2.0.20 = %v, ran %q", err, ex.ran)
+	}
 	// No interface holds the address.
-	ex = &fakeExec{}
+	ex = &fakeExec{answers: map[string]string{"sha256sum": strings.Replace(read.String(), "iface 2: eth0    inet 192.0.2.12/24 brd 192.0.2.255 scope global eth0", "iface", 1)}}
 	if _, err := Apply(context.Background(), Host{Name: "cp-2", Exec: ex}, cfg); !errors.Is(err, errkind.NotFound) || !strings.Contains(err.Error(), "on cp-2") {
 		t.Errorf("Apply without the interface = %v", err)
 	}

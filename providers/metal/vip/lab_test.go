@@ -5,16 +5,17 @@ package vip_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/internal/probeload"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers/metal/vip"
@@ -53,7 +54,7 @@ type labHost struct {
 func TestVIPLab(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), labHangGuard)
 	defer cancel()
-	lab := metallabtest.Start(ctx, t, 3, keepalivedBin, haproxyBin, "curl")
+	lab := metallabtest.Start(ctx, t, 3, keepalivedBin, haproxyBin, "curl", "/usr/sbin/nft")
 	log := slog.New(slog.NewTextHandler(tlog{t}, nil))
 	cert := metallabtest.SelfSigned(t)
 	var hosts []*labHost
@@ -84,8 +85,8 @@ func TestVIPLab(t *testing.T) {
 			}
 			// The hosts share the machine's pids: the host's own processes
 			// are those in its network namespace.
-			out, _, _ := h.c.Run(ctx, "ls -d "+vip.ConfigDir+" "+vip.RunDir+" "+vip.KeepalivedManifestPath+" "+vip.HAProxyManifestPath+" 2>/dev/null; ip -o addr show | grep -F ' "+lab.VIP.String()+"/'")
-			for _, comm := range []string{"keepalived", "haproxy"} {
+			out, _, _ := h.c.Run(ctx, "ls -d "+vip.ConfigDir+" "+vip.RunDir+" "+vip.KeepalivedUnitPath+" "+vip.HAProxyUnitPath+" 2>/dev/null; ip -o addr show | grep -F ' "+lab.VIP.String()+"/'")
+			for _, comm := range []string{"keepalived", "haproxy", metallab.UnitSupervisor} {
 				if ps, err := metallabtest.NSProcs(ctx, h.Host, comm); err != nil || len(ps) > 0 {
 					out = fmt.Appendf(out, "%s running: %v\n", comm, ps)
 				}
@@ -98,15 +99,54 @@ func TestVIPLab(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, h := range hosts {
-				out, _, _ := h.c.Run(context.Background(), "tail -n 40 "+vip.RunDir+"/keepalived.log "+vip.RunDir+"/haproxy.log")
+				out, _, _ := h.c.Run(context.Background(), "tail -n 40 "+metallab.SystemdStateDir+"/*.log")
 				t.Logf("%s:\n%s", h.Name, out)
 			}
 		}
 	})
 
-	// Apply twice: the interface found on the host, files written, then
-	// nothing to change.
-	var files vip.Files
+	w, stopWatch := metallabtest.WatchHolders(ctx, lab, 25*time.Millisecond)
+	watchStart := time.Now()
+	defer func() {
+		stopWatch()
+		splits := w.Splits()
+		t.Logf("holder polls (each host every 25 ms): %d in %v, two holders seen: %d %v", w.Polls(), time.Since(watchStart).Round(time.Second), len(splits), splits)
+		if len(splits) > 0 {
+			t.Errorf("split brain: two holders at once %d times: %v", len(splits), splits)
+		}
+	}()
+	// VRRP between the hosts, checked before any keepalived of the VIP
+	// runs: every direction arrives; then host-3's firewall drops the
+	// adverts host-1 sends (an nftables filter chain, as a host's own
+	// rules would): refused, naming that one direction. Nothing of the
+	// probe is left on any host, and no host took an address (the
+	// holder watcher sees no VIP and no split).
+	var vrrpPeers []vip.VRRPPeer
+	for _, h := range hosts {
+		vrrpPeers = append(vrrpPeers, vip.VRRPPeer{Host: h.h, Address: h.Addr.String(), Keepalived: keepalivedBin})
+	}
+	if err := vip.CheckVRRP(ctx, 51, vrrpPeers); err != nil {
+		t.Fatalf("CheckVRRP on an open segment: %v", err)
+	}
+	block := "nft add table ip fw && nft add chain ip fw input '{ type filter hook input priority 0; }' && nft add rule ip fw input ip saddr " + hosts[0].Addr.String() + " ip protocol vrrp drop"
+	metallabtest.Run(ctx, t, hosts[2].c, block)
+	err := vip.CheckVRRP(ctx, 51, vrrpPeers)
+	metallabtest.Run(ctx, t, hosts[2].c, "nft delete table ip fw")
+	blocked := fmt.Sprintf("host-1 (%s) → host-3 (%s)", hosts[0].Addr, hosts[2].Addr)
+	if !errors.Is(err, errkind.FailedPrecondition) || !strings.Contains(err.Error(), blocked) || strings.Count(err.Error(), "→") != 1 {
+		t.Fatalf("CheckVRRP with host-3 dropping host-1's adverts: %v; want FailedPrecondition naming %q alone", err, blocked)
+	}
+	for _, h := range hosts {
+		if out := metallabtest.Run(ctx, t, h.c, "nft list tables; ls -d /tmp/hamaster-vrrp-probe.* 2>/dev/null; true"); strings.Contains(out, vip.ProbeTable) || strings.Contains(out, "hamaster-vrrp-probe") {
+			t.Errorf("%s: left after CheckVRRP: %s", h.Name, out)
+		}
+	}
+
+	// Apply twice on each host, host-1 first: the interface and the
+	// daemons found on the host, files written, the units started; then
+	// nothing to change. host-1's keepalived is elected alone (all start
+	// BACKUP, nopreempt); the others then join as backups.
+	start := time.Now()
 	for i, h := range hosts {
 		res, err := vip.Apply(ctx, h.h, cfgOf(i))
 		if err != nil {
@@ -118,30 +158,12 @@ func TestVIPLab(t *testing.T) {
 		if res, err = vip.Apply(ctx, h.h, cfgOf(i)); err != nil || len(res.Written)+len(res.Reloaded) != 0 {
 			t.Fatalf("Apply again on %s changed %+v (%v)", h.Name, res, err)
 		}
-		c := cfgOf(i)
-		c.Interface = "eth0"
-		if files, err = vip.Render(c); err != nil {
-			t.Fatal(err)
+		if out := strings.TrimSpace(metallabtest.Run(ctx, t, h.c, "systemctl is-active "+vip.KeepalivedUnit+" "+vip.HAProxyUnit)); out != "active\nactive" {
+			t.Fatalf("units on %s after Apply: %q; want both active", h.Name, out)
 		}
-		metallabtest.StartDaemon(ctx, t, h.c, vip.RunDir+"/haproxy.log", files.HAProxyCommand)
-	}
-	w, stopWatch := metallabtest.WatchHolders(ctx, lab, 25*time.Millisecond)
-	watchStart := time.Now()
-	defer func() {
-		stopWatch()
-		splits := w.Splits()
-		t.Logf("holder polls (each host every 25 ms): %d in %v, two holders seen: %d %v", w.Polls(), time.Since(watchStart).Round(time.Second), len(splits), splits)
-		if len(splits) > 0 {
-			t.Errorf("split brain: two holders at once %d times: %v", len(splits), splits)
+		if i == 0 {
+			w.AwaitOff(ctx, t, "first election", "", start, 15*time.Second)
 		}
-	}()
-	// keepalived on host-1 first: it is elected alone (all start BACKUP,
-	// nopreempt); the others then join as backups.
-	start := time.Now()
-	metallabtest.StartDaemon(ctx, t, hosts[0].c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
-	w.AwaitOff(ctx, t, "first election", "", start, 15*time.Second)
-	for _, h := range hosts[1:] {
-		metallabtest.StartDaemon(ctx, t, h.c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
 	}
 	for _, h := range hosts {
 		waitStatus(ctx, t, h.h, "every backend up", func(m map[string]string) bool {
@@ -179,24 +201,15 @@ func TestVIPLab(t *testing.T) {
 	w.SetCut(holder, true)
 	start = time.Now()
 	next, nodeMove := w.AwaitOff(ctx, t, "(a) "+holder+" cut off", holder, start, failoverHangGuard)
-	// The dead node comes back as a rebooted one does: keepalived stopped
-	// while cut off, started again once linked (BACKUP, no preemption).
-	// SSH cannot reach it: its keepalived is found by namespace.
-	if err := wait.Until(ctx, 50*time.Millisecond, "keepalived on the cut host to stop", func() (bool, error) {
-		ps, err := metallabtest.NSProcs(ctx, hosts[hi].Host, "keepalived")
-		if err != nil {
-			return false, err
-		}
-		for _, p := range ps {
-			_ = unix.Kill(p, unix.SIGTERM)
-		}
-		return len(ps) == 0, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	// The dead node comes back as a rebooted one does: its units stopped
+	// while cut off (their supervisors and daemons SIGTERMed), started
+	// again once linked, as a boot starts enabled units (BACKUP, no
+	// preemption). SSH cannot reach it: its processes are found by
+	// namespace.
+	metallabtest.StopUnits(ctx, t, hosts[hi].Host)
 	metallabtest.SetLink(ctx, t, lab, hi, "up")
 	w.SetCut(holder, false)
-	metallabtest.StartDaemon(ctx, t, hosts[hi].c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
+	metallabtest.Run(ctx, t, hosts[hi].c, "systemctl start "+vip.KeepalivedUnit+" "+vip.HAProxyUnit)
 	w.Stays(ctx, t, holder+" back", next, 3*time.Second)
 
 	// (c) planned: hand the VIP off from its holder, drain that master in
@@ -284,6 +297,49 @@ func TestVIPLab(t *testing.T) {
 		t.Error("Drain of an unknown server succeeded")
 	}
 	w.Stays(ctx, t, "Resume", newHolder[0], 2*time.Second)
+
+	// (d) the holder's keepalived killed hard (SIGKILL, as an OOM kill):
+	// it leaves the VIP on its interface; its unit starts keepalived again
+	// 200 ms later (RestartSec), whose ExecStartPre deletes the stale
+	// address, and the backups elect a holder after their Master_Down
+	// timer (the restarted one among them: it is a backup like the
+	// others). The killed host is left out of the split count until it
+	// has let go (the case being bounded), by itself: no command is run.
+	killed := newHolder[0]
+	ki := slices.IndexFunc(hosts, func(h *labHost) bool { return h.Name == killed })
+	ps, err := metallabtest.NSProcs(ctx, hosts[ki].Host, "keepalived")
+	if err != nil || len(ps) == 0 {
+		t.Fatalf("keepalived on %s: %v, %v", killed, ps, err)
+	}
+	w.SetCut(killed, true)
+	start = time.Now()
+	for _, p := range ps {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	// Hang guards, far above the restart and the Master_Down timer.
+	gctx, gcancel := context.WithTimeout(ctx, time.Minute)
+	defer gcancel()
+	if err := wait.Until(gctx, 5*time.Millisecond, killed+" to drop the VIP its killed keepalived left", func() (bool, error) {
+		return !w.Holds(killed), nil // the watcher's own polls, every 25 ms
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dropped := time.Since(start)
+	w.SetCut(killed, false)
+	var elected string
+	if err := wait.Until(gctx, 5*time.Millisecond, "one holder after "+killed+"'s keepalived was killed", func() (bool, error) {
+		cur := w.Current()
+		if len(cur) == 1 {
+			elected = cur[0]
+		}
+		return len(cur) == 1, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	heldAgain := time.Since(start)
+	w.Stays(ctx, t, "(d) after "+killed+"'s keepalived was killed", elected, 2*time.Second)
+	t.Logf("(d) %s's keepalived SIGKILLed: the stale address gone after %v (its unit's restart), %s holding after %v (the watcher's polls, every 25 ms)", killed, dropped.Round(time.Millisecond), elected, heldAgain.Round(time.Millisecond))
+
 	t.Logf("figures (speed, not asserted: BenchmarkVIPFailover measures them): (b) /readyz failed → moved %v; (a) node cut off → moved %v; (c) planned handoff %v, %d requests, %d failed",
 		readyzMove.Round(time.Millisecond), nodeMove.Round(time.Millisecond), handoff.Round(time.Millisecond), n, len(fails))
 }
@@ -415,13 +471,6 @@ func TestVIPInterruptedHandoffHeals(t *testing.T) {
 			t.Errorf("Remove: %v", err)
 		}
 	})
-	cfg.Interface = "eth0"
-	files, err := vip.Render(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	metallabtest.StartDaemon(ctx, t, c, vip.RunDir+"/haproxy.log", files.HAProxyCommand)
-	metallabtest.StartDaemon(ctx, t, c, vip.RunDir+"/keepalived.log", files.KeepalivedCommand)
 	addr := net.JoinHostPort(lab.VIP.String(), "8443")
 	dial := func() error {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)

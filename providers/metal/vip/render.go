@@ -6,19 +6,18 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"text/template"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // Where the files live on a master: one directory of hamaster's under
-// /etc/kubernetes, mounted by both pods. Not the distributions' paths:
-// Debian's keepalived service starts whenever
-// /etc/keepalived/keepalived.conf exists and its haproxy service runs
-// /etc/haproxy/haproxy.cfg; and on the lab's hosts /etc/kubernetes is each
-// host's own while the rest of /etc is shared.
+// /etc/kubernetes. Not the distributions' paths: Debian's keepalived
+// service starts whenever /etc/keepalived/keepalived.conf exists and its
+// haproxy service runs /etc/haproxy/haproxy.cfg; hamaster's units run
+// the same binaries on its own files, beside the distribution's services
+// (which, left as installed, hold no port of the VIP's); and on the lab's
+// hosts /etc/kubernetes is each host's own while the rest of /etc is
+// shared.
 const (
 	ConfigDir          = "/etc/kubernetes/hamaster-vip"
 	KeepalivedConfPath = ConfigDir + "/keepalived.conf"
@@ -31,10 +30,21 @@ const (
 	// the VIP up and never take it (Handoff), "0" undoes it (Resume).
 	MaintenancePath = ConfigDir + "/maintenance"
 	HAProxyCfgPath  = ConfigDir + "/haproxy.cfg"
-	ManifestsDir    = "/etc/kubernetes/manifests"
-	// The static pods' manifests.
-	KeepalivedManifestPath = ManifestsDir + "/hamaster-keepalived.yaml"
-	HAProxyManifestPath    = ManifestsDir + "/hamaster-haproxy.yaml"
+	// UnitDir holds the systemd units an administrator adds
+	// (systemd.unit(5): /etc/systemd/system).
+	UnitDir = "/etc/systemd/system"
+	// KeepalivedUnit and HAProxyUnit are hamaster's units, enabled and
+	// started (systemctl enable --now) by Apply, stopped and removed by
+	// Remove.
+	KeepalivedUnit     = "hamaster-keepalived.service"
+	HAProxyUnit        = "hamaster-haproxy.service"
+	KeepalivedUnitPath = UnitDir + "/" + KeepalivedUnit
+	HAProxyUnitPath    = UnitDir + "/" + HAProxyUnit
+	// LegacyManifestsDir holds the static pods' manifests that hamaster
+	// wrote before it ran the daemons as host services (kubeadm's
+	// doc's option 2); Apply and Remove delete them, so that an upgraded
+	// hamaster takes a master over from its kubelet.
+	LegacyManifestsDir = "/etc/kubernetes/manifests"
 	// RunDir holds the pid files and HAProxy's admin socket: in the host's
 	// own /run, shared with the pods by a hostPath.
 	RunDir = "/run/hamaster-vip"
@@ -59,34 +69,83 @@ type File struct {
 // Files is one master's rendered configuration.
 type Files struct {
 	KeepalivedConf, CheckScript, NotifyScript, HAProxyCfg File
-	KeepalivedManifest, HAProxyManifest                   File
-	// The containers' commands, which the test bed runs as host processes.
+	KeepalivedUnit, HAProxyUnit                           File
+	// The daemons' command lines, as the units' ExecStart runs them.
 	KeepalivedCommand, HAProxyCommand []string
 }
 
 // All is every file in the order Apply writes them: the configuration
-// first, the manifests last, so that a kubelet never starts a pod before
-// its configuration is there.
+// first, the units last.
 func (f Files) All() []File {
-	return []File{f.KeepalivedConf, f.CheckScript, f.NotifyScript, f.HAProxyCfg, f.KeepalivedManifest, f.HAProxyManifest}
+	return []File{f.KeepalivedConf, f.CheckScript, f.NotifyScript, f.HAProxyCfg, f.KeepalivedUnit, f.HAProxyUnit}
 }
 
-// keepalivedCommand is the keepalived container's command (and the host
-// process's on the test bed): in the foreground, logging to stdout, VRRP
-// only, pid files under RunDir.
-func keepalivedCommand() []string {
-	return []string{"keepalived", "--dont-fork", "--log-console", "--log-detail", "--vrrp",
+// legacyManifests are the static pods' manifests of earlier releases.
+var legacyManifests = []string{LegacyManifestsDir + "/hamaster-keepalived.yaml", LegacyManifestsDir + "/hamaster-haproxy.yaml"}
+
+// keepalivedCommand is keepalived's command line: in the foreground
+// (systemd's Type=simple), logging to stdout (the journal), VRRP only,
+// pid files under RunDir.
+func keepalivedCommand(bin string) []string {
+	return []string{bin, "--dont-fork", "--log-console", "--log-detail", "--vrrp",
 		"--use-file=" + KeepalivedConfPath, "--pid=" + KeepalivedPidPath, "--vrrp_pid=" + KeepalivedVRRPPidPath}
 }
 
 // haproxyCommand is HAProxy's: master-worker mode (-W) in the foreground
-// (-db), as the haproxy image runs it, so that SIGUSR2 to the master (its
-// pid in HAProxyPidPath) reloads seamlessly: the new worker takes over the
-// listening sockets (stats socket "expose-fd listeners") and the old one
-// finishes its connections.
-func haproxyCommand() []string {
-	return []string{"haproxy", "-W", "-db", "-f", HAProxyCfgPath, "-p", HAProxyPidPath}
+// (-db), so that SIGUSR2 to the master (its pid in HAProxyPidPath)
+// reloads seamlessly: the new worker takes over the listening sockets
+// (stats socket "expose-fd listeners") and the old one finishes its
+// connections.
+func haproxyCommand(bin string) []string {
+	return []string{bin, "-W", "-db", "-f", HAProxyCfgPath, "-p", HAProxyPidPath}
 }
+
+// The units. After the distributions' own (Debian's keepalived.service
+// and haproxy.service): started after the network is up, reloaded by a
+// signal to the main process (ExecReload: keepalived SIGHUP, HAProxy's
+// master SIGUSR2), restarted whenever they exit (Restart=always, with no
+// start limit: StartLimitIntervalSec=0, so that a daemon that cannot
+// start yet keeps trying rather than ending "failed" after five tries
+// in ten seconds), HAProxy stopped as Debian's unit does
+// (KillMode=mixed: SIGTERM to the master, which stops its workers).
+// keepalived restarts 200 ms after it died (RestartSec): sooner than a
+// backup's Master_Down timer (3 adverts of 0.5 s and the skew), so the
+// address a hard-killed keepalived left is gone (below) before another
+// host takes the VIP; HAProxy one second after.
+// RunDir is made by ExecStartPre rather than RuntimeDirectory=, which
+// systemd would remove when either unit stops. keepalived's unit first
+// deletes the VIP from its interface: a keepalived that died hard
+// (SIGKILL, an OOM kill) leaves the address there, and a backup takes the
+// VIP after its Master_Down timer (~1.7 s), so two hosts answer ARP for
+// it until then; Restart=always starts keepalived again 200 ms later,
+// and its ExecStartPre removes the stale address first. A keepalived that
+// stops (SIGTERM) removes it itself, so on a live holder it is not there.
+var unitTmpl = template.Must(template.New("unit").Parse(`# Rendered by hamaster for {{.Host}}; changes are overwritten.
+# Design: docs/metal.md "The VIP"; after kubeadm's docs/ha-considerations.md
+# (option 1: the services on the operating system).
+[Unit]
+Description={{.Description}}
+After=network-online.target
+Wants=network-online.target
+StartLimitIntervalSec=0
+
+[Service]
+Type=simple
+ExecStartPre=/bin/mkdir -p {{.RunDir}}
+{{- if .DropVIP}}
+ExecStartPre=/bin/sh -c "ip -4 addr del {{.DropVIP}} 2>/dev/null; exit 0"
+{{- end}}
+ExecStart={{.Command}}
+ExecReload=/bin/kill -{{.ReloadSignal}} $MAINPID
+{{- if .KillMode}}
+KillMode={{.KillMode}}
+{{- end}}
+Restart=always
+RestartSec={{.RestartSec}}
+
+[Install]
+WantedBy=multi-user.target
+`))
 
 // keepalived.conf. Differences from kubeadm's docs/ha-considerations.md
 // (interval 3, weight -2, fall 10, multicast, preemption), and why:
@@ -325,7 +384,7 @@ func Render(cfg Config) (Files, error) {
 		}
 		return b.Bytes(), nil
 	}
-	f := Files{KeepalivedCommand: keepalivedCommand(), HAProxyCommand: haproxyCommand()}
+	f := Files{KeepalivedCommand: keepalivedCommand(cfg.KeepalivedPath), HAProxyCommand: haproxyCommand(cfg.HAProxyPath)}
 	for _, x := range []struct {
 		t    *template.Template
 		dst  *File
@@ -344,70 +403,24 @@ func Render(cfg Config) (Files, error) {
 		}
 		*x.dst = File{Path: x.path, Data: b, Mode: x.mode}
 	}
-	if f.KeepalivedManifest, err = manifest(KeepalivedManifestPath, keepalivedPod(cfg)); err != nil {
-		return Files{}, err
-	}
-	if f.HAProxyManifest, err = manifest(HAProxyManifestPath, haproxyPod(cfg)); err != nil {
-		return Files{}, err
+	for _, u := range []struct {
+		dst                                 *File
+		path, description, signal, killMode string
+		restartSec                          string
+		command                             []string
+		dropVIP                             string
+	}{
+		{&f.KeepalivedUnit, KeepalivedUnitPath, "hamaster: keepalived, the cluster endpoint's VIP (VRRP)", "HUP", "", "200ms", f.KeepalivedCommand, cfg.VIP + "/32 dev " + cfg.Interface},
+		{&f.HAProxyUnit, HAProxyUnitPath, "hamaster: HAProxy, the cluster endpoint's load balancer", "USR2", "mixed", "1s", f.HAProxyCommand, ""},
+	} {
+		var b bytes.Buffer
+		if err := unitTmpl.Execute(&b, map[string]any{
+			"Host": cfg.Host, "Description": u.description, "RunDir": RunDir, "DropVIP": u.dropVIP,
+			"Command": strings.Join(u.command, " "), "ReloadSignal": u.signal, "KillMode": u.killMode, "RestartSec": u.restartSec,
+		}); err != nil {
+			return Files{}, fmt.Errorf("render %s for %s: %w", u.path, cfg.Host, err)
+		}
+		*u.dst = File{Path: u.path, Data: b.Bytes(), Mode: 0o644}
 	}
 	return f, nil
-}
-
-func manifest(path string, p *corev1.Pod) (File, error) {
-	b, err := yaml.Marshal(p)
-	if err != nil {
-		return File{}, fmt.Errorf("render %s: %w", path, err)
-	}
-	return File{Path: path, Data: b, Mode: 0o600}, nil
-}
-
-// hostDir is a hostPath volume of a directory and its mount at the same
-// path. Directories, not single files: Apply replaces a file by renaming
-// a new one over it, and a single-file bind mount would keep showing the
-// old inode (and keepalived's track_file watches the directory).
-func hostDir(name, path string, readOnly bool) (corev1.Volume, corev1.VolumeMount) {
-	t := corev1.HostPathDirectoryOrCreate
-	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &t}}},
-		corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: readOnly}
-}
-
-// pod is a static pod as kubeadm writes its own: kube-system,
-// hostNetwork, system-node-critical. hostPID so that the pid files under
-// RunDir hold host pids, which Apply signals to reload.
-func pod(name string, c corev1.Container, vols ...corev1.Volume) *corev1.Pod {
-	root := int64(0)
-	c.SecurityContext.RunAsUser = &root
-	return &corev1.Pod{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system",
-			Labels: map[string]string{"component": name, "tier": "control-plane", "app.kubernetes.io/managed-by": "hamaster"}},
-		Spec: corev1.PodSpec{
-			HostNetwork:       true,
-			HostPID:           true,
-			PriorityClassName: "system-node-critical",
-			Containers:        []corev1.Container{c},
-			Volumes:           vols,
-		},
-	}
-}
-
-func keepalivedPod(cfg Config) *corev1.Pod {
-	cv, cm := hostDir("config", ConfigDir, true)
-	rv, rm := hostDir("run", RunDir, false)
-	return pod("hamaster-keepalived", corev1.Container{
-		Name: "keepalived", Image: cfg.KeepalivedImage, Command: keepalivedCommand(),
-		SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{
-			Add: []corev1.Capability{"NET_ADMIN", "NET_BROADCAST", "NET_RAW"}}},
-		VolumeMounts: []corev1.VolumeMount{cm, rm},
-	}, cv, rv)
-}
-
-func haproxyPod(cfg Config) *corev1.Pod {
-	cv, cm := hostDir("config", ConfigDir, true)
-	rv, rm := hostDir("run", RunDir, false)
-	return pod("hamaster-haproxy", corev1.Container{
-		Name: "haproxy", Image: cfg.HAProxyImage, Command: haproxyCommand(),
-		SecurityContext: &corev1.SecurityContext{},
-		VolumeMounts:    []corev1.VolumeMount{cm, rm},
-	}, cv, rv)
 }

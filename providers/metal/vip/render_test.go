@@ -8,9 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
-
 	"github.com/hamaster/hamaster/errkind"
 )
 
@@ -58,45 +55,40 @@ func TestRender(t *testing.T) {
 		"option redispatch 1\n", "retries 3\n", "timeout connect 500ms\n",
 		"server cp-1 192.0.2.11:6443\n", "server cp-2 192.0.2.12:6443\n", "server cp-3 192.0.2.13:6443 weight 0\n",
 		"stats socket "+HAProxySocketPath+" mode 600 level admin expose-fd listeners\n")
-	if f.CheckScript.Mode != 0o755 || f.KeepalivedManifest.Mode != 0o600 {
-		t.Errorf("modes: check script %v, manifest %v", f.CheckScript.Mode, f.KeepalivedManifest.Mode)
+	if f.CheckScript.Mode != 0o755 || f.KeepalivedUnit.Mode != 0o644 {
+		t.Errorf("modes: check script %v, unit %v", f.CheckScript.Mode, f.KeepalivedUnit.Mode)
 	}
 	if got := testConfig().Endpoint(); got != "192.0.2.100:8443" {
 		t.Errorf("Endpoint = %s", got)
 	}
-	for _, m := range []struct {
-		file  File
-		name  string
-		cmd   []string
-		image string
-		caps  bool
+	// The units run the commands, reload by signal, restart on exit.
+	for _, u := range []struct {
+		file   File
+		path   string
+		cmd    []string
+		reload string
 	}{
-		{f.KeepalivedManifest, "hamaster-keepalived", f.KeepalivedCommand, DefaultKeepalivedImage, true},
-		{f.HAProxyManifest, "hamaster-haproxy", f.HAProxyCommand, DefaultHAProxyImage, false},
+		{f.KeepalivedUnit, KeepalivedUnitPath, f.KeepalivedCommand, "ExecReload=/bin/kill -HUP $MAINPID\n"},
+		{f.HAProxyUnit, HAProxyUnitPath, f.HAProxyCommand, "ExecReload=/bin/kill -USR2 $MAINPID\n"},
 	} {
-		var p corev1.Pod
-		if err := yaml.UnmarshalStrict(m.file.Data, &p); err != nil {
-			t.Fatalf("%s: %v", m.file.Path, err)
+		if u.file.Path != u.path {
+			t.Errorf("unit path %s, want %s", u.file.Path, u.path)
 		}
-		c := p.Spec.Containers[0]
-		if p.Name != m.name || p.Namespace != "kube-system" || !p.Spec.HostNetwork || !p.Spec.HostPID ||
-			strings.Join(c.Command, " ") != strings.Join(m.cmd, " ") || c.Image != m.image {
-			t.Errorf("%s: %+v", m.file.Path, p)
-		}
-		if m.caps && (c.SecurityContext == nil || len(c.SecurityContext.Capabilities.Add) != 3) {
-			t.Errorf("%s: capabilities %+v", m.file.Path, c.SecurityContext)
-		}
-		mounts := map[string]bool{}
-		for _, v := range c.VolumeMounts {
-			mounts[v.MountPath] = true
-		}
-		if !mounts[RunDir] || !mounts[ConfigDir] {
-			t.Errorf("%s: mounts %v", m.file.Path, mounts)
-		}
+		mustContain(t, u.path, u.file.Data, "[Unit]\n", "[Service]\nType=simple\n",
+			"ExecStartPre=/bin/mkdir -p "+RunDir+"\n", "ExecStart="+strings.Join(u.cmd, " ")+"\n", u.reload,
+			"StartLimitIntervalSec=0\n", "Restart=always\n", "RestartSec=", "[Install]\nWantedBy=multi-user.target\n")
+	}
+	mustContain(t, "haproxy unit", f.HAProxyUnit.Data, "KillMode=mixed\n", "RestartSec=1s\n")
+	mustContain(t, "keepalived unit", f.KeepalivedUnit.Data, "RestartSec=200ms\n")
+	// A keepalived killed hard leaves the VIP: its restart drops it first.
+	drop := "ExecStartPre=/bin/sh -c \"ip -4 addr del 192.0.2.100/32 dev eth0 2>/dev/null; exit 0\"\n"
+	mustContain(t, "keepalived unit", f.KeepalivedUnit.Data, drop)
+	if strings.Contains(string(f.HAProxyUnit.Data), "addr del") {
+		t.Errorf("haproxy's unit deletes an address:\n%s", f.HAProxyUnit.Data)
 	}
 	mustContain(t, "keepalived command", []byte(strings.Join(f.KeepalivedCommand, " ")),
-		"keepalived --dont-fork --log-console", "--use-file="+KeepalivedConfPath, "--pid="+KeepalivedPidPath)
-	mustContain(t, "haproxy command", []byte(strings.Join(f.HAProxyCommand, " ")), "haproxy -W -db -f "+HAProxyCfgPath)
+		DefaultKeepalivedPath+" --dont-fork --log-console", "--use-file="+KeepalivedConfPath, "--pid="+KeepalivedPidPath)
+	mustContain(t, "haproxy command", []byte(strings.Join(f.HAProxyCommand, " ")), DefaultHAProxyPath+" -W -db -f "+HAProxyCfgPath)
 }
 
 // The rendered configurations pass the daemons' own checks when the

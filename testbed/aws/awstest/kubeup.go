@@ -27,13 +27,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/route53"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/hamaster/hamaster/dataplane/vpc/vpctest"
 	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/aws/awstest/kubeupmaster"
 	"github.com/hamaster/hamaster/testbed/local/localtest"
+	"github.com/hamaster/hamaster/testbed/vpc/vpctest"
 )
 
 // kube-up's AWS network (cluster/aws/util.sh: VPC_CIDR
@@ -127,15 +127,13 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 	}
 
 	// kube-up: vpc-setup, subnet-setup, ssh-key-setup.
-	v, err := c.EC2.CreateVpc(ctx, &ec2.CreateVpcInput{CidrBlock: aws.String(KubeUpVPCCIDR), TagSpecifications: tags(ec2types.ResourceTypeVpc, ec2types.Tag{Key: aws.String("Name"), Value: aws.String("kubernetes-vpc")})})
+	vpcID, err := kubeupmaster.EnsureVPC(ctx, c.EC2, name, "kubernetes-vpc", &ec2.CreateVpcInput{CidrBlock: aws.String(KubeUpVPCCIDR), TagSpecifications: tags(ec2types.ResourceTypeVpc, ec2types.Tag{Key: aws.String("Name"), Value: aws.String("kubernetes-vpc")})})
 	must(err, "create-vpc")
-	c.VPC = aws.ToString(v.Vpc.VpcId)
-	sn, err := c.EC2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: v.Vpc.VpcId, CidrBlock: aws.String(KubeUpSubnetCIDR), AvailabilityZone: aws.String(Zone), TagSpecifications: tags(ec2types.ResourceTypeSubnet)})
+	c.VPC = vpcID
+	c.Subnet, err = kubeupmaster.EnsureSubnet(ctx, c.EC2, &ec2.CreateSubnetInput{VpcId: aws.String(vpcID), CidrBlock: aws.String(KubeUpSubnetCIDR), AvailabilityZone: aws.String(Zone), TagSpecifications: tags(ec2types.ResourceTypeSubnet)})
 	must(err, "create-subnet")
-	c.Subnet = aws.ToString(sn.Subnet.SubnetId)
-	snB, err := c.EC2.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: v.Vpc.VpcId, CidrBlock: aws.String(KubeUpSubnetBCIDR), AvailabilityZone: aws.String(ZoneB), TagSpecifications: tags(ec2types.ResourceTypeSubnet)})
+	c.SubnetB, err = kubeupmaster.EnsureSubnet(ctx, c.EC2, &ec2.CreateSubnetInput{VpcId: aws.String(vpcID), CidrBlock: aws.String(KubeUpSubnetBCIDR), AvailabilityZone: aws.String(ZoneB), TagSpecifications: tags(ec2types.ResourceTypeSubnet)})
 	must(err, "create-subnet "+ZoneB)
-	c.SubnetB = aws.ToString(snB.Subnet.SubnetId)
 	// EC2's DNS (kube-up's vpc-setup turns on DNS support and hostnames;
 	// create-dhcp-option-set uses AmazonProvidedDNS) derives ip-a-b-c-d
 	// from the address: every address of the subnets resolves, whether an
@@ -178,12 +176,12 @@ func UpKubeUp(t *testing.T, name string, o KubeUpOptions) *Cluster {
 
 	// A bastion: the operator's way into the VPC once master 0's Elastic
 	// IP is the NLB's.
-	bsgID, err := kubeupmaster.EnsureSecurityGroup(ctx, c.EC2, &ec2.CreateSecurityGroupInput{GroupName: aws.String(name + "-bastion"), Description: aws.String("ssh bastion"), VpcId: v.Vpc.VpcId})
+	bsgID, err := kubeupmaster.EnsureSecurityGroup(ctx, c.EC2, &ec2.CreateSecurityGroupInput{GroupName: aws.String(name + "-bastion"), Description: aws.String("ssh bastion"), VpcId: aws.String(vpcID)})
 	must(err, "bastion security group")
 	must(kubeupmaster.AuthorizeIngress(ctx, c.EC2, bsgID, []ec2types.IpPermission{
 		{IpProtocol: aws.String("tcp"), FromPort: aws.Int32(22), ToPort: aws.Int32(22), IpRanges: []ec2types.IpRange{{CidrIp: aws.String("0.0.0.0/0")}}}}), "bastion ssh rule")
 	br, err := c.EC2.RunInstances(ctx, &ec2.RunInstancesInput{ImageId: aws.String(ami), InstanceType: ec2types.InstanceTypeT3Micro, MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
-		KeyName: aws.String(keyName), NetworkInterfaces: []ec2types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: sn.Subnet.SubnetId,
+		KeyName: aws.String(keyName), NetworkInterfaces: []ec2types.InstanceNetworkInterfaceSpecification{{DeviceIndex: aws.Int32(0), SubnetId: aws.String(c.Subnet),
 			PrivateIpAddress: aws.String("172.20.0.5"), Groups: []string{bsgID}}},
 		TagSpecifications: []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeInstance, Tags: []ec2types.Tag{{Key: aws.String("Name"), Value: aws.String(name + "-bastion")}}}}})
 	must(err, "bastion run-instances")

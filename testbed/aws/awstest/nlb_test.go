@@ -12,6 +12,8 @@ import (
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
 	elbtypes "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2/types"
+
+	"github.com/hamaster/hamaster/testbed/aws/awstest/kubeupmaster"
 )
 
 // TestNLBStates walks one NLB and one target through every state the
@@ -40,9 +42,8 @@ func TestNLBStates(t *testing.T) {
 	must(err, "CreateVpc")
 	subnet := map[string]string{}
 	for z, cidr := range map[string]string{Zone: "10.0.1.0/24", ZoneB: "10.0.2.0/24"} {
-		sn, err := direct.CreateSubnet(ctx, &ec2.CreateSubnetInput{VpcId: vpc.Vpc.VpcId, CidrBlock: aws.String(cidr), AvailabilityZone: aws.String(z)})
+		subnet[z], err = kubeupmaster.EnsureSubnet(ctx, direct, &ec2.CreateSubnetInput{VpcId: vpc.Vpc.VpcId, CidrBlock: aws.String(cidr), AvailabilityZone: aws.String(z)})
 		must(err, "CreateSubnet")
-		subnet[z] = aws.ToString(sn.Subnet.SubnetId)
 	}
 	eip, err := direct.AllocateAddress(ctx, &ec2.AllocateAddressInput{Domain: ec2types.DomainTypeVpc})
 	must(err, "AllocateAddress")

@@ -30,13 +30,13 @@ import (
 	"github.com/hamaster/hamaster/dataplane/node"
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/dataplane/vm"
-	"github.com/hamaster/hamaster/dataplane/vpc"
 	"github.com/hamaster/hamaster/kubeenv"
 	awsp "github.com/hamaster/hamaster/providers/aws"
+	"github.com/hamaster/hamaster/testbed/vpc"
 )
 
 // VPCPlane plays EC2's and ELBv2's data plane in a network-namespace VPC
-// (dataplane/vpc), the way the GCE fake's VPC mode does
+// (testbed/vpc), the way the GCE fake's VPC mode does
 // (testbed/gce/gcefake/vpcplane.go). It polls moto directly (not
 // through the proxy) and keeps:
 //

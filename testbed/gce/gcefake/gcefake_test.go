@@ -43,32 +43,37 @@ func insertReq(name string) *computepb.InsertAddressRequest {
 		AddressResource: &computepb.Address{Name: proto.String(name), AddressType: proto.String("INTERNAL")}}
 }
 
+// An operation is not DONE when its insert returns (PENDING for the first
+// half of its latency, RUNNING for the second), and operations.wait
+// blocks until it is. The latency is a hang guard, not a speed claim: the
+// first get must come within it (3 s; it once came after the 150 ms a
+// 300 ms latency leaves PENDING, on a busy machine under -race).
 func TestOperationsAdvanceAndWaitBlocks(t *testing.T) {
 	t.Parallel()
 	f, ac, oc := newFake(t)
-	f.SetLatency(func(string) time.Duration { return 300 * time.Millisecond })
+	const latency = 3 * time.Second
+	f.SetLatency(func(string) time.Duration { return latency })
 	ctx := context.Background()
 	op, err := ac.Insert(ctx, insertReq("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[computepb.Operation_Status]bool{}
-	get := func() *computepb.Operation {
+	get := func() computepb.Operation_Status {
 		o, err := oc.Get(ctx, &computepb.GetRegionOperationRequest{Project: "hamaster-test", Region: "us-central1", Operation: op.Name()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		seen[o.GetStatus()] = true
-		return o
+		return o.GetStatus()
 	}
-	get()
+	if first := get(); first != computepb.Operation_PENDING && first != computepb.Operation_RUNNING {
+		t.Errorf("status right after the insert: %v; want PENDING or RUNNING (DONE means the get came after the %v latency: a hang guard)", first, latency)
+	}
 	w, err := oc.Wait(ctx, &computepb.WaitRegionOperationRequest{Project: "hamaster-test", Region: "us-central1", Operation: op.Name()})
 	if err != nil || w.GetStatus() != computepb.Operation_DONE {
 		t.Fatalf("wait = %v, %v; want DONE", w.GetStatus(), err)
 	}
-	get()
-	if !seen[computepb.Operation_PENDING] || !seen[computepb.Operation_DONE] {
-		t.Errorf("statuses seen %v; want PENDING then DONE", seen)
+	if last := get(); last != computepb.Operation_DONE {
+		t.Errorf("status after wait: %v; want DONE", last)
 	}
 	a, err := ac.Get(ctx, &computepb.GetAddressRequest{Project: "hamaster-test", Region: "us-central1", Address: "a"})
 	if err != nil || !strings.HasPrefix(a.GetAddress(), "127.0.250.") {

@@ -29,7 +29,7 @@
 // address, and the provider needs no address translation.
 //
 // VPC mode (Options.VPC, see VPCOptions; needs root): instances are
-// kube-up masters in a dataplane/vpc network-namespace VPC instead. Each
+// kube-up masters in a testbed/vpc network-namespace VPC instead. Each
 // is a VM namespace at an internal address of the subnetwork (e.g.
 // 10.128.0.0/20) running `hamaster-node kube-up-master` booted from its
 // kube-env and kube-master-certs metadata (data disk master-pd) and sshd

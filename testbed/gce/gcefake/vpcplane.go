@@ -17,13 +17,13 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/hamaster/hamaster/dataplane/vm"
-	"github.com/hamaster/hamaster/dataplane/vpc"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/testbed/kubeadmhost"
+	"github.com/hamaster/hamaster/testbed/vpc"
 )
 
 // VPCOptions put the fake's instances in a network-namespace VPC
-// (dataplane/vpc) as kube-up masters: each instance is a VM namespace on
+// (testbed/vpc) as kube-up masters: each instance is a VM namespace on
 // the VPC's subnet running sshd on port 22 and, when its metadata holds a
 // kube-env, `hamaster-node kube-up-master` booted from the metadata items
 // kube-env and kube-master-certs as configure-helper.sh boots a master.

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamaster/hamaster/dataplane/vpc/vpctest"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/remote"
@@ -20,6 +19,7 @@ import (
 	"github.com/hamaster/hamaster/testbed/gce/gcefake/kubeupmaster"
 	"github.com/hamaster/hamaster/testbed/kubeadmhost"
 	"github.com/hamaster/hamaster/testbed/local/localtest"
+	"github.com/hamaster/hamaster/testbed/vpc/vpctest"
 )
 
 // KubeadmOptions for UpKubeadm.

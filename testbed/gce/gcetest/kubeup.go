@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hamaster/hamaster/dataplane/vpc/vpctest"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake"
 	"github.com/hamaster/hamaster/testbed/gce/gcefake/kubeupmaster"
 	"github.com/hamaster/hamaster/testbed/local/localtest"
+	"github.com/hamaster/hamaster/testbed/vpc/vpctest"
 )
 
 // SSHUser is the user whose key UpKubeUp puts in the project's ssh-keys.

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hamaster/hamaster/dataplane/kubelet"
 	"github.com/hamaster/hamaster/testbed/kubeadmhost"
+	"github.com/hamaster/hamaster/testbed/kubelet"
 )
 
 // DefaultKubeletRestartDelay is the kubelet service's restart delay
@@ -194,6 +194,48 @@ func (l *Lab) KubeadmInit(ctx context.Context, h *Host, k KubeadmInit) (time.Dur
 	}
 	// hamaster.env gets KUBECONFIG.
 	return took, l.writeFiles()
+}
+
+// KubeadmJoinWorkerLog is the host's file (under Host.Dir) that gets
+// kubeadm join's output.
+const KubeadmJoinWorkerLog = "kubeadm-join.log"
+
+// KubeadmJoinWorker joins h to master's cluster as a worker, the way
+// kubeadm's docs have an operator do it: `kubeadm token create
+// --print-join-command` on the master, that command run on h, over SSH,
+// no preflight check ignored; its output goes to
+// <h.Dir>/kubeadm-join.log. The worker's kubelet (Install) then does the
+// TLS bootstrap on the server cluster-info names. h needs the version
+// installed.
+func (l *Lab) KubeadmJoinWorker(ctx context.Context, h, master *Host) (time.Duration, error) {
+	mc, err := l.Dial(ctx, master)
+	if err != nil {
+		return 0, err
+	}
+	defer mc.Close()
+	join, stderr, err := mc.Run(ctx, "kubeadm token create --print-join-command")
+	if err != nil {
+		return 0, fmt.Errorf("metallab: kubeadm token create on %s: %w: %s", master.Name, err, stderr)
+	}
+	cmd := strings.TrimSpace(string(join))
+	if !strings.HasPrefix(cmd, "kubeadm join ") {
+		return 0, fmt.Errorf("metallab: kubeadm token create on %s printed %q, want a kubeadm join command", master.Name, cmd)
+	}
+	c, err := l.Dial(ctx, h)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	logPath := filepath.Join(h.Dir, KubeadmJoinWorkerLog)
+	l.log.Info("kubeadm join (worker)", "host", h.Name, "master", master.Name, "log", logPath)
+	start := time.Now()
+	_, stderr, err = c.Run(ctx, fmt.Sprintf("%s > '%s' 2>&1", cmd, logPath))
+	took := time.Since(start)
+	if err != nil {
+		return took, fmt.Errorf("metallab: kubeadm join of %s (%s): %w: %s; its output: %s", h.Name, took.Round(time.Second), err, stderr, logTail(logPath))
+	}
+	l.log.Info("kubeadm join (worker) done", "host", h.Name, "took", took.Round(time.Millisecond))
+	return took, nil
 }
 
 // APIServer is the address kubeadm init gives admin.conf: the control

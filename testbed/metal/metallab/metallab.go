@@ -70,6 +70,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/hamaster/hamaster/internal/iproute"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers/metal"
 	"github.com/hamaster/hamaster/remote"
@@ -134,6 +135,10 @@ type Options struct {
 	// NoSudo names hosts whose LoginUser may not use sudo (the test of
 	// hamaster's refusal of such a host).
 	NoSudo []string
+	// Workers is how many of the hosts, the last ones, the inventory
+	// lists as role: worker (never a master; KubeadmJoinWorker joins one
+	// as kubeadm's docs have an operator join a worker).
+	Workers int
 }
 
 // Lab is a running set of hosts.
@@ -188,6 +193,9 @@ func New(ctx context.Context, o Options) (*Lab, error) {
 	if o.Hosts < 1 || o.Hosts > MaxHosts {
 		return nil, fmt.Errorf("metallab: %d hosts: want 1..%d", o.Hosts, MaxHosts)
 	}
+	if o.Workers < 0 || o.Workers >= o.Hosts {
+		return nil, fmt.Errorf("metallab: %d workers of %d hosts: want 0..%d (a control-plane host is needed)", o.Workers, o.Hosts, o.Hosts-1)
+	}
 	if o.Third < 0 || o.Third > MaxThird {
 		return nil, fmt.Errorf("metallab: third octet %d: want 1..%d, or 0 for a free one", o.Third, MaxThird)
 	}
@@ -227,7 +235,7 @@ func New(ctx context.Context, o Options) (*Lab, error) {
 		AdminConfFile:  filepath.Join(dir, "admin.conf"),
 	}
 	l.rec = &record{path: filepath.Join(dir, recordFile), PID: os.Getpid(), CreatedDir: createdDir,
-		Files: []string{"id_ed25519", "id_ed25519.pub", "known_hosts", "inventory.yaml", "hamaster.env", "hosts", "admin.conf"}}
+		Files: []string{"id_ed25519", "id_ed25519.pub", "known_hosts", "inventory.yaml", "hamaster.env", "hosts", "admin.conf", "hamaster-state"}}
 	if err := l.rec.save(); err != nil {
 		if createdDir {
 			_ = os.Remove(dir)
@@ -441,6 +449,9 @@ func (l *Lab) startHost(ctx context.Context, h *Host, clientPub ssh.PublicKey, e
 	if err != nil {
 		return fmt.Errorf("metallab: %w", err)
 	}
+	if err := writeSystemd(h); err != nil {
+		return err
+	}
 	logins, err := loginMounts(h, l.loginID, !slices.Contains(l.opts.NoSudo, h.Name), clientPub)
 	if err != nil {
 		return err
@@ -575,9 +586,13 @@ func (h *Host) LogTail() string {
 func (l *Lab) writeFiles() error {
 	var kh strings.Builder
 	inv := metal.Inventory{VIP: l.VIP.String()}
-	for _, h := range l.Hosts {
+	for i, h := range l.Hosts {
 		kh.WriteString(knownhosts.Line([]string{knownhosts.Normalize(h.Addr.String())}, h.HostKey) + "\n")
-		inv.Hosts = append(inv.Hosts, metal.Host{Name: h.Name, Address: h.Addr.String(), Role: metal.RoleControlPlane,
+		role := metal.RoleControlPlane
+		if i >= len(l.Hosts)-l.opts.Workers {
+			role = metal.RoleWorker
+		}
+		inv.Hosts = append(inv.Hosts, metal.Host{Name: h.Name, Address: h.Addr.String(), Role: role,
 			SSH: metal.SSH{User: LoginUser, Port: 22}})
 	}
 	if err := writeAtomic(l.KnownHostsFile, []byte(kh.String()), 0o644); err != nil {
@@ -603,6 +618,9 @@ func (l *Lab) writeFiles() error {
 		"export HAMASTER_METAL_VIP=" + l.VIP.String(),
 		"export HAMASTER_SSH_KEY=" + l.ClientKeyFile,
 		"export HAMASTER_SSH_KNOWN_HOSTS=" + l.KnownHostsFile,
+		"# hamaster's journals and records of this lab, gone with it (a later lab's",
+		"# clusters start with none).",
+		"export HAMASTER_STATE_DIR=" + filepath.Join(l.Dir, "hamaster-state"),
 		"# The kubeadm flavor's package install on the lab's hosts (its stand-in for apt-get).",
 		"export HAMASTER_KUBEADM_INSTALL_COMMAND='" + InstallCommand + "'",
 		"export HAMASTER_KUBEADM_IGNORE_PREFLIGHT_ERRORS=" + IgnorePreflightErrors,
@@ -717,20 +735,9 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	return nil
 }
 
-func ip(ctx context.Context, args ...string) error {
-	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("metallab: ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
+func ip(ctx context.Context, args ...string) error { return iproute.Run(ctx, "metallab", args...) }
 
 // ipTolerant is ip for deletions: what is already gone is success.
 func ipTolerant(ctx context.Context, args ...string) error {
-	err := ip(ctx, args...)
-	if err != nil && (strings.Contains(err.Error(), "No such file") || strings.Contains(err.Error(), "Cannot find device") ||
-		strings.Contains(err.Error(), "does not exist")) {
-		return nil
-	}
-	return err
+	return iproute.RunTolerant(ctx, "metallab", []string{"No such file", "Cannot find device", "does not exist"}, args...)
 }

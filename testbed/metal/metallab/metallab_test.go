@@ -118,7 +118,7 @@ func TestHostsAreIsolated(t *testing.T) {
 	env := readFile(t, lab.EnvFile)
 	for _, want := range []string{"export HAMASTER_PROVIDER=metal\n", "export HAMASTER_METAL_INVENTORY=" + lab.InventoryFile + "\n",
 		"export HAMASTER_METAL_VIP=" + lab.VIP.String() + "\n", "export HAMASTER_SSH_KEY=" + lab.ClientKeyFile + "\n",
-		"export HAMASTER_SSH_KNOWN_HOSTS=" + lab.KnownHostsFile + "\n"} {
+		"export HAMASTER_SSH_KNOWN_HOSTS=" + lab.KnownHostsFile + "\n", "export HAMASTER_STATE_DIR=" + filepath.Join(lab.Dir, "hamaster-state") + "\n"} {
 		if !strings.Contains(env, want) {
 			t.Errorf("hamaster.env lacks %q:\n%s", want, env)
 		}

@@ -170,11 +170,9 @@ func Create(ctx context.Context, o Options) (*Master, error) {
 	if o.Customize != nil {
 		o.Customize(nil, cv)
 	}
-	vol, err := ec.CreateVolume(ctx, cv)
-	if err != nil {
+	if m.VolumeID, err = ensureMasterPD(ctx, ec, o.ClusterID, name+"-pd", cv); err != nil {
 		return nil, fmt.Errorf("ensure-master-pd: %w", err)
 	}
-	m.VolumeID = aws.ToString(vol.VolumeId)
 
 	// ensure-master-ip.
 	in := &ec2.AllocateAddressInput{Domain: ec2types.DomainTypeVpc}
@@ -349,3 +347,26 @@ func retry(ctx context.Context, f func() error) error {
 }
 
 func tag(k, v string) ec2types.Tag { return ec2types.Tag{Key: aws.String(k), Value: aws.String(v)} }
+
+// ensureMasterPD is kube-up's ensure-master-pd: find-master-pd (a volume
+// tagged Name=<master>-pd in the cluster), and create-volume only when
+// there is none. CreateVolume without a ClientToken is not idempotent: an
+// SDK retry of a create moto had done before answering 500 made a second
+// master disk, left "available" and tagged for master 0 (seen in
+// TestAddRemove1to3to1 at load 20); ensure tries each create once.
+func ensureMasterPD(ctx context.Context, ec *ec2.Client, cluster, name string, cv *ec2.CreateVolumeInput) (string, error) {
+	return ensure(ctx, "master PD "+name, func(ctx context.Context) (string, error) {
+		out, err := ec.DescribeVolumes(ctx, &ec2.DescribeVolumesInput{Filters: []ec2types.Filter{
+			filter("tag:Name", name), filter("tag:KubernetesCluster", cluster)}})
+		if err != nil || len(out.Volumes) == 0 {
+			return "", err
+		}
+		return aws.ToString(out.Volumes[0].VolumeId), nil
+	}, func(ctx context.Context, once func(*ec2.Options)) (string, error) {
+		vol, err := ec.CreateVolume(ctx, cv, once)
+		if err != nil {
+			return "", err
+		}
+		return aws.ToString(vol.VolumeId), nil
+	})
+}

@@ -7,8 +7,11 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
 )
@@ -24,11 +27,39 @@ func Run(ctx context.Context, t testing.TB, c *remote.Client, cmd string) string
 	return string(out)
 }
 
-// StartDaemon runs a static pod's command as a host process, as the
-// lab's kubelet does: detached, its output in log.
+// StartDaemon runs cmd on a lab host as a process of its own, detached,
+// its output in log (the kubeadm doc's keepalived, started by hand).
 func StartDaemon(ctx context.Context, t testing.TB, c *remote.Client, log string, cmd []string) {
 	t.Helper()
 	Run(ctx, t, c, "setsid -f "+strings.Join(cmd, " ")+" </dev/null >"+log+" 2>&1")
+}
+
+// StopUnits stops every unit running on lab host h as its death would
+// (or a reboot, before the host starts its enabled units again): the
+// units' supervisors SIGTERMed, which stop their daemons, and waited for
+// until no supervisor, keepalived or haproxy is left in h's network
+// namespace. Found from this machine, so also on a host cut off from
+// SSH.
+func StopUnits(ctx context.Context, t testing.TB, h *metallab.Host) {
+	t.Helper()
+	if err := wait.Until(ctx, 50*time.Millisecond, "the units of "+h.Name+" to stop", func() (bool, error) {
+		left := 0
+		for _, comm := range []string{metallab.UnitSupervisor, "keepalived", "haproxy"} {
+			ps, err := NSProcs(ctx, h, comm)
+			if err != nil {
+				return false, err
+			}
+			if comm == metallab.UnitSupervisor {
+				for _, p := range ps {
+					_ = syscall.Kill(p, syscall.SIGTERM)
+				}
+			}
+			left += len(ps)
+		}
+		return left == 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // NSProcs lists the processes called comm in h's network namespace (the

@@ -60,7 +60,7 @@ func StartWith(ctx context.Context, t testing.TB, o metallab.Options, bins ...st
 		if t.Failed() {
 			for _, h := range lab.Hosts {
 				t.Logf("%s sshd log:\n%s", h.Name, h.LogTail())
-				for _, f := range []string{"kubelet.log", metallab.KubeadmInitLog} {
+				for _, f := range []string{"kubelet.log", metallab.KubeadmInitLog, metallab.KubeadmJoinWorkerLog} {
 					if b, err := os.ReadFile(filepath.Join(h.Dir, f)); err == nil {
 						if len(b) > 6000 {
 							b = b[len(b)-6000:]
