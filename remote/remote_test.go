@@ -23,8 +23,10 @@ import (
 	"github.com/hamaster/hamaster/remote/sshtest"
 )
 
-// testTimeout bounds each test's calls.
-const testTimeout = 20 * time.Second
+// testTimeout bounds each test's calls: a hang guard. A test makes up to
+// a dozen logins of a second each (slowlogin) through the user's own shell
+// setup, on a machine where other race-instrumented packages run beside it.
+const testTimeout = time.Minute
 
 // config is a Config that reaches s with its client key and known_hosts.
 func config(s *sshtest.Server) remote.Config {

@@ -82,10 +82,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 	e.t.Helper()
 	sort.Strings(want)
 	d := e.deps(nil)
-	rep, err := workflows.Status(ctx, d)
-	if err != nil {
-		e.t.Fatalf("status: %v", err)
-	}
+	rep := workflowstest.Settled(ctx, e.t, d)
 	workflowstest.AssertReplicasAndMembers(e.t, rep, want)
 	switch {
 	case len(want) == 1 && rep.LB != nil:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/workflows"
+	"github.com/hamaster/hamaster/workflows/workflowstest"
 )
 
 // TestDNSNameAddedThenCertsRotated: after add-replica --dns-name only the
@@ -52,10 +53,7 @@ func TestDNSNameAddedThenCertsRotated(t *testing.T) {
 	if pr.Failed.Load() != 0 {
 		t.Errorf("%d client failures during rotation: %v", pr.Failed.Load(), pr.Failures())
 	}
-	rep, err = workflows.Status(ctx, d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep = workflowstest.Settled(ctx, t, d)
 	for _, c := range rep.Certificates {
 		if c.Problem != "" {
 			t.Errorf("after rotation, %s: %s", c.Replica, c.Problem)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
+	"github.com/hamaster/hamaster/internal/wait"
 )
 
 // envValue is the value of key in the environment the CLI runs with.
@@ -44,9 +46,18 @@ func (c *cliEnv) mustRun(want int, args ...string) (string, string) {
 }
 
 // healthyAt checks status: n replicas, all healthy at version, no learner.
+// Status is read again until it says healthy with n replicas (a hang
+// guard of 2 minutes): one read is a snapshot, and on a busy machine a
+// member's status may miss its seconds while the cluster is fine.
 func (c *cliEnv) healthyAt(n int, version string) map[string]any {
 	c.t.Helper()
-	st := c.status()
+	ctx, cancel := context.WithTimeout(c.t.Context(), 2*time.Minute)
+	defer cancel()
+	var st map[string]any
+	_ = wait.Until(ctx, 200*time.Millisecond, "a healthy status", func() (bool, error) {
+		st = c.status()
+		return st["healthy"] == true && len(st["replicas"].([]any)) == n, nil
+	})
 	rs := st["replicas"].([]any)
 	if st["healthy"] != true || len(rs) != n {
 		c.t.Fatalf("status: healthy %v, %d replicas (want %d): %v", st["healthy"], len(rs), n, st)

@@ -99,10 +99,7 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 	t := e.t
 	t.Helper()
 	sort.Strings(want)
-	rep, err := workflows.Status(ctx, e.deps(nil))
-	if err != nil {
-		t.Fatalf("status: %v", err)
-	}
+	rep := workflowstest.Settled(ctx, t, e.deps(nil))
 	c := e.c
 	if c.KubeUp != nil {
 		// kube-up's members are etcd-<EC2 hostname>.

@@ -54,19 +54,8 @@ func (e *env) assertConverged(ctx context.Context, want ...string) {
 	sort.Strings(want)
 	// A master's external address routes again a moment after its access
 	// config changed (the static IP back from the LB), on GCE as in the
-	// fake: status is read until every replica answers, for a bounded time.
-	var rep workflows.Report
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var err error
-		rep, err = workflows.Status(ctx, e.deps(nil))
-		if err != nil {
-			e.t.Fatalf("status: %v", err)
-		}
-		if !slices.ContainsFunc(rep.Replicas, func(r workflows.ReplicaStatus) bool { return !r.Healthy }) || time.Now().After(deadline) {
-			break
-		}
-	}
+	// fake: Settled reads status until it is healthy.
+	rep := workflowstest.Settled(ctx, e.t, e.deps(nil))
 	workflowstest.AssertReplicasAndMembersNamed(e.t, rep, want, kubeenv.MemberName)
 	f := e.c.Fake
 	lbParts := [][2]string{{"forwardingRules", ""}, {"backendServices", ""}, {"healthChecks", ""}, {"instanceGroups", ""}, {"firewalls", ""}}

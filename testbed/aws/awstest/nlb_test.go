@@ -25,7 +25,11 @@ import (
 func TestNLBStates(t *testing.T) {
 	t.Parallel()
 	m := StartMoto(t)
-	timing := Timing{Scale: 0.005} // provisioning 0.9 s, 120 s delay 0.6 s
+	// provisioning 3.6 s, the 120 s deregistration delay 2.4 s: long enough
+	// that the three moto calls after CreateLoadBalancer still see it
+	// provisioning while other race-instrumented packages share the CPUs
+	// (at 0.005, 0.9 s, they could not always).
+	timing := Timing{Scale: 0.02}
 	px := NewProxy(t, m.URL, timing)
 	cfg := aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", "")}
 	direct := ec2.NewFromConfig(cfg, func(o *ec2.Options) { o.BaseEndpoint = aws.String(m.URL) })
@@ -124,8 +128,8 @@ func TestNLBStates(t *testing.T) {
 			}
 			select {
 			case <-ctx.Done():
-				// The test's minute: a hang guard, 40 x the scaled
-				// delays (0.9 s, 0.6 s).
+				// The test's minute: a hang guard, over 10 x the scaled
+				// delays (3.6 s, 2.4 s).
 				t.Fatalf("hang guard: %s: still %q, want %q", what, got, want)
 			case <-time.After(20 * time.Millisecond):
 			}
