@@ -13,34 +13,36 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/internal/probeload"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/workflows"
 )
 
-// Settled reads the cluster's status until it is healthy with every load
-// balancer target serving, and returns that report; after settleGuard (a
-// hang guard) it returns the last report read, for the caller's assertions
-// to name what is wrong. A workflow returns once its own checks passed,
-// but one status read is a snapshot: on a busy machine a member's status
-// or a replica's /readyz may miss its few seconds while the cluster is
-// fine, and a master's external address routes again only a moment after
-// its access config changed (GCE).
+// Settled reads the cluster's status until the parts the assertions below
+// judge are ready (every replica healthy, every etcd member a healthy
+// voter, every load balancer target serving), and returns that report;
+// after settleGuard (a hang guard) it returns the last report read, for
+// the caller's assertions to name what is wrong. A workflow returns once
+// its own checks passed, but one status read is a snapshot: on a busy
+// machine a member's status or a replica's /readyz may miss its few
+// seconds while the cluster is fine, and a master's external address
+// routes again only a moment after its access config changed (GCE).
 func Settled(ctx context.Context, t testing.TB, d *workflows.Deps) workflows.Report {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, settleGuard)
+	guard, cancel := context.WithTimeout(ctx, settleGuard)
 	defer cancel()
 	var rep workflows.Report
-	err := wait.Until(ctx, 200*time.Millisecond, "a healthy status", func() (bool, error) {
+	err := wait.Until(guard, time.Second, "a settled status", func() (bool, error) {
 		var err error
 		rep, err = workflows.Status(ctx, d)
-		if err != nil && ctx.Err() == nil {
+		if err != nil {
 			return false, err
 		}
-		return rep.Healthy() && targetsServing(rep), nil
+		return settled(rep), nil
 	})
-	if err != nil && ctx.Err() == nil {
+	if err != nil && guard.Err() == nil {
 		t.Fatalf("status: %v", err)
 	}
 	return rep
@@ -48,13 +50,14 @@ func Settled(ctx context.Context, t testing.TB, d *workflows.Deps) workflows.Rep
 
 // settleGuard bounds Settled: a hang guard, far above the second or two a
 // status read takes.
-const settleGuard = 2 * time.Minute
+const settleGuard = time.Minute
 
-func targetsServing(rep workflows.Report) bool {
-	if rep.LB == nil {
-		return true
+func settled(rep workflows.Report) bool {
+	if rep.MembersError != "" || slices.ContainsFunc(rep.Replicas, func(r workflows.ReplicaStatus) bool { return !r.Healthy }) ||
+		slices.ContainsFunc(rep.Members, func(m etcdmember.Member) bool { return m.Learner || !m.Healthy }) {
+		return false
 	}
-	return !slices.ContainsFunc(rep.LB.Targets, func(tg lb.TargetHealth) bool { return !tg.Healthy || tg.Draining })
+	return rep.LB == nil || !slices.ContainsFunc(rep.LB.Targets, func(tg lb.TargetHealth) bool { return !tg.Healthy || tg.Draining })
 }
 
 // AssertReplicasAndMembers checks that rep lists exactly want (sorted or
