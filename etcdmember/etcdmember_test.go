@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/etcdmember/etcdtest"
+	"github.com/hamaster/hamaster/internal/wait"
 )
 
 // testTimeout bounds each cluster test; they take seconds, mostly waiting
@@ -498,7 +500,14 @@ func TestMTLS(t *testing.T) {
 	defer cancel()
 	cl := etcdtest.Start(t, 3, etcdtest.Options{TLS: true})
 	c := newClient(ctx, t, cl.ClientConfig())
-	ms := members(ctx, t, c)
+	// Read until every member answers its status (bounded by the test's
+	// hang guard): a status has a second, which a busy machine's TLS
+	// handshakes can miss while the cluster is fine.
+	var ms []etcdmember.Member
+	_ = wait.Until(ctx, 100*time.Millisecond, "three healthy members", func() (bool, error) {
+		ms = members(ctx, t, c)
+		return len(ms) == 3 && !slices.ContainsFunc(ms, func(m etcdmember.Member) bool { return !m.Healthy }), nil
+	})
 	if len(ms) != 3 {
 		t.Fatalf("want 3 members, got %+v", ms)
 	}

@@ -489,8 +489,14 @@ func verifyStep(d *Deps, name func(*Run) string, wantMember bool) Step {
 			if !wantMember {
 				exclude = append(exclude, name(r))
 			}
+			// Waited for within the step's time, not judged on one read: a
+			// member's status has seconds to answer, and a busy host (or
+			// a member applying the snapshot it just caught up with) can
+			// miss them while the member is fine.
 			for _, c := range d.Flavor().EtcdClusters() {
-				if err := verifyMember(ctx, d, c, name(r), wantMember, exclude); err != nil {
+				if err := waitFor(ctx, r, "etcd "+c+" member of "+name(r), 200*time.Millisecond, func(ctx context.Context) error {
+					return verifyMember(ctx, d, c, name(r), wantMember, exclude)
+				}); err != nil {
 					return err
 				}
 			}
