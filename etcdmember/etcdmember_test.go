@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +19,6 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/etcdmember/etcdtest"
-	"github.com/hamaster/hamaster/internal/wait"
 )
 
 // testTimeout bounds each cluster test; they take seconds, mostly waiting
@@ -71,6 +69,29 @@ func leader(t *testing.T, ms []etcdmember.Member) etcdmember.Member {
 	return ls[0]
 }
 
+// settledMembers reads the member list until every member answers its
+// status healthy and one leads (with n > 0, n members), within
+// eventually's hang guard: one read is a snapshot, and a status has a
+// second, which a busy machine can miss while the cluster is fine.
+func settledMembers(ctx context.Context, t *testing.T, c *etcdmember.Client, n int) []etcdmember.Member {
+	t.Helper()
+	var ms []etcdmember.Member
+	eventually(ctx, t, "every member healthy, one leading", func() (bool, string) {
+		ms = members(ctx, t, c)
+		leaders := 0
+		for _, m := range ms {
+			if !m.Healthy {
+				return false, fmt.Sprintf("%+v", ms)
+			}
+			if m.Leader {
+				leaders++
+			}
+		}
+		return leaders == 1 && (n <= 0 || len(ms) == n), fmt.Sprintf("%+v", ms)
+	})
+	return ms
+}
+
 // eventually polls cond every 50ms until it holds or 20s pass.
 func eventually(ctx context.Context, t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
@@ -95,7 +116,7 @@ func eventually(ctx context.Context, t *testing.T, what string, cond func() (boo
 // workflows do it.
 func join(ctx context.Context, t *testing.T, cl *etcdtest.Cluster, c *etcdmember.Client, name string) etcdmember.Member {
 	t.Helper()
-	ms := members(ctx, t, c)
+	ms := settledMembers(ctx, t, c, 0)
 	if err := etcdmember.CanAddVoter(ms); err != nil {
 		t.Fatalf("CanAddVoter before %s: %v", name, err)
 	}
@@ -136,7 +157,7 @@ func TestGrowThroughLearners(t *testing.T) {
 	}
 	t.Logf("grew 1→5 in %s", time.Since(start).Round(time.Millisecond))
 
-	ms := members(ctx, t, c)
+	ms := settledMembers(ctx, t, c, 5)
 	if len(ms) != 5 {
 		t.Fatalf("want 5 members, got %+v", ms)
 	}
@@ -331,7 +352,7 @@ func TestRemovalRefusedWithVoterDown(t *testing.T) {
 	if err := c.Remove(ctx, m3.ID); err != nil {
 		t.Fatalf("Remove of the down member: %v", err)
 	}
-	ms = members(ctx, t, c)
+	ms = settledMembers(ctx, t, c, 2)
 	if len(ms) != 2 || !ms[0].Healthy || !ms[1].Healthy {
 		t.Fatalf("after removing m-3: %+v", ms)
 	}
@@ -399,7 +420,7 @@ func (w *writer) state() (ok, errs int, longest time.Duration) {
 func removeLeader(ctx context.Context, t *testing.T, cl *etcdtest.Cluster, move bool) time.Duration {
 	t.Helper()
 	c := newClient(ctx, t, cl.ClientConfig())
-	ms := members(ctx, t, c)
+	ms := settledMembers(ctx, t, c, 0)
 	old := leader(t, ms)
 	var others []string
 	for _, m := range ms {
@@ -500,14 +521,7 @@ func TestMTLS(t *testing.T) {
 	defer cancel()
 	cl := etcdtest.Start(t, 3, etcdtest.Options{TLS: true})
 	c := newClient(ctx, t, cl.ClientConfig())
-	// Read until every member answers its status (bounded by the test's
-	// hang guard): a status has a second, which a busy machine's TLS
-	// handshakes can miss while the cluster is fine.
-	var ms []etcdmember.Member
-	_ = wait.Until(ctx, 100*time.Millisecond, "three healthy members", func() (bool, error) {
-		ms = members(ctx, t, c)
-		return len(ms) == 3 && !slices.ContainsFunc(ms, func(m etcdmember.Member) bool { return !m.Healthy }), nil
-	})
+	ms := settledMembers(ctx, t, c, 3)
 	if len(ms) != 3 {
 		t.Fatalf("want 3 members, got %+v", ms)
 	}
