@@ -15,6 +15,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/internal/fsutil"
+	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -493,10 +494,20 @@ func verifyStep(d *Deps, name func(*Run) string, wantMember bool) Step {
 			// member's status has seconds to answer, and a busy host (or
 			// a member applying the snapshot it just caught up with) can
 			// miss them while the member is fine.
+			// Each read has the step's time (not waitFor's few seconds a
+			// check): reaching etcd may take an SSH login through a bastion.
 			for _, c := range d.Flavor().EtcdClusters() {
-				if err := waitFor(ctx, r, "etcd "+c+" member of "+name(r), 200*time.Millisecond, func(ctx context.Context) error {
-					return verifyMember(ctx, d, c, name(r), wantMember, exclude)
-				}); err != nil {
+				r.Waiting("etcd %s member of %s", c, name(r))
+				var last error
+				err := wait.Until(ctx, 200*time.Millisecond, "etcd "+c+" member of "+name(r), func() (bool, error) {
+					if last = verifyMember(ctx, d, c, name(r), wantMember, exclude); last != nil {
+						r.Observe(last.Error())
+					}
+					return last == nil, nil
+				})
+				if err != nil && last != nil {
+					return last
+				} else if err != nil {
 					return err
 				}
 			}
