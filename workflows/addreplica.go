@@ -493,9 +493,9 @@ func verifyStep(d *Deps, name func(*Run) string, wantMember bool) Step {
 			// Waited for within the step's time, not judged on one read: a
 			// member's status has seconds to answer, and a busy host (or
 			// a member applying the snapshot it just caught up with) can
-			// miss them while the member is fine.
-			// Each read has the step's time (not waitFor's few seconds a
-			// check): reaching etcd may take an SSH login through a bastion.
+			// miss them while the member is fine. Each read has the step's
+			// time, not waitFor's few seconds a check: reaching etcd may
+			// take an SSH login through a bastion.
 			for _, c := range d.Flavor().EtcdClusters() {
 				r.Waiting("etcd %s member of %s", c, name(r))
 				var last error
