@@ -58,6 +58,9 @@ func StartWith(ctx context.Context, t testing.TB, o metallab.Options, bins ...st
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
+			// .ci/run's where_failed prints the lines before this
+			// marker: the test's last words, not the pages below.
+			t.Log("the lab's logs follow (the test failed above)")
 			for _, h := range lab.Hosts {
 				t.Logf("%s sshd log:\n%s", h.Name, h.LogTail())
 				for _, f := range []string{"kubelet.log", metallab.KubeadmInitLog, metallab.KubeadmJoinWorkerLog} {
