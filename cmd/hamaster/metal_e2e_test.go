@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -79,12 +80,14 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	defer cancel()
 	// Two versions: a copy of links, so that one release can be made
 	// unstartable (in o.BinDir).
-	// Three hosts for masters and a worker (the inventory's role:
-	// worker), joined before the conversion.
-	o := metallabtest.KubeadmOptions(t, 4, metalVersion, metalUpgradeTo)
+	// Three hosts for masters, a fourth that an operator joins by hand
+	// as a control plane at the end (handJoinLeg), and a worker (the
+	// inventory's role: worker, the last host), joined before the
+	// conversion.
+	o := metallabtest.KubeadmOptions(t, 5, metalVersion, metalUpgradeTo)
 	o.Workers = 1
 	lab := metallabtest.StartKubeadm(ctx, t, o, metalVersion)
-	h1, h2, h3, worker := lab.Hosts[0], lab.Hosts[1], lab.Hosts[2], lab.Hosts[3]
+	h1, h2, h3, byHand, worker := lab.Hosts[0], lab.Hosts[1], lab.Hosts[2], lab.Hosts[3], lab.Hosts[4]
 	masters := lab.Hosts[:3]
 	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: metalVersion}); err != nil {
 		t.Fatal(err)
@@ -205,7 +208,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 		t.Errorf("hamaster kubeconfig: %s; want the VIP's endpoint and kubeadm's admin group", kcOut)
 	}
 	kubectlOut, err := exec.CommandContext(ctx, filepath.Join(o.BinDir, metalVersion, "kubectl"), "--kubeconfig", kcFile, "get", "nodes", "-o", "name").CombinedOutput()
-	if err != nil || strings.Count(strings.TrimSpace(string(kubectlOut)), "\n") != len(lab.Hosts)-1 { // the three masters' Nodes and the worker's
+	if err != nil || strings.Count(strings.TrimSpace(string(kubectlOut)), "\n") != 3 { // four lines: the three masters' Nodes and the worker's
 		t.Fatalf("kubectl get nodes with hamaster's kubeconfig: %v\n%s", err, kubectlOut)
 	}
 	t.Logf("hamaster kubeconfig in %s (%s); kubectl get nodes through the VIP: %s", kcTook.Round(100*time.Millisecond), strings.TrimSpace(kcOut.String()), strings.Fields(string(kubectlOut)))
@@ -256,9 +259,21 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	if holder == "" {
 		t.Fatal("no host holds the VIP")
 	}
+	// host-1, kubeadm init's master, is removed first (the VIP's holder)
+	// or second: its removal's start and end are when the worker that
+	// joined on its own address must stay Ready from (checked at the
+	// end, 70 s after).
+	var h1Start, h1End time.Time
+	at := func(name string, t *time.Time) {
+		if name == h1.Name {
+			*t = time.Now()
+		}
+	}
 	// The crash-resume matrix over the removal's steps.
 	remove := []string{"remove-replica", "--name", holder, "--drain-grace", "2s", "--yes"}
+	at(holder, &h1Start)
 	crashChain(remove, remove, chainOpts{})
+	at(holder, &h1End)
 	var second string
 	for _, h := range []*metallab.Host{h1, h2, h3} {
 		if h.Name != holder {
@@ -276,7 +291,12 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 		}
 	}
 	budgetLeg(ctx, t, cli, via, second)
+	at(second, &h1Start)
 	hm("remove-replica", "--name", second, "--drain-grace", "2s", "--skip-drain", "--yes")
+	at(second, &h1End)
+	if h1Start.IsZero() || h1End.IsZero() {
+		t.Fatalf("%s was not removed (the holder %s, then %s)", h1.Name, holder, second)
+	}
 	must(via, "kubectl --kubeconfig /etc/kubernetes/admin.conf delete --wait=false replicaset/hold pdb/hold")
 	vip := vipLoad.Stop()
 	t.Logf("load on the VIP %s after the failover leg: through the upgrades and both removals: %+v", vipAddr, vip)
@@ -330,12 +350,85 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 		}
 	}
 	t.Logf("history: %v", runs)
-	for _, name := range []string{holder, second} {
-		h := lab.Host(name)
-		left := must(h, "find /etc/kubernetes/manifests -name '*.yaml' 2>/dev/null; ls -A /var/lib/etcd 2>/dev/null; cat /var/lib/hamaster/claim 2>/dev/null; ip -o addr show | grep -F ' "+lab.VIP.String()+"/' || true")
+	freed := func(name string) {
+		t.Helper()
+		left := must(lab.Host(name), "find /etc/kubernetes/manifests -name '*.yaml' 2>/dev/null; ls -A /var/lib/etcd 2>/dev/null; cat /var/lib/hamaster/claim 2>/dev/null; ip -o addr show | grep -F ' "+lab.VIP.String()+"/' || true")
 		if left != "" {
 			t.Errorf("freed host %s keeps: %s", name, left)
 		}
+	}
+	freed(holder)
+	freed(second)
+
+	handJoinLeg(ctx, t, cli, lab, last, byHand)
+	freed(byHand.Name)
+
+	// The worker that joined on host-1's own address (its kubelet moved
+	// to the VIP by the conversion) is Ready 70 s after host-1's removal
+	// ended, its Lease renewed since, and its Ready condition has not
+	// changed since before that removal began: it never went NotReady
+	// (the node monitor's grace is 40 s).
+	workerReady(last, h1End.Add(70*time.Second), fmt.Sprintf("70 s after %s's removal", h1.Name))
+	q := "kubectl --kubeconfig /etc/kubernetes/admin.conf get node " + worker.Name + ` -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastTransitionTime}'`
+	if tr, err := time.Parse(time.RFC3339, must(last, q)); err != nil || tr.After(h1Start) {
+		t.Errorf("worker %s's Ready condition last changed at %v (%v), after %s's removal began at %s", worker.Name, tr, err, h1.Name, h1Start.UTC().Format(time.RFC3339))
+	}
+}
+
+// handJoinLeg joins h to the cluster by hand as a control plane, as
+// kubeadm's HA page has an operator add one
+// (https://kubernetes.io/docs/setup/production-environment/tools/kubeadm/high-availability/):
+// the packages of the cluster's version installed, `kubeadm token create
+// --print-join-command` and `kubeadm init phase upload-certs
+// --upload-certs` on a master (via), and the printed command run on h
+// with --control-plane and the certificate key. status then lists h as
+// a replica with its etcd member (hamaster never claimed it: a master
+// with no claim is the cluster's, as master 0 is), and remove-replica
+// removes it.
+func handJoinLeg(ctx context.Context, t *testing.T, cli *labCLI, lab *metallab.Lab, via, h *metallab.Host) {
+	t.Helper()
+	if err := lab.Install(ctx, h, metalUpgradeTo); err != nil {
+		t.Fatal(err)
+	}
+	join := cli.must(via, "kubeadm token create --print-join-command")
+	lines := strings.Split(cli.must(via, "kubeadm init phase upload-certs --upload-certs"), "\n")
+	key := strings.TrimSpace(lines[len(lines)-1])
+	start := time.Now()
+	if out, err := cli.sh(h, fmt.Sprintf("%s --control-plane --certificate-key %s --node-name %s --apiserver-advertise-address %s 2>&1", join, key, h.Name, h.Addr)); err != nil {
+		t.Fatalf("kubeadm join --control-plane by hand on %s: %v\n%s", h.Name, err, out)
+	}
+	t.Logf("kubeadm join --control-plane by hand on %s: %s", h.Name, time.Since(start).Round(100*time.Millisecond))
+	type view struct {
+		Replicas []struct {
+			Name string `json:"name"`
+		} `json:"replicas"`
+		Members []any `json:"members"`
+	}
+	names := func(v view) (n []string) {
+		for _, r := range v.Replicas {
+			n = append(n, r.Name)
+		}
+		return n
+	}
+	status := func() (v view) {
+		t.Helper()
+		// It may exit 3: HAProxy has no backend on h (no hamaster step
+		// added one), which status reports.
+		cmd, errs := cli.command(nil, "--output", "json", "status", "--timeout", "90s")
+		var stdout bytes.Buffer
+		cmd.Stdout = &stdout
+		t.Logf("status: %v", cmd.Run())
+		if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
+			t.Fatalf("status: %v\n%s\n%s", err, stdout.Bytes(), errs)
+		}
+		return v
+	}
+	if v := status(); !slices.Equal(names(v), []string{via.Name, h.Name}) && !slices.Equal(names(v), []string{h.Name, via.Name}) || len(v.Members) != 2 {
+		t.Fatalf("status after the join by hand on %s: replicas %v, %d members; want it and %s, 2 members", h.Name, names(v), len(v.Members), via.Name)
+	}
+	cli.hm("remove-replica", "--name", h.Name, "--drain-grace", "2s", "--yes")
+	if v := status(); !slices.Equal(names(v), []string{via.Name}) || len(v.Members) != 1 {
+		t.Errorf("status after the removal of %s: replicas %v, %d members; want %s alone, 1 member", h.Name, names(v), len(v.Members), via.Name)
 	}
 }
 
