@@ -115,8 +115,8 @@ func BindAPIServerPort(p providers.Provider, f Flavor) {
 // member as a learner and promotes it), rather than booting from a
 // cloned template with a member hamaster added: CloneTemplate then
 // carries only the machine, and add-replica runs Join where it would add
-// and promote a learner (flavors/kubeadm; the workflows' side is being
-// built, issue 23).
+// and promote a learner (flavors/kubeadm; the workflows' side:
+// workflows/joiner.go).
 type Joiner interface {
 	// Join makes replica (a claimed, running machine) a master, bounded
 	// by timeout (0: the flavor's default); a join that fails leaves no

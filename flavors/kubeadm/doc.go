@@ -1,4 +1,4 @@
-// Package kubeadm is the flavor of masters built by kubeadm (issue 23):
+// Package kubeadm is the flavor of masters built by kubeadm:
 // stacked etcd, static pods under /etc/kubernetes/manifests, the cluster
 // CA and its keys under /etc/kubernetes/pki, the cluster's configuration
 // in kube-system/kubeadm-config. hamaster drives the real kubeadm on the

@@ -2,7 +2,7 @@
 // listed in an inventory and reached over SSH, the apiserver's address a
 // VIP held by keepalived with HAProxy in front of the apiservers.
 //
-// What is built (issue 24): the inventory (--metal-inventory FILE: its
+// What it holds: the inventory (--metal-inventory FILE: its
 // format, loader and validation), and the provider's machines
 // (Provider.Instances: a new replica claims a free control-plane host,
 // checked over SSH before anything changes — a host another cluster
