@@ -83,6 +83,20 @@ func (c *labCLI) hm(args ...string) string {
 	return out.String()
 }
 
+// status decodes `hamaster --output json status` into v, whatever its
+// exit status (3 while something is not healthy: the answer is what
+// counts), which it logs.
+func (c *labCLI) status(v any) {
+	c.t.Helper()
+	cmd, errs := c.command(nil, "--output", "json", "status", "--timeout", "90s")
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	c.t.Logf("hamaster status: %v", cmd.Run())
+	if err := json.Unmarshal(stdout.Bytes(), v); err != nil {
+		c.t.Fatalf("hamaster status: %v\n%s\n%s", err, stdout.Bytes(), errs)
+	}
+}
+
 // crashAfter runs hamaster with args until it kills itself right after
 // step is journaled (the fault hook of the test build).
 func (c *labCLI) crashAfter(step string, args ...string) {

@@ -7,7 +7,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -410,17 +409,11 @@ func handJoinLeg(ctx context.Context, t *testing.T, cli *labCLI, lab *metallab.L
 		}
 		return n
 	}
+	// status may exit 3: HAProxy has no backend on h (no hamaster step
+	// added one), which status reports.
 	status := func() (v view) {
 		t.Helper()
-		// It may exit 3: HAProxy has no backend on h (no hamaster step
-		// added one), which status reports.
-		cmd, errs := cli.command(nil, "--output", "json", "status", "--timeout", "90s")
-		var stdout bytes.Buffer
-		cmd.Stdout = &stdout
-		t.Logf("status: %v", cmd.Run())
-		if err := json.Unmarshal(stdout.Bytes(), &v); err != nil {
-			t.Fatalf("status: %v\n%s\n%s", err, stdout.Bytes(), errs)
-		}
+		cli.status(&v)
 		return v
 	}
 	if v := status(); !slices.Equal(names(v), []string{via.Name, h.Name}) && !slices.Equal(names(v), []string{h.Name, via.Name}) || len(v.Members) != 2 {
@@ -511,13 +504,7 @@ EOF`)
 	}
 	// status may exit 3 here (the removal's run is unfinished): its
 	// answer is what counts.
-	scmd, serr := cli.command(nil, "--output", "json", "status", "--timeout", "90s")
-	var stdout bytes.Buffer
-	scmd.Stdout = &stdout
-	t.Logf("status after the refused removal: %v", scmd.Run())
-	if err := json.Unmarshal(stdout.Bytes(), &st); err != nil {
-		t.Fatalf("status: %v\n%s\n%s", err, stdout.Bytes(), serr)
-	}
+	cli.status(&st)
 	if len(st.Replicas) != 2 || len(st.Members) != 2 {
 		t.Errorf("status after the refused removal: %d replicas, %d members; want 2 and 2", len(st.Replicas), len(st.Members))
 	}
