@@ -100,8 +100,12 @@ func testConfig(t *testing.T, pki testPKI, edit func(*Config), backends ...*test
 	cfg := Config{
 		Listen: loopbacktest.Addr(t),
 		Health: HealthConfig{
-			Interval:           Duration{50 * time.Millisecond},
-			Timeout:            Duration{time.Second},
+			Interval: Duration{50 * time.Millisecond},
+			// A check's own limit, not how soon a change is seen (the
+			// backends answer at once, or refuse): under the race tier's
+			// load a loopback TLS check took over 1 s twice in a row, and
+			// both targets of TestLBReload went unhealthy (CI, 0c58740).
+			Timeout:            Duration{5 * time.Second},
 			HealthyThreshold:   1,
 			UnhealthyThreshold: 2,
 			CAFile:             pki.CAFile,

@@ -36,14 +36,10 @@ func TestLBRoutesOnlyToHealthyTargets(t *testing.T) {
 	}
 	for _, s := range steps { // sequential: each step starts from the last
 		s.flip()
-		start := time.Now()
-		st := waitStatus(t, cfg.StatusFile, s.name, func(st Status) bool { return healthy(st, s.healthy...) })
 		// 2 failures at 50 ms intervals plus a check's latency: about
-		// 150 ms. Only a hang guard (20 x that): how fast is the
-		// configuration's thresholds × interval, not this test's claim.
-		if d := time.Since(start); d > 3*time.Second {
-			t.Errorf("hang guard: %s: health change seen only after %v (expected about 150 ms)", s.name, d)
-		}
+		// 150 ms; waitStatus's 10 s is the hang guard (how fast is the
+		// configuration's thresholds × interval, not this test's claim).
+		st := waitStatus(t, cfg.StatusFile, s.name, func(st Status) bool { return healthy(st, s.healthy...) })
 		counts := whoCounts(t, cl, cfg.Listen, 6*len(s.wantOnly))
 		for _, n := range s.wantOnly {
 			if counts[n] != 6 {
