@@ -101,7 +101,7 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				// other pending learner or unhealthy voter refuses.
 				var others []etcdmember.Member
 				for _, m := range members {
-					if own, ok := d.findMember([]etcdmember.Member{m}, providers.EtcdMain, name(r), r.Get("address")); ok && (own.Learner || own.Name != "") {
+					if own, ok := d.findMember([]etcdmember.Member{m}, providers.EtcdMain, name(r), keyAddress.Get(r)); ok && (own.Learner || own.Name != "") {
 						continue
 					}
 					others = append(others, m)
@@ -131,8 +131,8 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				if err := checkFirstLB(ctx, d, rs, source, name(r)); err != nil {
 					return err
 				}
-				if r.Get("source") == "" {
-					return r.Set("source", source)
+				if keySource.Get(r) == "" {
+					return keySource.Set(r, source)
 				}
 				return nil
 			},
@@ -151,13 +151,13 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 					return err
 				}
 				r.Info("%s will use address %s", name(r), addr)
-				return r.Set("address", addr)
+				return keyAddress.Set(r, addr)
 			},
 		},
 		{
 			Name: StepIssueCerts, Plan: []string{"issue etcd peer/server and apiserver serving certificates signed by the cluster CA"},
 			Run: func(ctx context.Context, r *Run) error {
-				_, err := replicaFiles(ctx, d, name(r), r.Get("address"), r.Param("dns-name"))
+				_, err := replicaFiles(ctx, d, name(r), keyAddress.Get(r), r.Param("dns-name"))
 				return err
 			},
 		},
@@ -178,9 +178,9 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 				if rep, err := inst.Get(ctx, name(r)); err == nil && rep.Running() {
 					return nil
 				}
-				src, err := inst.Get(ctx, r.Get("source"))
+				src, err := inst.Get(ctx, keySource.Get(r))
 				if err != nil {
-					return fmt.Errorf("read template of %s: %w", r.Get("source"), err)
+					return fmt.Errorf("read template of %s: %w", keySource.Get(r), err)
 				}
 				members := map[string][]etcdmember.Member{}
 				for _, c := range ms.EtcdClusters() {
@@ -189,13 +189,13 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 						return err
 					}
 				}
-				files, err := replicaFiles(ctx, d, name(r), r.Get("address"), r.Param("dns-name"))
+				files, err := replicaFiles(ctx, d, name(r), keyAddress.Get(r), r.Param("dns-name"))
 				if err != nil {
 					return err
 				}
-				tmpl, err := ms.CloneTemplate(ctx, src.Template, name(r), r.Get("address"), members, files)
+				tmpl, err := ms.CloneTemplate(ctx, src.Template, name(r), keyAddress.Get(r), members, files)
 				if err != nil {
-					return fmt.Errorf("clone the template of %s: %w", r.Get("source"), err)
+					return fmt.Errorf("clone the template of %s: %w", keySource.Get(r), err)
 				}
 				if p.Template != nil {
 					tmpl = p.Template(tmpl)
@@ -249,12 +249,12 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 					return err
 				}
 				if holder == "" {
-					holder = r.Get("lb_first")
+					holder = keyLBFirst.Get(r)
 				}
 				if holder == "" {
-					holder = r.Get("source")
+					holder = keySource.Get(r)
 				}
-				if err := r.Set("lb_first", holder); err != nil {
+				if err := keyLBFirst.Set(r, holder); err != nil {
 					return err
 				}
 				first, err := inst.Get(ctx, holder)
@@ -270,7 +270,7 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 		{
 			Name: StepAddToLB, Plan: []string{"loadBalancer.AddTarget(name)", "wait until the LB reports it healthy"},
 			Run: func(ctx context.Context, r *Run) (err error) {
-				if err := d.Provider.LoadBalancer().AddTarget(ctx, lb.Target{Name: name(r), Address: r.Get("address")}); err != nil {
+				if err := d.Provider.LoadBalancer().AddTarget(ctx, lb.Target{Name: name(r), Address: keyAddress.Get(r)}); err != nil {
 					return err
 				}
 				r.Waiting("the load balancer to see %s healthy", name(r))
@@ -327,12 +327,12 @@ func addLearner(ctx context.Context, d *Deps, r *Run, cluster string) error {
 		return err
 	}
 	defer cli.Close()
-	member, peer := d.Flavor().EtcdMember(cluster, r.Param("name"), r.Get("address"))
+	member, peer := d.Flavor().EtcdMember(cluster, r.Param("name"), keyAddress.Get(r))
 	m, err := cli.AddLearner(ctx, member, peer)
 	if err != nil {
 		return fmt.Errorf("add etcd %s learner %s (%s): %w", cluster, member, peer, err)
 	}
-	return r.Set(memberIDKey(cluster), m.IDHex())
+	return memberIDKey(cluster).Set(r, m.IDHex())
 }
 
 // withMember connects to cluster (not through the replica itself) and
@@ -343,9 +343,9 @@ func withMember(ctx context.Context, d *Deps, r *Run, cluster string, f func(con
 		return err
 	}
 	defer cli.Close()
-	m, ok := d.findMember(ms, cluster, r.Param("name"), r.Get("address"))
+	m, ok := d.findMember(ms, cluster, r.Param("name"), keyAddress.Get(r))
 	if !ok {
-		member, peer := d.Flavor().EtcdMember(cluster, r.Param("name"), r.Get("address"))
+		member, peer := d.Flavor().EtcdMember(cluster, r.Param("name"), keyAddress.Get(r))
 		return errkind.Errorf(errkind.NotFound, "etcd %s member %s of %s (peer %s) is gone", cluster, member, r.Param("name"), peer)
 	}
 	return f(ctx, cli, m.ID)
@@ -410,7 +410,7 @@ func readFiles(dir string) (map[string][]byte, bool) {
 // takeSnapshot saves an etcd snapshot once per run (recorded in the
 // journal) and reports its path.
 func takeSnapshot(ctx context.Context, d *Deps, r *Run, label string, exclude ...string) error {
-	if p := r.Get("snapshot"); p != "" {
+	if p := keySnapshot.Get(r); p != "" {
 		if _, err := os.Stat(p); err == nil {
 			return nil
 		}
@@ -432,7 +432,7 @@ func takeSnapshot(ctx context.Context, d *Deps, r *Run, label string, exclude ..
 	if err := pruneSnapshots(d.StateDir, d.Cluster, d.KeepSnapshots, path); err != nil {
 		return err
 	}
-	return r.Set("snapshot", path)
+	return keySnapshot.Set(r, path)
 }
 
 func dnsStep(d *Deps, kind, name string) Step {

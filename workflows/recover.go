@@ -96,7 +96,7 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 		{
 			Name: StepRebuildEtcd, Plan: []string{stopAll, mode, "boot " + p.From + " alone"},
 			Run: func(ctx context.Context, r *Run) error {
-				if r.Get("rebuilt") != "" {
+				if keyRebuilt.IsSet(r) {
 					return nil
 				}
 				r.Waiting("rebuilding etcd: %s", mode)
@@ -117,7 +117,7 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 					if aside != "" {
 						r.Info("%s's etcd data before the recovery is kept at %s on it (remove it once the cluster is whole again)", p.From, aside)
 					}
-					return r.Set("rebuilt", "true")
+					return keyRebuilt.Mark(r)
 				}
 				rc := inst.(providers.Recoverer)
 				var err error
@@ -129,7 +129,7 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 				if err != nil {
 					return err
 				}
-				return r.Set("rebuilt", "true")
+				return keyRebuilt.Mark(r)
 			},
 		},
 		{

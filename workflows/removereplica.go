@@ -74,7 +74,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 		if err != nil {
 			return etcdmember.Member{}, nil, false, err
 		}
-		m, ok := d.findMember(members, cluster, victim, r.Get("address"))
+		m, ok := d.findMember(members, cluster, victim, keyAddress.Get(r))
 		return m, members, ok, nil
 	}
 	// memberOffLeadership is memberOf, leadership moved away first when
@@ -113,7 +113,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 				for _, rep := range rs {
 					if rep.Name == victim {
 						found = true
-						if err := r.Set("address", rep.Address); err != nil {
+						if err := keyAddress.Set(r, rep.Address); err != nil {
 							return err
 						}
 					} else {
@@ -137,7 +137,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 				}
 				// Neither VM nor member nor an address recorded by this run or
 				// by the add-replica it supersedes: the name is wrong.
-				if !found && !isMember && r.Get("address") == "" {
+				if !found && !isMember && keyAddress.Get(r) == "" {
 					names := make([]string, 0, len(rs))
 					for _, rep := range rs {
 						names = append(names, rep.Name)
@@ -174,7 +174,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 				}
 				// Recorded after the drain: a crash in between drains
 				// again and restarts the grace, never shortens it.
-				return r.Set(dataDrainUntil, r.now().Add(grace).UTC().Format(time.RFC3339Nano))
+				return keyDrainUntil.Set(r, r.now().Add(grace))
 			},
 		},
 		{
@@ -406,8 +406,8 @@ func SupersedeAdd(name string) func(prev, next *Journal) bool {
 		if prev.Workflow != "add-replica" || prev.Params["name"] != name {
 			return false
 		}
-		if a := prev.Data["address"]; a != "" {
-			next.Data["address"] = a
+		if a := keyAddress.In(prev); a != "" {
+			keyAddress.Put(next, a)
 		}
 		return true
 	}
@@ -449,10 +449,6 @@ func drainGrace(r *Run, victim string, t lb.TargetHealth, grace time.Duration) t
 	return 0
 }
 
-// dataDrainUntil is the journal key of the end of the victim's drain
-// grace (RFC 3339), recorded by drain-lb-target.
-const dataDrainUntil = "drain-until"
-
 // lbTarget returns victim's target in the load balancer and whether it is
 // one; no load balancer is no target.
 func lbTarget(ctx context.Context, l lb.LoadBalancer, victim string) (lb.TargetHealth, bool, error) {
@@ -478,7 +474,7 @@ func lbTarget(ctx context.Context, l lb.LoadBalancer, victim string) (lb.TargetH
 // of an older release, in which this step drained), it drains and waits
 // the whole grace, as then.
 func finishDrain(ctx context.Context, r *Run, l lb.LoadBalancer, victim string, t lb.TargetHealth, grace time.Duration) error {
-	until, err := time.Parse(time.RFC3339Nano, r.Get(dataDrainUntil))
+	until, err := keyDrainUntil.Get(r)
 	if err != nil {
 		grace = drainGrace(r, victim, t, grace)
 		if grace > 0 {

@@ -214,11 +214,9 @@ func upgradePreflight(d *Deps, p UpgradeParams, inPlace bool) Step {
 
 // inFlight reports whether an interrupted slot of this run is upgrading name.
 func inFlight(r *Run, name string) bool {
-	for key, v := range r.journal.Data {
-		if v == name && strings.HasPrefix(key, "slot-") && !strings.Contains(strings.TrimPrefix(key, "slot-"), "-") {
-			if r.Get(key+"-done") == "" {
-				return true
-			}
+	for k, n := range slots(r) {
+		if n == name && !slotDoneKey(k).IsSet(r) {
+			return true
 		}
 	}
 	return false
@@ -278,12 +276,12 @@ func slotReplica(ctx context.Context, d *Deps, p UpgradeParams, r *Run, k int) (
 	if err != nil || !ok {
 		return "", err
 	}
-	return rep.Name, r.Set(fmt.Sprintf("slot-%d", k), rep.Name)
+	return rep.Name, slotKey(k).Set(r, rep.Name)
 }
 
 // slotName is the replica upgrade slot k works on ("" until its first
 // step picks one).
-func slotName(r *Run, k int) string { return r.Get(fmt.Sprintf("slot-%d", k)) }
+func slotName(r *Run, k int) string { return slotKey(k).Get(r) }
 
 // getSlotReplica looks up the replica called n of an upgrade slot; ok is
 // false when the slot is empty (n is "": the step has nothing to do) or
@@ -309,7 +307,7 @@ func backInLBStep(d *Deps, p UpgradeParams, k int) Step {
 			if err := undrain(ctx, d, r, n, p.HealthTimeout); err != nil {
 				return err
 			}
-			return r.Set(fmt.Sprintf("slot-%d-done", k), "true")
+			return slotDoneKey(k).Mark(r)
 		},
 	}
 }
@@ -317,7 +315,6 @@ func backInLBStep(d *Deps, p UpgradeParams, k int) Step {
 func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 	inst := d.Provider.Instances()
 	name := func(r *Run) string { return slotName(r, k) }
-	lkgKey := func(n string) string { return "last-known-good:" + n }
 	prefix := fmt.Sprintf("replica-%d/", k)
 	return []Step{
 		{
@@ -336,7 +333,7 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 			Name: prefix + "record-last-known-good", Plan: []string{"store the replica's current template in the journal (kept out of the rollout's reach)"},
 			Run: func(ctx context.Context, r *Run) error {
 				n := name(r)
-				if n == "" || r.Get(lkgKey(n)) != "" {
+				if n == "" || lkgKey(n).Get(r) != "" {
 					return nil
 				}
 				rep, err := inst.Get(ctx, n)
@@ -354,7 +351,7 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 				if err != nil {
 					return err
 				}
-				if err := r.Set(lkgKey(n), string(b)); err != nil {
+				if err := lkgKey(n).Set(r, string(b)); err != nil {
 					return err
 				}
 				return saveLastKnownGood(d, n, b)
@@ -375,14 +372,14 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 					}
 					// The new template does not even start (a version the
 					// replica cannot run): back to the last known good.
-					return rollback(ctx, d, r, n, lkgKey(n), p, fmt.Errorf("recreate at %s: %w", p.Version, err))
+					return rollback(ctx, d, r, n, p, fmt.Errorf("recreate at %s: %w", p.Version, err))
 				}
 				return nil
 			},
 		},
 		healthGateStep(d, p, k, fmt.Sprintf("restore the last known-good template (healthy within %s)", RestoreHealthTimeout(p.HealthTimeout)),
 			func(ctx context.Context, r *Run, rep providers.Replica, cause error) error {
-				return rollback(ctx, d, r, rep.Name, lkgKey(rep.Name), p, cause)
+				return rollback(ctx, d, r, rep.Name, p, cause)
 			}),
 		backInLBStep(d, p, k),
 	}
@@ -608,8 +605,8 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 // to its last known-good template: twice the upgrade's health timeout.
 func RestoreHealthTimeout(health time.Duration) time.Duration { return 2 * health }
 
-func rollback(ctx context.Context, d *Deps, r *Run, name, lkgKey string, p UpgradeParams, cause error) error {
-	raw := r.Get(lkgKey)
+func rollback(ctx context.Context, d *Deps, r *Run, name string, p UpgradeParams, cause error) error {
+	raw := lkgKey(name).Get(r)
 	if raw == "" {
 		return fmt.Errorf("replica %s failed its health gate (%v) and no last known-good template is recorded", name, cause)
 	}
@@ -669,21 +666,21 @@ func surgeSteps(d *Deps, p UpgradeParams, k int) []Step {
 		{
 			Name: prefix + "surge-add", Plan: []string{"add-replica with the new template (its own journal; resumable)"},
 			Run: func(ctx context.Context, r *Run) error {
-				old := r.Get(fmt.Sprintf("slot-%d-old", k))
+				old := slotOldKey(k).Get(r)
 				if old == "" {
 					rep, ok, err := pickNext(ctx, d, p, nil)
 					if err != nil || !ok {
 						return err
 					}
 					old = rep.Name
-					if err := r.Set(fmt.Sprintf("slot-%d-old", k), old); err != nil {
+					if err := slotOldKey(k).Set(r, old); err != nil {
 						return err
 					}
 				}
-				newName := r.Get(fmt.Sprintf("slot-%d-new", k))
+				newName := slotNewKey(k).Get(r)
 				if newName == "" {
 					newName = NewReplicaName(d.Cluster)
-					if err := r.Set(fmt.Sprintf("slot-%d-new", k), newName); err != nil {
+					if err := slotNewKey(k).Set(r, newName); err != nil {
 						return err
 					}
 				}
@@ -702,7 +699,7 @@ func surgeSteps(d *Deps, p UpgradeParams, k int) []Step {
 		{
 			Name: prefix + "surge-remove", Plan: []string{"remove-replica of an old replica (its own journal; resumable)"},
 			Run: func(ctx context.Context, r *Run) error {
-				old := r.Get(fmt.Sprintf("slot-%d-old", k))
+				old := slotOldKey(k).Get(r)
 				if old == "" {
 					return nil
 				}
