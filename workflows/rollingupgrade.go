@@ -97,23 +97,7 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 	// recreated from a template at the new version, or surged.
 	up, inPlace := inPlaceUpgrader(d, p)
 	if inPlace && p.ExtraArgsSet {
-		check := wf.Check
-		wf.Check = func(ctx context.Context) error {
-			if _, ok := up.(flavors.FlagUpgrader); !ok {
-				return errkind.Errorf(errkind.InvalidArgument, "--extra-args: the %s flavor upgrades its masters in place and cannot set their flags", d.Flavor().Name())
-			}
-			// In place, the flags are set by name (kubeadm-config's
-			// apiServer.extraArgs), not replaced as a whole.
-			for _, a := range p.ExtraArgs {
-				if name, _, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); !ok || name == "" || !strings.HasPrefix(a, "--") {
-					return errkind.Errorf(errkind.InvalidArgument, "--extra-args: %q: the %s flavor sets each flag by name: want --name=value", a, d.Flavor().Name())
-				}
-			}
-			if check != nil {
-				return check(ctx)
-			}
-			return nil
-		}
+		wf.Check = checkInPlaceFlags(d, p, up, wf.Check)
 	}
 	if inPlace {
 		wf.Params["strategy"] = StrategyInPlace
@@ -137,7 +121,34 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 	if inPlace {
 		wf.Steps = append(wf.Steps, finishInPlaceStep(d, up))
 	}
-	wf.Steps = append(wf.Steps, Step{
+	wf.Steps = append(wf.Steps, upgradeVerifyStep(d, p, inPlace))
+	return wf
+}
+
+// checkInPlaceFlags is --extra-args' check when the flavor upgrades its
+// masters in place, before check (nil: none): the flavor must set flags
+// (flavors.FlagUpgrader), each one by name (kubeadm-config's
+// apiServer.extraArgs), not replaced as a whole.
+func checkInPlaceFlags(d *Deps, p UpgradeParams, up flavors.Upgrader, check func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if _, ok := up.(flavors.FlagUpgrader); !ok {
+			return errkind.Errorf(errkind.InvalidArgument, "--extra-args: the %s flavor upgrades its masters in place and cannot set their flags", d.Flavor().Name())
+		}
+		for _, a := range p.ExtraArgs {
+			if name, _, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); !ok || name == "" || !strings.HasPrefix(a, "--") {
+				return errkind.Errorf(errkind.InvalidArgument, "--extra-args: %q: the %s flavor sets each flag by name: want --name=value", a, d.Flavor().Name())
+			}
+		}
+		if check != nil {
+			return check(ctx)
+		}
+		return nil
+	}
+}
+
+// upgradeVerifyStep checks every replica healthy at p.Version.
+func upgradeVerifyStep(d *Deps, p UpgradeParams, inPlace bool) Step {
+	return Step{
 		Name: StepVerify, Always: true, Plan: []string{"every replica healthy and reporting " + p.Version},
 		Run: func(ctx context.Context, r *Run) error {
 			rs, err := d.Provider.Instances().List(ctx)
@@ -156,8 +167,7 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 			}
 			return nil
 		},
-	})
-	return wf
+	}
 }
 
 func upgradePreflight(d *Deps, p UpgradeParams, inPlace bool) Step {
@@ -343,15 +353,8 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 				if p.atTarget(rep) {
 					return fmt.Errorf("replica %s is already at the target template but its last known-good was not recorded", n)
 				}
-				// Keys stay under pki/: the journal gets the template without them.
-				if err := syncPKI(d, n, rep.Template); err != nil {
-					return err
-				}
-				b, err := json.Marshal(withoutKeys(rep.Template))
+				b, err := recordLastKnownGood(d, r, n, rep.Template)
 				if err != nil {
-					return err
-				}
-				if err := lkgKey(n).Set(r, string(b)); err != nil {
 					return err
 				}
 				return saveLastKnownGood(d, n, b)
@@ -596,6 +599,20 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 		return fmt.Errorf("check failed: %v", we.Last)
 	}
 	return err
+}
+
+// recordLastKnownGood journals t, the template of replica name, as its
+// last known-good (lkgKey) and returns it as journaled: its keys stay
+// under pki/ (syncPKI), the journal gets the template without them.
+func recordLastKnownGood(d *Deps, r *Run, name string, t providers.Template) ([]byte, error) {
+	if err := syncPKI(d, name, t); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(withoutKeys(t))
+	if err != nil {
+		return nil, err
+	}
+	return b, lkgKey(name).Set(r, string(b))
 }
 
 // rollback restores a replica that failed its health gate from its last

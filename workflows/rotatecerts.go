@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -210,14 +209,7 @@ func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string
 	}
 	r.Info("renewing the certificates of %s: %s", name, problem)
 	if lkgKey(name).Get(r) == "" {
-		if err := syncPKI(d, name, rep.Template); err != nil {
-			return err
-		}
-		b, err := json.Marshal(withoutKeys(rep.Template))
-		if err != nil {
-			return err
-		}
-		if err := lkgKey(name).Set(r, string(b)); err != nil {
+		if _, err := recordLastKnownGood(d, r, name, rep.Template); err != nil {
 			return err
 		}
 	}
