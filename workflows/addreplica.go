@@ -14,6 +14,7 @@ import (
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/lb"
@@ -72,251 +73,280 @@ func AddReplica(d *Deps, p AddParams) *Workflow {
 	if p.Timeout <= 0 {
 		p.Timeout = 5 * time.Minute
 	}
-	name := func(r *Run) string { return r.Param("name") }
-	ms := d.Flavor()
-	inst := d.Provider.Instances()
-	wf.Steps = []Step{
-		{
-			Name: StepPreflight, Always: true,
-			Plan: []string{"instances.List", "etcd MemberList + Status of every member", "refuse if a voter is unhealthy or another learner is pending"},
-			Run: func(ctx context.Context, r *Run) error {
-				rs, err := inst.List(ctx)
-				if err != nil {
-					return err
-				}
-				var source string
-				for _, rep := range rs {
-					if rep.Name != name(r) && rep.Running() && source == "" {
-						source = rep.Name
-					}
-				}
-				if source == "" {
-					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no running replica to clone", d.Cluster)
-				}
-				members, err := d.members(ctx, name(r))
-				if err != nil {
-					return err
-				}
-				// Our own learner from an interrupted run is expected; any
-				// other pending learner or unhealthy voter refuses.
-				var others []etcdmember.Member
-				for _, m := range members {
-					if own, ok := d.findMember([]etcdmember.Member{m}, providers.EtcdMain, name(r), r.Get("address")); ok && (own.Learner || own.Name != "") {
-						continue
-					}
-					others = append(others, m)
-				}
-				if err := etcdmember.CanAddVoter(others); err != nil {
-					return err
-				}
-				// Clone a healthy voter's replica, never the new one.
-				healthy := map[string]bool{}
-				for _, rep := range rs {
-					if m, ok := d.findMember(others, providers.EtcdMain, rep.Name, rep.Address); ok && !m.Learner && m.Healthy {
-						healthy[rep.Name] = true
-					}
-				}
-				if !healthy[source] {
-					source = ""
-					for _, rep := range rs {
-						if rep.Running() && healthy[rep.Name] && rep.Name != name(r) {
-							source = rep.Name
-							break
-						}
-					}
-				}
-				if source == "" {
-					return errkind.Errorf(errkind.FailedPrecondition, "no replica with a healthy etcd voter to clone")
-				}
-				if err := checkFirstLB(ctx, d, rs, source, name(r)); err != nil {
-					return err
-				}
-				if r.Get("source") == "" {
-					return r.Set("source", source)
-				}
-				return nil
-			},
-		},
-		{
-			Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot → <state-dir>/<cluster>/snapshots/"},
-			Run: func(ctx context.Context, r *Run) error {
-				return takeSnapshot(ctx, d, r, "add-"+name(r), name(r))
-			},
-		},
-		{
-			Name: StepReserveAddress, Plan: []string{"instances.ReserveAddress(name)"},
-			Run: func(ctx context.Context, r *Run) error {
-				addr, err := inst.ReserveAddress(ctx, name(r), r.Param("zone"))
-				if err != nil {
-					return err
-				}
-				r.Info("%s will use address %s", name(r), addr)
-				return r.Set("address", addr)
-			},
-		},
-		{
-			Name: StepIssueCerts, Plan: []string{"issue etcd peer/server and apiserver serving certificates signed by the cluster CA"},
-			Run: func(ctx context.Context, r *Run) error {
-				_, err := replicaFiles(ctx, d, name(r), r.Get("address"), r.Param("dns-name"))
-				return err
-			},
-		},
-		{
-			Name: StepAddMember, Plan: []string{"etcd MemberAddAsLearner(member, peer URL) in each etcd cluster the masters run (kube-up's: main and events)"},
-			Run: func(ctx context.Context, r *Run) error {
-				for _, c := range ms.EtcdClusters() {
-					if err := addLearner(ctx, d, r, c); err != nil {
-						return err
-					}
-				}
-				return nil
-			},
-		},
-		{
-			Name: StepCreateVM, Plan: []string{"instances.Get(source) → clone its template (INITIAL_ETCD_CLUSTER rewritten, ETCD_INITIAL_CLUSTER_STATE=existing)", "instances.Create(name, template) on a fresh data disk"},
-			Run: func(ctx context.Context, r *Run) error {
-				if rep, err := inst.Get(ctx, name(r)); err == nil && rep.Running() {
-					return nil
-				}
-				src, err := inst.Get(ctx, r.Get("source"))
-				if err != nil {
-					return fmt.Errorf("read template of %s: %w", r.Get("source"), err)
-				}
-				members := map[string][]etcdmember.Member{}
-				for _, c := range ms.EtcdClusters() {
-					var err error
-					if members[c], err = d.clusterMembers(ctx, c, name(r)); err != nil {
-						return err
-					}
-				}
-				files, err := replicaFiles(ctx, d, name(r), r.Get("address"), r.Param("dns-name"))
-				if err != nil {
-					return err
-				}
-				tmpl, err := ms.CloneTemplate(ctx, src.Template, name(r), r.Get("address"), members, files)
-				if err != nil {
-					return fmt.Errorf("clone the template of %s: %w", r.Get("source"), err)
-				}
-				if p.Template != nil {
-					tmpl = p.Template(tmpl)
-				}
-				_, err = inst.Create(ctx, name(r), r.Param("zone"), tmpl)
-				return err
-			},
-		},
-		{
-			Name: StepWaitCaughtUp, Plan: []string{"etcd Status of the learner until its raft index reaches the leader's, in each etcd cluster"},
-			Run: func(ctx context.Context, r *Run) error {
-				for _, c := range ms.EtcdClusters() {
-					err := withMember(ctx, d, r, c, func(ctx context.Context, cli *etcdmember.Client, id uint64) error {
-						r.Waiting("etcd %s learner of %s to catch up", c, name(r))
-						wctx, cancel := context.WithTimeout(ctx, p.Timeout)
-						defer cancel()
-						return cli.WaitCaughtUpObserved(wctx, id, r.Observe)
-					})
-					if err != nil {
-						return err
-					}
-				}
-				return nil
-			},
-		},
-		{
-			Name: StepPromoteMember, Plan: []string{"etcd MemberPromote(learner), in each etcd cluster"},
-			Run: func(ctx context.Context, r *Run) error {
-				for _, c := range ms.EtcdClusters() {
-					err := withMember(ctx, d, r, c, func(ctx context.Context, cli *etcdmember.Client, id uint64) error {
-						wctx, cancel := context.WithTimeout(ctx, p.Timeout)
-						defer cancel()
-						return cli.Promote(wctx, id)
-					})
-					if err != nil {
-						return err
-					}
-				}
-				return nil
-			},
-		},
-		{
-			Name: StepPromoteLB, Plan: promotePlan(d),
-			Run: func(ctx context.Context, r *Run) error {
-				exists, err := lb.Exists(ctx, d.Provider.LoadBalancer())
-				if err != nil || exists {
-					return err
-				}
-				ip, holder, err := d.Provider.StaticIP().Get(ctx)
-				if err != nil {
-					return err
-				}
-				if holder == "" {
-					holder = r.Get("lb_first")
-				}
-				if holder == "" {
-					holder = r.Get("source")
-				}
-				if err := r.Set("lb_first", holder); err != nil {
-					return err
-				}
-				first, err := inst.Get(ctx, holder)
-				if err != nil {
-					return err
-				}
-				r.Waiting("promoting static IP %s from %s to a load balancer", ip, holder)
-				wctx, cancel := context.WithTimeout(ctx, p.Timeout)
-				defer cancel()
-				return lb.Promote(wctx, d.Provider.StaticIP(), d.Provider.LoadBalancer(), lb.Target{Name: first.Name, Address: first.Address})
-			},
-		},
-		{
-			Name: StepAddToLB, Plan: []string{"loadBalancer.AddTarget(name)", "wait until the LB reports it healthy"},
-			Run: func(ctx context.Context, r *Run) (err error) {
-				if err := d.Provider.LoadBalancer().AddTarget(ctx, lb.Target{Name: name(r), Address: r.Get("address")}); err != nil {
-					return err
-				}
-				r.Waiting("the load balancer to see %s healthy", name(r))
-				// The replica itself failing ends the wait at once, with its cause.
-				fctx, failed, stop := watchFailure(ctx, d, name(r))
-				defer stop()
-				defer func() {
-					if ferr := failed(); ferr != nil {
-						err = ferr
-					}
-				}()
-				wctx, cancel := context.WithTimeout(fctx, p.Timeout)
-				defer cancel()
-				return lb.WaitHealthyObserved(wctx, d.Provider.LoadBalancer(), name(r), r.Observe)
-			},
-		},
-		dnsStep(d, p.DNSKind, p.DNSName),
-		verifyStep(d, func(r *Run) string { return name(r) }, true),
-	}
+	x := &addition{d: d, p: p, inst: d.Provider.Instances(), ms: d.Flavor()}
+	wf.Steps = []Step{x.preflight(), x.snapshot(), x.reserveAddress()}
 	if j := joinerOf(d); j != nil {
-		steps := wf.Steps
 		// The new master joins with the flavor's own tool, which adds and
 		// promotes its member: no learner of hamaster's, no certificates
 		// (the masters carry their own). The load balancer comes first,
 		// then the conversion to it (a control-plane join needs the
 		// cluster's endpoint), then the machine and its join.
-		wf.Steps = pickSteps(wf.Steps, StepPreflight, StepSnapshot, StepReserveAddress, StepPromoteLB)
-		wf.Steps = append(wf.Steps, convertStep(d))
-		wf.Steps = append(wf.Steps, pickSteps(steps, StepCreateVM)...)
-		wf.Steps = append(wf.Steps, joinStep(d, j, p))
-		wf.Steps = append(wf.Steps, pickSteps(steps, StepAddToLB, StepDNS, StepVerify)...)
+		wf.Steps = append(wf.Steps, x.promoteLB(), convertStep(d), x.createVM(), joinStep(d, j, p))
+	} else {
+		wf.Steps = append(wf.Steps, x.issueCerts(), x.addMember(), x.createVM(), x.waitCaughtUp(), x.promoteMember(), x.promoteLB())
 	}
+	wf.Steps = append(wf.Steps, x.addToLB(), dnsStep(d, p.DNSKind, p.DNSName), verifyStep(d, addedName, true))
 	return wf
 }
 
-// pickSteps returns the steps of steps named names, in names' order.
-func pickSteps(steps []Step, names ...string) []Step {
-	out := make([]Step, 0, len(names))
-	for _, n := range names {
-		for _, s := range steps {
-			if s.Name == n {
-				out = append(out, s)
+// addedName is the name of the replica an add-replica run adds.
+func addedName(r *Run) string { return r.Param("name") }
+
+// addition is one add-replica run's steps and what they share.
+type addition struct {
+	d    *Deps
+	p    AddParams
+	inst providers.Instances
+	ms   flavors.Flavor
+}
+
+func (x *addition) preflight() Step {
+	return Step{
+		Name: StepPreflight, Always: true,
+		Plan: []string{"instances.List", "etcd MemberList + Status of every member", "refuse if a voter is unhealthy or another learner is pending"},
+		Run:  x.runPreflight,
+	}
+}
+
+func (x *addition) runPreflight(ctx context.Context, r *Run) error {
+	d, name := x.d, addedName(r)
+	rs, err := x.inst.List(ctx)
+	if err != nil {
+		return err
+	}
+	var source string
+	for _, rep := range rs {
+		if rep.Name != name && rep.Running() && source == "" {
+			source = rep.Name
+		}
+	}
+	if source == "" {
+		return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no running replica to clone", d.Cluster)
+	}
+	members, err := d.members(ctx, name)
+	if err != nil {
+		return err
+	}
+	// Our own learner from an interrupted run is expected; any other
+	// pending learner or unhealthy voter refuses.
+	var others []etcdmember.Member
+	for _, m := range members {
+		if own, ok := d.findMember([]etcdmember.Member{m}, providers.EtcdMain, name, keyAddress.Get(r)); ok && (own.Learner || own.Name != "") {
+			continue
+		}
+		others = append(others, m)
+	}
+	if err := etcdmember.CanAddVoter(others); err != nil {
+		return err
+	}
+	// Clone a healthy voter's replica, never the new one.
+	healthy := map[string]bool{}
+	for _, rep := range rs {
+		if m, ok := d.findMember(others, providers.EtcdMain, rep.Name, rep.Address); ok && !m.Learner && m.Healthy {
+			healthy[rep.Name] = true
+		}
+	}
+	if !healthy[source] {
+		source = ""
+		for _, rep := range rs {
+			if rep.Running() && healthy[rep.Name] && rep.Name != name {
+				source = rep.Name
+				break
 			}
 		}
 	}
-	return out
+	if source == "" {
+		return errkind.Errorf(errkind.FailedPrecondition, "no replica with a healthy etcd voter to clone")
+	}
+	if err := checkFirstLB(ctx, d, rs, source, name); err != nil {
+		return err
+	}
+	if keySource.Get(r) == "" {
+		return keySource.Set(r, source)
+	}
+	return nil
+}
+
+func (x *addition) snapshot() Step {
+	return Step{
+		Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot → <state-dir>/<cluster>/snapshots/"},
+		Run: func(ctx context.Context, r *Run) error {
+			return takeSnapshot(ctx, x.d, r, "add-"+addedName(r), addedName(r))
+		},
+	}
+}
+
+func (x *addition) reserveAddress() Step {
+	return Step{
+		Name: StepReserveAddress, Plan: []string{"instances.ReserveAddress(name)"},
+		Run: func(ctx context.Context, r *Run) error {
+			addr, err := x.inst.ReserveAddress(ctx, addedName(r), r.Param("zone"))
+			if err != nil {
+				return err
+			}
+			r.Info("%s will use address %s", addedName(r), addr)
+			return keyAddress.Set(r, addr)
+		},
+	}
+}
+
+func (x *addition) issueCerts() Step {
+	return Step{
+		Name: StepIssueCerts, Plan: []string{"issue etcd peer/server and apiserver serving certificates signed by the cluster CA"},
+		Run: func(ctx context.Context, r *Run) error {
+			_, err := replicaFiles(ctx, x.d, addedName(r), keyAddress.Get(r), r.Param("dns-name"))
+			return err
+		},
+	}
+}
+
+func (x *addition) addMember() Step {
+	return Step{
+		Name: StepAddMember, Plan: []string{"etcd MemberAddAsLearner(member, peer URL) in each etcd cluster the masters run (kube-up's: main and events)"},
+		Run: func(ctx context.Context, r *Run) error {
+			for _, c := range x.ms.EtcdClusters() {
+				if err := addLearner(ctx, x.d, r, c); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func (x *addition) createVM() Step {
+	return Step{
+		Name: StepCreateVM, Plan: []string{"instances.Get(source) → clone its template (INITIAL_ETCD_CLUSTER rewritten, ETCD_INITIAL_CLUSTER_STATE=existing)", "instances.Create(name, template) on a fresh data disk"},
+		Run: x.runCreateVM,
+	}
+}
+
+func (x *addition) runCreateVM(ctx context.Context, r *Run) error {
+	d, name := x.d, addedName(r)
+	if rep, err := x.inst.Get(ctx, name); err == nil && rep.Running() {
+		return nil
+	}
+	src, err := x.inst.Get(ctx, keySource.Get(r))
+	if err != nil {
+		return fmt.Errorf("read template of %s: %w", keySource.Get(r), err)
+	}
+	members := map[string][]etcdmember.Member{}
+	for _, c := range x.ms.EtcdClusters() {
+		var err error
+		if members[c], err = d.clusterMembers(ctx, c, name); err != nil {
+			return err
+		}
+	}
+	files, err := replicaFiles(ctx, d, name, keyAddress.Get(r), r.Param("dns-name"))
+	if err != nil {
+		return err
+	}
+	tmpl, err := x.ms.CloneTemplate(ctx, src.Template, name, keyAddress.Get(r), members, files)
+	if err != nil {
+		return fmt.Errorf("clone the template of %s: %w", keySource.Get(r), err)
+	}
+	if x.p.Template != nil {
+		tmpl = x.p.Template(tmpl)
+	}
+	_, err = x.inst.Create(ctx, name, r.Param("zone"), tmpl)
+	return err
+}
+
+// eachMember runs f on the new replica's member of every etcd cluster the
+// masters run, bounded by the run's timeout each.
+func (x *addition) eachMember(ctx context.Context, r *Run, f func(ctx context.Context, c string, cli *etcdmember.Client, id uint64) error) error {
+	for _, c := range x.ms.EtcdClusters() {
+		err := withMember(ctx, x.d, r, c, func(ctx context.Context, cli *etcdmember.Client, id uint64) error {
+			wctx, cancel := context.WithTimeout(ctx, x.p.Timeout)
+			defer cancel()
+			return f(wctx, c, cli, id)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (x *addition) waitCaughtUp() Step {
+	return Step{
+		Name: StepWaitCaughtUp, Plan: []string{"etcd Status of the learner until its raft index reaches the leader's, in each etcd cluster"},
+		Run: func(ctx context.Context, r *Run) error {
+			return x.eachMember(ctx, r, func(ctx context.Context, c string, cli *etcdmember.Client, id uint64) error {
+				r.Waiting("etcd %s learner of %s to catch up", c, addedName(r))
+				return cli.WaitCaughtUpObserved(ctx, id, r.Observe)
+			})
+		},
+	}
+}
+
+func (x *addition) promoteMember() Step {
+	return Step{
+		Name: StepPromoteMember, Plan: []string{"etcd MemberPromote(learner), in each etcd cluster"},
+		Run: func(ctx context.Context, r *Run) error {
+			return x.eachMember(ctx, r, func(ctx context.Context, _ string, cli *etcdmember.Client, id uint64) error {
+				return cli.Promote(ctx, id)
+			})
+		},
+	}
+}
+
+func (x *addition) promoteLB() Step {
+	return Step{
+		Name: StepPromoteLB, Plan: promotePlan(x.d),
+		Run: func(ctx context.Context, r *Run) error {
+			d := x.d
+			exists, err := lb.Exists(ctx, d.Provider.LoadBalancer())
+			if err != nil || exists {
+				return err
+			}
+			ip, holder, err := d.Provider.StaticIP().Get(ctx)
+			if err != nil {
+				return err
+			}
+			if holder == "" {
+				holder = keyLBFirst.Get(r)
+			}
+			if holder == "" {
+				holder = keySource.Get(r)
+			}
+			if err := keyLBFirst.Set(r, holder); err != nil {
+				return err
+			}
+			first, err := x.inst.Get(ctx, holder)
+			if err != nil {
+				return err
+			}
+			r.Waiting("promoting static IP %s from %s to a load balancer", ip, holder)
+			wctx, cancel := context.WithTimeout(ctx, x.p.Timeout)
+			defer cancel()
+			return lb.Promote(wctx, d.Provider.StaticIP(), d.Provider.LoadBalancer(), lb.Target{Name: first.Name, Address: first.Address})
+		},
+	}
+}
+
+func (x *addition) addToLB() Step {
+	return Step{
+		Name: StepAddToLB, Plan: []string{"loadBalancer.AddTarget(name)", "wait until the LB reports it healthy"},
+		Run: func(ctx context.Context, r *Run) (err error) {
+			d, name := x.d, addedName(r)
+			if err := d.Provider.LoadBalancer().AddTarget(ctx, lb.Target{Name: name, Address: keyAddress.Get(r)}); err != nil {
+				return err
+			}
+			r.Waiting("the load balancer to see %s healthy", name)
+			// The replica itself failing ends the wait at once, with its cause.
+			fctx, failed, stop := watchFailure(ctx, d, name)
+			defer stop()
+			defer func() {
+				if ferr := failed(); ferr != nil {
+					err = ferr
+				}
+			}()
+			wctx, cancel := context.WithTimeout(fctx, x.p.Timeout)
+			defer cancel()
+			return lb.WaitHealthyObserved(wctx, d.Provider.LoadBalancer(), name, r.Observe)
+		},
+	}
 }
 
 // addLearner adds the replica's member to cluster as a learner (again:
@@ -327,12 +357,12 @@ func addLearner(ctx context.Context, d *Deps, r *Run, cluster string) error {
 		return err
 	}
 	defer cli.Close()
-	member, peer := d.Flavor().EtcdMember(cluster, r.Param("name"), r.Get("address"))
+	member, peer := d.Flavor().EtcdMember(cluster, r.Param("name"), keyAddress.Get(r))
 	m, err := cli.AddLearner(ctx, member, peer)
 	if err != nil {
 		return fmt.Errorf("add etcd %s learner %s (%s): %w", cluster, member, peer, err)
 	}
-	return r.Set(memberIDKey(cluster), m.IDHex())
+	return memberIDKey(cluster).Set(r, m.IDHex())
 }
 
 // withMember connects to cluster (not through the replica itself) and
@@ -343,9 +373,9 @@ func withMember(ctx context.Context, d *Deps, r *Run, cluster string, f func(con
 		return err
 	}
 	defer cli.Close()
-	m, ok := d.findMember(ms, cluster, r.Param("name"), r.Get("address"))
+	m, ok := d.findMember(ms, cluster, r.Param("name"), keyAddress.Get(r))
 	if !ok {
-		member, peer := d.Flavor().EtcdMember(cluster, r.Param("name"), r.Get("address"))
+		member, peer := d.Flavor().EtcdMember(cluster, r.Param("name"), keyAddress.Get(r))
 		return errkind.Errorf(errkind.NotFound, "etcd %s member %s of %s (peer %s) is gone", cluster, member, r.Param("name"), peer)
 	}
 	return f(ctx, cli, m.ID)
@@ -410,7 +440,7 @@ func readFiles(dir string) (map[string][]byte, bool) {
 // takeSnapshot saves an etcd snapshot once per run (recorded in the
 // journal) and reports its path.
 func takeSnapshot(ctx context.Context, d *Deps, r *Run, label string, exclude ...string) error {
-	if p := r.Get("snapshot"); p != "" {
+	if p := keySnapshot.Get(r); p != "" {
 		if _, err := os.Stat(p); err == nil {
 			return nil
 		}
@@ -432,7 +462,7 @@ func takeSnapshot(ctx context.Context, d *Deps, r *Run, label string, exclude ..
 	if err := pruneSnapshots(d.StateDir, d.Cluster, d.KeepSnapshots, path); err != nil {
 		return err
 	}
-	return r.Set("snapshot", path)
+	return keySnapshot.Set(r, path)
 }
 
 func dnsStep(d *Deps, kind, name string) Step {

@@ -349,15 +349,6 @@ func (d *Deps) etcdMembers(ctx context.Context, cluster string, exclude []string
 	return cli, ms, nil
 }
 
-// memberIDKey is the journal key of a replica's member ID in cluster
-// ("member_id" for the main cluster, as journals have always said).
-func memberIDKey(cluster string) string {
-	if cluster == providers.EtcdMain {
-		return "member_id"
-	}
-	return "member_id_" + cluster
-}
-
 // findMember finds replica's member of cluster in ms: by its member name,
 // or, when its address is known, by its peer URL (a learner that has not
 // started has no name yet).

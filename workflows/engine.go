@@ -98,11 +98,12 @@ func (r *Run) Param(k string) string { return r.journal.Params[k] }
 // (a half-done removal is better finished) tests it.
 func (r *Run) Changed() bool { return r.changed }
 
-// Get returns data recorded by an earlier step (of this or a crashed run).
-func (r *Run) Get(k string) string { return r.journal.Data[k] }
+// get returns data recorded by an earlier step (of this or a crashed
+// run); steps use the typed keys of state.go.
+func (r *Run) get(k string) string { return r.journal.Data[k] }
 
-// Set records data durably before returning.
-func (r *Run) Set(k, v string) error {
+// set records data durably before returning.
+func (r *Run) set(k, v string) error {
 	if r.journal.Data[k] == v {
 		return nil
 	}

@@ -29,6 +29,7 @@ func (r *recorder) states(step string) []string {
 // countingWorkflow has three steps that count their runs; step "b" fails
 // while failB is set, and "check" is an Always step.
 func countingWorkflow(runs map[string]int, failB *bool) *Workflow {
+	const aOutput TextKey = "a-output"
 	step := func(name string, always bool) Step {
 		return Step{Name: name, Always: always, Run: func(ctx context.Context, r *Run) error {
 			runs[name]++
@@ -36,9 +37,9 @@ func countingWorkflow(runs map[string]int, failB *bool) *Workflow {
 				return errors.New("boom")
 			}
 			if name == "a" {
-				return r.Set("a-output", "42")
+				return aOutput.Set(r, "42")
 			}
-			if name == "c" && r.Get("a-output") != "42" {
+			if name == "c" && aOutput.Get(r) != "42" {
 				return errors.New("data of step a lost")
 			}
 			return nil

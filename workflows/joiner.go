@@ -136,7 +136,7 @@ func convertStep(d *Deps) Step {
 			if mv == nil {
 				return nil
 			}
-			want := r.Get("endpoint")
+			want := keyEndpoint.Get(r)
 			if want == "" {
 				cur, err := mv.Endpoint(ctx)
 				if err != nil {
@@ -150,7 +150,7 @@ func convertStep(d *Deps) Step {
 					return err
 				}
 				r.Info("converting cluster %s to HA: its endpoint becomes %s", d.Cluster, want)
-				if err := r.Set("endpoint", want); err != nil {
+				if err := keyEndpoint.Set(r, want); err != nil {
 					return err
 				}
 			}
@@ -175,9 +175,9 @@ func joinStep(d *Deps, j flavors.Joiner, p AddParams) Step {
 				return err
 			}
 			if rep.Address == "" {
-				rep.Address = r.Get("address")
+				rep.Address = keyAddress.Get(r)
 			}
-			if r.Get("join_started") != "" {
+			if keyJoinStarted.IsSet(r) {
 				// The interrupted join may still run on the machine: the
 				// flavor waits for it before judging it.
 				if rep.Running() {
@@ -198,7 +198,7 @@ func joinStep(d *Deps, j flavors.Joiner, p AddParams) Step {
 					return fmt.Errorf("undo the interrupted join of %s: %w", name, err)
 				}
 			}
-			if err := r.Set("join_started", "true"); err != nil {
+			if err := keyJoinStarted.Mark(r); err != nil {
 				return err
 			}
 			r.Waiting("%s to join the control plane", name)
@@ -266,12 +266,12 @@ func leaveStep(d *Deps, j flavors.Joiner, victim string) Step {
 			rep, err := d.Provider.Instances().Get(ctx, victim)
 			if errors.Is(err, errkind.NotFound) {
 				// Not a master any more (reset already): the Node may remain.
-				rep = providers.Replica{Name: victim, Address: r.Get("address")}
+				rep = providers.Replica{Name: victim, Address: keyAddress.Get(r)}
 			} else if err != nil {
 				return err
 			}
 			if rep.Address == "" {
-				rep.Address = r.Get("address")
+				rep.Address = keyAddress.Get(r)
 			}
 			r.Waiting("%s to leave the control plane", victim)
 			return j.Leave(ctx, rep)

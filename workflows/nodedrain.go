@@ -37,8 +37,6 @@ func nodeDrainerOf(d *Deps) flavors.NodeDrainer {
 	return nd
 }
 
-func cordonedKey(name string) string { return "cordoned:" + name }
-
 // drainNode drains the Node of master name when the flavor's masters are
 // Nodes, unless the run skips drains; a master that is gone or not
 // running has no pods to move (its Node is removed with it). The
@@ -63,7 +61,7 @@ func drainNode(ctx context.Context, d *Deps, r *Run, name string, timeout time.D
 		r.Info("not draining the Node of %s: the master is not running", name)
 		return nil
 	}
-	if err := r.Set(cordonedKey(name), "true"); err != nil {
+	if err := cordonedKey(name).Mark(r); err != nil {
 		return err
 	}
 	r.Waiting("the Node of %s to drain (PodDisruptionBudgets honoured)", name)
@@ -77,7 +75,7 @@ func drainNode(ctx context.Context, d *Deps, r *Run, name string, timeout time.D
 // drainNode cordoned it in this run.
 func uncordonNode(ctx context.Context, d *Deps, r *Run, name string) error {
 	nd := nodeDrainerOf(d)
-	if nd == nil || r.Get(cordonedKey(name)) == "" {
+	if nd == nil || !cordonedKey(name).IsSet(r) {
 		return nil
 	}
 	rep, err := d.Provider.Instances().Get(ctx, name)
@@ -87,7 +85,7 @@ func uncordonNode(ctx context.Context, d *Deps, r *Run, name string) error {
 	if err := nd.Uncordon(ctx, rep); err != nil {
 		return err
 	}
-	return r.Set(cordonedKey(name), "")
+	return cordonedKey(name).Clear(r)
 }
 
 // drainNodeStep is remove-replica's drain of the victim's Node.

@@ -44,8 +44,8 @@ func findOrphans(cluster string, ms flavors.Flavor, members []etcdmember.Member,
 		if owner(ms, m, addrs) != "" {
 			continue
 		}
-		if j != nil && !j.Finished && j.Workflow == "add-replica" && j.Data["address"] != "" {
-			if owner(ms, m, map[string]string{j.Params["name"]: j.Data["address"]}) != "" {
+		if j != nil && !j.Finished && j.Workflow == "add-replica" && keyAddress.In(j) != "" {
+			if owner(ms, m, map[string]string{j.Params["name"]: keyAddress.In(j)}) != "" {
 				continue
 			}
 		}
@@ -91,7 +91,7 @@ func RemoveMember(d *Deps, id uint64, force bool) *Workflow {
 				defer cli.Close()
 				m, ok := findMember(ms, id)
 				if !ok {
-					if r.Get("removing") != "" {
+					if keyRemoving.Get(r) != "" {
 						return nil // an interrupted run removed it already
 					}
 					ids := make([]string, 0, len(ms))
@@ -125,7 +125,7 @@ func RemoveMember(d *Deps, id uint64, force bool) *Workflow {
 		{
 			Name: StepRemoveMember, Plan: []string{"etcd MemberRemove(" + idHex + ") through a healthy voter"},
 			Run: func(ctx context.Context, r *Run) error {
-				if err := r.Set("removing", idHex); err != nil {
+				if err := keyRemoving.Set(r, idHex); err != nil {
 					return err
 				}
 				cli, err := d.Etcd(ctx)

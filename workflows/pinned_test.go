@@ -226,3 +226,16 @@ func TestCanRemoveSettled(t *testing.T) {
 		})
 	}
 }
+
+// pickSteps returns the steps of steps named names, in names' order.
+func pickSteps(steps []Step, names ...string) []Step {
+	out := make([]Step, 0, len(names))
+	for _, n := range names {
+		for _, s := range steps {
+			if s.Name == n {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}

@@ -44,180 +44,215 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 	if p.Timeout <= 0 {
 		p.Timeout = 2 * time.Minute
 	}
-	wf := &Workflow{Name: "recover", Params: map[string]string{"from": p.From, "snapshot": p.Snapshot}}
-	inst := d.Provider.Instances()
-	mode := "etcd --force-new-cluster on " + p.From + "'s data"
-	if p.Snapshot != "" {
-		mode = "etcd snapshot restore of " + p.Snapshot + " onto " + p.From + " (hash verified, new cluster ID)"
-	}
+	x := &recovery{d: d, p: p, inst: d.Provider.Instances()}
 	// The master's format rebuilds etcd when it knows how (kubeadm's
 	// static pods); otherwise the provider, on its own replicas' disks.
-	fr, _ := d.Flavor().(flavors.Recoverer)
-	stopAll := "stop every replica"
-	if fr != nil {
-		stopAll = "stop " + p.From + "'s etcd (its static pod manifest moved aside; the apiserver waits for it)"
+	x.fr, _ = d.Flavor().(flavors.Recoverer)
+	wf := &Workflow{Name: "recover", Params: map[string]string{"from": p.From, "snapshot": p.Snapshot}, Check: x.check}
+	wf.Steps = []Step{x.rebuildEtcd(), x.deleteOthers(), x.demote(), x.clearLock(), x.verify()}
+	return wf
+}
+
+// recovery is one recover run's steps and what they share.
+type recovery struct {
+	d    *Deps
+	p    RecoverParams
+	inst providers.Instances
+	fr   flavors.Recoverer // nil: the provider rebuilds etcd
+}
+
+// check refuses what recover cannot do, or must not: no way to rebuild
+// etcd, a bad --from or --snapshot, and etcd with a quorum (recovery
+// throws the other members away) unless --force.
+func (x *recovery) check(ctx context.Context) error {
+	d, p := x.d, x.p
+	if _, ok := x.inst.(providers.Recoverer); !ok && x.fr == nil {
+		return errkind.Errorf(errkind.FailedPrecondition, "neither the %s flavor nor the %s provider can rebuild etcd on a master; follow the manual runbook in docs/recovery.md", d.Flavor().Name(), d.Provider.Name())
 	}
-	wf.Check = func(ctx context.Context) error {
-		if _, ok := inst.(providers.Recoverer); !ok && fr == nil {
-			return errkind.Errorf(errkind.FailedPrecondition, "neither the %s flavor nor the %s provider can rebuild etcd on a master; follow the manual runbook in docs/recovery.md", d.Flavor().Name(), d.Provider.Name())
+	rep, err := x.inst.Get(ctx, p.From)
+	if err != nil {
+		return errkind.Errorf(errkind.InvalidArgument, "--from: %w", err)
+	}
+	if x.fr != nil && !rep.Running() {
+		return errkind.Errorf(errkind.InvalidArgument, "--from: %s is %s: recover rebuilds etcd on a master it reaches, from that master's data", p.From, rep.State)
+	}
+	if p.Snapshot != "" {
+		if st, err := os.Stat(p.Snapshot); err != nil || !st.Mode().IsRegular() {
+			return errkind.Errorf(errkind.InvalidArgument, "--snapshot: %s is not a readable file: %v", p.Snapshot, err)
 		}
-		rep, err := inst.Get(ctx, p.From)
-		if err != nil {
-			return errkind.Errorf(errkind.InvalidArgument, "--from: %w", err)
-		}
-		if fr != nil && !rep.Running() {
-			return errkind.Errorf(errkind.InvalidArgument, "--from: %s is %s: recover rebuilds etcd on a master it reaches, from that master's data", p.From, rep.State)
-		}
-		if p.Snapshot != "" {
-			if st, err := os.Stat(p.Snapshot); err != nil || !st.Mode().IsRegular() {
-				return errkind.Errorf(errkind.InvalidArgument, "--snapshot: %s is not a readable file: %v", p.Snapshot, err)
-			}
-		}
-		if p.Force {
-			return nil
-		}
-		// Refuse while etcd has a quorum: recovery throws the other
-		// members away.
-		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if cli, err := d.Etcd(qctx); err == nil {
-			defer cli.Close()
-			if ms, err := cli.Members(qctx); err == nil {
-				for _, m := range ms {
-					if m.Leader {
-						return errkind.Errorf(errkind.FailedPrecondition, "etcd still has a quorum (leader %s): recover would discard the other members; fix or remove replicas instead, or pass --force", m.Name)
-					}
-				}
-			}
-		}
+	}
+	if p.Force {
 		return nil
 	}
-	wf.Steps = []Step{
-		{
-			Name: StepRebuildEtcd, Plan: []string{stopAll, mode, "boot " + p.From + " alone"},
-			Run: func(ctx context.Context, r *Run) error {
-				if r.Get("rebuilt") != "" {
-					return nil
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if cli, err := d.Etcd(qctx); err == nil {
+		defer cli.Close()
+		if ms, err := cli.Members(qctx); err == nil {
+			for _, m := range ms {
+				if m.Leader {
+					return errkind.Errorf(errkind.FailedPrecondition, "etcd still has a quorum (leader %s): recover would discard the other members; fix or remove replicas instead, or pass --force", m.Name)
 				}
-				r.Waiting("rebuilding etcd: %s", mode)
-				if fr != nil {
-					rep, err := inst.Get(ctx, p.From)
-					if err != nil {
+			}
+		}
+	}
+	return nil
+}
+
+// mode says how etcd is rebuilt.
+func (x *recovery) mode() string {
+	if x.p.Snapshot != "" {
+		return "etcd snapshot restore of " + x.p.Snapshot + " onto " + x.p.From + " (hash verified, new cluster ID)"
+	}
+	return "etcd --force-new-cluster on " + x.p.From + "'s data"
+}
+
+func (x *recovery) rebuildEtcd() Step {
+	stopAll := "stop every replica"
+	if x.fr != nil {
+		stopAll = "stop " + x.p.From + "'s etcd (its static pod manifest moved aside; the apiserver waits for it)"
+	}
+	return Step{
+		Name: StepRebuildEtcd, Plan: []string{stopAll, x.mode(), "boot " + x.p.From + " alone"},
+		Run: x.runRebuildEtcd,
+	}
+}
+
+func (x *recovery) runRebuildEtcd(ctx context.Context, r *Run) error {
+	p := x.p
+	if keyRebuilt.IsSet(r) {
+		return nil
+	}
+	r.Waiting("rebuilding etcd: %s", x.mode())
+	if x.fr != nil {
+		rep, err := x.inst.Get(ctx, p.From)
+		if err != nil {
+			return err
+		}
+		var aside string
+		if p.Snapshot != "" {
+			aside, err = x.fr.RestoreSnapshot(ctx, rep, p.Snapshot)
+		} else {
+			aside, err = x.fr.ForceNewCluster(ctx, rep)
+		}
+		if err != nil {
+			return err
+		}
+		if aside != "" {
+			r.Info("%s's etcd data before the recovery is kept at %s on it (remove it once the cluster is whole again)", p.From, aside)
+		}
+		return keyRebuilt.Mark(r)
+	}
+	rc := x.inst.(providers.Recoverer)
+	var err error
+	if p.Snapshot != "" {
+		err = rc.RestoreSnapshot(ctx, p.From, p.Snapshot)
+	} else {
+		err = rc.ForceNewCluster(ctx, p.From)
+	}
+	if err != nil {
+		return err
+	}
+	return keyRebuilt.Mark(r)
+}
+
+func (x *recovery) deleteOthers() Step {
+	return Step{
+		Name: StepDeleteOthers, Plan: []string{deleteOthersPlan(x.d)},
+		Run: func(ctx context.Context, r *Run) error {
+			d := x.d
+			rs, err := x.inst.List(ctx)
+			if err != nil {
+				return err
+			}
+			exists, err := lb.Exists(ctx, d.Provider.LoadBalancer())
+			if err != nil {
+				return err
+			}
+			for _, rep := range rs {
+				if rep.Name == x.p.From {
+					continue
+				}
+				if exists {
+					if err := d.Provider.LoadBalancer().RemoveTarget(ctx, rep.Name); err != nil {
 						return err
 					}
-					var aside string
-					if p.Snapshot != "" {
-						aside, err = fr.RestoreSnapshot(ctx, rep, p.Snapshot)
-					} else {
-						aside, err = fr.ForceNewCluster(ctx, rep)
-					}
-					if err != nil {
-						return err
-					}
-					if aside != "" {
-						r.Info("%s's etcd data before the recovery is kept at %s on it (remove it once the cluster is whole again)", p.From, aside)
-					}
-					return r.Set("rebuilt", "true")
 				}
-				rc := inst.(providers.Recoverer)
-				var err error
-				if p.Snapshot != "" {
-					err = rc.RestoreSnapshot(ctx, p.From, p.Snapshot)
-				} else {
-					err = rc.ForceNewCluster(ctx, p.From)
-				}
-				if err != nil {
+				if err := deleteLost(ctx, d, r, rep); err != nil {
 					return err
 				}
-				return r.Set("rebuilt", "true")
-			},
+				if err := removeReplicaSecrets(d, rep.Name); err != nil {
+					return err
+				}
+				r.Info("deleted replica %s (its etcd member is gone with the old cluster)", rep.Name)
+			}
+			return nil
 		},
-		{
-			Name: StepDeleteOthers, Plan: []string{deleteOthersPlan(d)},
-			Run: func(ctx context.Context, r *Run) error {
-				rs, err := inst.List(ctx)
-				if err != nil {
-					return err
-				}
-				exists, err := lb.Exists(ctx, d.Provider.LoadBalancer())
-				if err != nil {
-					return err
-				}
-				for _, rep := range rs {
-					if rep.Name == p.From {
-						continue
-					}
-					if exists {
-						if err := d.Provider.LoadBalancer().RemoveTarget(ctx, rep.Name); err != nil {
-							return err
-						}
-					}
-					if err := deleteLost(ctx, d, r, rep); err != nil {
-						return err
-					}
-					if err := removeReplicaSecrets(d, rep.Name); err != nil {
-						return err
-					}
-					r.Info("deleted replica %s (its etcd member is gone with the old cluster)", rep.Name)
-				}
+	}
+}
+
+func (x *recovery) demote() Step {
+	return Step{
+		Name: StepDemote, Plan: []string{"unless the masters record the load balancer as the cluster's endpoint: loadBalancer.Delete", "staticIP.Attach(" + x.p.From + ")"},
+		Run: func(ctx context.Context, r *Run) error {
+			d := x.d
+			if ep, keep, err := keepsEndpoint(ctx, d); err != nil {
+				return err
+			} else if keep {
+				r.Info("the load balancer stays, on %s alone: the masters record %s as the cluster's endpoint", x.p.From, ep)
 				return nil
-			},
+			}
+			return lb.Demote(ctx, d.Provider.StaticIP(), d.Provider.LoadBalancer(), x.p.From)
 		},
-		{
-			Name: StepDemote, Plan: []string{"unless the masters record the load balancer as the cluster's endpoint: loadBalancer.Delete", "staticIP.Attach(" + p.From + ")"},
-			Run: func(ctx context.Context, r *Run) error {
-				if ep, keep, err := keepsEndpoint(ctx, d); err != nil {
+	}
+}
+
+func (x *recovery) clearLock() Step {
+	return Step{
+		Name: StepClearLock, Plan: []string{"delete the cluster lock key of the run that quorum loss cut off"},
+		Run: func(ctx context.Context, r *Run) error {
+			cli, err := x.d.Etcd(ctx)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			_, err = cli.Raw().Delete(ctx, LockKey(x.d.Cluster))
+			return err
+		},
+	}
+}
+
+func (x *recovery) verify() Step {
+	return Step{
+		Name: StepVerify, Always: true, Plan: []string{x.p.From + " serves: /readyz 200, a one-member etcd it leads"},
+		Run: func(ctx context.Context, r *Run) error {
+			d, from := x.d, x.p.From
+			rep, err := x.inst.Get(ctx, from)
+			if err != nil {
+				return err
+			}
+			gctx, cancel := context.WithTimeout(ctx, x.p.Timeout)
+			defer cancel()
+			return gateWithFailFast(gctx, d, r, from, from+" serving alone", func(cctx context.Context) error {
+				if _, err := d.Probe(cctx, d.Provider.APIServerURL(rep), "/readyz"); err != nil {
 					return err
-				} else if keep {
-					r.Info("the load balancer stays, on %s alone: the masters record %s as the cluster's endpoint", p.From, ep)
-					return nil
 				}
-				return lb.Demote(ctx, d.Provider.StaticIP(), d.Provider.LoadBalancer(), p.From)
-			},
-		},
-		{
-			Name: StepClearLock, Plan: []string{"delete the cluster lock key of the run that quorum loss cut off"},
-			Run: func(ctx context.Context, r *Run) error {
-				cli, err := d.Etcd(ctx)
+				cli, err := d.Etcd(cctx)
 				if err != nil {
 					return err
 				}
 				defer cli.Close()
-				_, err = cli.Raw().Delete(ctx, LockKey(d.Cluster))
-				return err
-			},
-		},
-		{
-			Name: StepVerify, Always: true, Plan: []string{p.From + " serves: /readyz 200, a one-member etcd it leads"},
-			Run: func(ctx context.Context, r *Run) error {
-				rep, err := inst.Get(ctx, p.From)
+				ms, err := cli.Members(cctx)
 				if err != nil {
 					return err
 				}
-				gctx, cancel := context.WithTimeout(ctx, p.Timeout)
-				defer cancel()
-				return gateWithFailFast(gctx, d, r, p.From, p.From+" serving alone", func(cctx context.Context) error {
-					if _, err := d.Probe(cctx, d.Provider.APIServerURL(rep), "/readyz"); err != nil {
-						return err
-					}
-					cli, err := d.Etcd(cctx)
-					if err != nil {
-						return err
-					}
-					defer cli.Close()
-					ms, err := cli.Members(cctx)
-					if err != nil {
-						return err
-					}
-					if len(ms) != 1 || !ms[0].Leader {
-						return fmt.Errorf("etcd has %d members, want %s alone as leader", len(ms), p.From)
-					}
-					return nil
-				})
-			},
+				if len(ms) != 1 || !ms[0].Leader {
+					return fmt.Errorf("etcd has %d members, want %s alone as leader", len(ms), from)
+				}
+				return nil
+			})
 		},
 	}
-	return wf
 }
 
 // ExecuteRecover runs the recover workflow. There is no cluster lock to

@@ -58,344 +58,397 @@ const (
 // and both end before anything destructive (the target's removal, the
 // VM's stop, the member's removal) starts.
 func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
-	wf := &Workflow{Name: "remove-replica", Params: map[string]string{"name": p.Name}}
+	if p.Timeout <= 0 {
+		p.Timeout = 5 * time.Minute
+	}
+	x := &removal{d: d, p: p, victim: p.Name, inst: d.Provider.Instances(), ms: d.Flavor()}
+	wf := &Workflow{Name: "remove-replica", Params: map[string]string{"name": p.Name}, Check: x.check}
 	if p.Force {
 		wf.Params["force"] = "true"
 	}
 	p.Drain.params(wf.Params)
-	if p.Timeout <= 0 {
-		p.Timeout = 5 * time.Minute
+	wf.Steps = []Step{x.preflight()}
+	if nodeDrainerOf(d) != nil {
+		// The Node drained before anything else changes (kubeadm's docs:
+		// drain, then reset), right after the preflight.
+		wf.Steps = append(wf.Steps, drainNodeStep(d, x.victim, p.Drain))
 	}
-	victim := p.Name
-	inst := d.Provider.Instances()
-	ms := d.Flavor()
-	memberOf := func(ctx context.Context, cli *etcdmember.Client, cluster string, r *Run) (etcdmember.Member, []etcdmember.Member, bool, error) {
-		members, err := cli.Members(ctx)
-		if err != nil {
-			return etcdmember.Member{}, nil, false, err
-		}
-		m, ok := d.findMember(members, cluster, victim, r.Get("address"))
-		return m, members, ok, nil
-	}
-	// memberOffLeadership is memberOf, leadership moved away first when
-	// the victim's member leads.
-	memberOffLeadership := func(ctx context.Context, cli *etcdmember.Client, cluster string, r *Run) (etcdmember.Member, []etcdmember.Member, bool, error) {
-		m, members, ok, err := memberOf(ctx, cli, cluster, r)
-		if err == nil && ok && m.Leader {
-			err = moveLeaderAway(ctx, cli, cluster, victim, m, p.Timeout, r)
-		}
-		return m, members, ok, err
-	}
-	lastReplica := func(rs []providers.Replica) error {
-		if len(rs) == 1 && rs[0].Name == victim {
-			return errkind.Errorf(errkind.FailedPrecondition, "%s is the last replica of cluster %s; removing it would destroy the cluster (use 'hamaster local down' or delete the cluster instead)", victim, d.Cluster)
-		}
-		return nil
-	}
-	wf.Check = func(ctx context.Context) error {
-		rs, err := inst.List(ctx)
-		if err != nil {
-			return err
-		}
-		return lastReplica(rs)
-	}
-	wf.Steps = []Step{
-		{
-			Name: StepPreflight, Always: true,
-			Plan: []string{"instances.List", "etcd MemberList + Status (not through the victim)", "refuse removing the last replica or one whose removal would lose quorum (--force overrides)", "when the flavor renders consumers from the endpoint (kubeadm): refuse removing a master one of them still names (--force overrides)"},
-			Run: func(ctx context.Context, r *Run) error {
-				rs, err := inst.List(ctx)
-				if err != nil {
-					return err
-				}
-				var found bool
-				var others int
-				for _, rep := range rs {
-					if rep.Name == victim {
-						found = true
-						if err := r.Set("address", rep.Address); err != nil {
-							return err
-						}
-					} else {
-						others++
-					}
-				}
-				if err := lastReplica(rs); err != nil {
-					return err
-				}
-				if others == 0 {
-					return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no replica other than %s", d.Cluster, victim)
-				}
-				cli, err := d.Etcd(ctx, victim)
-				if err != nil {
-					return err
-				}
-				defer cli.Close()
-				m, members, isMember, err := memberOf(ctx, cli, providers.EtcdMain, r)
-				if err != nil {
-					return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
-				}
-				// Neither VM nor member nor an address recorded by this run or
-				// by the add-replica it supersedes: the name is wrong.
-				if !found && !isMember && r.Get("address") == "" {
-					names := make([]string, 0, len(rs))
-					for _, rep := range rs {
-						names = append(names, rep.Name)
-					}
-					return errkind.Errorf(errkind.InvalidArgument, "--name: no replica, etcd member or reservation named %q in cluster %s (replicas: %v)", victim, d.Cluster, names)
-				}
-				if isMember {
-					if err := canRemoveSettled(ctx, members, m.ID, func(ctx context.Context) ([]etcdmember.Member, error) {
-						_, ms, _, err := memberOf(ctx, cli, providers.EtcdMain, r)
-						return ms, err
-					}, VoterSettle, 2*time.Second, r.Waiting); err != nil {
-						if r.Param("force") != "true" {
-							return fmt.Errorf("%w (pass --force to remove anyway, risking etcd quorum loss)", err)
-						}
-						r.Info("--force: removing %s although %v — etcd may lose quorum", victim, err)
-					}
-				}
-				return refusePinned(ctx, d, r, victim)
-			},
-		},
-		{
-			// The grace starts here; remove-from-lb waits for what is left
-			// of it after the snapshot and the leader move.
-			Name: StepDrainTarget, Plan: []string{"when the victim is an LB target: loadBalancer.DrainTarget(name), and the end of its drain grace period (" + p.DrainGrace.String() + ") recorded: the next steps run during the grace"},
-			Run: func(ctx context.Context, r *Run) error {
-				l := d.Provider.LoadBalancer()
-				t, registered, err := lbTarget(ctx, l, victim)
-				if err != nil || !registered {
-					return err
-				}
-				grace := drainGrace(r, victim, t, p.DrainGrace)
-				if err := l.DrainTarget(ctx, victim); err != nil {
-					return fmt.Errorf("drain %s: %w", victim, err)
-				}
-				// Recorded after the drain: a crash in between drains
-				// again and restarts the grace, never shortens it.
-				return r.Set(dataDrainUntil, r.now().Add(grace).UTC().Format(time.RFC3339Nano))
-			},
-		},
-		{
-			Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot (not through the victim) → <state-dir>/<cluster>/snapshots/ (during the drain grace)"},
-			Run: func(ctx context.Context, r *Run) error {
-				return takeSnapshot(ctx, d, r, "remove-"+victim, victim)
-			},
-		},
-		{
-			Name: StepMoveLeader, Plan: []string{"etcd MoveLeader to the most up-to-date healthy voter, in each etcd cluster the victim leads (during the drain grace)"},
-			Run: func(ctx context.Context, r *Run) error {
-				for _, c := range ms.EtcdClusters() {
-					cli, err := ms.EtcdCluster(ctx, c, victim)
-					if err != nil {
-						return err
-					}
-					_, _, _, err = memberOffLeadership(ctx, cli, c, r)
-					cli.Close()
-					if err != nil {
-						return err
-					}
-				}
-				return nil
-			},
-		},
-		{
-			Name: StepRemoveFromLB, Plan: []string{"loadBalancer.DrainTarget(name) unless drain-lb-target did", fmt.Sprintf("wait what is left of the drain grace period (%s) after drain-lb-target", p.DrainGrace), "loadBalancer.RemoveTarget(name)", "no LB and the victim holds the static IP: move the IP to a survivor"},
-			Run: func(ctx context.Context, r *Run) error {
-				l := d.Provider.LoadBalancer()
-				exists, err := lb.Exists(ctx, l)
-				if err != nil {
-					return err
-				}
-				if exists {
-					t, registered, err := lbTarget(ctx, l, victim)
-					if err != nil {
-						return err
-					}
-					if registered {
-						if err := finishDrain(ctx, r, l, victim, t, p.DrainGrace); err != nil {
-							return err
-						}
-					}
-					return l.RemoveTarget(ctx, victim)
-				}
-				_, holder, err := d.Provider.StaticIP().Get(ctx)
-				if err != nil || holder != victim {
-					return err
-				}
-				survivor, err := survivingReplica(ctx, d, victim)
-				if err != nil {
-					return err
-				}
-				if err := d.Provider.StaticIP().Detach(ctx); err != nil {
-					return err
-				}
-				return d.Provider.StaticIP().Attach(ctx, survivor)
-			},
-		},
-		{
-			Name: StepDNS, Plan: []string{"when the cluster has a DNS name: dns.Upsert(name A <static IP>) so no record names the victim", "wait until in sync"},
-			Run: func(ctx context.Context, r *Run) error {
-				ep, err := LoadEndpoint(d.StateDir, d.Cluster)
-				if err != nil || ep.DNSName == "" {
-					return err
-				}
-				recs, err := d.records(ep.DNSKind)
-				if err != nil {
-					return err
-				}
-				ip, _, err := d.Provider.StaticIP().Get(ctx)
-				if err != nil {
-					return err
-				}
-				id, err := recs.Upsert(ctx, ep.DNSName, []string{ip})
-				if err != nil {
-					return fmt.Errorf("dns upsert %s: %w", ep.DNSName, err)
-				}
-				r.Waiting("DNS change %s for %s", id, ep.DNSName)
-				return recs.Wait(ctx, id)
-			},
-		},
-		{
-			// The victim's apiserver is drained, but it still serves its
-			// kept-alive clients (controllers, watches) until it stops;
-			// removing its etcd member first leaves it serving them without
-			// a store: their requests hang until their own timeouts, and a
-			// real kube-apiserver cannot shut down gracefully either (its
-			// shutdown waits on etcd). So the VM goes first (the apiserver
-			// stops before its member, as the node stops them), whenever
-			// the others' healthy voters keep a quorum of the voters
-			// counted with the victim: the member, down, is then removed
-			// through them. Otherwise (2 voters, or one already unhealthy)
-			// stopping it would lose quorum and MemberRemove could not
-			// commit: the member is removed first, as before, and the VM
-			// deleted after.
-			Name: StepStopReplica, Plan: []string{"when the other healthy voters keep a quorum without the victim's member (in each etcd cluster): instances.Delete(name) before its member is removed, so its drained apiserver stops while its member still serves it"},
-			Run: func(ctx context.Context, r *Run) error {
-				if _, err := inst.Get(ctx, victim); errors.Is(err, errkind.NotFound) {
-					return nil
-				} else if err != nil {
-					return err
-				}
-				for _, c := range ms.EtcdClusters() {
-					cli, err := ms.EtcdCluster(ctx, c, victim)
-					if err != nil {
-						return err
-					}
-					// Leadership may have come back during the drain grace
-					// (an election): moved again, so the stop does not cost
-					// the survivors an election.
-					m, members, ok, err := memberOffLeadership(ctx, cli, c, r)
-					cli.Close()
-					if err != nil {
-						return err
-					}
-					if !ok || m.Learner {
-						continue // nothing for quorum to lose
-					}
-					voters, healthy := 0, 0
-					for _, x := range members {
-						if !x.Learner {
-							voters++
-							if x.Healthy && x.ID != m.ID {
-								healthy++
-							}
-						}
-					}
-					if healthy < etcdmember.Quorum(voters) {
-						r.Info("keeping %s running until its etcd %s member is removed: without it %d healthy of %d voters, quorum %d", victim, c, healthy, voters, etcdmember.Quorum(voters))
-						return nil
-					}
-				}
-				r.Waiting("stopping %s before removing its etcd member", victim)
-				if err := inst.Delete(ctx, victim); err != nil {
-					return fmt.Errorf("stop %s before removing its etcd member: %w", victim, err)
-				}
-				return nil
-			},
-		},
-		{
-			Name: StepRemoveMember, Plan: []string{"etcd MemberRemove(victim) through a surviving member, in each etcd cluster (events first, main last)"},
-			Run: func(ctx context.Context, r *Run) error {
-				cs := ms.EtcdClusters()
-				for i := len(cs) - 1; i >= 0; i-- {
-					cli, err := ms.EtcdCluster(ctx, cs[i], victim)
-					if err != nil {
-						return err
-					}
-					// Still serving, it may lead again (see stop-replica).
-					m, _, ok, err := memberOffLeadership(ctx, cli, cs[i], r)
-					if err == nil && ok {
-						if err = cli.Remove(ctx, m.ID); err != nil {
-							err = fmt.Errorf("remove etcd %s member %s of %s: %w", cs[i], m.Name, victim, err)
-						}
-					}
-					cli.Close()
-					if err != nil {
-						return err
-					}
-				}
-				return nil
-			},
-		},
-		{
-			Name: StepDeleteVM, Plan: []string{"instances.Delete(name): VM, data disk, address"},
-			Run: func(ctx context.Context, r *Run) error {
-				if err := inst.Delete(ctx, victim); err != nil {
-					return err
-				}
-				if err := inst.ReleaseAddress(ctx, victim); err != nil {
-					return err
-				}
-				return removeReplicaSecrets(d, victim)
-			},
-		},
-		{
-			Name: StepDemote, Plan: []string{"when one replica is left: loadBalancer.Delete", "staticIP.Attach(last replica)"},
-			Run: func(ctx context.Context, r *Run) error {
-				rs, err := inst.List(ctx)
-				if err != nil {
-					return err
-				}
-				if len(rs) != 1 {
-					return nil
-				}
-				if ep, keep, err := keepsEndpoint(ctx, d); err != nil {
-					return err
-				} else if keep {
-					r.Info("the load balancer stays, on %s alone: the masters record %s as the cluster's endpoint ('hamaster endpoint set' moves it)", rs[0].Name, ep)
-					return nil
-				}
-				// Demote even when no LB is visible: Delete also removes
-				// pieces of one whose creation was interrupted.
-				r.Waiting("demoting the load balancer: static IP back to %s", rs[0].Name)
-				return lb.Demote(ctx, d.Provider.StaticIP(), d.Provider.LoadBalancer(), rs[0].Name)
-			},
-		},
-		verifyStep(d, func(*Run) string { return victim }, false),
-	}
+	wf.Steps = append(wf.Steps, x.drainTarget(), x.snapshot(), x.moveLeader(), x.removeFromLB(), x.dns())
 	if j := joinerOf(d); j != nil {
 		// The victim's machine is released only once the flavor's tool
 		// has left it (kubeadm reset, after its member is gone), so it is
 		// not stopped early: a metal host is never powered off, and a
 		// reset before the member's removal would retry against, or
 		// wipe, the live cluster.
-		steps := wf.Steps
-		wf.Steps = pickSteps(steps, StepPreflight, StepDrainTarget, StepSnapshot, StepMoveLeader, StepRemoveFromLB, StepDNS)
 		if st, ok := j.(flavors.APIServerStopper); ok {
-			wf.Steps = append(wf.Steps, stopAPIServerStep(d, st, victim))
+			wf.Steps = append(wf.Steps, stopAPIServerStep(d, st, x.victim))
 		}
-		wf.Steps = append(wf.Steps, pickSteps(steps, StepRemoveMember)...)
-		wf.Steps = append(wf.Steps, leaveStep(d, j, victim))
-		wf.Steps = append(wf.Steps, pickSteps(steps, StepDeleteVM, StepDemote, StepVerify)...)
+		wf.Steps = append(wf.Steps, x.removeMember(), leaveStep(d, j, x.victim))
+	} else {
+		wf.Steps = append(wf.Steps, x.stopReplica(), x.removeMember())
 	}
-	if nodeDrainerOf(d) != nil {
-		// The Node drained before anything else changes (kubeadm's docs:
-		// drain, then reset), right after the preflight.
-		wf.Steps = slices.Insert(wf.Steps, 1, drainNodeStep(d, victim, p.Drain))
-	}
+	wf.Steps = append(wf.Steps, x.deleteVM(), x.demote(), verifyStep(d, func(*Run) string { return x.victim }, false))
 	return wf
+}
+
+// removal is one remove-replica run's steps: the replica removed (victim)
+// and what they share.
+type removal struct {
+	d      *Deps
+	p      RemoveParams
+	victim string
+	inst   providers.Instances
+	ms     flavors.Flavor
+}
+
+// memberOf returns the victim's member of cluster, the members, and
+// whether it has one.
+func (x *removal) memberOf(ctx context.Context, cli *etcdmember.Client, cluster string, r *Run) (etcdmember.Member, []etcdmember.Member, bool, error) {
+	members, err := cli.Members(ctx)
+	if err != nil {
+		return etcdmember.Member{}, nil, false, err
+	}
+	m, ok := x.d.findMember(members, cluster, x.victim, keyAddress.Get(r))
+	return m, members, ok, nil
+}
+
+// memberOffLeadership is memberOf, leadership moved away first when the
+// victim's member leads.
+func (x *removal) memberOffLeadership(ctx context.Context, cli *etcdmember.Client, cluster string, r *Run) (etcdmember.Member, []etcdmember.Member, bool, error) {
+	m, members, ok, err := x.memberOf(ctx, cli, cluster, r)
+	if err == nil && ok && m.Leader {
+		err = moveLeaderAway(ctx, cli, cluster, x.victim, m, x.p.Timeout, r)
+	}
+	return m, members, ok, err
+}
+
+// lastReplica refuses removing the cluster's last replica.
+func (x *removal) lastReplica(rs []providers.Replica) error {
+	if len(rs) == 1 && rs[0].Name == x.victim {
+		return errkind.Errorf(errkind.FailedPrecondition, "%s is the last replica of cluster %s; removing it would destroy the cluster (use 'hamaster local down' or delete the cluster instead)", x.victim, x.d.Cluster)
+	}
+	return nil
+}
+
+// check is the workflow's check before it starts.
+func (x *removal) check(ctx context.Context) error {
+	rs, err := x.inst.List(ctx)
+	if err != nil {
+		return err
+	}
+	return x.lastReplica(rs)
+}
+
+func (x *removal) preflight() Step {
+	return Step{
+		Name: StepPreflight, Always: true,
+		Plan: []string{"instances.List", "etcd MemberList + Status (not through the victim)", "refuse removing the last replica or one whose removal would lose quorum (--force overrides)", "when the flavor renders consumers from the endpoint (kubeadm): refuse removing a master one of them still names (--force overrides)"},
+		Run:  x.runPreflight,
+	}
+}
+
+func (x *removal) runPreflight(ctx context.Context, r *Run) error {
+	victim := x.victim
+	rs, err := x.inst.List(ctx)
+	if err != nil {
+		return err
+	}
+	var found bool
+	var others int
+	for _, rep := range rs {
+		if rep.Name == victim {
+			found = true
+			if err := keyAddress.Set(r, rep.Address); err != nil {
+				return err
+			}
+		} else {
+			others++
+		}
+	}
+	if err := x.lastReplica(rs); err != nil {
+		return err
+	}
+	if others == 0 {
+		return errkind.Errorf(errkind.FailedPrecondition, "cluster %s has no replica other than %s", x.d.Cluster, victim)
+	}
+	cli, err := x.d.Etcd(ctx, victim)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	m, members, isMember, err := x.memberOf(ctx, cli, providers.EtcdMain, r)
+	if err != nil {
+		return errkind.Errorf(errkind.FailedPrecondition, "etcd unreachable: %w", err)
+	}
+	// Neither VM nor member nor an address recorded by this run or by the
+	// add-replica it supersedes: the name is wrong.
+	if !found && !isMember && keyAddress.Get(r) == "" {
+		names := make([]string, 0, len(rs))
+		for _, rep := range rs {
+			names = append(names, rep.Name)
+		}
+		return errkind.Errorf(errkind.InvalidArgument, "--name: no replica, etcd member or reservation named %q in cluster %s (replicas: %v)", victim, x.d.Cluster, names)
+	}
+	if isMember {
+		if err := canRemoveSettled(ctx, members, m.ID, func(ctx context.Context) ([]etcdmember.Member, error) {
+			_, ms, _, err := x.memberOf(ctx, cli, providers.EtcdMain, r)
+			return ms, err
+		}, VoterSettle, 2*time.Second, r.Waiting); err != nil {
+			if r.Param("force") != "true" {
+				return fmt.Errorf("%w (pass --force to remove anyway, risking etcd quorum loss)", err)
+			}
+			r.Info("--force: removing %s although %v — etcd may lose quorum", victim, err)
+		}
+	}
+	return refusePinned(ctx, x.d, r, victim)
+}
+
+// drainTarget starts the drain grace; remove-from-lb waits for what is
+// left of it after the snapshot and the leader move.
+func (x *removal) drainTarget() Step {
+	return Step{
+		Name: StepDrainTarget, Plan: []string{"when the victim is an LB target: loadBalancer.DrainTarget(name), and the end of its drain grace period (" + x.p.DrainGrace.String() + ") recorded: the next steps run during the grace"},
+		Run: func(ctx context.Context, r *Run) error {
+			l := x.d.Provider.LoadBalancer()
+			t, registered, err := lbTarget(ctx, l, x.victim)
+			if err != nil || !registered {
+				return err
+			}
+			grace := drainGrace(r, x.victim, t, x.p.DrainGrace)
+			if err := l.DrainTarget(ctx, x.victim); err != nil {
+				return fmt.Errorf("drain %s: %w", x.victim, err)
+			}
+			// Recorded after the drain: a crash in between drains again
+			// and restarts the grace, never shortens it.
+			return keyDrainUntil.Set(r, r.now().Add(grace))
+		},
+	}
+}
+
+func (x *removal) snapshot() Step {
+	return Step{
+		Name: StepSnapshot, Plan: []string{"etcd Maintenance.Snapshot (not through the victim) → <state-dir>/<cluster>/snapshots/ (during the drain grace)"},
+		Run: func(ctx context.Context, r *Run) error {
+			return takeSnapshot(ctx, x.d, r, "remove-"+x.victim, x.victim)
+		},
+	}
+}
+
+func (x *removal) moveLeader() Step {
+	return Step{
+		Name: StepMoveLeader, Plan: []string{"etcd MoveLeader to the most up-to-date healthy voter, in each etcd cluster the victim leads (during the drain grace)"},
+		Run: func(ctx context.Context, r *Run) error {
+			for _, c := range x.ms.EtcdClusters() {
+				cli, err := x.ms.EtcdCluster(ctx, c, x.victim)
+				if err != nil {
+					return err
+				}
+				_, _, _, err = x.memberOffLeadership(ctx, cli, c, r)
+				cli.Close()
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func (x *removal) removeFromLB() Step {
+	return Step{
+		Name: StepRemoveFromLB, Plan: []string{"loadBalancer.DrainTarget(name) unless drain-lb-target did", fmt.Sprintf("wait what is left of the drain grace period (%s) after drain-lb-target", x.p.DrainGrace), "loadBalancer.RemoveTarget(name)", "no LB and the victim holds the static IP: move the IP to a survivor"},
+		Run: x.runRemoveFromLB,
+	}
+}
+
+func (x *removal) runRemoveFromLB(ctx context.Context, r *Run) error {
+	d, victim := x.d, x.victim
+	l := d.Provider.LoadBalancer()
+	exists, err := lb.Exists(ctx, l)
+	if err != nil {
+		return err
+	}
+	if exists {
+		t, registered, err := lbTarget(ctx, l, victim)
+		if err != nil {
+			return err
+		}
+		if registered {
+			if err := finishDrain(ctx, r, l, victim, t, x.p.DrainGrace); err != nil {
+				return err
+			}
+		}
+		return l.RemoveTarget(ctx, victim)
+	}
+	_, holder, err := d.Provider.StaticIP().Get(ctx)
+	if err != nil || holder != victim {
+		return err
+	}
+	survivor, err := survivingReplica(ctx, d, victim)
+	if err != nil {
+		return err
+	}
+	if err := d.Provider.StaticIP().Detach(ctx); err != nil {
+		return err
+	}
+	return d.Provider.StaticIP().Attach(ctx, survivor)
+}
+
+func (x *removal) dns() Step {
+	return Step{
+		Name: StepDNS, Plan: []string{"when the cluster has a DNS name: dns.Upsert(name A <static IP>) so no record names the victim", "wait until in sync"},
+		Run: func(ctx context.Context, r *Run) error {
+			d := x.d
+			ep, err := LoadEndpoint(d.StateDir, d.Cluster)
+			if err != nil || ep.DNSName == "" {
+				return err
+			}
+			recs, err := d.records(ep.DNSKind)
+			if err != nil {
+				return err
+			}
+			ip, _, err := d.Provider.StaticIP().Get(ctx)
+			if err != nil {
+				return err
+			}
+			id, err := recs.Upsert(ctx, ep.DNSName, []string{ip})
+			if err != nil {
+				return fmt.Errorf("dns upsert %s: %w", ep.DNSName, err)
+			}
+			r.Waiting("DNS change %s for %s", id, ep.DNSName)
+			return recs.Wait(ctx, id)
+		},
+	}
+}
+
+// stopReplica: the victim's apiserver is drained, but it still serves its
+// kept-alive clients (controllers, watches) until it stops; removing its
+// etcd member first leaves it serving them without a store: their
+// requests hang until their own timeouts, and a real kube-apiserver
+// cannot shut down gracefully either (its shutdown waits on etcd). So the
+// VM goes first (the apiserver stops before its member, as the node stops
+// them), whenever the others' healthy voters keep a quorum of the voters
+// counted with the victim: the member, down, is then removed through
+// them. Otherwise (2 voters, or one already unhealthy) stopping it would
+// lose quorum and MemberRemove could not commit: the member is removed
+// first, as before, and the VM deleted after.
+func (x *removal) stopReplica() Step {
+	return Step{
+		Name: StepStopReplica, Plan: []string{"when the other healthy voters keep a quorum without the victim's member (in each etcd cluster): instances.Delete(name) before its member is removed, so its drained apiserver stops while its member still serves it"},
+		Run: x.runStopReplica,
+	}
+}
+
+func (x *removal) runStopReplica(ctx context.Context, r *Run) error {
+	victim := x.victim
+	if _, err := x.inst.Get(ctx, victim); errors.Is(err, errkind.NotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	for _, c := range x.ms.EtcdClusters() {
+		cli, err := x.ms.EtcdCluster(ctx, c, victim)
+		if err != nil {
+			return err
+		}
+		// Leadership may have come back during the drain grace (an
+		// election): moved again, so the stop does not cost the survivors
+		// an election.
+		m, members, ok, err := x.memberOffLeadership(ctx, cli, c, r)
+		cli.Close()
+		if err != nil {
+			return err
+		}
+		if !ok || m.Learner {
+			continue // nothing for quorum to lose
+		}
+		voters, healthy := 0, 0
+		for _, o := range members {
+			if !o.Learner {
+				voters++
+				if o.Healthy && o.ID != m.ID {
+					healthy++
+				}
+			}
+		}
+		if healthy < etcdmember.Quorum(voters) {
+			r.Info("keeping %s running until its etcd %s member is removed: without it %d healthy of %d voters, quorum %d", victim, c, healthy, voters, etcdmember.Quorum(voters))
+			return nil
+		}
+	}
+	r.Waiting("stopping %s before removing its etcd member", victim)
+	if err := x.inst.Delete(ctx, victim); err != nil {
+		return fmt.Errorf("stop %s before removing its etcd member: %w", victim, err)
+	}
+	return nil
+}
+
+func (x *removal) removeMember() Step {
+	return Step{
+		Name: StepRemoveMember, Plan: []string{"etcd MemberRemove(victim) through a surviving member, in each etcd cluster (events first, main last)"},
+		Run: func(ctx context.Context, r *Run) error {
+			cs := x.ms.EtcdClusters()
+			for i := len(cs) - 1; i >= 0; i-- {
+				cli, err := x.ms.EtcdCluster(ctx, cs[i], x.victim)
+				if err != nil {
+					return err
+				}
+				// Still serving, it may lead again (see stop-replica).
+				m, _, ok, err := x.memberOffLeadership(ctx, cli, cs[i], r)
+				if err == nil && ok {
+					if err = cli.Remove(ctx, m.ID); err != nil {
+						err = fmt.Errorf("remove etcd %s member %s of %s: %w", cs[i], m.Name, x.victim, err)
+					}
+				}
+				cli.Close()
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func (x *removal) deleteVM() Step {
+	return Step{
+		Name: StepDeleteVM, Plan: []string{"instances.Delete(name): VM, data disk, address"},
+		Run: func(ctx context.Context, r *Run) error {
+			if err := x.inst.Delete(ctx, x.victim); err != nil {
+				return err
+			}
+			if err := x.inst.ReleaseAddress(ctx, x.victim); err != nil {
+				return err
+			}
+			return removeReplicaSecrets(x.d, x.victim)
+		},
+	}
+}
+
+func (x *removal) demote() Step {
+	return Step{
+		Name: StepDemote, Plan: []string{"when one replica is left: loadBalancer.Delete", "staticIP.Attach(last replica)"},
+		Run: func(ctx context.Context, r *Run) error {
+			d := x.d
+			rs, err := x.inst.List(ctx)
+			if err != nil {
+				return err
+			}
+			if len(rs) != 1 {
+				return nil
+			}
+			if ep, keep, err := keepsEndpoint(ctx, d); err != nil {
+				return err
+			} else if keep {
+				r.Info("the load balancer stays, on %s alone: the masters record %s as the cluster's endpoint ('hamaster endpoint set' moves it)", rs[0].Name, ep)
+				return nil
+			}
+			// Demote even when no LB is visible: Delete also removes
+			// pieces of one whose creation was interrupted.
+			r.Waiting("demoting the load balancer: static IP back to %s", rs[0].Name)
+			return lb.Demote(ctx, d.Provider.StaticIP(), d.Provider.LoadBalancer(), rs[0].Name)
+		},
+	}
 }
 
 // SupersedeAdd lets remove-replica replace the journal of an unfinished
@@ -406,8 +459,8 @@ func SupersedeAdd(name string) func(prev, next *Journal) bool {
 		if prev.Workflow != "add-replica" || prev.Params["name"] != name {
 			return false
 		}
-		if a := prev.Data["address"]; a != "" {
-			next.Data["address"] = a
+		if a := keyAddress.In(prev); a != "" {
+			keyAddress.Put(next, a)
 		}
 		return true
 	}
@@ -449,10 +502,6 @@ func drainGrace(r *Run, victim string, t lb.TargetHealth, grace time.Duration) t
 	return 0
 }
 
-// dataDrainUntil is the journal key of the end of the victim's drain
-// grace (RFC 3339), recorded by drain-lb-target.
-const dataDrainUntil = "drain-until"
-
 // lbTarget returns victim's target in the load balancer and whether it is
 // one; no load balancer is no target.
 func lbTarget(ctx context.Context, l lb.LoadBalancer, victim string) (lb.TargetHealth, bool, error) {
@@ -478,7 +527,7 @@ func lbTarget(ctx context.Context, l lb.LoadBalancer, victim string) (lb.TargetH
 // of an older release, in which this step drained), it drains and waits
 // the whole grace, as then.
 func finishDrain(ctx context.Context, r *Run, l lb.LoadBalancer, victim string, t lb.TargetHealth, grace time.Duration) error {
-	until, err := time.Parse(time.RFC3339Nano, r.Get(dataDrainUntil))
+	until, err := keyDrainUntil.Get(r)
 	if err != nil {
 		grace = drainGrace(r, victim, t, grace)
 		if grace > 0 {

@@ -97,23 +97,7 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 	// recreated from a template at the new version, or surged.
 	up, inPlace := inPlaceUpgrader(d, p)
 	if inPlace && p.ExtraArgsSet {
-		check := wf.Check
-		wf.Check = func(ctx context.Context) error {
-			if _, ok := up.(flavors.FlagUpgrader); !ok {
-				return errkind.Errorf(errkind.InvalidArgument, "--extra-args: the %s flavor upgrades its masters in place and cannot set their flags", d.Flavor().Name())
-			}
-			// In place, the flags are set by name (kubeadm-config's
-			// apiServer.extraArgs), not replaced as a whole.
-			for _, a := range p.ExtraArgs {
-				if name, _, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); !ok || name == "" || !strings.HasPrefix(a, "--") {
-					return errkind.Errorf(errkind.InvalidArgument, "--extra-args: %q: the %s flavor sets each flag by name: want --name=value", a, d.Flavor().Name())
-				}
-			}
-			if check != nil {
-				return check(ctx)
-			}
-			return nil
-		}
+		wf.Check = checkInPlaceFlags(d, p, up, wf.Check)
 	}
 	if inPlace {
 		wf.Params["strategy"] = StrategyInPlace
@@ -137,7 +121,34 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 	if inPlace {
 		wf.Steps = append(wf.Steps, finishInPlaceStep(d, up))
 	}
-	wf.Steps = append(wf.Steps, Step{
+	wf.Steps = append(wf.Steps, upgradeVerifyStep(d, p, inPlace))
+	return wf
+}
+
+// checkInPlaceFlags is --extra-args' check when the flavor upgrades its
+// masters in place, before check (nil: none): the flavor must set flags
+// (flavors.FlagUpgrader), each one by name (kubeadm-config's
+// apiServer.extraArgs), not replaced as a whole.
+func checkInPlaceFlags(d *Deps, p UpgradeParams, up flavors.Upgrader, check func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if _, ok := up.(flavors.FlagUpgrader); !ok {
+			return errkind.Errorf(errkind.InvalidArgument, "--extra-args: the %s flavor upgrades its masters in place and cannot set their flags", d.Flavor().Name())
+		}
+		for _, a := range p.ExtraArgs {
+			if name, _, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); !ok || name == "" || !strings.HasPrefix(a, "--") {
+				return errkind.Errorf(errkind.InvalidArgument, "--extra-args: %q: the %s flavor sets each flag by name: want --name=value", a, d.Flavor().Name())
+			}
+		}
+		if check != nil {
+			return check(ctx)
+		}
+		return nil
+	}
+}
+
+// upgradeVerifyStep checks every replica healthy at p.Version.
+func upgradeVerifyStep(d *Deps, p UpgradeParams, inPlace bool) Step {
+	return Step{
 		Name: StepVerify, Always: true, Plan: []string{"every replica healthy and reporting " + p.Version},
 		Run: func(ctx context.Context, r *Run) error {
 			rs, err := d.Provider.Instances().List(ctx)
@@ -156,8 +167,7 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 			}
 			return nil
 		},
-	})
-	return wf
+	}
 }
 
 func upgradePreflight(d *Deps, p UpgradeParams, inPlace bool) Step {
@@ -214,11 +224,9 @@ func upgradePreflight(d *Deps, p UpgradeParams, inPlace bool) Step {
 
 // inFlight reports whether an interrupted slot of this run is upgrading name.
 func inFlight(r *Run, name string) bool {
-	for key, v := range r.journal.Data {
-		if v == name && strings.HasPrefix(key, "slot-") && !strings.Contains(strings.TrimPrefix(key, "slot-"), "-") {
-			if r.Get(key+"-done") == "" {
-				return true
-			}
+	for k, n := range slots(r) {
+		if n == name && !slotDoneKey(k).IsSet(r) {
+			return true
 		}
 	}
 	return false
@@ -278,12 +286,12 @@ func slotReplica(ctx context.Context, d *Deps, p UpgradeParams, r *Run, k int) (
 	if err != nil || !ok {
 		return "", err
 	}
-	return rep.Name, r.Set(fmt.Sprintf("slot-%d", k), rep.Name)
+	return rep.Name, slotKey(k).Set(r, rep.Name)
 }
 
 // slotName is the replica upgrade slot k works on ("" until its first
 // step picks one).
-func slotName(r *Run, k int) string { return r.Get(fmt.Sprintf("slot-%d", k)) }
+func slotName(r *Run, k int) string { return slotKey(k).Get(r) }
 
 // getSlotReplica looks up the replica called n of an upgrade slot; ok is
 // false when the slot is empty (n is "": the step has nothing to do) or
@@ -309,7 +317,7 @@ func backInLBStep(d *Deps, p UpgradeParams, k int) Step {
 			if err := undrain(ctx, d, r, n, p.HealthTimeout); err != nil {
 				return err
 			}
-			return r.Set(fmt.Sprintf("slot-%d-done", k), "true")
+			return slotDoneKey(k).Mark(r)
 		},
 	}
 }
@@ -317,7 +325,6 @@ func backInLBStep(d *Deps, p UpgradeParams, k int) Step {
 func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 	inst := d.Provider.Instances()
 	name := func(r *Run) string { return slotName(r, k) }
-	lkgKey := func(n string) string { return "last-known-good:" + n }
 	prefix := fmt.Sprintf("replica-%d/", k)
 	return []Step{
 		{
@@ -336,7 +343,7 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 			Name: prefix + "record-last-known-good", Plan: []string{"store the replica's current template in the journal (kept out of the rollout's reach)"},
 			Run: func(ctx context.Context, r *Run) error {
 				n := name(r)
-				if n == "" || r.Get(lkgKey(n)) != "" {
+				if n == "" || lkgKey(n).Get(r) != "" {
 					return nil
 				}
 				rep, err := inst.Get(ctx, n)
@@ -346,15 +353,8 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 				if p.atTarget(rep) {
 					return fmt.Errorf("replica %s is already at the target template but its last known-good was not recorded", n)
 				}
-				// Keys stay under pki/: the journal gets the template without them.
-				if err := syncPKI(d, n, rep.Template); err != nil {
-					return err
-				}
-				b, err := json.Marshal(withoutKeys(rep.Template))
+				b, err := recordLastKnownGood(d, r, n, rep.Template)
 				if err != nil {
-					return err
-				}
-				if err := r.Set(lkgKey(n), string(b)); err != nil {
 					return err
 				}
 				return saveLastKnownGood(d, n, b)
@@ -375,14 +375,14 @@ func recreateSteps(d *Deps, p UpgradeParams, k int) []Step {
 					}
 					// The new template does not even start (a version the
 					// replica cannot run): back to the last known good.
-					return rollback(ctx, d, r, n, lkgKey(n), p, fmt.Errorf("recreate at %s: %w", p.Version, err))
+					return rollback(ctx, d, r, n, p, fmt.Errorf("recreate at %s: %w", p.Version, err))
 				}
 				return nil
 			},
 		},
 		healthGateStep(d, p, k, fmt.Sprintf("restore the last known-good template (healthy within %s)", RestoreHealthTimeout(p.HealthTimeout)),
 			func(ctx context.Context, r *Run, rep providers.Replica, cause error) error {
-				return rollback(ctx, d, r, rep.Name, lkgKey(rep.Name), p, cause)
+				return rollback(ctx, d, r, rep.Name, p, cause)
 			}),
 		backInLBStep(d, p, k),
 	}
@@ -601,6 +601,20 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 	return err
 }
 
+// recordLastKnownGood journals t, the template of replica name, as its
+// last known-good (lkgKey) and returns it as journaled: its keys stay
+// under pki/ (syncPKI), the journal gets the template without them.
+func recordLastKnownGood(d *Deps, r *Run, name string, t providers.Template) ([]byte, error) {
+	if err := syncPKI(d, name, t); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(withoutKeys(t))
+	if err != nil {
+		return nil, err
+	}
+	return b, lkgKey(name).Set(r, string(b))
+}
+
 // rollback restores a replica that failed its health gate from its last
 // known-good template, waits until it is healthy again and back in the LB,
 // and concludes the run with an error naming what failed.
@@ -608,8 +622,8 @@ func healthGate(ctx context.Context, d *Deps, r *Run, rep providers.Replica, ver
 // to its last known-good template: twice the upgrade's health timeout.
 func RestoreHealthTimeout(health time.Duration) time.Duration { return 2 * health }
 
-func rollback(ctx context.Context, d *Deps, r *Run, name, lkgKey string, p UpgradeParams, cause error) error {
-	raw := r.Get(lkgKey)
+func rollback(ctx context.Context, d *Deps, r *Run, name string, p UpgradeParams, cause error) error {
+	raw := lkgKey(name).Get(r)
 	if raw == "" {
 		return fmt.Errorf("replica %s failed its health gate (%v) and no last known-good template is recorded", name, cause)
 	}
@@ -669,21 +683,21 @@ func surgeSteps(d *Deps, p UpgradeParams, k int) []Step {
 		{
 			Name: prefix + "surge-add", Plan: []string{"add-replica with the new template (its own journal; resumable)"},
 			Run: func(ctx context.Context, r *Run) error {
-				old := r.Get(fmt.Sprintf("slot-%d-old", k))
+				old := slotOldKey(k).Get(r)
 				if old == "" {
 					rep, ok, err := pickNext(ctx, d, p, nil)
 					if err != nil || !ok {
 						return err
 					}
 					old = rep.Name
-					if err := r.Set(fmt.Sprintf("slot-%d-old", k), old); err != nil {
+					if err := slotOldKey(k).Set(r, old); err != nil {
 						return err
 					}
 				}
-				newName := r.Get(fmt.Sprintf("slot-%d-new", k))
+				newName := slotNewKey(k).Get(r)
 				if newName == "" {
 					newName = NewReplicaName(d.Cluster)
-					if err := r.Set(fmt.Sprintf("slot-%d-new", k), newName); err != nil {
+					if err := slotNewKey(k).Set(r, newName); err != nil {
 						return err
 					}
 				}
@@ -702,7 +716,7 @@ func surgeSteps(d *Deps, p UpgradeParams, k int) []Step {
 		{
 			Name: prefix + "surge-remove", Plan: []string{"remove-replica of an old replica (its own journal; resumable)"},
 			Run: func(ctx context.Context, r *Run) error {
-				old := r.Get(fmt.Sprintf("slot-%d-old", k))
+				old := slotOldKey(k).Get(r)
 				if old == "" {
 					return nil
 				}

@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -103,8 +102,8 @@ func renewOne(ctx context.Context, d *Deps, r *Run, p RotateParams, renewer flav
 	if err != nil {
 		return err
 	}
-	versionKey, renewedKey, drainedKey := "renew-version:"+name, "renewed:"+name, "rotate-drained:"+name
-	v := r.Get(versionKey)
+	drained := rotateDrainedKey(name)
+	v := renewVersionKey(name).Get(r)
 	if v == "" {
 		names, err := renewer.ExpiringCerts(ctx, rep, p.Within)
 		if err != nil {
@@ -117,12 +116,12 @@ func renewOne(ctx context.Context, d *Deps, r *Run, p RotateParams, renewer flav
 			return fmt.Errorf("the version of %s: %w", name, err)
 		}
 		r.Info("renewing the certificates of %s: %s expire within %s", name, strings.Join(names, ", "), p.Within)
-		if err := r.Set(versionKey, v); err != nil {
+		if err := renewVersionKey(name).Set(r, v); err != nil {
 			return err
 		}
 	}
-	if r.Get(renewedKey) == "" {
-		if exists, err := takeOutForRotation(ctx, d, r, p, name, drainedKey); err != nil {
+	if !renewedKey(name).IsSet(r) {
+		if exists, err := takeOutForRotation(ctx, d, r, p, name); err != nil {
 			return err
 		} else if !exists {
 			if rs, err := d.Provider.Instances().List(ctx); err == nil && len(rs) == 1 {
@@ -140,19 +139,19 @@ func renewOne(ctx context.Context, d *Deps, r *Run, p RotateParams, renewer flav
 			}
 			return rollbackRenewal(ctx, d, r, p, renewer, rep, v, rerr)
 		}
-		if err := r.Set(renewedKey, "true"); err != nil {
+		if err := renewedKey(name).Mark(r); err != nil {
 			return err
 		}
 	}
 	if err := renewer.FinishUpgrade(ctx, rep); err != nil {
 		return err
 	}
-	if r.Get(drainedKey) != "" {
+	if drained.IsSet(r) {
 		if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {
 			return err
 		}
 	}
-	return r.Set(drainedKey, "")
+	return drained.Clear(r)
 }
 
 // rollbackRenewal restores rep with the flavor's rollback, waits until it
@@ -165,7 +164,7 @@ func rollbackRenewal(ctx context.Context, d *Deps, r *Run, p RotateParams, renew
 	if err := healthGate(ctx, d, r, rep, v, RestoreHealthTimeout(p.HealthTimeout)); err != nil {
 		return fmt.Errorf("renewing the certificates of %s failed (%v) and it is not healthy after its restore: %w", rep.Name, cause, err)
 	}
-	if r.Get("rotate-drained:"+rep.Name) != "" {
+	if rotateDrainedKey(rep.Name).IsSet(r) {
 		if err := undrain(ctx, d, r, rep.Name, p.HealthTimeout); err != nil {
 			return err
 		}
@@ -174,11 +173,11 @@ func rollbackRenewal(ctx context.Context, d *Deps, r *Run, p RotateParams, renew
 }
 
 // takeOutForRotation drains replica name for p.DrainGrace when the
-// cluster has a load balancer (exists), journaling drainedKey first so
-// that an interrupted run puts it back, and moves etcd leadership off it
-// (drainMovingLeader).
-func takeOutForRotation(ctx context.Context, d *Deps, r *Run, p RotateParams, name, drainedKey string) (exists bool, err error) {
-	return drainMovingLeader(ctx, d, r, name, p.DrainGrace, func() error { return r.Set(drainedKey, "true") })
+// cluster has a load balancer (exists), journaling rotateDrainedKey
+// first so that an interrupted run puts it back, and moves etcd
+// leadership off it (drainMovingLeader).
+func takeOutForRotation(ctx context.Context, d *Deps, r *Run, p RotateParams, name string) (exists bool, err error) {
+	return drainMovingLeader(ctx, d, r, name, p.DrainGrace, func() error { return rotateDrainedKey(name).Mark(r) })
 }
 
 func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string) error {
@@ -194,34 +193,27 @@ func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string
 	if err != nil {
 		return err
 	}
-	drainedKey, lkgKey := "rotate-drained:"+name, "last-known-good:"+name
+	drained := rotateDrainedKey(name)
 	problem := certProblem(rep, want, p.Within, time.Now())
 	if problem == "" {
-		if r.Get(drainedKey) != "" { // rotated by an interrupted run
+		if drained.IsSet(r) { // rotated by an interrupted run
 			if err := syncPKI(d, name, rep.Template); err != nil {
 				return err
 			}
 			if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {
 				return err
 			}
-			return r.Set(drainedKey, "")
+			return drained.Clear(r)
 		}
 		return nil
 	}
 	r.Info("renewing the certificates of %s: %s", name, problem)
-	if r.Get(lkgKey) == "" {
-		if err := syncPKI(d, name, rep.Template); err != nil {
-			return err
-		}
-		b, err := json.Marshal(withoutKeys(rep.Template))
-		if err != nil {
-			return err
-		}
-		if err := r.Set(lkgKey, string(b)); err != nil {
+	if lkgKey(name).Get(r) == "" {
+		if _, err := recordLastKnownGood(d, r, name, rep.Template); err != nil {
 			return err
 		}
 	}
-	if _, err := takeOutForRotation(ctx, d, r, p, name, drainedKey); err != nil {
+	if _, err := takeOutForRotation(ctx, d, r, p, name); err != nil {
 		return err
 	}
 	ca, err := d.CA()
@@ -242,26 +234,26 @@ func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string
 		if ctx.Err() != nil {
 			return err
 		}
-		return rollback(ctx, d, r, name, lkgKey, up, fmt.Errorf("recreate with new certificates: %w", err))
+		return rollback(ctx, d, r, name, up, fmt.Errorf("recreate with new certificates: %w", err))
 	}
 	rep, err = inst.Get(ctx, name)
 	if err != nil {
 		return err
 	}
 	if err := healthGate(ctx, d, r, rep, rep.Template.Version, p.HealthTimeout); err != nil {
-		return rollback(ctx, d, r, name, lkgKey, up, fmt.Errorf("new certificates: %w", err))
+		return rollback(ctx, d, r, name, up, fmt.Errorf("new certificates: %w", err))
 	}
 	// Only now do the new certificates and keys replace the old under pki/
 	// (a rollback takes the old keys from there).
 	if err := syncPKI(d, name, rep.Template); err != nil {
 		return err
 	}
-	if r.Get(drainedKey) != "" {
+	if drained.IsSet(r) {
 		if err := undrain(ctx, d, r, name, p.HealthTimeout); err != nil {
 			return err
 		}
 	}
-	return r.Set(drainedKey, "")
+	return drained.Clear(r)
 }
 
 // CertsNeedingRotation names the replicas whose apiserver certificate

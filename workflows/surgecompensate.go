@@ -26,7 +26,7 @@ func surgeCompensate(ctx context.Context, d *Deps, r *Run, p UpgradeParams, k in
 		return err
 	}
 	still := ""
-	if old, err := d.Provider.Instances().Get(ctx, r.Get(fmt.Sprintf("slot-%d-old", k))); err == nil {
+	if old, err := d.Provider.Instances().Get(ctx, slotOldKey(k).Get(r)); err == nil {
 		still = fmt.Sprintf(" (still at %s)", old.Template.Version)
 	}
 	return fmt.Errorf("%w: surge: new replica %s failed at %s (%v); removed it and its etcd member: the old replicas were not touched%s",

@@ -3,6 +3,8 @@ package workflows
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/hamaster/hamaster/flavors"
@@ -23,11 +25,6 @@ func inPlaceUpgrader(d *Deps, p UpgradeParams) (flavors.Upgrader, bool) {
 	return up, true
 }
 
-// Journal keys of an in-place slot k: its replica (slot-k, as the
-// recreate strategy's), the version it ran before (from-<replica>), and
-// slot-k-done once it is back in the LB.
-func fromKey(name string) string { return "in-place-from:" + name }
-
 // inPlaceSlot returns the replica slot k upgrades in place, choosing and
 // recording it (with the version it runs) the first time: one whose
 // apiserver does not report p.Version, not chosen by an earlier slot,
@@ -38,7 +35,7 @@ func inPlaceSlot(ctx context.Context, d *Deps, p UpgradeParams, r *Run, k int) (
 	}
 	taken := map[string]bool{}
 	for i := 1; i < k; i++ {
-		taken[r.Get(fmt.Sprintf("slot-%d", i))] = true
+		taken[slotKey(i).Get(r)] = true
 	}
 	rs, err := d.Provider.Instances().List(ctx)
 	if err != nil {
@@ -76,10 +73,10 @@ func inPlaceSlot(ctx context.Context, d *Deps, p UpgradeParams, r *Run, k int) (
 			}
 		}
 	}
-	if err := r.Set(fromKey(pick.Name), from[pick.Name]); err != nil {
+	if err := fromKey(pick.Name).Set(r, from[pick.Name]); err != nil {
 		return "", err
 	}
-	return pick.Name, r.Set(fmt.Sprintf("slot-%d", k), pick.Name)
+	return pick.Name, slotKey(k).Set(r, pick.Name)
 }
 
 // inPlaceSteps upgrade one master in place with the flavor's own tool
@@ -106,7 +103,7 @@ func inPlaceSteps(d *Deps, p UpgradeParams, up flavors.Upgrader, k int) []Step {
 				if err != nil || n == "" {
 					return err
 				}
-				r.Info("upgrading %s in place from %s to %s", n, r.Get(fromKey(n)), p.Version)
+				r.Info("upgrading %s in place from %s to %s", n, fromKey(n).Get(r), p.Version)
 				if err := drainNode(ctx, d, r, n, p.Drain.Timeout); err != nil {
 					return err
 				}
@@ -142,7 +139,7 @@ func inPlaceSteps(d *Deps, p UpgradeParams, up flavors.Upgrader, k int) []Step {
 // before and back in the LB, and concludes the run with an error naming
 // what failed.
 func rollbackInPlace(ctx context.Context, d *Deps, r *Run, up flavors.Upgrader, rep providers.Replica, first bool, p UpgradeParams, cause error) error {
-	from := r.Get(fromKey(rep.Name))
+	from := fromKey(rep.Name).Get(r)
 	r.Info("%s failed its upgrade to %s: %v — rolling it back to %s", rep.Name, p.Version, cause, versionText(from))
 	if err := up.RollbackMaster(ctx, rep, first); err != nil {
 		return fmt.Errorf("replica %s failed its upgrade to %s (%v); rolling it back failed too: %w", rep.Name, p.Version, cause, err)
@@ -154,9 +151,9 @@ func rollbackInPlace(ctx context.Context, d *Deps, r *Run, up flavors.Upgrader, 
 		return err
 	}
 	var done []string
-	for key, v := range r.journal.Data {
-		if strings.HasPrefix(key, "slot-") && !strings.Contains(strings.TrimPrefix(key, "slot-"), "-") && v != rep.Name && r.Get(key+"-done") != "" {
-			done = append(done, v)
+	for _, k := range slices.Sorted(maps.Keys(slots(r))) {
+		if n := slotKey(k).Get(r); n != rep.Name && slotDoneKey(k).IsSet(r) {
+			done = append(done, n)
 		}
 	}
 	kept := "no other master was touched"
