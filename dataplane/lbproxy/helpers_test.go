@@ -59,6 +59,9 @@ type testBackend struct {
 	srv   *httptest.Server
 	ready atomic.Bool
 	hang  atomic.Bool // /readyz never answers (until the client gives up)
+	// hanging counts the /readyz requests that arrived while hang was
+	// set: a check hangs from the first.
+	hanging atomic.Int32
 }
 
 func newBackend(t *testing.T, pki testPKI, name string, ready bool) *testBackend {
@@ -68,6 +71,7 @@ func newBackend(t *testing.T, pki testPKI, name string, ready bool) *testBackend
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if b.hang.Load() {
+			b.hanging.Add(1)
 			<-r.Context().Done()
 			return
 		}

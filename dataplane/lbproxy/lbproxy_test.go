@@ -164,17 +164,12 @@ func TestLBNoHealthyTargetClosesConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	start := time.Now()
+	// The read deadline is the hang guard: a proxied connection would
+	// hit it (a timeout error), a closed one reads EOF or a reset.
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 	n, err := conn.Read(make([]byte, 1))
 	if !errors.Is(err, io.EOF) && !isReset(err) {
-		t.Fatalf("read = %d, %v; want the connection closed at once", n, err)
-	}
-	// Closed, not proxied (above: a proxied connection would hit the
-	// read deadline); the time is only a hang guard: milliseconds are
-	// expected.
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("hang guard: connection closed only after %v (expected at once, in milliseconds)", d)
+		t.Fatalf("read = %d, %v; want the connection closed, not proxied", n, err)
 	}
 }
 
@@ -331,13 +326,20 @@ func TestLBHungTargetDoesNotDelayOthers(t *testing.T) {
 	startLB(t, cfg, path)
 	waitStatus(t, cfg.StatusFile, "both healthy", func(s Status) bool { return healthy(s, "a", "hung") })
 	hung.hang.Store(true)
-	// Let checks of the hung target start hanging.
+	// A check of the hung target hangs once its request arrived: a
+	// target's checks run one at a time, so every earlier one has ended
+	// (a check begun before the hang could end late on a busy machine).
+	waitFor(t, "a check of the hung target hanging", func() (bool, string) {
+		return hung.hanging.Load() > 0, "no /readyz request since the hang"
+	})
+	since := time.Now()
+	// The hung target's last check as a status written after that shows.
 	var hungChecked time.Time
 	waitStatus(t, cfg.StatusFile, "a checked again", func(s Status) bool {
 		tg, _ := s.Target("a")
 		h, _ := s.Target("hung")
 		hungChecked = h.LastChecked
-		return tg.LastChecked.After(h.LastChecked.Add(100 * time.Millisecond))
+		return tg.LastChecked.After(since)
 	})
 	a.ready.Store(false)
 	start := time.Now()
