@@ -535,10 +535,9 @@ func verifyStep(d *Deps, name func(*Run) string, wantMember bool) Step {
 					}
 					return last == nil, nil
 				})
-				if err != nil && last != nil {
-					return last
-				} else if err != nil {
-					return err
+				if err != nil {
+					// The member's own state says more than the timeout.
+					return cmp.Or(last, err)
 				}
 			}
 			return nil

@@ -263,16 +263,16 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 	// joined on its own address must stay Ready from (checked at the
 	// end, 70 s after).
 	var h1Start, h1End time.Time
-	at := func(name string, t *time.Time) {
+	timed := func(name string, removal func()) {
+		start := time.Now()
+		removal()
 		if name == h1.Name {
-			*t = time.Now()
+			h1Start, h1End = start, time.Now()
 		}
 	}
 	// The crash-resume matrix over the removal's steps.
 	remove := []string{"remove-replica", "--name", holder, "--drain-grace", "2s", "--yes"}
-	at(holder, &h1Start)
-	crashChain(remove, remove, chainOpts{})
-	at(holder, &h1End)
+	timed(holder, func() { crashChain(remove, remove, chainOpts{}) })
 	var second string
 	for _, h := range []*metallab.Host{h1, h2, h3} {
 		if h.Name != holder {
@@ -290,9 +290,7 @@ func TestMetalKubeadmEndToEnd(t *testing.T) {
 		}
 	}
 	budgetLeg(ctx, t, cli, via, second)
-	at(second, &h1Start)
-	hm("remove-replica", "--name", second, "--drain-grace", "2s", "--skip-drain", "--yes")
-	at(second, &h1End)
+	timed(second, func() { hm("remove-replica", "--name", second, "--drain-grace", "2s", "--skip-drain", "--yes") })
 	if h1Start.IsZero() || h1End.IsZero() {
 		t.Fatalf("%s was not removed (the holder %s, then %s)", h1.Name, holder, second)
 	}
