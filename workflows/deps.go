@@ -431,24 +431,8 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 			return err
 		}
 	}
-	plan := wf.Plan()
-	if resumed {
-		plan += fmt.Sprintf("Resuming the unfinished run started %s (last: %s).\n", j.Started.Format(time.RFC3339), lastStep(j))
-	}
-	if o.DryRun && o.ShowPlan != nil {
-		doc := wf.Doc(d.Cluster, d.Provider.Name(), j, resumed)
-		doc.DryRun = true
-		return o.ShowPlan(doc)
-	}
-	if o.DryRun {
-		fmt.Fprint(d.Out, plan)
-		fmt.Fprintln(d.Out, "Dry run: nothing was changed.")
-		return nil
-	}
-	if o.Confirm != nil {
-		if err := o.Confirm(plan); err != nil {
-			return err
-		}
+	if proceed, err := d.present(wf, j, resumed, o); err != nil || !proceed {
+		return err
 	}
 	started := time.Now()
 	d.logger().Info("run", "workflow", wf.Name, "run_id", runID, "params", wf.Params, "resumed", resumed)
@@ -460,21 +444,9 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 		return errkind.Errorf(errkind.FailedPrecondition, "take cluster lock: %w", err)
 	}
 	defer cli.Close()
-	lock, err := AcquireLock(ctx, cli.Raw(), d.Cluster, d.Holder)
+	lock, err := d.takeLock(ctx, cli.Raw())
 	if err != nil {
 		return err
-	}
-	// Seen twice under heavy load (a 5-replica local cluster, a CI run of
-	// everything at once): the lock key no longer bound to the lease just
-	// taken, at the check before the first step. Nothing of this run has
-	// happened yet, so taking the lock again is a fresh start, not a
-	// broken fence; a second loss stops the run as ever.
-	if cerr := lock.Check(ctx); errors.Is(cerr, ErrLockLost) {
-		d.logger().Warn("cluster lock lost right after it was taken; taking it again", "error", cerr, "holder", lockHolder(ctx, cli.Raw(), d.Cluster))
-		lock.Abandon()
-		if lock, err = AcquireLock(ctx, cli.Raw(), d.Cluster, d.Holder); err != nil {
-			return err
-		}
 	}
 	// A run is history once it holds the lock: one refused before (bad
 	// input, a failed check, another operator's lock) changed nothing.
@@ -491,7 +463,59 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 		_ = lock.Release(rctx)
 	}()
 	lock.exclude = o.LockExclude
-	if o.SoleReplicaOutage {
+	return d.runFenced(ctx, rn, wf, j, lock, o.SoleReplicaOutage)
+}
+
+// present shows wf's plan (as a document or text on a dry run, which
+// ends there) and asks for the confirmation; proceed says whether to run.
+func (d *Deps) present(wf *Workflow, j *Journal, resumed bool, o Options) (proceed bool, err error) {
+	plan := wf.Plan()
+	if resumed {
+		plan += fmt.Sprintf("Resuming the unfinished run started %s (last: %s).\n", j.Started.Format(time.RFC3339), lastStep(j))
+	}
+	if o.DryRun && o.ShowPlan != nil {
+		doc := wf.Doc(d.Cluster, d.Provider.Name(), j, resumed)
+		doc.DryRun = true
+		return false, o.ShowPlan(doc)
+	}
+	if o.DryRun {
+		fmt.Fprint(d.Out, plan)
+		fmt.Fprintln(d.Out, "Dry run: nothing was changed.")
+		return false, nil
+	}
+	if o.Confirm != nil {
+		if err := o.Confirm(plan); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// takeLock takes the cluster lock through cli.
+func (d *Deps) takeLock(ctx context.Context, cli *clientv3.Client) (*Lock, error) {
+	lock, err := AcquireLock(ctx, cli, d.Cluster, d.Holder)
+	if err != nil {
+		return nil, err
+	}
+	// Seen twice under heavy load (a 5-replica local cluster, a CI run of
+	// everything at once): the lock key no longer bound to the lease just
+	// taken, at the check before the first step. Nothing of this run has
+	// happened yet, so taking the lock again is a fresh start, not a
+	// broken fence; a second loss stops the run as ever.
+	if cerr := lock.Check(ctx); errors.Is(cerr, ErrLockLost) {
+		d.logger().Warn("cluster lock lost right after it was taken; taking it again", "error", cerr, "holder", lockHolder(ctx, cli, d.Cluster))
+		lock.Abandon()
+		return AcquireLock(ctx, cli, d.Cluster, d.Holder)
+	}
+	return lock, nil
+}
+
+// runFenced runs wf's steps fenced by the lock: a step runs only while
+// the lock is held. A sole replica's outage (soleOutage, on a cluster of
+// one) takes etcd away with the lock's session, so there the fence is
+// the outage fence instead, which waits the outage out.
+func (d *Deps) runFenced(ctx context.Context, rn *Runner, wf *Workflow, j *Journal, lock *Lock, soleOutage bool) error {
+	if soleOutage {
 		if rs, err := d.Provider.Instances().List(ctx); err == nil && len(rs) == 1 {
 			f := &outageFence{lock: lock, cluster: d.Cluster, holder: d.Holder, log: d.logger(), probe: 10 * time.Second,
 				dial: func(ctx context.Context) (*clientv3.Client, func() error, error) {

@@ -229,12 +229,9 @@ func (rn *Runner) now() time.Time {
 	return time.Now()
 }
 
-// Execute runs wf with journal j (from Prepare): steps the journal marks
-// done are skipped unless Always; the others run in order, each journaled
-// at start and end. The first failure stops the run, journaled as failed;
-// a re-run resumes there.
-func (rn *Runner) Execute(ctx context.Context, wf *Workflow, j *Journal) error {
-	// Align the journal's step list with the workflow's.
+// align makes j's step list wf's: the steps in wf's order, each with
+// what j recorded of it, and j unfinished.
+func (j *Journal) align(wf *Workflow) {
 	recorded := map[string]StepRecord{}
 	for _, s := range j.Steps {
 		recorded[s.Name] = s
@@ -248,6 +245,39 @@ func (rn *Runner) Execute(ctx context.Context, wf *Workflow, j *Journal) error {
 		j.Steps = append(j.Steps, rec)
 	}
 	j.Finished = false
+}
+
+// failed journals step's failure err at end and returns err (with the
+// journal's own error, if saving failed). A step that concluded the run
+// (ErrConcluded) finishes the journal; a run that changed something
+// keeps it to resume; one refused before any change leaves no trace (the
+// previous journal, if the run superseded one, or none).
+func (rn *Runner) failed(j *Journal, step string, end time.Time, err error, changed bool) error {
+	j.record(step, StateFailed, end, err)
+	var serr error
+	switch {
+	case errors.Is(err, ErrConcluded):
+		j.Finished = true
+		serr = rn.Store.Save(j)
+	case changed:
+		serr = rn.Store.Save(j)
+	case j.prev != nil && j.prev != j:
+		serr = rn.Store.Save(j.prev) // refused before any change: no trace
+	default:
+		serr = rn.Store.Remove()
+	}
+	if serr != nil {
+		return errors.Join(err, serr)
+	}
+	return err
+}
+
+// Execute runs wf with journal j (from Prepare): steps the journal marks
+// done are skipped unless Always; the others run in order, each journaled
+// at start and end. The first failure stops the run, journaled as failed;
+// a re-run resumes there.
+func (rn *Runner) Execute(ctx context.Context, wf *Workflow, j *Journal) error {
+	j.align(wf)
 	if err := rn.Store.Save(j); err != nil {
 		return err
 	}
@@ -289,22 +319,7 @@ func (rn *Runner) Execute(ctx context.Context, wf *Workflow, j *Journal) error {
 		run.hb.stop()
 		end := rn.now()
 		if err != nil {
-			j.record(s.Name, StateFailed, end, err)
-			var serr error
-			switch {
-			case errors.Is(err, ErrConcluded):
-				j.Finished = true
-				serr = rn.Store.Save(j)
-			case changed:
-				serr = rn.Store.Save(j)
-			case j.prev != nil && j.prev != j:
-				serr = rn.Store.Save(j.prev) // refused before any change: no trace
-			default:
-				serr = rn.Store.Remove()
-			}
-			if serr != nil {
-				err = errors.Join(err, serr)
-			}
+			err = rn.failed(j, s.Name, end, err, changed)
 			rn.Sink.Event(Event{Workflow: wf.Name, Step: s.Name, Index: i + 1, Total: len(wf.Steps), State: StateFailed, ElapsedMS: end.Sub(start).Milliseconds(), Error: err.Error()})
 			return fmt.Errorf("%s: step %s: %w", wf.Name, s.Name, err)
 		}

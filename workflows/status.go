@@ -111,21 +111,8 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 		return rep, err
 	}
 	rep.StaticIP, rep.StaticIPHolder = ip, holder
-	rep.Endpoint, rep.EndpointKind = ip, "ip"
-	if st, err := p.LoadBalancer().Get(ctx); err == nil {
-		rep.LB = &st
-		rep.EndpointKind = "lb"
-	} else if !errors.Is(err, errkind.NotFound) {
+	if err := endpointStatus(ctx, d, &rep, rs); err != nil {
 		return rep, err
-	}
-	if rep.LB == nil && len(rs) == 1 && lb.HeldOnlyByLB(p.StaticIP()) {
-		// A VIP only the load balancer holds (metal), none yet: the single
-		// master is reached at its own address (its health is its own,
-		// below).
-		rep.Endpoint, rep.EndpointKind = rs[0].Address, "replica"
-	}
-	if ep, err := LoadEndpoint(d.StateDir, d.Cluster); err == nil && ep.DNSName != "" {
-		rep.Endpoint, rep.EndpointKind, rep.DNSName = ep.DNSName, "dns", ep.DNSName
 	}
 	rep.Replicas = make([]ReplicaStatus, len(rs))
 	// The probes' client first, bounded by ctx alone: the CA the masters
@@ -151,23 +138,7 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 		}
 		rep.Members = ms
 	}
-	want, wantErr := clusterSANs(ctx, d, "")
-	for _, r := range rs {
-		pemBytes := r.Template.Files[providers.FileAPIServerCert]
-		if len(pemBytes) == 0 {
-			continue
-		}
-		info, err := certs.Inspect(pemBytes)
-		if err != nil {
-			continue
-		}
-		cs := CertStatus{Replica: r.Name, DNSNames: info.DNSNames, IPs: info.IPs, NotAfter: info.NotAfter, SHA256: info.SHA256}
-		if wantErr == nil {
-			cs.Problem = certProblem(r, want, CertRenewWindow, time.Now())
-		}
-		rep.Certificates = append(rep.Certificates, cs)
-	}
-	sort.Slice(rep.Certificates, func(i, j int) bool { return rep.Certificates[i].Replica < rep.Certificates[j].Replica })
+	rep.Certificates = certStatuses(ctx, d, rs)
 	if j, err := NewJournalStore(d.StateDir, d.Cluster).Load(); err == nil {
 		rep.Journal = j
 	}
@@ -189,6 +160,54 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// endpointStatus fills in rep's endpoint: the static IP, the load
+// balancer in front of it, a VIP's lone master, or the DNS name.
+func endpointStatus(ctx context.Context, d *Deps, rep *Report, rs []providers.Replica) error {
+	p := d.Provider
+	rep.Endpoint, rep.EndpointKind = rep.StaticIP, "ip"
+	if st, err := p.LoadBalancer().Get(ctx); err == nil {
+		rep.LB = &st
+		rep.EndpointKind = "lb"
+	} else if !errors.Is(err, errkind.NotFound) {
+		return err
+	}
+	if rep.LB == nil && len(rs) == 1 && lb.HeldOnlyByLB(p.StaticIP()) {
+		// A VIP only the load balancer holds (metal), none yet: the single
+		// master is reached at its own address (its health is its own,
+		// in its ReplicaStatus).
+		rep.Endpoint, rep.EndpointKind = rs[0].Address, "replica"
+	}
+	if ep, err := LoadEndpoint(d.StateDir, d.Cluster); err == nil && ep.DNSName != "" {
+		rep.Endpoint, rep.EndpointKind, rep.DNSName = ep.DNSName, "dns", ep.DNSName
+	}
+	return nil
+}
+
+// certStatuses inspects the serving certificate each replica carries,
+// with what is wrong with it (its SANs against the cluster's, its
+// expiry), sorted by replica.
+func certStatuses(ctx context.Context, d *Deps, rs []providers.Replica) []CertStatus {
+	var out []CertStatus
+	want, wantErr := clusterSANs(ctx, d, "")
+	for _, r := range rs {
+		pemBytes := r.Template.Files[providers.FileAPIServerCert]
+		if len(pemBytes) == 0 {
+			continue
+		}
+		info, err := certs.Inspect(pemBytes)
+		if err != nil {
+			continue
+		}
+		cs := CertStatus{Replica: r.Name, DNSNames: info.DNSNames, IPs: info.IPs, NotAfter: info.NotAfter, SHA256: info.SHA256}
+		if wantErr == nil {
+			cs.Problem = certProblem(r, want, CertRenewWindow, time.Now())
+		}
+		out = append(out, cs)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Replica < out[j].Replica })
+	return out
 }
 
 func replicaStatus(ctx context.Context, d *Deps, r providers.Replica) ReplicaStatus {
