@@ -195,6 +195,12 @@ type Settings struct {
 	// serve 443) asks it; nil, it cannot tell and says which option to
 	// set.
 	Recognize func(docs map[string]string) string
+	// Flavor is the flavor the operator named (--flavor) or the cluster
+	// recorded, "" for neither. A provider whose masters may be in more
+	// than one format (aws: kube-up's or hamaster's; gce: kube-up's or
+	// kubeadm's) takes it as theirs instead of telling it from what the
+	// machines carry.
+	Flavor string
 }
 
 // Log returns s.Logger, or a logger that discards when it is nil.

@@ -53,7 +53,7 @@ func TestGCEFakeKubeadmProcess(t *testing.T) {
 	defer cancel()
 	env := g.awaitEnv(ctx, t, state, 8*time.Minute)
 	t.Logf("kubeadm master ready after %v:\n%s", time.Since(start).Round(time.Millisecond), g.Output())
-	for k, want := range map[string]string{"HAMASTER_FLAVOR": "kubeadm", "HAMASTER_GCE_MASTER_FORMAT": "kubeadm", "KUBECONFIG": filepath.Join(state, "admin.conf")} {
+	for k, want := range map[string]string{"HAMASTER_FLAVOR": "kubeadm", "KUBECONFIG": filepath.Join(state, "admin.conf")} {
 		if env[k] != want {
 			t.Errorf("hamaster.env %s=%q; want %q", k, env[k], want)
 		}

@@ -321,7 +321,7 @@ func serveKubeadm(ctx context.Context, c config, fake *gcefake.Server, state, ke
 		return err
 	}
 	envFile, err := writeEnv(c, fake, state, keyFile, strings.TrimSuffix(m.Name, "-master"), m.Region, m.Name,
-		[]string{"export HAMASTER_FLAVOR=kubeadm", "export HAMASTER_GCE_MASTER_FORMAT=kubeadm"},
+		[]string{"export HAMASTER_FLAVOR=kubeadm"},
 		"kubectl's admin.conf (server: the static IP), the static IP and the cluster CA",
 		"export KUBECONFIG="+adminFile, "export GCEFAKE_STATIC_IP="+m.StaticIP, "export GCEFAKE_CA="+caFile)
 	if err != nil {

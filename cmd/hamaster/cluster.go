@@ -62,7 +62,6 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 		remote.OptPort:       c.String("ssh-port"),
 		remote.OptAgent:      g.sshAgent,
 		gce.OptReleaseURL:    c.String("gce-release-url"),
-		gce.OptMasterFormat:  c.String("gce-master-format"),
 		awsp.OptReleaseURL:   c.String("aws-release-url"),
 
 		// aws provider (--dns route53 needs --hosted-zone-id)
@@ -73,7 +72,6 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 		awsp.OptDeregistrationDelay: c.String("aws-deregistration-delay"),
 		awsp.OptClientCIDRs:         c.String("aws-client-cidrs"),
 		awsp.OptSSHBastion:          c.String("aws-ssh-bastion"),
-		awsp.OptMasterFormat:        c.String("aws-master-format"),
 		awsp.OptEndpointMode:        c.String("aws-endpoint-mode"),
 
 		// metal provider (the SSH settings above are its too)
@@ -93,7 +91,12 @@ func (g *globals) openProvider(c *cli.Context) (providers.Provider, error) {
 	if !known {
 		return nil, usageErr("--provider: %q is not available in this build yet (available: %s)", g.provider, strings.Join(reg.Names(), ", "))
 	}
-	p, err := reg.Open(c.Context, g.provider, g.settings(c))
+	s := g.settings(c)
+	var err error
+	if s.Flavor, err = namedFlavor(g.flavor, g.stateDir, g.cluster); err != nil {
+		return nil, err
+	}
+	p, err := reg.Open(c.Context, g.provider, s)
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +246,6 @@ func awsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "hosted-zone-id", EnvVars: []string{"HAMASTER_HOSTED_ZONE_ID"}, Usage: "aws provider, --dns route53: the hosted zone `ID`"},
 		&cli.StringFlag{Name: "aws-deregistration-delay", EnvVars: []string{"HAMASTER_AWS_DEREGISTRATION_DELAY"}, Usage: "aws provider: how long the NLB drains a deregistered master's open connections (watches) before closing them, `DURATION` in whole seconds 0s-3600s (default 120s); --drain-grace comes after it"},
 		&cli.StringFlag{Name: "aws-endpoint-mode", EnvVars: []string{"HAMASTER_AWS_ENDPOINT_MODE"}, Usage: "aws provider: how clients reach the apiservers once there are several masters, `MODE` dns (the Route53 name becomes an alias to the NLB once it serves; master 0 keeps the Elastic IP; no outage; the default with --hosted-zone-id) or eip-handover (the Elastic IP moves to the NLB: minutes of outage; the default without a hosted zone)"},
-		&cli.StringFlag{Name: "aws-master-format", EnvVars: []string{"HAMASTER_AWS_MASTER_FORMAT"}, Usage: "aws provider: the masters' `FORMAT`, kube-up (kube-up's AWS user data: members etcd-<EC2 hostname>, main and events etcd, the masters' own certificates) or hamaster (default: read from a running master's user data)"},
 		&cli.StringFlag{Name: "aws-ssh-bastion", EnvVars: []string{"HAMASTER_AWS_SSH_BASTION"}, Usage: "aws provider, with --ssh-user: reach each master's etcd by jumping through this bastion's sshd, `HOST[:PORT]` (known_hosts checked), to the master's private address; without it, SSH goes to the master's public address"},
 		&cli.StringFlag{Name: "aws-client-cidrs", EnvVars: []string{"HAMASTER_AWS_CLIENT_CIDRS"}, Usage: "aws provider: `CIDRS` clients reach the NLB from (default 0.0.0.0/0); the masters' security groups must allow them and the VPC on the apiserver port, or promotion stops naming the missing rule"},
 	}
@@ -272,7 +274,6 @@ func gceFlags() []cli.Flag {
 		&cli.StringFlag{Name: "gce-subnetwork", EnvVars: []string{"HAMASTER_GCE_SUBNETWORK"}, Usage: "gce provider: `SUBNETWORK` of the internal addresses (default regions/<region>/subnetworks/default)"},
 		&cli.StringFlag{Name: "gce-master-name", EnvVars: []string{"HAMASTER_GCE_MASTER_NAME"}, Usage: "gce provider: kube-up's MASTER_NAME, the first master's `NAME`; replicas are NAME-xyz (default <cluster>-master)"},
 		&cli.StringFlag{Name: "gce-apiserver-port", EnvVars: []string{"HAMASTER_GCE_APISERVER_PORT"}, Usage: "gce provider: the `PORT` the masters' apiservers serve, and the LB's (default: the flavor's; kube-up's masters serve 443)"},
-		&cli.StringFlag{Name: "gce-master-format", EnvVars: []string{"HAMASTER_GCE_MASTER_FORMAT"}, Usage: "gce provider: the tool that built the masters, `FORMAT` kubeup (kube-up.sh: kube-env metadata; the default) or kubeadm (VMs from an image with kubeadm installed, master 0 made by kubeadm init): the flavor when --flavor names none"},
 		&cli.StringFlag{Name: "gce-release-url", EnvVars: []string{"HAMASTER_GCE_RELEASE_URL"}, Usage: "gce provider: where kube-up masters get a new --version from, `URL` of release directories (default https://dl.k8s.io/release, as kube-up's upgrade.sh): rolling-upgrade writes <URL>/<version>/kubernetes-server-linux-amd64.tar.gz (and kubernetes-manifests.tar.gz) into kube-env with the hashes published beside them (.sha512), fetched before anything changes; point it at your mirror"},
 		&cli.StringFlag{Name: "dns-zone", EnvVars: []string{"HAMASTER_DNS_ZONE"}, Usage: "gce provider, --dns clouddns: the Cloud DNS managed `ZONE`"},
 		&cli.StringFlag{Name: "ssh-user", EnvVars: []string{"HAMASTER_SSH_USER"}, Usage: "gce and aws providers: reach etcd (on the masters' localhost) through SSH to a master as `USER`"},

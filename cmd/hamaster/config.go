@@ -106,9 +106,27 @@ func checkConfigKeys(c *cli.Context, path string, raw map[string]any) error {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return usageErr("--config %s: unknown key(s) %s (keys are flag names without dashes, e.g. cluster, provider, state-dir)", path, strings.Join(unknown, ", "))
+		hint := "keys are flag names without dashes, e.g. cluster, provider, state-dir"
+		for _, k := range unknown {
+			if r := removedKey(k); r != "" {
+				hint += "; " + k + " was removed: " + r
+			}
+		}
+		return usageErr("--config %s: unknown key(s) %s (%s)", path, strings.Join(unknown, ", "), hint)
 	}
 	return nil
+}
+
+// removedKey says what replaced k, a flag of an earlier release that a
+// config file may still name; "" for any other key.
+func removedKey(k string) string {
+	switch k {
+	case "gce-master-format":
+		return "set flavor (kubeup or kubeadm)"
+	case "aws-master-format":
+		return "set flavor (kubeup for kube-up, or hamaster)"
+	}
+	return ""
 }
 
 func scalar(v any) string {

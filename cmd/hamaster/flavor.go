@@ -17,12 +17,25 @@ import (
 // finds on its masters. A name other than the recorded one is refused
 // before anything changes: a cluster's masters do not change format.
 func chooseFlavor(name, stateDir, cluster string, p providers.Provider, log *slog.Logger) (flavors.Flavor, error) {
-	recorded, err := workflows.LoadFlavor(stateDir, cluster)
+	named, err := namedFlavor(name, stateDir, cluster)
 	if err != nil {
 		return nil, err
 	}
-	if name != "" && recorded != "" && name != recorded {
-		return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: cluster %s's masters are recorded as %s (%s); a cluster's flavor does not change", name, cluster, recorded, workflows.FlavorFile(stateDir, cluster))
+	return flavorregistry.Open(named, p, log)
+}
+
+// namedFlavor is the cluster's flavor as --flavor (name) names it or
+// the cluster recorded it, "" for neither: what the provider is told
+// (providers.Settings.Flavor) before it finds its masters. A name other
+// than the recorded one is refused before anything changes: a cluster's
+// masters do not change format.
+func namedFlavor(name, stateDir, cluster string) (string, error) {
+	recorded, err := workflows.LoadFlavor(stateDir, cluster)
+	if err != nil {
+		return "", err
 	}
-	return flavorregistry.Open(cmp.Or(name, recorded), p, log)
+	if name != "" && recorded != "" && name != recorded {
+		return "", errkind.Errorf(errkind.InvalidArgument, "--flavor %s: cluster %s's masters are recorded as %s (%s); a cluster's flavor does not change", name, cluster, recorded, workflows.FlavorFile(stateDir, cluster))
+	}
+	return cmp.Or(name, recorded), nil
 }

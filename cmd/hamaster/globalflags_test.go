@@ -154,6 +154,32 @@ func TestConfigFillsCommandFlagsWhereverGiven(t *testing.T) {
 	}
 }
 
+// The per-provider format flags are gone (--flavor says what the
+// masters are): a config file naming one is refused before anything
+// changes, with what replaced it; the flag itself is unknown.
+func TestRemovedFormatFlagsSayWhatReplacedThem(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--config", writeTestFile(t, dir, "gce.yaml", "gce-master-format: kubeadm\n"), "status"}, []string{"gce-master-format was removed", "set flavor"}},
+		{[]string{"--config", writeTestFile(t, dir, "aws.yaml", "aws-master-format: kube-up\n"), "status"}, []string{"aws-master-format was removed", "kubeup for kube-up"}},
+		{[]string{"--gce-master-format", "kubeadm", "status"}, []string{"gce-master-format"}},
+	} {
+		code, _, errs := hm(t, []string{"HOME=" + dir}, append([]string{"--state-dir", dir}, c.args...)...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2 (usage); stderr %s", c.args, code, errs)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(errs, w) {
+				t.Errorf("%v: stderr %q does not say %q", c.args, errs, w)
+			}
+		}
+	}
+}
+
 // In --output json, stdout is one JSON document even for the local
 // provider's commands.
 func TestLocalDryRunsAreJSONInJSONMode(t *testing.T) {

@@ -123,6 +123,9 @@ func terraformRead(c *cli.Context, e *env, g *globals) ([]byte, error) {
 	s := g.settings(c)
 	s.Cluster, s.StateDir, s.Out, s.Logger = cluster, stateDir, io.Discard, quiet
 	maps.Copy(s.Options, q.Options)
+	if s.Flavor, err = namedFlavor(g.flavor, stateDir, cluster); err != nil {
+		return nil, err
+	}
 	p, err := reg.Open(ctx, provider, s)
 	if err != nil {
 		return nil, err

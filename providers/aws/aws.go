@@ -50,12 +50,6 @@ import (
 	"github.com/hamaster/hamaster/remote"
 )
 
-// Values of OptMasterFormat.
-const (
-	MasterFormatKubeUp   = "kube-up"
-	MasterFormatHamaster = "hamaster"
-)
-
 // defaultDeregDelay is the deregistration delay in seconds (see
 // OptDeregistrationDelay).
 const defaultDeregDelay = 120
@@ -102,11 +96,6 @@ const (
 	// (the default without a hosted zone: the Elastic IP moves from master
 	// 0 to the NLB, an outage of minutes, see PromotionNote).
 	OptEndpointMode = "aws-endpoint-mode"
-	// OptMasterFormat says which conventions the masters follow:
-	// "kube-up" (kube-up's AWS user data, KubeUpProvider) or "hamaster"
-	// (hamaster's own layout); empty: read from a running master's user
-	// data when the provider opens.
-	OptMasterFormat = "aws-master-format"
 	// OptClientCIDRs are the addresses clients reach the NLB from
 	// ("cidr,cidr"; default 0.0.0.0/0): the masters' security groups must
 	// let them in, since an NLB keeps the client's address.
@@ -280,25 +269,21 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	p.inst = &instances{p: p}
 	p.sip = &staticIP{p: p}
 	p.lbal = &loadBalancer{p: p}
-	var kubeUp bool
-	switch f := opts[OptMasterFormat]; f {
-	case "", MasterFormatKubeUp:
+	// The masters' format: the flavor named or recorded (kube-up's,
+	// KubeUpProvider, or hamaster's own), else read from a running
+	// master's user data (detectKubeUp).
+	kubeUp := s.Flavor == flavorKubeUp
+	if s.Flavor != flavorHamaster {
 		// A cluster kube-up made and hamaster never touched has only
 		// kube-up's tags (adopt.go).
 		if err := p.adoptKubeUp(ctx); err != nil {
 			return nil, fmt.Errorf("adopt kube-up's master of cluster %s: %w", p.cluster, err)
 		}
 	}
-	switch f := opts[OptMasterFormat]; f {
-	case "":
+	if s.Flavor != flavorKubeUp && s.Flavor != flavorHamaster {
 		if kubeUp, err = p.detectKubeUp(ctx); err != nil {
-			return nil, fmt.Errorf("read the cluster's masters to tell their format (or set --%s): %w", OptMasterFormat, err)
+			return nil, fmt.Errorf("read the cluster's masters to tell their format (or set --flavor %s or %s): %w", flavorKubeUp, flavorHamaster, err)
 		}
-	case MasterFormatKubeUp:
-		kubeUp = true
-	case MasterFormatHamaster:
-	default:
-		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: %q (valid: %s, %s, or empty to read it from the masters' user data)", OptMasterFormat, f, MasterFormatKubeUp, MasterFormatHamaster)
 	}
 	if kubeUp {
 		return &KubeUpProvider{Provider: p}, nil

@@ -37,9 +37,13 @@ func Hostname(privateIP string) string {
 	return "ip-" + strings.ReplaceAll(privateIP, ".", "-")
 }
 
-// flavorKubeUp is the kube-up flavor's name (flavors.KubeUp, which a
-// provider does not import).
-const flavorKubeUp = "kubeup"
+// The flavors' names whose masters an AWS cluster may have
+// (flavors.KubeUp, flavors.Hamaster, which a provider does not import):
+// Settings.Flavor names one of them, or neither.
+const (
+	flavorKubeUp   = "kubeup"
+	flavorHamaster = "hamaster"
+)
 
 // MasterFormat implements providers.MasterFormatter: kube-up's.
 func (k *KubeUpProvider) MasterFormat() string { return flavorKubeUp }
@@ -107,7 +111,7 @@ func (p *Provider) detectKubeUp(ctx context.Context) (bool, error) {
 			return false, err
 		}
 		if p.recognize == nil {
-			return false, errkind.Errorf(errkind.InvalidArgument, "--%s: the masters' format cannot be told here: set %s or %s", OptMasterFormat, MasterFormatKubeUp, MasterFormatHamaster)
+			return false, errkind.Errorf(errkind.InvalidArgument, "--flavor: the masters' format cannot be told here: set %s or %s", flavorKubeUp, flavorHamaster)
 		}
 		return p.recognize(map[string]string{providers.DocUserData: string(ud)}) == flavorKubeUp, nil
 	}

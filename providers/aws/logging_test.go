@@ -23,7 +23,7 @@ func TestSettingsLoggerLogsSDKCallsAtDebug(t *testing.T) {
 	t.Cleanup(srv.Close)
 	providertest.SDKCallsLoggedAtDebug(t, func(ctx context.Context, logger *slog.Logger) (providers.Provider, error) {
 		return awsp.New(ctx, providers.Settings{Cluster: "logs", StateDir: t.TempDir(), Logger: logger,
-			Options: map[string]string{awsp.OptRegion: "us-east-1", awsp.OptEndpoint: srv.URL, awsp.OptMaxAttempts: "1", awsp.OptMasterFormat: awsp.MasterFormatHamaster}})
+			Options: map[string]string{awsp.OptRegion: "us-east-1", awsp.OptEndpoint: srv.URL, awsp.OptMaxAttempts: "1"}, Flavor: "hamaster"})
 	}, func(t *testing.T, out string, listErr error) bool {
 		if listErr == nil {
 			t.Fatal("List against a failing endpoint succeeded")

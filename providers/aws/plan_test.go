@@ -15,7 +15,7 @@ import (
 func TestDryRunStatesTheHandoverOutage(t *testing.T) {
 	t.Parallel()
 	p, err := awsp.New(context.Background(), providers.Settings{Cluster: "plan", StateDir: t.TempDir(),
-		Options: map[string]string{awsp.OptRegion: "us-east-1", awsp.OptEndpoint: "http://127.0.0.1:1", awsp.OptMasterFormat: awsp.MasterFormatHamaster}})
+		Options: map[string]string{awsp.OptRegion: "us-east-1", awsp.OptEndpoint: "http://127.0.0.1:1"}, Flavor: "hamaster"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package gce
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,14 +24,11 @@ var (
 	_ providers.MasterFormatter = (*Provider)(nil)
 )
 
-// MasterFormat implements providers.MasterFormatter: OptMasterFormat,
-// kube-up's by default (the provider finds masters named as kube-up
-// names them: instances.isMasterName).
+// MasterFormat implements providers.MasterFormatter: the flavor named
+// or recorded (Settings.Flavor), else kube-up's (the provider finds
+// masters named as kube-up names them: instances.isMasterName).
 func (p *Provider) MasterFormat() string {
-	if f := p.opts[OptMasterFormat]; f != "" {
-		return f
-	}
-	return MasterFormatKubeUp
+	return cmp.Or(p.flavor, MasterFormatKubeUp)
 }
 
 // MachineHostname implements providers.MachineDialer: a GCE instance's

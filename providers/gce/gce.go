@@ -106,20 +106,13 @@ const (
 	// hash published at <that>.sha512 (and the manifests tarball beside
 	// it). Operators with a mirror point it there.
 	OptReleaseURL = "gce-release-url"
-	// OptMasterFormat names the tool that built the masters, the flavor
-	// chosen when --flavor names none (providers.MasterFormatter):
-	// MasterFormatKubeUp (the default: kube-up.sh's masters, kube-env in
-	// their metadata) or MasterFormatKubeadm (VMs from an image with
-	// kubeadm installed, master 0 made by kubeadm init).
-	OptMasterFormat = "gce-master-format"
 )
 
-// Values of OptMasterFormat: the flavors' names (flavors.KubeUp,
-// flavors.Kubeadm), which no provider imports.
-const (
-	MasterFormatKubeUp  = "kubeup"
-	MasterFormatKubeadm = "kubeadm"
-)
+// MasterFormatKubeUp is the kube-up flavor's name (flavors.KubeUp, which
+// no provider imports): the format of a GCE cluster's masters unless
+// Settings.Flavor names another (kubeadm's: VMs from an image with
+// kubeadm installed, master 0 made by kubeadm init).
+const MasterFormatKubeUp = "kubeup"
 
 // Labels put on every labelable resource.
 const (
@@ -137,6 +130,7 @@ type Provider struct {
 	cluster  string
 	stateDir string
 	opts     map[string]string
+	flavor   string // Settings.Flavor: the masters' format (MasterFormat)
 	project  string
 	region   string
 	zones    []string
@@ -189,7 +183,7 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	if s.Cluster == "" {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--cluster: required")
 	}
-	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: o, project: o[OptProject], region: o[OptRegion],
+	p := &Provider{cluster: s.Cluster, stateDir: s.StateDir, opts: o, flavor: s.Flavor, project: o[OptProject], region: o[OptRegion],
 		network: o[OptNetwork], subnet: o[OptSubnetwork], opWait: 10 * time.Minute, apiPort: providers.APIServerPort, log: s.Log(),
 		zoneOf: map[string]string{}, diskInfo: map[string]diskInfo{}, ssh: map[string]*remote.Client{},
 		releaseURL: o[OptReleaseURL]}
@@ -227,11 +221,6 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	}
 	if o[remote.OptUser] == "" {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s: required with the gce provider: kube-up masters serve etcd on 127.0.0.1 only, so hamaster reaches it over SSH to each master's external address, as kube-up's `gcloud compute ssh` does", remote.OptUser)
-	}
-	switch f := o[OptMasterFormat]; f {
-	case "", MasterFormatKubeUp, MasterFormatKubeadm:
-	default:
-		return nil, errkind.Errorf(errkind.InvalidArgument, "--%s %q: want %s or %s", OptMasterFormat, f, MasterFormatKubeUp, MasterFormatKubeadm)
 	}
 	if p.network == "" {
 		p.network = "global/networks/default"

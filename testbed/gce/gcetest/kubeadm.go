@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/remote"
@@ -55,7 +56,7 @@ type KubeadmCluster struct {
 	// Image is the boot disk's image (KubeadmImage(Version)).
 	Image, Version string
 	// Settings point the GCE provider at the fake, as for a kube-up
-	// cluster (UpKubeUp), with --gce-master-format kubeadm.
+	// cluster (UpKubeUp), with --flavor kubeadm.
 	Settings providers.Settings
 	// SSHUser, SSHKeyFile and KnownHostsFile reach the VMs' sshd on
 	// port 22 of their external addresses.
@@ -140,8 +141,8 @@ func UpKubeadm(t testing.TB, name string, o KubeadmOptions) *KubeadmCluster {
 		gce.OptProject: fake.Project(), gce.OptRegion: Region, gce.OptZones: ZoneA + "," + ZoneB,
 		gce.OptEndpoint: fake.URL, gce.OptDNSZone: "example-zone", gce.OptDrainSeconds: "1", gce.OptOpTimeout: "60s",
 		gce.OptMasterName: c.Master, remote.OptUser: SSHUser, remote.OptKey: keyFile, remote.OptKnownHosts: c.KnownHostsFile,
-		remote.OptPort: fmt.Sprint(gcefake.SSHPort), gce.OptMasterFormat: gce.MasterFormatKubeadm,
-	}}
+		remote.OptPort: fmt.Sprint(gcefake.SSHPort),
+	}, Flavor: flavors.Kubeadm}
 	fake.AddManagedZone("example-zone", "example.test.")
 	return c
 }

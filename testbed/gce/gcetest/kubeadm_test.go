@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/testbed/gce/gcetest"
@@ -92,8 +93,8 @@ func TestKubeadmImageVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pp.Close()
-	if got := pp.(*gce.Provider).MasterFormat(); got != gce.MasterFormatKubeadm {
-		t.Errorf("MasterFormat = %q; want %s (--gce-master-format)", got, gce.MasterFormatKubeadm)
+	if got := pp.(*gce.Provider).MasterFormat(); got != flavors.Kubeadm {
+		t.Errorf("MasterFormat = %q; want %s (--flavor)", got, flavors.Kubeadm)
 	}
 	if err := pp.Instances().Delete(ctx, c.Master); err != nil {
 		t.Fatal(err)
