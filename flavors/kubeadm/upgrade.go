@@ -815,34 +815,47 @@ const (
 // of this host's network namespace (kubeadm's etcd is hostNetwork; the
 // lab's hosts share one pid namespace) runs with --data-dir=<data dir>
 // in $3 consecutive checks a second apart, at most $4 checks (the
-// grep's pattern is not its own argument: "[=]"). Unlike
-// kubeadm's rollbackEtcdData, which copies the backup over the data dir
-// in place, the touched data dir is renamed aside whole,
-// <data dir>.hamaster-rollback-<UTC time>, and kept (the operator may
-// need it); the backup is copied (cp -a: modes kept; etcd wants 0700)
-// beside the data dir and renamed into place.
+// grep's pattern is not its own argument: "[=]"). Unlike kubeadm's
+// rollbackEtcdData, which copies the backup over the data dir in
+// place, the touched data is moved aside whole and kept (the operator
+// may need it), and the backup copied (cp -a: modes kept; etcd wants
+// 0700) beside it, then renamed into place: the data dir renamed to
+// <data dir>.hamaster-rollback-<UTC time>; or, when the data dir is a
+// mount point (a disk of its own, or a bind mount, as the lab's), which
+// cannot be renamed, its entries moved into
+// <data dir>/hamaster-rollback-<UTC time> (etcd warns of the extra
+// directory and starts) and the copy's entries moved in. $5 "inside"
+// takes the second way whatever the data dir (tests).
 //
-// A marker in $1 (etcd-data: "swap <backup> <aside>", then "done …")
-// makes a re-run after a crash resume the same swap: the aside dir
-// present means the touched data is kept, the data dir present after it
-// means the copy is in place; "done" prints "done <backup> <aside>"
-// and changes nothing (a second rollback does not restore twice). It
-// prints "restored <backup> <aside>" when it restored.
+// A marker in $1 (etcd-data: "<phase> <backup> <aside>") makes a re-run
+// after a crash resume: "swap" while the touched data moves aside,
+// "fill" while the copy goes in (what a crashed fill left in the data
+// dir is removed: the touched data is in the aside dir by then),
+// "done" after, which prints "done <backup> <aside>" and changes
+// nothing (a second rollback does not restore twice). It prints
+// "restored <backup> <aside>" when it restored.
 const etcdDataScript = `set -e
-B=$1 K=$2 quiet=$3 bound=$4
+B=$1 K=$2 quiet=$3 bound=$4 how=$5
 M=$B/etcd-data
 D=$(sed -n 's/^[[:space:]-]*--data-dir=//p' "$B/manifests/etcd.yaml" | head -n 1 | tr -d "\"' \r")
 D=${D:-/var/lib/etcd}
 case $D in /?*) D=${D%/};; *) echo "etcd data dir '$D': not an absolute path" >&2; exit 2;; esac
+mark() { echo "$1 $E $A" > "$M.tmp"; sync; mv -f "$M.tmp" "$M"; st=$1; }
 if [ -f "$M" ]; then
   read -r st E A < "$M"
   if [ "$st" = done ]; then echo "done $E $A"; exit 0; fi
 else
   E=$(find "$K/tmp" -mindepth 2 -maxdepth 2 -type d -name etcd -path "$K/tmp/kubeadm-backup-etcd-*" -newer "$B/target" 2>/dev/null | sort | tail -n 1)
   [ -n "$E" ] || { echo none; exit 0; }
-  A=$D.hamaster-rollback-$(date -u +%Y%m%dT%H%M%SZ)
-  echo "swap $E $A" > "$M.tmp"; sync; mv -f "$M.tmp" "$M"
+  t=hamaster-rollback-$(date -u +%Y%m%dT%H%M%SZ)
+  if [ "$how" = inside ] || awk -v d="$D" '$5 == d { f = 1 } END { exit !f }' /proc/self/mountinfo; then
+    A=$D/$t
+  else
+    A=$D.$t
+  fi
+  mark swap
 fi
+case $A in "$D"/*) inside=1 S=$D/.hamaster-restoring;; *) inside= S=$D.hamaster-restoring;; esac
 [ -e "$K/manifests/etcd.yaml" ] && mv -f "$K/manifests/etcd.yaml" "$B/etcd.yaml.upgraded"
 me=$(readlink /proc/self/ns/net)
 runs() {
@@ -861,25 +874,48 @@ while :; do
   [ $n -lt "$bound" ] || { echo "etcd still runs on $D after its manifest was moved to $B/etcd.yaml.upgraded" >&2; exit 1; }
   sleep 1
 done
-if [ ! -e "$A" ] && [ -e "$D" ]; then
+# entries lists a directory's entries, dot files too, without . and ..
+entries() { ls -A1 "$1"; }
+if [ "$st" = swap ]; then
   [ -d "$E" ] || { echo "kubeadm's etcd backup $E is gone; etcd's data is untouched in $D" >&2; exit 1; }
-  mv "$D" "$A"
+  if [ -n "$inside" ]; then
+    mkdir -p "$A"
+    for x in $(entries "$D"); do
+      [ "$D/$x" = "$A" ] || [ "$D/$x" = "$S" ] || mv "$D/$x" "$A/"
+    done
+  elif [ ! -e "$A" ] && [ -e "$D" ]; then
+    mv "$D" "$A"
+  fi
+  mark fill
 fi
-if [ ! -e "$D" ]; then
-  [ -d "$E" ] || { echo "kubeadm's etcd backup $E is gone; the upgraded etcd's data is kept in $A" >&2; exit 1; }
-  rm -rf "$D.hamaster-restoring"
-  cp -a "$E" "$D.hamaster-restoring"
-  chmod 700 "$D.hamaster-restoring"
-  sync
-  mv "$D.hamaster-restoring" "$D"
+gone="kubeadm's etcd backup $E is gone; the upgraded etcd's data is kept in $A"
+if [ -n "$inside" ]; then
+  # The copy's entries appear in the data dir only once it is whole, and
+  # it goes once they all moved: without it, an entry means filled.
+  others=
+  for x in $(entries "$D"); do [ "$D/$x" = "$A" ] || others=1; done
+  if [ -e "$S" ] || [ -z "$others" ]; then
+    [ -d "$E" ] || { echo "$gone" >&2; exit 1; }
+    for x in $(entries "$D"); do
+      [ "$D/$x" = "$A" ] || [ "$D/$x" = "$S" ] || rm -rf "$D/$x"
+    done
+    rm -rf "$S"; cp -a "$E" "$S"; sync
+    for x in $(entries "$S"); do mv "$S/$x" "$D/"; done
+    rmdir "$S"
+  fi
+  chmod 700 "$D"
+elif [ ! -e "$D" ]; then
+  [ -d "$E" ] || { echo "$gone" >&2; exit 1; }
+  rm -rf "$S"; cp -a "$E" "$S"; chmod 700 "$S"; sync
+  mv "$S" "$D"
 fi
-echo "done $E $A" > "$M.tmp"; sync; mv -f "$M.tmp" "$M"
+mark done
 echo "restored $E $A"
 `
 
 // etcdDataCommand is etcdDataScript on backup dir b, Kubernetes dir k.
 func etcdDataCommand(b, k string, quiet, bound int) string {
-	return "sh -c " + remote.ShellQuote(etcdDataScript) + " etcd-data " + remote.ShellQuote(b) + " " + remote.ShellQuote(k) + " " + strconv.Itoa(quiet) + " " + strconv.Itoa(bound)
+	return "sh -c " + remote.ShellQuote(etcdDataScript) + " etcd-data " + remote.ShellQuote(b) + " " + remote.ShellQuote(k) + " " + strconv.Itoa(quiet) + " " + strconv.Itoa(bound) + " auto"
 }
 
 // restoreEtcdData runs etcdDataScript on m, for an upgraded etcd that is

@@ -151,7 +151,13 @@ func TestUpgradeKubeadmMaster(t *testing.T) {
 // `systemctl restart kubelet` would (its hosts have no systemctl).
 func labFlavor(t *testing.T, lab *metallab.Lab, p *metal.Provider) *kubeadm.Flavor {
 	t.Helper()
-	f, err := kubeadm.New(p, nil)
+	return labFlavorLog(t, lab, p, nil)
+}
+
+// labFlavorLog is labFlavor logging to log.
+func labFlavorLog(t *testing.T, lab *metallab.Lab, p *metal.Provider, log *slog.Logger) *kubeadm.Flavor {
+	t.Helper()
+	f, err := kubeadm.New(p, log)
 	if err != nil {
 		t.Fatal(err)
 	}
