@@ -36,7 +36,10 @@ import (
 //   - a backup before anything changes (kubeadm keeps only the manifests
 //     and etcd's data it replaced, under /etc/kubernetes/tmp, and reverts
 //     only the one component that failed: phases/upgrade/staticpods.go
-//     rollbackOldManifests), restored whole by RollbackMaster;
+//     rollbackOldManifests), restored whole by RollbackMaster, with
+//     kubeadm's copy of etcd's data when the upgraded etcd is not
+//     healthy and kubeadm was stopped before it restored that itself
+//     (rollbackEtcdData; etcdDataScript);
 //   - fail fast: kubeadm waits up to 5 minutes for a component's static
 //     pod hash to change and for its health (staticpods.go
 //     upgradeComponent: waiter.WaitForStaticPodHashChange, then
@@ -763,7 +766,9 @@ func (f *Flavor) waitAPIServer(ctx context.Context, m, v string) error {
 // kubeconfigs, the kubelet's configuration, then the manifests, each
 // file renamed into place whole (the kubelet never reads one half
 // written). $1 is the backup directory; $2 "keep-etcd" keeps the
-// current etcd manifest.
+// current etcd manifest, else ("all") the old one goes back, on the
+// data etcdDataScript restored first when kubeadm had copied it (the old
+// etcd never starts on data the upgraded one touched).
 const restoreScript = `set -e
 B=$1
 [ "$2" = keep-etcd ] && rm -f "$B/manifests/etcd.yaml"
@@ -942,7 +947,10 @@ func (f *Flavor) restoreEtcdData(ctx context.Context, m string) error {
 // RollbackMaster implements flavors.Upgrader: with a backup on
 // replica, a kubeadm still running stopped, the packages of the backup's
 // versions installed, its files restored (restoreScript; an upgraded
-// etcd that is healthy is kept, as kubeadm keeps it), the kubelet
+// etcd that is healthy is kept, as kubeadm keeps it; one that is not
+// goes back to its old manifest and, first, to kubeadm's copy of its
+// data made by this upgrade when there is one: etcdDataScript, the
+// touched data kept aside and logged), the kubelet
 // restarted, the apiserver waited for at the backup's version, then
 // (first, when the backup has them) kubeadm-config and kubelet-config
 // replaced by the backup's, the addons kubeadm rewrote since the backup
