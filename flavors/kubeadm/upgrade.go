@@ -525,6 +525,10 @@ func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd 
 			if err != nil {
 				out, _, _ := f.m.RunOnMachine(providers.ReadOnly(context.WithoutCancel(ctx)), m, "tail -n 8 "+upgradeLogFile)
 				if ctx.Err() != nil {
+					// The SSH command ended with ctx, kubeadm (setsid)
+					// did not: stopped as on the ctx.Done case, which
+					// the select may not have picked.
+					_ = f.stopKubeadm(context.WithoutCancel(ctx), m, nil) // logged; the rollback stops it again
 					return fmt.Errorf("%s on %s: %w", cmd, m, ctx.Err())
 				}
 				return fmt.Errorf("%s on %s: %w; its output: %s", cmd, m, err, strings.TrimSpace(string(out)))
