@@ -85,12 +85,20 @@ exit 1
 `
 
 // BrokenEtcd makes the etcd image of tag (registry.k8s.io/etcd:<tag>)
-// BrokenEtcdScript on the hosts of a lab whose Options.BinDir is binDir
-// (the test bed's kubelet runs kubelet.EtcdOverrideDir/<tag> of its
-// binaries directory in place of its own etcd), until the returned
-// function removes it. It is read when the kubelet starts an etcd pod.
+// BrokenEtcdScript on the hosts of a lab whose Options.BinDir is binDir,
+// a LinkBinaries directory (the shared cache is never written): the test
+// bed's kubelet runs kubelet.EtcdOverrideDir/<tag> of its binaries
+// directory in place of its own etcd, read when it starts an etcd pod.
+// The returned function (and the test's cleanup) removes it.
 func BrokenEtcd(t testing.TB, binDir, tag string) (disarm func()) {
 	t.Helper()
+	links, err := filepath.Glob(filepath.Join(binDir, "v*", "kubeadm"))
+	if err != nil || len(links) == 0 {
+		t.Fatalf("%s holds no version's kubeadm (%v)", binDir, err)
+	}
+	if fi, err := os.Lstat(links[0]); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("%s: not a LinkBinaries directory (%s is no link: %v)", binDir, links[0], err)
+	}
 	dir := filepath.Join(binDir, kubelet.EtcdOverrideDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
