@@ -36,7 +36,10 @@ import (
 //   - a backup before anything changes (kubeadm keeps only the manifests
 //     and etcd's data it replaced, under /etc/kubernetes/tmp, and reverts
 //     only the one component that failed: phases/upgrade/staticpods.go
-//     rollbackOldManifests), restored whole by RollbackMaster;
+//     rollbackOldManifests), restored whole by RollbackMaster, with
+//     kubeadm's copy of etcd's data when the upgraded etcd is not
+//     healthy and kubeadm was stopped before it restored that itself
+//     (rollbackEtcdData; etcdDataScript);
 //   - fail fast: kubeadm waits up to 5 minutes for a component's static
 //     pod hash to change and for its health (staticpods.go
 //     upgradeComponent: waiter.WaitForStaticPodHashChange, then
@@ -522,6 +525,10 @@ func (f *Flavor) runWatched(ctx context.Context, replica providers.Replica, cmd 
 			if err != nil {
 				out, _, _ := f.m.RunOnMachine(providers.ReadOnly(context.WithoutCancel(ctx)), m, "tail -n 8 "+upgradeLogFile)
 				if ctx.Err() != nil {
+					// The SSH command ended with ctx, kubeadm (setsid)
+					// did not: stopped as on the ctx.Done case, which
+					// the select may not have picked.
+					_ = f.stopKubeadm(context.WithoutCancel(ctx), m, nil) // logged; the rollback stops it again
 					return fmt.Errorf("%s on %s: %w", cmd, m, ctx.Err())
 				}
 				return fmt.Errorf("%s on %s: %w; its output: %s", cmd, m, err, strings.TrimSpace(string(out)))
@@ -763,7 +770,9 @@ func (f *Flavor) waitAPIServer(ctx context.Context, m, v string) error {
 // kubeconfigs, the kubelet's configuration, then the manifests, each
 // file renamed into place whole (the kubelet never reads one half
 // written). $1 is the backup directory; $2 "keep-etcd" keeps the
-// current etcd manifest.
+// current etcd manifest, else ("all") the old one goes back, on the
+// data etcdDataScript restored first when kubeadm had copied it (the old
+// etcd never starts on data the upgraded one touched).
 const restoreScript = `set -e
 B=$1
 [ "$2" = keep-etcd ] && rm -f "$B/manifests/etcd.yaml"
@@ -778,10 +787,174 @@ for f in "$K"/manifests/*; do [ -e "$f" ] || continue; n=$(basename "$f"); [ "$2
 for f in "$B"/manifests/*; do n=$(basename "$f"); cp -a "$f" "$K/.$n.hamaster"; mv -f "$K/.$n.hamaster" "$K/manifests/$n"; done
 `
 
+// kubeadm's etcd data backup: `kubeadm upgrade` copies the running data
+// dir (ClusterConfiguration etcd.local.dataDir) to
+// <KubernetesDir>/tmp/kubeadm-backup-etcd-<YYYY-MM-DD-HH-MM-SS>/etcd
+// before it writes the new etcd manifest
+// (cmd/kubeadm/app/phases/upgrade/staticpods.go
+// performEtcdStaticPodUpgrade; the directory is
+// StaticPodPathManager.BackupEtcdDir), and copies it back over the data
+// dir when the new etcd fails (rollbackEtcdData, with
+// rollbackOldManifests(…, restoreEtcd=true)). It does not get there when
+// it is stopped first (stopKubeadm); etcdDataScript does what it would
+// have done.
+const (
+	kubeadmTmpDir = "/etc/kubernetes/tmp"
+	// etcdStopQuiet is how many checks a second apart must see no etcd
+	// on the data dir once its manifest is moved out, and etcdStopBound
+	// how many checks etcdDataScript makes at most: the kubelet stops a
+	// static pod whose manifest went within its file check (inotify for
+	// the real kubelet, a second for the test bed's), after the pod's
+	// grace (kubeadm's etcd pod sets none: 30 s).
+	etcdStopQuiet = 5
+	etcdStopBound = 120
+)
+
+// etcdDataScript restores kubeadm's etcd data backup of this upgrade,
+// before restoreScript puts the old etcd manifest back: the newest
+// $2/tmp/kubeadm-backup-etcd-*/etcd younger than the backup $1 (its
+// target file: made before kubeadm ran), onto the data dir of the old
+// manifest ($1/manifests/etcd.yaml's --data-dir, kubeadm's default
+// /var/lib/etcd). Without one (kubeadm's etcd phase did not copy the
+// data, or restored it itself and dropped nothing since) it prints
+// "none" and changes nothing.
+//
+// The upgraded etcd is stopped first, its manifest moved out of $2's
+// manifests into $1 (etcd.yaml.upgraded), and waited for: no process
+// of this host's network namespace (kubeadm's etcd is hostNetwork; the
+// lab's hosts share one pid namespace) runs with --data-dir=<data dir>
+// in $3 consecutive checks a second apart, at most $4 checks (the
+// grep's pattern is not its own argument: "[=]"). Unlike kubeadm's
+// rollbackEtcdData, which copies the backup over the data dir in
+// place, the touched data is moved aside whole and kept (the operator
+// may need it), and the backup copied (cp -a: modes kept; etcd wants
+// 0700) beside it, then renamed into place: the data dir renamed to
+// <data dir>.hamaster-rollback-<UTC time>; or, when the data dir is a
+// mount point (a disk of its own, or a bind mount, as the lab's), which
+// cannot be renamed, its entries moved into
+// <data dir>/hamaster-rollback-<UTC time> (etcd warns of the extra
+// directory and starts) and the copy's entries moved in. $5 "inside"
+// takes the second way whatever the data dir (tests).
+//
+// A marker in $1 (etcd-data: "<phase> <backup> <aside>") makes a re-run
+// after a crash resume: "swap" while the touched data moves aside,
+// "fill" while the copy goes in (what a crashed fill left in the data
+// dir is removed: the touched data is in the aside dir by then),
+// "done" after, which prints "done <backup> <aside>" and changes
+// nothing (a second rollback does not restore twice). It prints
+// "restored <backup> <aside>" when it restored.
+const etcdDataScript = `set -e
+B=$1 K=$2 quiet=$3 bound=$4 how=$5
+M=$B/etcd-data
+D=$(sed -n 's/^[[:space:]-]*--data-dir=//p' "$B/manifests/etcd.yaml" | head -n 1 | tr -d "\"' \r")
+D=${D:-/var/lib/etcd}
+case $D in /?*) D=${D%/};; *) echo "etcd data dir '$D': not an absolute path" >&2; exit 2;; esac
+mark() { echo "$1 $E $A" > "$M.tmp"; sync; mv -f "$M.tmp" "$M"; st=$1; }
+if [ -f "$M" ]; then
+  read -r st E A < "$M"
+  if [ "$st" = done ]; then echo "done $E $A"; exit 0; fi
+else
+  E=$(find "$K/tmp" -mindepth 2 -maxdepth 2 -type d -name etcd -path "$K/tmp/kubeadm-backup-etcd-*" -newer "$B/target" 2>/dev/null | sort | tail -n 1)
+  [ -n "$E" ] || { echo none; exit 0; }
+  t=hamaster-rollback-$(date -u +%Y%m%dT%H%M%SZ)
+  if [ "$how" = inside ] || awk -v d="$D" '$5 == d { f = 1 } END { exit !f }' /proc/self/mountinfo; then
+    A=$D/$t
+  else
+    A=$D.$t
+  fi
+  mark swap
+fi
+case $A in "$D"/*) inside=1 S=$D/.hamaster-restoring;; *) inside= S=$D.hamaster-restoring;; esac
+[ -e "$K/manifests/etcd.yaml" ] && mv -f "$K/manifests/etcd.yaml" "$B/etcd.yaml.upgraded"
+me=$(readlink /proc/self/ns/net)
+runs() {
+  for c in $(grep -lsa -e "-data-dir[=]$D" /proc/[0-9]*/cmdline); do
+    p=${c%/cmdline}
+    case " $(tr '\0' ' ' < "$c" 2>/dev/null) " in *" --data-dir=$D "*) ;; *) continue;; esac
+    [ "$(readlink "$p/ns/net" 2>/dev/null)" = "$me" ] && return 0
+  done
+  return 1
+}
+q=0 n=0
+while :; do
+  if runs; then q=0; else q=$((q+1)); fi
+  [ $q -ge "$quiet" ] && break
+  n=$((n+1))
+  [ $n -lt "$bound" ] || { echo "etcd still runs on $D after its manifest was moved to $B/etcd.yaml.upgraded" >&2; exit 1; }
+  sleep 1
+done
+# entries lists a directory's entries, dot files too, without . and ..
+entries() { ls -A1 "$1"; }
+if [ "$st" = swap ]; then
+  [ -d "$E" ] || { echo "kubeadm's etcd backup $E is gone; etcd's data is untouched in $D" >&2; exit 1; }
+  if [ -n "$inside" ]; then
+    mkdir -p "$A"
+    for x in $(entries "$D"); do
+      [ "$D/$x" = "$A" ] || [ "$D/$x" = "$S" ] || mv "$D/$x" "$A/"
+    done
+  elif [ ! -e "$A" ] && [ -e "$D" ]; then
+    mv "$D" "$A"
+  fi
+  mark fill
+fi
+gone="kubeadm's etcd backup $E is gone; the upgraded etcd's data is kept in $A"
+if [ -n "$inside" ]; then
+  # The copy's entries appear in the data dir only once it is whole, and
+  # it goes once they all moved: without it, an entry means filled.
+  others=
+  for x in $(entries "$D"); do [ "$D/$x" = "$A" ] || others=1; done
+  if [ -e "$S" ] || [ -z "$others" ]; then
+    [ -d "$E" ] || { echo "$gone" >&2; exit 1; }
+    for x in $(entries "$D"); do
+      [ "$D/$x" = "$A" ] || [ "$D/$x" = "$S" ] || rm -rf "$D/$x"
+    done
+    rm -rf "$S"; cp -a "$E" "$S"; sync
+    for x in $(entries "$S"); do mv "$S/$x" "$D/"; done
+    rmdir "$S"
+  fi
+  chmod 700 "$D"
+elif [ ! -e "$D" ]; then
+  [ -d "$E" ] || { echo "$gone" >&2; exit 1; }
+  rm -rf "$S"; cp -a "$E" "$S"; chmod 700 "$S"; sync
+  mv "$S" "$D"
+fi
+mark done
+echo "restored $E $A"
+`
+
+// etcdDataCommand is etcdDataScript on backup dir b, Kubernetes dir k.
+func etcdDataCommand(b, k string, quiet, bound int) string {
+	return "sh -c " + remote.ShellQuote(etcdDataScript) + " etcd-data " + remote.ShellQuote(b) + " " + remote.ShellQuote(k) + " " + strconv.Itoa(quiet) + " " + strconv.Itoa(bound) + " auto"
+}
+
+// restoreEtcdData runs etcdDataScript on m, for an upgraded etcd that is
+// not healthy, and logs what it did.
+func (f *Flavor) restoreEtcdData(ctx context.Context, m string) error {
+	out, stderr, err := f.m.RunOnMachine(ctx, m, etcdDataCommand(UpgradeBackupDir, "/etc/kubernetes", etcdStopQuiet, etcdStopBound))
+	if err != nil {
+		return fmt.Errorf("restore kubeadm's etcd data backup on %s: %w (stderr: %s)", m, err, tail(stderr))
+	}
+	fs := strings.Fields(string(out))
+	switch {
+	case len(fs) == 3 && fs[0] == "restored":
+		f.log.Warn("restored etcd's data from kubeadm's backup of this upgrade; the upgraded etcd's data is kept aside", "machine", m, "backup", fs[1], "kept", fs[2])
+	case len(fs) == 3 && fs[0] == "done":
+		f.log.Info("etcd's data was restored by an earlier rollback", "machine", m, "backup", fs[1], "kept", fs[2])
+	case len(fs) == 1 && fs[0] == "none":
+		f.log.Info("etcd's data not restored: no kubeadm etcd backup of this upgrade (kubeadm's etcd phase did not touch the data, or restored it itself)", "machine", m, "dir", kubeadmTmpDir)
+	default:
+		return fmt.Errorf("restore kubeadm's etcd data backup on %s: unexpected output %q", m, out)
+	}
+	return nil
+}
+
 // RollbackMaster implements flavors.Upgrader: with a backup on
 // replica, a kubeadm still running stopped, the packages of the backup's
 // versions installed, its files restored (restoreScript; an upgraded
-// etcd that is healthy is kept, as kubeadm keeps it), the kubelet
+// etcd that is healthy is kept, as kubeadm keeps it; one that is not
+// goes back to its old manifest and, first, to kubeadm's copy of its
+// data made by this upgrade when there is one: etcdDataScript, the
+// touched data kept aside and logged), the kubelet
 // restarted, the apiserver waited for at the backup's version, then
 // (first, when the backup has them) kubeadm-config and kubelet-config
 // replaced by the backup's, the addons kubeadm rewrote since the backup
@@ -814,10 +987,11 @@ func (f *Flavor) RollbackMaster(ctx context.Context, replica providers.Replica, 
 	if err := f.stopKubeadm(ctx, m, nil); err != nil {
 		return err
 	}
-	keepEtcd, err := f.keepEtcd(ctx, m)
+	etcdChanged, etcdHealthy, err := f.etcdState(ctx, m)
 	if err != nil {
 		return err
 	}
+	keepEtcd := etcdChanged && etcdHealthy
 	if err := f.install(ctx, m, kubeadmV, "kubeadm"); err != nil {
 		return err
 	}
@@ -835,6 +1009,12 @@ func (f *Flavor) RollbackMaster(ctx context.Context, replica providers.Replica, 
 		// apiservers.
 		mode = "keep-etcd"
 		f.log.Info("keeping the upgraded etcd, which is healthy", "machine", m)
+	} else if etcdChanged {
+		// The upgraded etcd is not healthy: its old manifest goes back
+		// (restoreScript), and the data it was started on with it.
+		if err := f.restoreEtcdData(ctx, m); err != nil {
+			return err
+		}
 	}
 	if _, stderr, err := f.m.RunOnMachine(ctx, m, "sh -c "+remote.ShellQuote(restoreScript)+" restore "+UpgradeBackupDir+" "+mode); err != nil {
 		return fmt.Errorf("restore the upgrade backup on %s: %w (stderr: %s)", m, err, tail(stderr))
@@ -880,15 +1060,18 @@ func (f *Flavor) RollbackMaster(ctx context.Context, replica providers.Replica, 
 // the URL of its liveness probe).
 const EtcdHealthURL = "http://127.0.0.1:2381/health"
 
-// keepEtcd reports whether m's etcd manifest was changed by the upgrade
-// and its etcd is healthy: RollbackMaster then keeps it.
-func (f *Flavor) keepEtcd(ctx context.Context, m string) (bool, error) {
+// etcdState reports whether m's etcd manifest was changed by the
+// upgrade (or is missing: a rollback that stopped etcd, then crashed)
+// and whether its etcd is healthy. A changed etcd that is healthy,
+// RollbackMaster keeps; a changed one that is not, it rolls back, its
+// data too when kubeadm backed that up (restoreEtcdData).
+func (f *Flavor) etcdState(ctx context.Context, m string) (changed, healthy bool, err error) {
 	out, _, err := f.m.RunOnMachine(providers.ReadOnly(ctx), m, "cmp -s "+UpgradeBackupDir+"/manifests/etcd.yaml /etc/kubernetes/manifests/etcd.yaml && echo same; curl -s --max-time 3 "+EtcdHealthURL+" || true")
 	if err != nil {
-		return false, fmt.Errorf("etcd on %s: %w", m, err)
+		return false, false, fmt.Errorf("etcd on %s: %w", m, err)
 	}
 	s := string(out)
-	return !strings.HasPrefix(s, "same") && strings.Contains(s, `"health":"true"`), nil
+	return !strings.HasPrefix(s, "same"), strings.Contains(s, `"health":"true"`), nil
 }
 
 // FinishUpgrade implements flavors.Upgrader: the backup removed (and

@@ -3,10 +3,16 @@
 package kubeadm_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +20,7 @@ import (
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/metal"
+	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
 	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
 )
@@ -151,7 +158,13 @@ func TestUpgradeKubeadmMaster(t *testing.T) {
 // `systemctl restart kubelet` would (its hosts have no systemctl).
 func labFlavor(t *testing.T, lab *metallab.Lab, p *metal.Provider) *kubeadm.Flavor {
 	t.Helper()
-	f, err := kubeadm.New(p, nil)
+	return labFlavorLog(t, lab, p, nil)
+}
+
+// labFlavorLog is labFlavor logging to log.
+func labFlavorLog(t *testing.T, lab *metallab.Lab, p *metal.Provider, log *slog.Logger) *kubeadm.Flavor {
+	t.Helper()
+	f, err := kubeadm.New(p, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,4 +275,189 @@ func TestUpgradeKubeadmTwoMasters(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// An upgraded etcd that ran on the data and is not healthy, with
+// kubeadm stopped before its own rollback (hamaster stopped mid-upgrade:
+// UpgradeMaster's context cancelled once the new etcd manifest is in
+// place and the broken etcd wrote to the data dir, as a hamaster killed
+// and resumed, or its timeout, would): RollbackMaster puts back the old
+// etcd manifest and kubeadm's etcd data backup of this upgrade
+// (staticpods.go performEtcdStaticPodUpgrade's copy, which its
+// rollbackEtcdData would have restored), keeps the touched data aside
+// where its log says, and a second RollbackMaster does nothing; then,
+// the broken etcd disarmed, the upgrade succeeds.
+func TestRollbackKubeadmEtcdData(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	o := metallabtest.KubeadmOptions(t, 1, labVersion, upgradeVersion)
+	lab, p, runOn := kubeadmHosts(ctx, t, o)
+	h1 := lab.Hosts[0]
+	run := func(cmd string) string {
+		t.Helper()
+		return runOn(h1.Name, cmd)
+	}
+	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	f := labFlavorLog(t, lab, p, slog.New(slog.NewJSONHandler(io.MultiWriter(logs, tWriter{t}), nil)))
+	r1 := providers.Replica{Name: h1.Name, Address: h1.Addr.String()}
+	kubectl := "kubectl --kubeconfig /etc/kubernetes/admin.conf "
+	const cm = "hamaster-etcd-rollback"
+	run(kubectl + "-n default create configmap " + cm + " --from-literal=key=before")
+	oldEtcd := run("cat /etc/kubernetes/manifests/etcd.yaml")
+	tag := metallabtest.EtcdImageTag(t, o.BinDir, upgradeVersion)
+	if strings.Contains(oldEtcd, "/etcd:"+tag) {
+		t.Fatalf("kubeadm %s's etcd is %s already: the upgrade would not change its manifest", labVersion, tag)
+	}
+	disarm := metallabtest.BrokenEtcd(t, o.BinDir, tag)
+	marker := "/var/lib/etcd/" + metallabtest.BrokenEtcdMarker
+
+	uctx, ucancel := context.WithCancel(ctx)
+	defer ucancel()
+	upErr := make(chan error, 1)
+	start := time.Now()
+	go func() { upErr <- f.UpgradeMaster(uctx, r1, upgradeVersion, true, 0) }()
+	var early error
+	err := wait.Until(ctx, 500*time.Millisecond, "the new etcd manifest written and the broken etcd run on the data", func() (bool, error) {
+		select {
+		case early = <-upErr:
+			return false, fmt.Errorf("UpgradeMaster returned first: %v", early)
+		default:
+		}
+		out := run("grep -c '/etcd:" + tag + "' /etc/kubernetes/manifests/etcd.yaml 2>/dev/null; test -e " + marker + " && echo marker || true")
+		return strings.HasPrefix(out, "1") && strings.Contains(out, "marker"), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the broken etcd %s ran on the data %v after UpgradeMaster started; stopping UpgradeMaster", tag, time.Since(start).Round(time.Millisecond))
+	ucancel()
+	select {
+	case err = <-upErr:
+	case <-ctx.Done():
+		t.Fatal("UpgradeMaster did not return after its context was cancelled")
+	}
+	if err == nil {
+		t.Fatal("UpgradeMaster with a broken etcd succeeded")
+	}
+	t.Logf("UpgradeMaster stopped: %v", err)
+	if out := run("ls -d /etc/kubernetes/tmp/kubeadm-backup-etcd-*/etcd"); out == "" {
+		t.Fatal("kubeadm made no etcd data backup")
+	}
+
+	start = time.Now()
+	if err := f.RollbackMaster(ctx, r1, true); err != nil {
+		t.Fatalf("RollbackMaster: %v", err)
+	}
+	t.Logf("RollbackMaster took %v", time.Since(start).Round(time.Millisecond))
+	if v, err := f.RunningVersion(ctx, h1.Name); err != nil || v != labVersion {
+		t.Errorf("after the rollback the apiserver manifest is at %q, %v; want %s", v, err, labVersion)
+	}
+	if got := run("cat /etc/kubernetes/manifests/etcd.yaml"); got != oldEtcd {
+		t.Errorf("etcd's manifest after the rollback is not the old one:\n%s", got)
+	}
+	if out := run("test -e " + marker + " && echo present || echo absent"); out != "absent" {
+		t.Errorf("the broken etcd's marker is in the data dir after the rollback")
+	}
+	restores := logged(t, logs, "restored etcd's data from kubeadm's backup of this upgrade; the upgraded etcd's data is kept aside")
+	if len(restores) != 1 {
+		t.Fatalf("RollbackMaster logged %d restores of etcd's data, want 1", len(restores))
+	}
+	kept, _ := restores[0]["kept"].(string)
+	backup, _ := restores[0]["backup"].(string)
+	t.Logf("etcd's data restored from %s; the touched data kept in %s", backup, kept)
+	if !strings.HasPrefix(backup, "/etc/kubernetes/tmp/kubeadm-backup-etcd-") || !strings.HasPrefix(kept, "/var/lib/etcd") {
+		t.Errorf("logged backup %q, kept %q", backup, kept)
+	}
+	if out := run("test -e " + remote.ShellQuote(kept+"/"+metallabtest.BrokenEtcdMarker) + " && test -d " + remote.ShellQuote(kept+"/member") + " && echo kept || echo lost"); out != "kept" {
+		t.Errorf("the touched data is not whole in %s", kept)
+	}
+	if got := run(kubectl + "-n default get configmap " + cm + " -o jsonpath={.data.key}"); got != "before" {
+		t.Errorf("the ConfigMap written before the upgrade reads %q after the rollback", got)
+	}
+	if out := run("ls -A /var/lib/hamaster"); strings.Contains(out, "upgrade-backup") {
+		t.Errorf("the backup is left after the rollback: %s", out)
+	}
+	asides := run("ls -d /var/lib/etcd/hamaster-rollback-* /var/lib/etcd.hamaster-rollback-* 2>/dev/null || true")
+
+	// A second rollback: nothing to do.
+	if err := f.RollbackMaster(ctx, r1, true); err != nil {
+		t.Errorf("a second RollbackMaster: %v", err)
+	}
+	if n := len(logged(t, logs, "restored etcd's data from kubeadm's backup of this upgrade; the upgraded etcd's data is kept aside")); n != 1 {
+		t.Errorf("after a second RollbackMaster etcd's data was restored %d times", n)
+	}
+	if got := run("ls -d /var/lib/etcd/hamaster-rollback-* /var/lib/etcd.hamaster-rollback-* 2>/dev/null || true"); got != asides {
+		t.Errorf("a second RollbackMaster changed what is kept aside: %q, was %q", got, asides)
+	}
+	if got := run("cat /etc/kubernetes/manifests/etcd.yaml"); got != oldEtcd {
+		t.Errorf("etcd's manifest after a second rollback is not the old one:\n%s", got)
+	}
+	if t.Failed() {
+		return
+	}
+
+	// The broken etcd disarmed, the upgrade succeeds on the restored data.
+	disarm()
+	start = time.Now()
+	if err := f.UpgradeMaster(ctx, r1, upgradeVersion, true, 0); err != nil {
+		t.Fatalf("UpgradeMaster(%s) after the rollback: %v", upgradeVersion, err)
+	}
+	t.Logf("UpgradeMaster(%s) took %v", upgradeVersion, time.Since(start).Round(time.Millisecond))
+	if got := run("grep -c '/etcd:" + tag + "' /etc/kubernetes/manifests/etcd.yaml || true"); got != "1" {
+		t.Errorf("etcd's manifest after the upgrade does not run %s", tag)
+	}
+	if got := run(kubectl + "-n default get configmap " + cm + " -o jsonpath={.data.key}"); got != "before" {
+		t.Errorf("the ConfigMap reads %q after the upgrade", got)
+	}
+	if err := f.FinishUpgrade(ctx, r1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the goroutines that log.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// tWriter writes each log line to t.Log.
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// logged is the records of the JSON log in b whose message is msg.
+func logged(t *testing.T, b *lockedBuffer, msg string) []map[string]any {
+	t.Helper()
+	var recs []map[string]any
+	for _, line := range strings.Split(b.String(), "\n") {
+		if line == "" {
+			continue
+		}
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if r["msg"] == msg {
+			recs = append(recs, r)
+		}
+	}
+	return recs
 }

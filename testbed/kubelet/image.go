@@ -21,6 +21,12 @@ const (
 	// EtcdSubcommand is the subcommand of Self that runs etcd's real main
 	// (go.etcd.io/etcd/server/v3/etcdmain) with the manifest's flags.
 	EtcdSubcommand = "etcd"
+	// EtcdOverrideDir is the directory of BinDir whose executable file
+	// <tag> stands in for the etcd image of that tag in place of Self's
+	// etcd: a test's knob for "an etcd release that behaves otherwise"
+	// (metallabtest.BrokenEtcd). Without the file, which is the default,
+	// every etcd tag runs Self's etcd.
+	EtcdOverrideDir = "etcd"
 )
 
 // isControlPlaneImage tells the images run as <bin-dir>/<tag>/<name>,
@@ -48,7 +54,8 @@ func isPullOnlyImage(name string) bool {
 
 // Resolver maps a container to the program that stands in for its image.
 type Resolver struct {
-	// BinDir holds <version>/<name> for the control-plane images.
+	// BinDir holds <version>/<name> for the control-plane images, and
+	// EtcdOverrideDir/<tag> for an etcd tag a test overrides.
 	BinDir string
 	// Self is the executable whose `etcd` subcommand runs etcd.
 	Self string
@@ -111,6 +118,9 @@ func (r Resolver) Resolve(pod *corev1.Pod, c corev1.Container) (ProcessSpec, err
 		}
 		spec.Path = r.Self
 		spec.Args = append([]string{EtcdSubcommand}, argv[1:]...)
+		if p := r.etcdOverride(tag); p != "" {
+			spec.Path, spec.Args = p, argv[1:]
+		}
 	case isControlPlaneImage(name):
 		if _, err := ParseVersion(tag); err != nil {
 			return ProcessSpec{}, errkind.Errorf(errkind.InvalidArgument, "container %s: image %s: %w", c.Name, c.Image, err)
@@ -182,6 +192,21 @@ func (r Resolver) ResolveImage(image string) (uint64, error) {
 		return 0, nil
 	}
 	return 0, errkind.Errorf(errkind.NotFound, "image %s: the stand-in pulls only the images kubeadm lists", image)
+}
+
+// etcdOverride is BinDir's EtcdOverrideDir/<tag> when it is an
+// executable file, else "". It is looked up when the kubelet starts a
+// pod (a changed manifest), so a test arms and disarms it while the
+// kubelet runs.
+func (r Resolver) etcdOverride(tag string) string {
+	if r.BinDir == "" || tag == "" || strings.ContainsAny(tag, "/\\") || tag == "." || tag == ".." {
+		return ""
+	}
+	p := filepath.Join(r.BinDir, EtcdOverrideDir, tag)
+	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return ""
+	}
+	return p
 }
 
 func name0(image string) string {

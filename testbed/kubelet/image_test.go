@@ -145,3 +145,41 @@ func TestResolveImage(t *testing.T) {
 		}
 	}
 }
+
+// An etcd tag with an executable EtcdOverrideDir/<tag> in BinDir runs
+// it with the manifest's flags; other tags, a file that is not
+// executable, and a tag that is a path run Self's etcd.
+func TestResolveEtcdOverride(t *testing.T) {
+	bin := t.TempDir()
+	dir := filepath.Join(bin, EtcdOverrideDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "3.6.5-0"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "3.6.6-0"), []byte("not executable"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := Resolver{BinDir: bin, Self: "/self"}
+	tests := []struct {
+		image, wantPath string
+		wantArgs        []string
+	}{
+		{"registry.k8s.io/etcd:3.6.5-0", filepath.Join(dir, "3.6.5-0"), []string{"--data-dir=/var/lib/etcd"}},
+		{"registry.k8s.io/etcd:3.5.24-0", "/self", []string{EtcdSubcommand, "--data-dir=/var/lib/etcd"}},
+		{"registry.k8s.io/etcd:3.6.6-0", "/self", []string{EtcdSubcommand, "--data-dir=/var/lib/etcd"}},
+		{"registry.k8s.io/etcd", "/self", []string{EtcdSubcommand, "--data-dir=/var/lib/etcd"}},
+		{"registry.k8s.io/etcd:..", "/self", []string{EtcdSubcommand, "--data-dir=/var/lib/etcd"}},
+	}
+	for _, tc := range tests {
+		c := corev1.Container{Name: "etcd", Image: tc.image, Command: []string{"etcd", "--data-dir=/var/lib/etcd"}}
+		ps, err := r.Resolve(&corev1.Pod{}, c)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.image, err)
+		}
+		if ps.Path != tc.wantPath || !reflect.DeepEqual(ps.Args, tc.wantArgs) {
+			t.Errorf("%s: Resolve = %s %q, want %s %q", tc.image, ps.Path, ps.Args, tc.wantPath, tc.wantArgs)
+		}
+	}
+}
