@@ -147,15 +147,15 @@ test-real: kube-apiserver build
 # the metal provider's hosts and the VIP's keepalived + HAProxy
 # (providers/metal/...: failover figures against the kubeadm doc's
 # configuration); the kubeadm flavor on a kubeadm-built master
-# (flavors/kubeadm: conformance, join, a join whose kubelet dies, leave).
+# (flavors/kubeadm: conformance, join, a join whose kubelet dies, leave,
+# and an upgrade stopped after its new etcd ran on the data and failed,
+# rolled back onto kubeadm's copy of that data).
 # One package at a time (-p 1). Then the real CLI's walk
 # (TestMetalKubeadmEndToEnd: add-replica ×2, the VIP holder's host and
 # apiserver killed, failed upgrades rolled back, the upgrade,
 # remove-replica ×2) and recover on metal. About 28 minutes in all. The
 # inventory's and the VIP's unit tests run in make test too.
-# test-metal-lab and test-metal-walk are its two halves: the lab
-# packages need only v1.33.13 unless METAL_SKIP keeps the upgrade tests
-# (.ci/run runs them while v1.34.4 builds: KUBE_VERSIONS=v1.33.13).
+# test-metal-lab and test-metal-walk are its two halves.
 # METAL_SKIP: a -skip pattern for the lab packages' tests (.ci/run skips
 # those the walk covers through the CLI).
 METAL_SKIP ?=
