@@ -53,7 +53,8 @@ type Capabilities struct {
 	// ControlPlaneReporter says which control plane the replicas run.
 	ControlPlaneReporter ControlPlaneReporter
 
-	// Recovery: capabilities of the provider's Instances.
+	// Recovery: capabilities of the provider's Instances, resolved by
+	// CapabilitiesOf (nil in OwnCapabilitiesOf's).
 
 	// ReplicaDiagnoser looks inside a replica (its process, its log).
 	ReplicaDiagnoser ReplicaDiagnoser
@@ -64,8 +65,26 @@ type Capabilities struct {
 }
 
 // CapabilitiesOf resolves p's optional interfaces, and those of what
-// p.Instances() returns: the one place a provider's type is asserted.
+// p.Instances() returns: with OwnCapabilitiesOf, the one place a
+// provider's type is asserted. The workflows' binding resolves it
+// (workflows.Deps.ProviderCaps).
 func CapabilitiesOf(p Provider) Capabilities {
+	c := OwnCapabilitiesOf(p)
+	if p == nil {
+		return c
+	}
+	inst := p.Instances()
+	c.ReplicaDiagnoser, _ = inst.(ReplicaDiagnoser)
+	c.Recoverer, _ = inst.(Recoverer)
+	c.Forgetter, _ = inst.(Forgetter)
+	return c
+}
+
+// OwnCapabilitiesOf resolves p's own optional interfaces, not its
+// Instances' (those fields stay nil), and does not call p.Instances():
+// what a flavor resolves when it binds itself to p (its constructor, the
+// registry's Detect), before p may have any machine to manage.
+func OwnCapabilitiesOf(p Provider) Capabilities {
 	var c Capabilities
 	if p == nil {
 		return c
@@ -84,10 +103,6 @@ func CapabilitiesOf(p Provider) Capabilities {
 	c.MasterNamer, _ = p.(MasterNamer)
 	c.WorkerLister, _ = p.(WorkerLister)
 	c.ControlPlaneReporter, _ = p.(ControlPlaneReporter)
-	inst := p.Instances()
-	c.ReplicaDiagnoser, _ = inst.(ReplicaDiagnoser)
-	c.Recoverer, _ = inst.(Recoverer)
-	c.Forgetter, _ = inst.(Forgetter)
 	return c
 }
 

@@ -182,7 +182,7 @@ func Run(t *testing.T, h Harness) {
 			t.Fatal(err)
 		}
 		dial := (&net.Dialer{}).DialContext
-		if d := providers.CapabilitiesOf(p).APIServerDialer; d != nil {
+		if d := providers.OwnCapabilitiesOf(p).APIServerDialer; d != nil {
 			dial = d.DialAPIServer
 		}
 		raw, err := dial(ctx(t), "tcp", u.Host)

@@ -28,7 +28,7 @@ var _ flavors.Flavor = (*Flavor)(nil)
 // New binds the flavor to p, which must reach its masters' etcd
 // (providers.EtcdReacher).
 func New(p providers.Provider) (*Flavor, error) {
-	c := providers.CapabilitiesOf(p)
+	c := providers.OwnCapabilitiesOf(p)
 	r := c.EtcdReacher
 	if r == nil {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider's masters are not in hamaster's format (it cannot reach their etcd with the cluster CA's certificates)", flavors.Hamaster, p.Name())

@@ -53,7 +53,7 @@ type Machine interface {
 }
 
 // machine is a Machine made of the provider's two capabilities
-// (providers.CapabilitiesOf).
+// (providers.OwnCapabilitiesOf).
 type machine struct {
 	providers.MachineDialer
 	providers.MachineRunner
@@ -100,7 +100,7 @@ var (
 
 // New binds the flavor to p, whose machines it reaches through p's way in.
 func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {
-	c := providers.CapabilitiesOf(p)
+	c := providers.OwnCapabilitiesOf(p)
 	if c.MachineDialer == nil || c.MachineRunner == nil {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider has no way to run kubeadm on its masters (SSH)", Name, p.Name())
 	}

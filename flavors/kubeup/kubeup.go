@@ -76,7 +76,7 @@ var _ flavors.Flavor = (*Flavor)(nil)
 // (providers.Formatted) is given kube-up's GCE format (Metadata), taking
 // new releases from its release directory (providers.ReleaseSource).
 func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {
-	c := providers.CapabilitiesOf(p)
+	c := providers.OwnCapabilitiesOf(p)
 	d := c.MachineDialer
 	if d == nil {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider has no way into its machines (SSH) to reach kube-up's etcd on their 127.0.0.1", flavors.KubeUp, p.Name())
