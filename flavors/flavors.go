@@ -101,15 +101,6 @@ type Flavor interface {
 	CheckVersion(ctx context.Context, version string) error
 }
 
-// BindAPIServerPort gives p the port f's masters serve the apiserver on,
-// when p builds anything for it (providers.APIServerPorter): what each
-// flavor's constructor does when it is bound to a provider.
-func BindAPIServerPort(p providers.Provider, f Flavor) {
-	if pp, ok := p.(providers.APIServerPorter); ok {
-		pp.SetAPIServerPort(f.APIServerPort())
-	}
-}
-
 // Joiner is implemented by flavors whose new masters join the cluster
 // with their own tool (kubeadm join --control-plane adds the new etcd
 // member as a learner and promotes it), rather than booting from a

@@ -18,19 +18,11 @@ type Diagnosis struct {
 // it looks at the replica itself (the VM or process and its log) so a
 // health gate can fail fast on a deterministic start-up failure instead
 // of waiting out its timeout. Providers that cannot see inside their VMs
-// do not implement it; callers type-assert.
+// do not implement it; CapabilitiesOf resolves it
+// (Capabilities.ReplicaDiagnoser) and Diagnose asks it.
 type ReplicaDiagnoser interface {
 	// Diagnose returns the replica's state as seen from its process;
 	// Failed false means nothing known to be wrong (maybe still starting).
 	// A replica that does not exist is errkind.NotFound.
 	Diagnose(ctx context.Context, name string) (Diagnosis, error)
-}
-
-// Diagnose asks inst when it implements ReplicaDiagnoser; otherwise it
-// knows nothing (zero Diagnosis).
-func Diagnose(ctx context.Context, inst Instances, name string) (Diagnosis, error) {
-	if d, ok := inst.(ReplicaDiagnoser); ok {
-		return d.Diagnose(ctx, name)
-	}
-	return Diagnosis{}, nil
 }

@@ -3,6 +3,7 @@ package providers
 import (
 	"context"
 	"net"
+	"os"
 	"slices"
 
 	"github.com/hamaster/hamaster/etcdmember"
@@ -57,6 +58,16 @@ type MachineRunner interface {
 	// replica's name) and returns its stdout and stderr; a non-zero exit
 	// is an error carrying the tail of stderr (remote.ExitError).
 	RunOnMachine(ctx context.Context, machine, cmd string) (stdout, stderr []byte, err error)
+}
+
+// MachineUploader is implemented by providers whose way into a machine
+// writes files there itself (metal: over an SSH session's stdin), where a
+// flavor would otherwise carry a file in pieces through RunOnMachine.
+type MachineUploader interface {
+	// UploadToMachine writes data to path on machine (a replica's name)
+	// with mode, atomically: a reader sees the old file or the whole new
+	// one.
+	UploadToMachine(ctx context.Context, machine, path string, data []byte, mode os.FileMode) error
 }
 
 type readOnlyKey struct{}

@@ -167,15 +167,6 @@ type APIServerDialer interface {
 	DialAPIServer(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-// APIServerPortOf is the port p's apiservers, its static IP and its LB
-// serve on.
-func APIServerPortOf(p Provider) int {
-	if pp, ok := p.(APIServerPorter); ok {
-		return pp.APIServerPort()
-	}
-	return APIServerPort
-}
-
 // Settings are the provider-neutral settings every factory gets.
 type Settings struct {
 	Cluster  string
@@ -266,15 +257,6 @@ func (r *Registry) Open(ctx context.Context, name string, s Settings) (Provider,
 // 6443 on every address; kubeadm's docs/ha-considerations.md).
 type EndpointPorter interface {
 	EndpointPort() int
-}
-
-// EndpointPortOf is the port p's static IP or load balancer serves the
-// apiserver on: EndpointPorter's, else the apiservers' own.
-func EndpointPortOf(p Provider) int {
-	if ep, ok := p.(EndpointPorter); ok {
-		return ep.EndpointPort()
-	}
-	return APIServerPortOf(p)
 }
 
 // NameChooser is implemented by providers whose machines exist before

@@ -33,7 +33,8 @@ type Deps struct {
 	Provider providers.Provider
 	// Master is the cluster's flavor (what its masters are); nil: the
 	// one the provider finds on its machines (registry.Open with no
-	// name), chosen on first use.
+	// name), chosen on first use. Set it before the first use: the
+	// flavor's capabilities are resolved then (FlavorCaps).
 	Master   flavors.Flavor
 	Cluster  string
 	StateDir string
@@ -65,6 +66,10 @@ type Deps struct {
 	http *http.Client
 
 	flavorOnce sync.Once
+	flavorCaps flavors.Capabilities // resolved when the flavor is bound
+
+	providerOnce sync.Once
+	providerCaps providers.Capabilities
 }
 
 func (d *Deps) clusterDir() string { return filepath.Join(d.StateDir, d.Cluster) }
@@ -111,7 +116,7 @@ func (d *Deps) HTTP(ctx context.Context) (*http.Client, error) {
 		TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
 		DisableKeepAlives: true,
 	}
-	if dl, ok := d.Provider.(providers.APIServerDialer); ok {
+	if dl := d.ProviderCaps().APIServerDialer; dl != nil {
 		tr.DialContext = dl.DialAPIServer // through the provider's tunnel
 	}
 	d.http = &http.Client{
@@ -293,21 +298,38 @@ func saveEndpoint(stateDir, cluster string, e Endpoint) error {
 }
 
 // Flavor is the cluster's flavor: d.Master, or the one the provider finds
-// on its machines.
+// on its machines. Its capabilities are resolved when it is bound, on
+// the first call (FlavorCaps).
 func (d *Deps) Flavor() flavors.Flavor {
 	d.flavorOnce.Do(func() {
-		if d.Master != nil {
-			return
+		if d.Master == nil {
+			f, err := registry.Open("", d.Provider, d.Logger)
+			if err != nil {
+				// Every provider's own format opens: a provider that
+				// finds a flavor it cannot serve is a wiring bug.
+				panic(fmt.Sprintf("workflows: the %s provider's flavor: %v", d.Provider.Name(), err))
+			}
+			d.Master = f
 		}
-		f, err := registry.Open("", d.Provider, d.Logger)
-		if err != nil {
-			// Every provider's own format opens: a provider that
-			// finds a flavor it cannot serve is a wiring bug.
-			panic(fmt.Sprintf("workflows: the %s provider's flavor: %v", d.Provider.Name(), err))
-		}
-		d.Master = f
+		d.flavorCaps = flavors.CapabilitiesOf(d.Master)
 	})
 	return d.Master
+}
+
+// FlavorCaps are the cluster's flavor's optional capabilities
+// (flavors.CapabilitiesOf), resolved once when the flavor is bound: the
+// workflows and the CLI check them, never the flavor's type.
+func (d *Deps) FlavorCaps() flavors.Capabilities {
+	d.Flavor()
+	return d.flavorCaps
+}
+
+// ProviderCaps are the provider's optional capabilities and those of its
+// Instances (providers.CapabilitiesOf), resolved once on the first call:
+// the workflows and the CLI check them, never the provider's type.
+func (d *Deps) ProviderCaps() providers.Capabilities {
+	d.providerOnce.Do(func() { d.providerCaps = providers.CapabilitiesOf(d.Provider) })
+	return d.providerCaps
 }
 
 // Etcd connects to the cluster's main etcd through running replicas other

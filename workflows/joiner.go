@@ -26,15 +26,13 @@ const (
 // joinerOf is the flavor's Joiner, nil when its masters boot from a
 // cloned template with a member hamaster added.
 func joinerOf(d *Deps) flavors.Joiner {
-	j, _ := d.Flavor().(flavors.Joiner)
-	return j
+	return d.FlavorCaps().Joiner
 }
 
 // moverOf is the flavor's EndpointMover, nil when its masters do not
 // record the cluster's endpoint.
 func moverOf(d *Deps) flavors.EndpointMover {
-	m, _ := d.Flavor().(flavors.EndpointMover)
-	return m
+	return d.FlavorCaps().EndpointMover
 }
 
 // lbEndpoint is the cluster endpoint the static IP (the load balancer,

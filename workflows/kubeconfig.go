@@ -111,8 +111,8 @@ func Kubeconfig(ctx context.Context, d *Deps, p KubeconfigParams) (IssuedKubecon
 // mastersKubeconfig is Kubeconfig for masters that carry their own CA:
 // the flavor's tool issues the certificate on a master.
 func mastersKubeconfig(ctx context.Context, d *Deps, f flavors.Flavor, p KubeconfigParams) (IssuedKubeconfig, error) {
-	ci, ok := f.(flavors.ClientIssuer)
-	if !ok {
+	ci := d.FlavorCaps().ClientIssuer
+	if ci == nil {
 		return IssuedKubeconfig{}, errkind.Errorf(errkind.FailedPrecondition, "cluster %s: the %s flavor's masters carry their own CA, and hamaster cannot issue a client certificate from it yet: use the credentials their tool gives", d.Cluster, f.Name())
 	}
 	creds, err := ci.IssueClient(ctx, flavors.ClientRequest{User: p.User, Groups: p.Groups, Validity: p.Validity})

@@ -33,8 +33,7 @@ func (n NodeDrain) params(p map[string]string) {
 }
 
 func nodeDrainerOf(d *Deps) flavors.NodeDrainer {
-	nd, _ := d.Flavor().(flavors.NodeDrainer)
-	return nd
+	return d.FlavorCaps().NodeDrainer
 }
 
 // drainNode drains the Node of master name when the flavor's masters are

@@ -47,7 +47,7 @@ func Recover(d *Deps, p RecoverParams) *Workflow {
 	x := &recovery{d: d, p: p, inst: d.Provider.Instances()}
 	// The master's format rebuilds etcd when it knows how (kubeadm's
 	// static pods); otherwise the provider, on its own replicas' disks.
-	x.fr, _ = d.Flavor().(flavors.Recoverer)
+	x.fr = d.FlavorCaps().Recoverer
 	wf := &Workflow{Name: "recover", Params: map[string]string{"from": p.From, "snapshot": p.Snapshot}, Check: x.check}
 	wf.Steps = []Step{x.rebuildEtcd(), x.deleteOthers(), x.demote(), x.clearLock(), x.verify()}
 	return wf
@@ -66,7 +66,7 @@ type recovery struct {
 // throws the other members away) unless --force.
 func (x *recovery) check(ctx context.Context) error {
 	d, p := x.d, x.p
-	if _, ok := x.inst.(providers.Recoverer); !ok && x.fr == nil {
+	if d.ProviderCaps().Recoverer == nil && x.fr == nil {
 		return errkind.Errorf(errkind.FailedPrecondition, "neither the %s flavor nor the %s provider can rebuild etcd on a master; follow the manual runbook in docs/recovery.md", d.Flavor().Name(), d.Provider.Name())
 	}
 	rep, err := x.inst.Get(ctx, p.From)
@@ -143,7 +143,7 @@ func (x *recovery) runRebuildEtcd(ctx context.Context, r *Run) error {
 		}
 		return keyRebuilt.Mark(r)
 	}
-	rc := x.inst.(providers.Recoverer)
+	rc := x.d.ProviderCaps().Recoverer
 	var err error
 	if p.Snapshot != "" {
 		err = rc.RestoreSnapshot(ctx, p.From, p.Snapshot)
@@ -312,8 +312,8 @@ func deleteLost(ctx context.Context, d *Deps, r *Run, rep providers.Replica) err
 		}
 	}
 	err := inst.Delete(ctx, rep.Name)
-	fg, ok := inst.(providers.Forgetter)
-	if err == nil || !ok || !errors.Is(err, errkind.Unavailable) {
+	fg := d.ProviderCaps().Forgetter
+	if err == nil || fg == nil || !errors.Is(err, errkind.Unavailable) {
 		return err
 	}
 	if err := fg.Forget(ctx, rep.Name); err != nil {

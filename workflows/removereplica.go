@@ -80,7 +80,7 @@ func RemoveReplica(d *Deps, p RemoveParams) *Workflow {
 		// not stopped early: a metal host is never powered off, and a
 		// reset before the member's removal would retry against, or
 		// wipe, the live cluster.
-		if st, ok := j.(flavors.APIServerStopper); ok {
+		if st := d.FlavorCaps().APIServerStopper; st != nil {
 			wf.Steps = append(wf.Steps, stopAPIServerStep(d, st, x.victim))
 		}
 		wf.Steps = append(wf.Steps, x.removeMember(), leaveStep(d, j, x.victim))
@@ -558,8 +558,7 @@ func moveLeaderAway(ctx context.Context, cli *etcdmember.Client, c, victim strin
 // pinFinderOf is the flavor's PinFinder, nil when its tool renders no
 // consumer from the cluster's endpoint.
 func pinFinderOf(d *Deps) flavors.PinFinder {
-	p, _ := d.Flavor().(flavors.PinFinder)
-	return p
+	return d.FlavorCaps().PinFinder
 }
 
 // refusePinned refuses to remove victim while a consumer of the control

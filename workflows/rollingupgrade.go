@@ -131,7 +131,7 @@ func RollingUpgrade(d *Deps, p UpgradeParams, replicas int) *Workflow {
 // apiServer.extraArgs), not replaced as a whole.
 func checkInPlaceFlags(d *Deps, p UpgradeParams, up flavors.Upgrader, check func(context.Context) error) func(context.Context) error {
 	return func(ctx context.Context) error {
-		if _, ok := up.(flavors.FlagUpgrader); !ok {
+		if flavors.FlagUpgraderOf(up) == nil {
 			return errkind.Errorf(errkind.InvalidArgument, "--extra-args: the %s flavor upgrades its masters in place and cannot set their flags", d.Flavor().Name())
 		}
 		for _, a := range p.ExtraArgs {

@@ -38,7 +38,8 @@ func RotateCerts(d *Deps, p RotateParams, replicas []string) *Workflow {
 		p.HealthTimeout = 5 * time.Minute
 	}
 	wf := &Workflow{Name: "rotate-certs", Params: map[string]string{"expiring-within": p.Within.String()}}
-	renewer, renews := d.Flavor().(flavors.CertRenewer)
+	renewer := d.FlavorCaps().CertRenewer
+	renews := renewer != nil
 	wf.Check = func(context.Context) error {
 		if !d.issuesCertificates() && !renews {
 			return errkind.Errorf(errkind.FailedPrecondition, "the %s provider's masters carry the certificates kube-up made (kube-env and kube-master-certs metadata), which hamaster does not issue or rotate; renew them with the tool that built the cluster", d.Provider.Name())

@@ -147,7 +147,7 @@ func Status(ctx context.Context, d *Deps) (Report, error) {
 		addrs[r.Name] = r.Address
 	}
 	rep.Orphans = findOrphans(d.Cluster, d.Flavor(), rep.Members, addrs, rep.Journal)
-	if v, ok := d.Flavor().(flavors.Viewer); ok {
+	if v := d.FlavorCaps().Viewer; v != nil {
 		if view, err := v.View(ctx); err != nil {
 			rep.ViewError = err.Error()
 		} else {

@@ -15,11 +15,12 @@ import (
 // has one (flavors.Upgrader: kubeadm), given --extra-args when set and
 // the flavor takes them (flavors.FlagUpgrader).
 func inPlaceUpgrader(d *Deps, p UpgradeParams) (flavors.Upgrader, bool) {
-	up, ok := d.Flavor().(flavors.Upgrader)
-	if !ok {
+	c := d.FlavorCaps()
+	up := c.Upgrader
+	if up == nil {
 		return nil, false
 	}
-	if fu, ok := up.(flavors.FlagUpgrader); ok && p.ExtraArgsSet {
+	if fu := c.FlagUpgrader; fu != nil && p.ExtraArgsSet {
 		return fu.WithAPIServerArgs(p.ExtraArgs), true
 	}
 	return up, true

@@ -623,7 +623,7 @@ Example:
 				// The local provider's replicas run the stand-in or the real
 				// kube-apiserver (local up --control-plane).
 				controlPlane := ""
-				if cr, ok := p.(providers.ControlPlaneReporter); ok {
+				if cr := d.ProviderCaps().ControlPlaneReporter; cr != nil {
 					controlPlane = cr.ControlPlane()
 				}
 				if g.json() {

@@ -8,7 +8,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/hamaster/hamaster/errkind"
-	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/workflows"
 )
@@ -81,7 +80,7 @@ Example:
 					return err
 				}
 				d := g.deps(c, e, p)
-				if _, ok := d.Flavor().(flavors.EndpointMover); !ok {
+				if d.FlavorCaps().EndpointMover == nil {
 					return errkind.Errorf(errkind.FailedPrecondition, "endpoint set: the %s flavor's masters record no endpoint: their clients use the static IP or load balancer hamaster keeps", d.Flavor().Name())
 				}
 				wf := workflows.EndpointSet(d, workflows.EndpointParams{Endpoint: ep})

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/etcdmember"
-	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/tfexternal"
 	"github.com/hamaster/hamaster/workflows"
 )
@@ -43,7 +42,7 @@ func (g *globals) showPlan(e *env) func(workflows.PlanDoc) error {
 // exist already (metal: the inventory's hosts) names the free one to
 // take, in zone when given, or says why none is.
 func nextReplicaName(ctx context.Context, d *workflows.Deps, zone string) (string, error) {
-	if nc, ok := d.Provider.(providers.NameChooser); ok {
+	if nc := d.ProviderCaps().NameChooser; nc != nil {
 		return nc.NextReplicaName(ctx, zone)
 	}
 	taken := map[string]bool{}
@@ -73,7 +72,7 @@ func nextReplicaName(ctx context.Context, d *workflows.Deps, zone string) (strin
 	} else if d.Logger != nil {
 		d.Logger.Warn("next replica name: etcd members", "error", err)
 	}
-	if n, ok := d.Provider.(providers.MasterNamer); ok {
+	if n := d.ProviderCaps().MasterNamer; n != nil {
 		return tfexternal.NextReplicaNameFor(d.Cluster, n.MasterName(), taken), nil
 	}
 	return tfexternal.NextReplicaName(d.Cluster, taken), nil

@@ -139,7 +139,7 @@ func Run(t *testing.T, h Harness) {
 			if got.Version != src.Version || !maps.Equal(got.Machine, src.Machine) {
 				t.Errorf("clone: version %q machine %v; want the source's %q %v", got.Version, got.Machine, src.Version, src.Machine)
 			}
-			if _, joins := f.(flavors.Joiner); joins {
+			if flavors.CapabilitiesOf(f).Joiner != nil {
 				// The new master joins with its own tool: nothing of the
 				// source's configuration or keys travels in its template.
 				if len(got.Env) != 0 || len(got.Files) != 0 || len(got.ExtraArgs) != 0 {
@@ -182,7 +182,7 @@ func Run(t *testing.T, h Harness) {
 			t.Fatal(err)
 		}
 		dial := (&net.Dialer{}).DialContext
-		if d, ok := p.(providers.APIServerDialer); ok {
+		if d := providers.OwnCapabilitiesOf(p).APIServerDialer; d != nil {
 			dial = d.DialAPIServer
 		}
 		raw, err := dial(ctx(t), "tcp", u.Host)

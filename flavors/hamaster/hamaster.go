@@ -28,18 +28,19 @@ var _ flavors.Flavor = (*Flavor)(nil)
 // New binds the flavor to p, which must reach its masters' etcd
 // (providers.EtcdReacher).
 func New(p providers.Provider) (*Flavor, error) {
-	r, ok := p.(providers.EtcdReacher)
-	if !ok {
+	c := providers.OwnCapabilitiesOf(p)
+	r := c.EtcdReacher
+	if r == nil {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider's masters are not in hamaster's format (it cannot reach their etcd with the cluster CA's certificates)", flavors.Hamaster, p.Name())
 	}
-	if fp, ok := p.(providers.Formatted); ok {
-		if c := fp.Carrier(); c != providers.CarrierUserData {
-			return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider carries templates as %s, which hamaster's format has no form for", flavors.Hamaster, p.Name(), c)
+	if fp := c.Formatted; fp != nil {
+		if carrier := fp.Carrier(); carrier != providers.CarrierUserData {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider carries templates as %s, which hamaster's format has no form for", flavors.Hamaster, p.Name(), carrier)
 		}
 		fp.SetFormat(UserData{})
 	}
 	f := &Flavor{p: p, reach: r}
-	flavors.BindAPIServerPort(p, f)
+	flavors.BindAPIServerPort(c, f)
 	return f, nil
 }
 

@@ -52,6 +52,13 @@ type Machine interface {
 	providers.MachineRunner
 }
 
+// machine is a Machine made of the provider's two capabilities
+// (providers.OwnCapabilitiesOf).
+type machine struct {
+	providers.MachineDialer
+	providers.MachineRunner
+}
+
 // Flavor is the kubeadm flavor bound to one cluster's provider.
 //
 // Built so far: what every flavor answers (etcd naming and access over
@@ -61,8 +68,13 @@ type Machine interface {
 // flavor in place of recreating a master from a template, and the
 // conversion to HA (flavors.EndpointMover: convert.go).
 type Flavor struct {
-	p   providers.Provider
-	m   Machine
+	p providers.Provider
+	m Machine
+	// upl is the provider's own upload to a machine, nil when it has
+	// none (upload then carries a file through RunOnMachine).
+	upl providers.MachineUploader
+	// wl lists the provider's workers, nil when it knows none.
+	wl  providers.WorkerLister
 	log *slog.Logger
 	up  UpgradeOptions
 	// nodeBinary is hamaster-node's path for a snapshot restore ("":
@@ -88,22 +100,23 @@ var (
 
 // New binds the flavor to p, whose machines it reaches through p's way in.
 func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {
-	m, ok := p.(Machine)
-	if !ok {
+	c := providers.OwnCapabilitiesOf(p)
+	if c.MachineDialer == nil || c.MachineRunner == nil {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider has no way to run kubeadm on its masters (SSH)", Name, p.Name())
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &Flavor{p: p, m: m, log: log, etcd: &etcdTLSCache{}}
-	if fp, ok := p.(providers.Formatted); ok {
+	m := machine{MachineDialer: c.MachineDialer, MachineRunner: c.MachineRunner}
+	f := &Flavor{p: p, m: m, upl: c.MachineUploader, wl: c.WorkerLister, log: log, etcd: &etcdTLSCache{}}
+	if fp := c.Formatted; fp != nil {
 		// GCE: the machine's metadata is all the machine's (MachineFormat).
-		if c := fp.Carrier(); c != providers.CarrierMetadata {
-			return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider carries templates as %q; kubeadm masters are proven on metadata-carrying machines (GCE) and the metal provider's hosts only", Name, p.Name(), c)
+		if carrier := fp.Carrier(); carrier != providers.CarrierMetadata {
+			return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider carries templates as %q; kubeadm masters are proven on metadata-carrying machines (GCE) and the metal provider's hosts only", Name, p.Name(), carrier)
 		}
 		fp.SetFormat(MachineFormat{})
 	}
-	flavors.BindAPIServerPort(p, f)
+	flavors.BindAPIServerPort(c, f)
 	return f, nil
 }
 

@@ -390,18 +390,14 @@ const EnvNodeBinary = "HAMASTER_NODE_BINARY"
 // SetNodeBinary sets hamaster-node's path, "" to look for it.
 func (f *Flavor) SetNodeBinary(path string) { f.nodeBinary = path }
 
-// uploader is a provider that writes files on its machines itself (the
-// metal provider, over SSH's stdin).
-type uploader interface {
-	UploadToMachine(ctx context.Context, machine, path string, data []byte, mode os.FileMode) error
-}
-
 // upload writes data to path on machine: by the provider's own upload
 // when it has one, otherwise in pieces RunOnMachine can carry, renamed
 // into place once whole.
 func (f *Flavor) upload(ctx context.Context, machine, path string, data []byte) error {
-	if u, ok := f.m.(uploader); ok {
-		return u.UploadToMachine(ctx, machine, path, data, 0o600)
+	if f.upl != nil {
+		// The provider writes files on its machines itself (metal, over
+		// SSH's stdin).
+		return f.upl.UploadToMachine(ctx, machine, path, data, 0o600)
 	}
 	part := remote.ShellQuote(path + ".part")
 	if _, stderr, err := f.m.RunOnMachine(ctx, machine, "mkdir -p "+remote.ShellQuote(filepath.Dir(path))+" && : > "+part); err != nil {

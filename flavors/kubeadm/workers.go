@@ -48,11 +48,10 @@ func WorkerFixByHand(worker, server string) string {
 
 // workers lists the provider's workers, none when it knows none.
 func (f *Flavor) workers(ctx context.Context) ([]providers.Worker, error) {
-	wl, ok := f.p.(providers.WorkerLister)
-	if !ok {
+	if f.wl == nil {
 		return nil, nil
 	}
-	ws, err := wl.Workers(ctx)
+	ws, err := f.wl.Workers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list the workers: %w", err)
 	}

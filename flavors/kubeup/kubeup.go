@@ -76,31 +76,32 @@ var _ flavors.Flavor = (*Flavor)(nil)
 // (providers.Formatted) is given kube-up's GCE format (Metadata), taking
 // new releases from its release directory (providers.ReleaseSource).
 func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {
-	d, ok := p.(providers.MachineDialer)
-	if !ok {
+	c := providers.OwnCapabilitiesOf(p)
+	d := c.MachineDialer
+	if d == nil {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider has no way into its machines (SSH) to reach kube-up's etcd on their 127.0.0.1", flavors.KubeUp, p.Name())
 	}
 	f := &Flavor{p: p, dial: d, log: log}
-	if fp, ok := p.(providers.Formatted); ok {
+	if fp := c.Formatted; fp != nil {
 		base, option := "", "release-url"
-		if rs, ok := p.(providers.ReleaseSource); ok {
+		if rs := c.ReleaseSource; rs != nil {
 			base, option = rs.ReleaseURL()
 		}
 		rel, err := newReleases(base, option)
 		if err != nil {
 			return nil, err
 		}
-		switch c := fp.Carrier(); c {
+		switch carrier := fp.Carrier(); carrier {
 		case providers.CarrierMetadata:
 			fp.SetFormat(&Metadata{rel: rel})
 		case providers.CarrierUserData:
 			fp.SetFormat(&UserData{rel: rel})
 		default:
-			return nil, fmt.Errorf("--flavor %s: the %s provider carries templates as %q, which kube-up's format has no form for", flavors.KubeUp, p.Name(), c)
+			return nil, fmt.Errorf("--flavor %s: the %s provider carries templates as %q, which kube-up's format has no form for", flavors.KubeUp, p.Name(), carrier)
 		}
 		f.rel = rel
 	}
-	flavors.BindAPIServerPort(p, f)
+	flavors.BindAPIServerPort(c, f)
 	return f, nil
 }
 

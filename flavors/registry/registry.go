@@ -23,7 +23,7 @@ func Names() []string { return []string{flavors.Hamaster, flavors.Kubeadm, flavo
 
 // Detect is the flavor p finds on its machines.
 func Detect(p providers.Provider) string {
-	if mf, ok := p.(providers.MasterFormatter); ok && mf.MasterFormat() != "" {
+	if mf := providers.OwnCapabilitiesOf(p).MasterFormatter; mf != nil && mf.MasterFormat() != "" {
 		return mf.MasterFormat()
 	}
 	return flavors.Hamaster
