@@ -195,16 +195,9 @@ func TestCapabilitiesResolvedOnce(t *testing.T) {
 // interfaceTypes are the interfaces f declares, by name.
 func interfaceTypes(f *ast.File) map[string]*ast.InterfaceType {
 	out := map[string]*ast.InterfaceType{}
-	for _, d := range f.Decls {
-		g, ok := d.(*ast.GenDecl)
-		if !ok || g.Tok != token.TYPE {
-			continue
-		}
-		for _, s := range g.Specs {
-			ts := s.(*ast.TypeSpec)
-			if it, ok := ts.Type.(*ast.InterfaceType); ok {
-				out[ts.Name.Name] = it
-			}
+	for _, ts := range typeSpecs(f) {
+		if it, ok := ts.Type.(*ast.InterfaceType); ok {
+			out[ts.Name.Name] = it
 		}
 	}
 	return out
@@ -213,21 +206,27 @@ func interfaceTypes(f *ast.File) map[string]*ast.InterfaceType {
 // structFields are the field names of the struct f declares as name.
 func structFields(f *ast.File, name string) []string {
 	var out []string
-	for _, d := range f.Decls {
-		g, ok := d.(*ast.GenDecl)
-		if !ok || g.Tok != token.TYPE {
+	for _, ts := range typeSpecs(f) {
+		st, ok := ts.Type.(*ast.StructType)
+		if !ok || ts.Name.Name != name {
 			continue
 		}
-		for _, s := range g.Specs {
-			ts := s.(*ast.TypeSpec)
-			st, ok := ts.Type.(*ast.StructType)
-			if !ok || ts.Name.Name != name {
-				continue
+		for _, fl := range st.Fields.List {
+			for _, n := range fl.Names {
+				out = append(out, n.Name)
 			}
-			for _, fl := range st.Fields.List {
-				for _, n := range fl.Names {
-					out = append(out, n.Name)
-				}
+		}
+	}
+	return out
+}
+
+// typeSpecs are the types f declares.
+func typeSpecs(f *ast.File) []*ast.TypeSpec {
+	var out []*ast.TypeSpec
+	for _, d := range f.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.TYPE {
+			for _, s := range g.Specs {
+				out = append(out, s.(*ast.TypeSpec))
 			}
 		}
 	}

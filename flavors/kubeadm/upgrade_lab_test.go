@@ -3,7 +3,6 @@
 package kubeadm_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,11 +11,11 @@ import (
 	"log/slog"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hamaster/hamaster/flavors/kubeadm"
+	"github.com/hamaster/hamaster/internal/syncbuf"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/metal"
@@ -37,16 +36,7 @@ const upgradeVersion = "v1.34.4"
 func TestUpgradeKubeadmMaster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	o := metallabtest.KubeadmOptions(t, 1, labVersion, upgradeVersion)
-	lab, p, runOn := kubeadmHosts(ctx, t, o)
-	h1 := lab.Hosts[0]
-	run := func(cmd string) string {
-		t.Helper()
-		return runOn(h1.Name, cmd)
-	}
-	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {
-		t.Fatal(err)
-	}
+	o, lab, p, h1, run := singleMaster(ctx, t)
 	f := labFlavor(t, lab, p)
 	r1 := providers.Replica{Name: h1.Name, Address: h1.Addr.String()}
 	kubectl := "kubectl --kubeconfig /etc/kubernetes/admin.conf "
@@ -290,17 +280,8 @@ func TestUpgradeKubeadmTwoMasters(t *testing.T) {
 func TestRollbackKubeadmEtcdData(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	o := metallabtest.KubeadmOptions(t, 1, labVersion, upgradeVersion)
-	lab, p, runOn := kubeadmHosts(ctx, t, o)
-	h1 := lab.Hosts[0]
-	run := func(cmd string) string {
-		t.Helper()
-		return runOn(h1.Name, cmd)
-	}
-	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {
-		t.Fatal(err)
-	}
-	logs := &lockedBuffer{}
+	o, lab, p, h1, run := singleMaster(ctx, t)
+	logs := &syncbuf.Buffer{}
 	f := labFlavorLog(t, lab, p, slog.New(slog.NewJSONHandler(io.MultiWriter(logs, tWriter{t}), nil)))
 	r1 := providers.Replica{Name: h1.Name, Address: h1.Addr.String()}
 	kubectl := "kubectl --kubeconfig /etc/kubernetes/admin.conf "
@@ -417,24 +398,6 @@ func TestRollbackKubeadmEtcdData(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for the goroutines that log.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // tWriter writes each log line to t.Log.
 type tWriter struct{ t *testing.T }
 
@@ -444,7 +407,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 }
 
 // logged is the records of the JSON log in b whose message is msg.
-func logged(t *testing.T, b *lockedBuffer, msg string) []map[string]any {
+func logged(t *testing.T, b *syncbuf.Buffer, msg string) []map[string]any {
 	t.Helper()
 	var recs []map[string]any
 	for _, line := range strings.Split(b.String(), "\n") {
@@ -460,4 +423,22 @@ func logged(t *testing.T, b *lockedBuffer, msg string) []map[string]any {
 		}
 	}
 	return recs
+}
+
+// singleMaster is a lab of one host (the binaries of labVersion and
+// upgradeVersion in o.BinDir) made a single master at labVersion by
+// kubeadm init, and run, a command on it.
+func singleMaster(ctx context.Context, t *testing.T) (o metallab.Options, lab *metallab.Lab, p *metal.Provider, h1 *metallab.Host, run func(cmd string) string) {
+	t.Helper()
+	o = metallabtest.KubeadmOptions(t, 1, labVersion, upgradeVersion)
+	lab, p, runOn := kubeadmHosts(ctx, t, o)
+	h1 = lab.Hosts[0]
+	run = func(cmd string) string {
+		t.Helper()
+		return runOn(h1.Name, cmd)
+	}
+	if _, err := lab.KubeadmInit(ctx, h1, metallab.KubeadmInit{Version: labVersion}); err != nil {
+		t.Fatal(err)
+	}
+	return o, lab, p, h1, run
 }
