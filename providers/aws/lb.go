@@ -715,13 +715,13 @@ func LoadBalancerName(cluster string) string {
 // outage. From DisassociateAddress until the NLB serves, the Elastic IP
 // answers nowhere: the NLB is "provisioning" for minutes (AWS documents "a
 // few minutes") and master 0 is "initial" until it passes the healthy
-// threshold's checks (2 at 10 s). TestFirstAddOutage measured 224 s for
-// that under AWS's timings (3 min provisioning) scaled by 0.01.
+// threshold's checks (2 at 10 s). docs/aws.md has the outage as
+// TestFirstAddOutage measures it.
 func (b *loadBalancer) PromotionNote() string {
 	if b.p.dnsEndpoint {
 		return "none with the DNS endpoint (--aws-endpoint-mode dns): master 0 keeps the Elastic IP while the NLB provisions and passes its health checks; the Route53 name becomes an alias to the NLB only in the update-dns step, once it serves"
 	}
-	return "the Elastic IP handover leaves the Elastic IP answering nowhere from its detach until the new NLB is active (provisioning takes a few minutes on AWS) and master 0 has passed 2 health checks at 10 s: about 3-4 minutes for every client of the Elastic IP (224 s measured under AWS's documented timings)"
+	return "the Elastic IP handover leaves the Elastic IP answering nowhere from its detach until the new NLB is active (provisioning takes a few minutes on AWS) and master 0 has passed 2 health checks at 10 s: about 3-4 minutes for every client of the Elastic IP"
 }
 
 // describeLB is the NLB as ELBv2 reports it, or errkind.NotFound.

@@ -96,8 +96,8 @@ const (
 	// must rise (2 × 1 s) and its Master_Down timer pass (3 adverts of
 	// 0.5 s) after its unit started it.
 	holderWait = 2 * time.Minute
-	// handoffWait bounds a planned move of the VIP (measured 0.7–2.5 s on
-	// the lab: docs/metal.md).
+	// handoffWait bounds a planned move of the VIP, which takes seconds
+	// (docs/metal.md has the lab's figures).
 	handoffWait = 30 * time.Second
 )
 
