@@ -148,7 +148,7 @@ func (p *Provider) vipHost(name string) vip.Host {
 // configuration stays the same as masters come and go — a reload that
 // changes its peers from none to some (the first AddTarget) or back (the
 // last RemoveTarget but one) restarts the VRRP instance and drops the VIP
-// for ~2 s, measured on the lab. Each host's priority is
+// for seconds. Each host's priority is
 // vip.DefaultPriority of its place among the inventory's control-plane
 // hosts (vipPriority), stable too. The VRRP
 // router id is the VIP's last byte, so that two clusters of one
