@@ -19,6 +19,22 @@ func TestAddrAndPortCanBeBound(t *testing.T) {
 	}
 }
 
+// Addr's ports are drawn below the kernel's ephemeral range, where no
+// outgoing connection takes them.
+func TestAddrIsBelowTheEphemeralRange(t *testing.T) {
+	t.Parallel()
+	hi := ephemeralLow()
+	for range 20 {
+		_, p, err := net.SplitHostPort(Addr(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := strconv.Atoi(p); n < lowPort || n >= hi {
+			t.Errorf("port %d: want one in [%d, %d)", n, lowPort, hi)
+		}
+	}
+}
+
 func TestServe(t *testing.T) {
 	t.Parallel()
 	ln := Serve(t, func(c net.Conn) { defer c.Close(); _, _ = io.WriteString(c, "hello") })

@@ -15,7 +15,6 @@ package awstest
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hamaster/hamaster/internal/loopbacktest"
 )
 
 // Moto is a running moto_server.
@@ -44,12 +45,7 @@ func StartMoto(t testing.TB) *Moto {
 		}
 		t.Skip(hint + ": AWS provider tests skipped")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := loopbacktest.Port(t)
 	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", fmt.Sprint(port))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	for _, kv := range os.Environ() {
