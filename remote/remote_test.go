@@ -18,6 +18,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/loopbacktest"
 	"github.com/hamaster/hamaster/internal/syncbuf"
 	"github.com/hamaster/hamaster/remote"
 	"github.com/hamaster/hamaster/remote/sshtest"
@@ -99,17 +100,6 @@ func serve(t *testing.T, l net.Listener, handle func(net.Conn)) {
 // newLogger logs everything as text to w.
 func newLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// freePort returns 127.0.0.1:port for a port nothing listens on.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func TestDial(t *testing.T) {
@@ -239,7 +229,7 @@ func TestDial(t *testing.T) {
 		},
 		{
 			name:    "no sshd there",
-			mutate:  func(cfg *remote.Config) { cfg.Addr = freePort(t) },
+			mutate:  func(cfg *remote.Config) { cfg.Addr = loopbacktest.Addr(t) },
 			wantErr: true, wantKind: errkind.Unavailable,
 			wantIn: []string{"connect to sshd"},
 		},

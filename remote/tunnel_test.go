@@ -15,6 +15,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/etcdmember/etcdtest"
+	"github.com/hamaster/hamaster/internal/loopbacktest"
 	"github.com/hamaster/hamaster/internal/syncbuf"
 	"github.com/hamaster/hamaster/remote/sshtest"
 )
@@ -35,7 +36,7 @@ func TestEtcdThroughTunnel(t *testing.T) {
 		t.Fatal(err)
 	}
 	etcdAddr := u.Host
-	closedAddr := freePort(t)
+	closedAddr := loopbacktest.Addr(t)
 	local, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

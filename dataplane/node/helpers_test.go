@@ -7,17 +7,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
+	"github.com/hamaster/hamaster/internal/loopbacktest"
 )
 
 // testPKI is the project's PKI (package certs) for a replica on
@@ -83,32 +82,11 @@ func newTestPKI(t *testing.T, dir string) testPKI {
 }
 
 // freePort returns a TCP port that was free on ip (and on every address in
-// also) a moment ago. It is drawn below Linux's ephemeral range
-// (net.ipv4.ip_local_port_range starts at 32768): a port the kernel handed
-// out with ":0" can be taken, between this check and the node's own bind,
-// by any outgoing connection of the tests running beside it (make test
-// runs dozens of packages at once), and the node's apiserver then never
-// listens.
+// also) a moment ago, below the kernel's ephemeral range
+// (loopbacktest.PortOn).
 func freePort(t *testing.T, ip string, also ...string) int {
 	t.Helper()
-	const lo, hi = 20000, 32767
-	for range 200 {
-		port := lo + rand.IntN(hi-lo+1)
-		free := true
-		for _, addr := range append([]string{ip}, also...) {
-			l, err := net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
-			if err != nil {
-				free = false
-				break
-			}
-			l.Close()
-		}
-		if free {
-			return port
-		}
-	}
-	t.Fatal("no free port found")
-	return 0
+	return loopbacktest.PortOn(t, append([]string{ip}, also...)...)
 }
 
 // loopbackAvailable reports whether this machine can bind ip (127.0.0.2

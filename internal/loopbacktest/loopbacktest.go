@@ -22,21 +22,39 @@ import (
 // below it only by another test's draw of the same port.
 func Addr(t testing.TB) string {
 	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(PortOn(t, "127.0.0.1")))
+}
+
+// PortOn is a port that was free on every address of ips a moment ago
+// (a node's own address and the static IP it also serves on), drawn as
+// Addr draws it.
+func PortOn(t testing.TB, ips ...string) int {
+	t.Helper()
 	if hi := ephemeralLow(); hi > lowPort {
-		for range 64 {
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(lowPort+rand.IntN(hi-lowPort))))
-			if err == nil {
-				defer ln.Close()
-				return ln.Addr().String()
+		for range 200 {
+			if port := lowPort + rand.IntN(hi-lowPort); freeOn(port, ips) {
+				return port
 			}
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
 	if err != nil {
 		t.Fatalf("find a free port: %v", err)
 	}
 	defer ln.Close()
-	return ln.Addr().String()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// freeOn reports whether port can be bound on every address of ips.
+func freeOn(port int, ips []string) bool {
+	for _, ip := range ips {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+		if err != nil {
+			return false
+		}
+		ln.Close()
+	}
+	return true
 }
 
 // lowPort is the lowest port Addr draws: above the well-known and most
