@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/internal/wait"
 )
 
 // pollInterval is how often WaitCaughtUp and MoveLeader look at the cluster.
@@ -401,9 +402,15 @@ func transferee(ms []Member, awayFrom uint64) (Member, bool) {
 	return best, found
 }
 
+// viaWait is how long Remove reads the members again while none of the
+// voters but the one it removes is healthy.
+const viaWait = 10 * time.Second
+
 // Remove removes the member id. It is idempotent: a member that is already
 // gone returns nil. The request is sent through the healthy voters other
-// than id, never through id's own endpoint.
+// than id, never through id's own endpoint; while there are voters but
+// none healthy, the members are read again for viaWait before the removal
+// is refused (errkind.Unavailable).
 //
 // Remove does not refuse an unsafe removal by itself: gate it with CanRemove
 // (a forced removal is the caller's decision). etcd's strict reconfiguration
@@ -416,24 +423,49 @@ func transferee(ms []Member, awayFrom uint64) (Member, bool) {
 // Removing the leader works, but costs the cluster an election during which
 // writes stall and in-flight ones may be lost; call MoveLeader first.
 func (c *Client) Remove(ctx context.Context, id uint64) error {
-	ms, err := c.Members(ctx)
-	if err != nil {
-		return fmt.Errorf("remove etcd member %x: %w", id, err)
+	var (
+		victim Member
+		unsafe error
+		via    []Member
+	)
+	// A voter is healthy when it answered its status within the client's
+	// StatusTimeout: on a busy host every voter can miss it at once. With
+	// other voters but none healthy to send the removal through, the
+	// members are read again, for viaWait at most, before the removal is
+	// refused.
+	wctx, cancel := context.WithTimeout(ctx, viaWait)
+	defer cancel()
+	err := wait.Until(wctx, 500*time.Millisecond, "a healthy voter to send the removal through", func() (bool, error) {
+		ms, err := c.Members(ctx)
+		if err != nil {
+			return false, fmt.Errorf("remove etcd member %x: %w", id, err)
+		}
+		var ok bool
+		if victim, ok = find(ms, id); !ok {
+			return true, nil
+		}
+		unsafe = CanRemove(ms, id)
+		via = via[:0]
+		voters := 0
+		for _, m := range ms {
+			if m.ID != id && !m.Learner {
+				voters++
+				if m.Healthy {
+					m.ClientURLs = withoutURLs(m.ClientURLs, victim.ClientURLs)
+					via = append(via, m)
+				}
+			}
+		}
+		return len(via) > 0 || voters == 0, nil
+	})
+	if err != nil && (wctx.Err() == nil || ctx.Err() != nil) {
+		return err // the members not read, or ctx ended
 	}
-	victim, ok := find(ms, id)
-	if !ok {
-		return nil
+	if victim.ID == 0 {
+		return nil // gone already
 	}
-	unsafe := CanRemove(ms, id)
 	if unsafe != nil {
 		c.log.WarnContext(ctx, "removing etcd member against the quorum check", "member", victim.label(), "reason", unsafe)
-	}
-	var via []Member
-	for _, m := range ms {
-		if m.ID != id && !m.Learner && m.Healthy {
-			m.ClientURLs = withoutURLs(m.ClientURLs, victim.ClientURLs)
-			via = append(via, m)
-		}
 	}
 	if len(via) == 0 {
 		if unsafe != nil {
