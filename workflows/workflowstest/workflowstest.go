@@ -179,8 +179,19 @@ type Prober struct {
 	stop, done chan struct{}
 }
 
-// StartProber starts probing url with client.
+// ProbeHangGuard bounds one probe, whatever client's own Timeout: a
+// request through the load balancer answers in milliseconds, so one
+// that takes this long hangs (a backend that dropped it mid-way), which
+// is a failure; one slowed by a busy machine is not (a 2 s client
+// timeout failed an upgrade in .ci/run's race tier).
+const ProbeHangGuard = 30 * time.Second
+
+// StartProber starts probing url with client (its Timeout replaced by
+// ProbeHangGuard).
 func StartProber(client *http.Client, url string) *Prober {
+	c := *client
+	c.Timeout = ProbeHangGuard
+	client = &c
 	p := &Prober{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
