@@ -54,7 +54,7 @@ func TestConformance(t *testing.T) {
 		Provider:    c.Provider,
 		ReplicaName: c.Master + "-c0f",
 		Template: func(t *testing.T, name, address string) providers.Template {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 			defer cancel()
 			master, err := c.Provider.Instances().Get(ctx, c.Master)
 			if err != nil {

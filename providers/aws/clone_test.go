@@ -151,7 +151,7 @@ func TestCloneFieldByField(t *testing.T) {
 			run.TagSpecifications = []ec2types.TagSpecification{{ResourceType: ec2types.ResourceTypeInstance, Tags: []ec2types.Tag{kubeTag}}, {ResourceType: ec2types.ResourceTypeVolume, Tags: []ec2types.Tag{kubeTag}}}
 		}
 	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	if _, err := c.EC2.ModifyInstanceAttribute(ctx, &ec2.ModifyInstanceAttributeInput{InstanceId: aws.String(c.KubeUp.Master.ID), SourceDestCheck: &ec2types.AttributeBooleanValue{Value: aws.Bool(false)}}); err != nil {
 		t.Fatal(err)

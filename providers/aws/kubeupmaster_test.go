@@ -60,7 +60,7 @@ func TestKubeUpAWSMaster(t *testing.T) {
 	c := awstest.UpKubeUp(t, "kupaws", awstest.KubeUpOptions{})
 	fx := c.KubeUp.Master.Metadata
 	mhost := c.KubeUp.Master.Hostname
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	k, ok := c.Provider.(*awsp.KubeUpProvider)
 	if !ok {

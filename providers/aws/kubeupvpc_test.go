@@ -28,7 +28,7 @@ func TestKubeUpVPCMaster0(t *testing.T) {
 	start := time.Now()
 	c := awstest.UpKubeUp(t, "kupvpc", awstest.KubeUpOptions{})
 	t.Logf("cluster up in %v", time.Since(start).Round(time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	k := c.KubeUp
 	if ok, route := k.Net.Routed(netip.MustParseAddr(k.Master.InternalIP)); ok {
@@ -83,7 +83,7 @@ func TestAdoptKubeUpTags(t *testing.T) {
 	t.Parallel()
 	e := newKubeUpEnv(t, "adopt", awstest.KubeUpOptions{NoHamasterTags: true})
 	c := e.c
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	k := c.KubeUp.Master
 	tags := func() map[string]map[string]string {

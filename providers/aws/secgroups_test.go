@@ -24,7 +24,7 @@ import (
 func TestSecurityGroupCheck(t *testing.T) {
 	t.Parallel()
 	c := awstest.UpKubeUp(t, "sg", awstest.KubeUpOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	prep, ok := c.Provider.LoadBalancer().(lb.Preparer)
 	if !ok {

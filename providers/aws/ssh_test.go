@@ -39,7 +39,7 @@ func TestEtcdThroughSSH(t *testing.T) {
 	// The DNS endpoint: master 0 keeps its Elastic IP once there is an
 	// NLB, so every master has a public address.
 	c := awstest.UpKubeUp(t, "sshetcd", awstest.KubeUpOptions{NoProvider: true, EndpointMode: "dns"})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	k := c.KubeUp
 	all, err := os.ReadFile(k.KnownHostsFile)

@@ -26,7 +26,7 @@ import (
 func TestFindsMastersByNameWithoutLabels(t *testing.T) {
 	t.Parallel()
 	f := gcetest.Fake(t, gcefake.Options{Subnet: 250})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	raw, err := compute.NewInstancesRESTClient(ctx, option.WithEndpoint(f.URL), option.WithoutAuthentication())
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 func TestLBNeedsTheHealthCheckFirewallRule(t *testing.T) {
 	t.Parallel()
 	c := gcetest.Up(t, "fw", gcetest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	p := c.Provider
 	master, err := p.Instances().Get(ctx, c.Master)
@@ -96,7 +96,7 @@ func waitHealth(ctx context.Context, t *testing.T, l lb.LoadBalancer, name strin
 func TestCreateSurvivesCapacityAndQuotaInsideOperations(t *testing.T) {
 	t.Parallel()
 	c := gcetest.Up(t, "cap", gcetest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	name := c.Master + "-c4p"
 	// A standalone master (the conformance suite's template): master 0's

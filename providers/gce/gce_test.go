@@ -21,7 +21,7 @@ import (
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	c := gcetest.Up(t, "conf", gcetest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	t.Run("commands run on a master over SSH", func(t *testing.T) {
 		var r providers.MachineRunner = c.Provider
@@ -53,7 +53,7 @@ func TestCloudDNS(t *testing.T) {
 	t.Parallel()
 	f := gcetest.Fake(t, gcefake.Options{Subnet: 251})
 	f.AddManagedZone("z", "example.test.")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	p, err := gce.New(ctx, providers.Settings{Cluster: "dns", StateDir: t.TempDir(), Options: map[string]string{
 		gce.OptProject: f.Project(), gce.OptZones: gcetest.ZoneA, gce.OptEndpoint: f.URL, gce.OptDNSZone: "z", remote.OptUser: "unused"}})

@@ -90,7 +90,7 @@ func (e *env) assertRelease(ctx context.Context, version string, names ...string
 func TestRollingUpgradeMissingReleaseRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "norel", gcetest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	before := kubeenv.Render(e.kubeEnvOf(e.c.Master))
 	e.c.Fake.ResetStats()
@@ -121,7 +121,7 @@ func TestRollingUpgradeMissingReleaseRefused(t *testing.T) {
 func TestCreateAtRelease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "mkrel", gcetest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	name := e.c.Master + "-r31"
 	if _, err := e.c.Provider.Instances().ReserveAddress(ctx, name, gcetest.ZoneA); err != nil {

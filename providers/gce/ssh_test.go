@@ -30,7 +30,7 @@ import (
 func TestEtcdThroughSSHChecksHostKeys(t *testing.T) {
 	t.Parallel()
 	c := gcetest.Up(t, "sshetcd", gcetest.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	for _, cl := range []string{providers.EtcdMain, providers.EtcdEvents} {
 		cli, err := c.Flavor(t).EtcdCluster(ctx, cl)

@@ -34,7 +34,7 @@ func TestNLBStates(t *testing.T) {
 	cfg := aws.Config{Region: Region, Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", "")}
 	direct := ec2.NewFromConfig(cfg, func(o *ec2.Options) { o.BaseEndpoint = aws.String(m.URL) })
 	lbc := elb.NewFromConfig(cfg, func(o *elb.Options) { o.BaseEndpoint = aws.String(px.URL) })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	must := func(err error, what string) {
 		t.Helper()

@@ -40,7 +40,7 @@ func TestKubeadmImageVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := gcetest.UpKubeadm(t, "kst", gcetest.KubeadmOptions{Version: version, Kubelet: kubelet, BinDir: binDir})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	cl, err := c.Dial(ctx, c.StaticIP)
 	if err != nil {

@@ -89,7 +89,7 @@ func TestUpKubeUpMaster0(t *testing.T) {
 	start := time.Now()
 	c := gcetest.UpKubeUp(t, "kubernetes", gcetest.KubeUpOptions{})
 	t.Logf("master 0 ready on %s:443 after %v", c.StaticIP, time.Since(start).Round(time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	m := c.Master
 	if m.Name != "kubernetes-master" {
@@ -286,7 +286,7 @@ func TestKubeUpLoadBalancerInVPC(t *testing.T) {
 	start := time.Now()
 	c := gcetest.UpKubeUp(t, "lbtest", gcetest.KubeUpOptions{})
 	t.Logf("master 0 ready after %v", time.Since(start).Round(time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	m, p := c.Master, c.Fake.Project()
 	opts := []option.ClientOption{option.WithEndpoint(c.Fake.URL), option.WithoutAuthentication()}
@@ -403,7 +403,7 @@ func TestKubeUpLoadBalancerInVPC(t *testing.T) {
 func TestKubeUpAddressesInVPC(t *testing.T) {
 	t.Parallel()
 	c := gcetest.UpKubeUp(t, "addr", gcetest.KubeUpOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	ac, err := compute.NewAddressesRESTClient(ctx, option.WithEndpoint(c.Fake.URL), option.WithoutAuthentication())
 	if err != nil {

@@ -25,7 +25,7 @@ func TestCreateAsKubeUp(t *testing.T) {
 	t.Parallel()
 	fake := gcetest.Fake(t, gcefake.Options{Subnet: 249})
 	fake.SetLatency(func(string) time.Duration { return 5 * time.Millisecond })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a hang guard: seconds alone, minutes under the race tier
 	defer cancel()
 	const sshKey = "ops:ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq2Cv0Q5TQWk5Yp6Ko+9fX3zrsJX2ZmWkqO0Q4dbHSY ops@laptop"
 	m, err := kubeupmaster.Create(ctx, kubeupmaster.Options{Endpoint: fake.URL, Project: fake.Project(), Zone: "us-central1-b", InstancePrefix: "e2e", SSHKeys: []string{sshKey}})
