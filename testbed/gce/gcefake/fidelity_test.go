@@ -120,10 +120,18 @@ func TestEventualConsistency(t *testing.T) {
 	}
 	// The operations "wait" method returns when DONE (the client's
 	// op.Wait polls with a backoff that would outlast the window).
-	if w, err := oc.Wait(ctx, &computepb.WaitRegionOperationRequest{Project: f.Project(), Region: "us-central1", Operation: op.Name()}); err != nil || w.GetStatus() != computepb.Operation_DONE {
+	w, err := oc.Wait(ctx, &computepb.WaitRegionOperationRequest{Project: f.Project(), Region: "us-central1", Operation: op.Name()})
+	if err != nil || w.GetStatus() != computepb.Operation_DONE {
 		t.Fatalf("wait = %v, %v", w.GetStatus(), err)
 	}
-	done := time.Now()
+	// When the fake marked it DONE, from the operation's endTime (the
+	// fake's clock is this machine's): the client's own clock after the
+	// wait returned lags it by however long the answer took to arrive,
+	// which on a busy machine is a good part of the delay.
+	done, err := time.Parse(time.RFC3339Nano, w.GetEndTime())
+	if err != nil {
+		t.Fatalf("the operation's endTime %q: %v", w.GetEndTime(), err)
+	}
 	get := func() error {
 		_, err := ac.Get(ctx, &computepb.GetAddressRequest{Project: f.Project(), Region: "us-central1", Address: "late"})
 		return err
