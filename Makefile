@@ -153,22 +153,26 @@ test-real: kube-apiserver build
 # (flavors/kubeadm: conformance, join, a join whose kubelet dies, leave,
 # and an upgrade stopped after its new etcd ran on the data and failed,
 # rolled back onto kubeadm's copy of that data).
-# One package at a time (-p 1). Then the real CLI's walk
+# Two packages at a time (METAL_LAB_P), each test on a lab of its own, the
+# longest package (flavors/kubeadm) first. Then the real CLI's walk
 # (TestMetalKubeadmEndToEnd: add-replica ×2, the VIP holder's host and
-# apiserver killed, failed upgrades rolled back, the upgrade,
-# remove-replica ×2) and recover on metal. About 28 minutes in all. The
-# inventory's and the VIP's unit tests run in make test too.
+# apiserver killed, rotate-certs, remove-replica ×2), its upgrades
+# (TestMetalKubeadmUpgrade: failed upgrades rolled back, the upgrade) and
+# recover on metal. The inventory's and the VIP's unit tests run in make
+# test too.
 # test-metal-lab and test-metal-walk are its two halves.
 # METAL_SKIP: a -skip pattern for the lab packages' tests (.ci/run skips
 # those the walk covers through the CLI).
 METAL_SKIP ?=
+METAL_LAB_P ?= 2
 test-metal: test-metal-lab test-metal-walk
 test-metal-lab: test-prereqs kube-apiserver build
-	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p 1 -timeout 40m -v $(if $(METAL_SKIP),-skip '$(METAL_SKIP)') ./testbed/metal/... ./cmd/metallab/ ./providers/metal/... ./flavors/kubeadm/
-# The real CLI's walk on the lab (TestMetalKubeadmEndToEnd) and recover
-# (TestMetalKubeadmRecover), one after the other, from one test binary
-# (metal-walk-test builds it); METAL_WALK_RUN picks tests (.ci/run runs
-# the two at once, each on a lab of its own, from the one binary).
+	HAMASTER_REAL_APISERVER_DIR=$(KUBE_APISERVER_DIR) $(GO) test -tags metallab -count=1 -p $(METAL_LAB_P) -timeout 40m -v $(if $(METAL_SKIP),-skip '$(METAL_SKIP)') ./flavors/kubeadm/ ./providers/metal/... ./testbed/metal/... ./cmd/metallab/
+# The real CLI's walk on the lab (TestMetalKubeadmEndToEnd), its upgrades
+# (TestMetalKubeadmUpgrade) and recover (TestMetalKubeadmRecover), one
+# after the other, from one test binary (metal-walk-test builds it);
+# METAL_WALK_RUN picks tests (.ci/run runs the three at once, each on a
+# lab of its own, from the one binary).
 METAL_WALK_RUN ?= ^TestMetal
 metal-walk-test:
 	$(GO) test -tags metallab -c -o bin/test/metal-walk.test ./cmd/hamaster/

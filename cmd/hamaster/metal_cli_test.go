@@ -5,6 +5,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -95,6 +97,45 @@ func (c *labCLI) status(v any) {
 	if err := json.Unmarshal(stdout.Bytes(), v); err != nil {
 		c.t.Fatalf("hamaster status: %v\n%s\n%s", err, stdout.Bytes(), errs)
 	}
+}
+
+// tlsFor returns a TLS configuration that trusts the cluster's CA (h's
+// /etc/kubernetes/pki/ca.crt), each call a new one: the old address is
+// verified for its IP, the VIP for the VIP, each name in the apiserver's
+// certificate.
+func (c *labCLI) tlsFor(h *metallab.Host) func() *tls.Config {
+	c.t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(c.must(h, "cat /etc/kubernetes/pki/ca.crt"))) {
+		c.t.Fatalf("%s's ca.crt holds no certificate", h.Name)
+	}
+	return func() *tls.Config { return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12} }
+}
+
+// historyAtLeast checks that `hamaster history` records at least the
+// given number of runs of each "workflow result" (a killed run records
+// nothing; its resumed run does).
+func (c *labCLI) historyAtLeast(want map[string]int) {
+	c.t.Helper()
+	var hist struct {
+		Runs []struct {
+			Workflow string `json:"workflow"`
+			Result   string `json:"result"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(c.hm("--output", "json", "history")), &hist); err != nil {
+		c.t.Fatal(err)
+	}
+	runs := map[string]int{}
+	for _, r := range hist.Runs {
+		runs[r.Workflow+" "+r.Result]++
+	}
+	for k, min := range want {
+		if runs[k] < min {
+			c.t.Errorf("history: %d runs %s, want at least %d (all: %v)", runs[k], k, min, runs)
+		}
+	}
+	c.t.Logf("history: %v", runs)
 }
 
 // crashAfter runs hamaster with args until it kills itself right after
