@@ -238,3 +238,29 @@ func TestRedact(t *testing.T) {
 		t.Error("redact: the original error is not wrapped")
 	}
 }
+
+// TestPromotionLost: kubeadm join's stderr when etcd applied the
+// learner's promotion but kubeadm's call timed out (kubeadm#3317; the
+// lines as the metal walk saw them under load), and the failures that
+// are not that one.
+func TestPromotionLost(t *testing.T) {
+	t.Parallel()
+	const retry = `{"level":"warn","ts":"2026-11-29T17:30:38.931670Z","logger":"etcd-client","caller":"v3@v3.5.21/retry_interceptor.go:63","msg":"retrying of unary invoker failed","target":"etcd-endpoints://0x3e79cee33860/198.18.79.1:2379","attempt":0,"error":"rpc error: code = FailedPrecondition desc = etcdserver: can only promote a learner member"}`
+	for _, tc := range []struct {
+		name, stderr string
+		want         bool
+	}{
+		{"promoted, the call timed out", retry + "\nerror execution phase etcd-join: error creating local etcd static pod manifest file: etcdserver: can only promote a learner member\nTo see the stack trace of this error execute with --v=5 or higher\n", true},
+		{"a learner that never caught up", "error execution phase etcd-join: error creating local etcd static pod manifest file: etcdserver: can only promote a learner member which is in sync with leader\n", false},
+		{"the retries alone", retry + "\n", false},
+		{"another phase", "error execution phase kubelet-start: timed out waiting for the condition\n", false},
+		{"nothing", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := promotionLost(tc.stderr); got != tc.want {
+				t.Errorf("promotionLost = %v; want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -51,10 +51,51 @@ const JoinTimeout = 4 * time.Minute
 // removed through another master: cluster-api#13221, rke2#347 — an
 // orphan learner blocks every later join), no Node, and a host kubeadm
 // reset cleans, so add-replica can run again.
-func (f *Flavor) Join(ctx context.Context, replica providers.Replica, timeout time.Duration) (err error) {
+//
+// One failure of kubeadm's own is joined again, once, after its undo: a
+// learner's promotion that etcd applied while kubeadm's call timed out
+// (a busy host), which kubeadm v1.33 and v1.34 retry until etcd-join
+// fails with "can only promote a learner member" (kubeadm#3317; fixed
+// in kubernetes#139842: MemberPromote now checks again whether the member
+// is still a learner). The member was a voter by then: nothing about the
+// machine or the cluster refused it.
+func (f *Flavor) Join(ctx context.Context, replica providers.Replica, timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = JoinTimeout
 	}
+	err := f.joinOnce(ctx, replica, timeout)
+	var lost *lostPromotion
+	if errors.As(err, &lost) && ctx.Err() == nil {
+		f.log.Warn("kubeadm join failed after etcd promoted its learner (kubeadm#3317); the join was undone: joining again once", "replica", replica.Name)
+		return f.joinOnce(ctx, replica, timeout)
+	}
+	return err
+}
+
+// lostPromotion is a join that kubeadm failed at etcd-join with "can
+// only promote a learner member" (kubeadm#3317), undone.
+type lostPromotion struct{ err error }
+
+func (l *lostPromotion) Error() string { return l.err.Error() }
+func (l *lostPromotion) Unwrap() error { return l.err }
+
+// promotionLost reports whether kubeadm join's output says it failed its
+// etcd-join phase on a learner already promoted: kubeadm's last error
+// line ends with etcd's ErrMemberNotLearner ("etcdserver: can only
+// promote a learner member"), not with ErrLearnerNotReady ("... which is
+// in sync with leader": a learner that never caught up).
+func promotionLost(out string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "error execution phase etcd-join") && strings.HasSuffix(line, "etcdserver: can only promote a learner member") {
+			return true
+		}
+	}
+	return false
+}
+
+// joinOnce is one attempt of Join: kubeadm join, undone when it fails.
+func (f *Flavor) joinOnce(ctx context.Context, replica providers.Replica, timeout time.Duration) error {
 	source, err := f.firstRunning(ctx, "join "+replica.Name+" to", replica.Name)
 	if err != nil {
 		return err
@@ -121,6 +162,9 @@ func (f *Flavor) Join(ctx context.Context, replica providers.Replica, timeout ti
 	defer ucancel()
 	if uerr := f.undoJoin(uctx, replica); uerr != nil {
 		return errors.Join(jerr, fmt.Errorf("undo the failed join of %s: %w", replica.Name, uerr))
+	}
+	if promotionLost(string(stderr)) {
+		return &lostPromotion{err: jerr}
 	}
 	return jerr
 }
