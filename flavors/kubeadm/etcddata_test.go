@@ -99,6 +99,17 @@ func (x etcdDataFixture) aside(how string) string {
 	return x.d + ".hamaster-rollback-20261129T140100Z"
 }
 
+// crashedIn makes kubeadm's backup of the upgrade stamped stamp and the
+// marker a run of mode how leaves when it enters phase ("swap": moving
+// the touched data aside; "fill": copying the backup in), and returns
+// the backup: what a run that crashed in that phase leaves.
+func (x etcdDataFixture) crashedIn(t *testing.T, stamp, how, phase string) string {
+	t.Helper()
+	e := x.kubeadmBackup(t, stamp, "good", 0)
+	writeFile(t, filepath.Join(x.b, "etcd-data"), phase+" "+e+" "+x.aside(how)+"\n", 0o644)
+	return e
+}
+
 // staging is where a run of mode how copies kubeadm's backup.
 func (x etcdDataFixture) staging(how string) string {
 	if how == "inside" {
@@ -194,13 +205,11 @@ func TestEtcdDataScript(t *testing.T) {
 		}, ""},
 		{"no kubeadm backup", func(t *testing.T, x etcdDataFixture, how string) (string, string) { return "", "" }, ""},
 		{"a crash after the marker, before the move", func(t *testing.T, x etcdDataFixture, how string) (string, string) {
-			e := x.kubeadmBackup(t, stamp, "good", 0)
-			writeFile(t, filepath.Join(x.b, "etcd-data"), "swap "+e+" "+x.aside(how)+"\n", 0o644)
+			e := x.crashedIn(t, stamp, how, "swap")
 			return e, x.aside(how)
 		}, ""},
 		{"a crash half-way through the move aside", func(t *testing.T, x etcdDataFixture, how string) (string, string) {
-			e := x.kubeadmBackup(t, stamp, "good", 0)
-			writeFile(t, filepath.Join(x.b, "etcd-data"), "swap "+e+" "+x.aside(how)+"\n", 0o644)
+			e := x.crashedIn(t, stamp, how, "swap")
 			if err := os.Rename(filepath.Join(x.k, "manifests/etcd.yaml"), filepath.Join(x.b, "etcd.yaml.upgraded")); err != nil {
 				t.Fatal(err)
 			}
@@ -219,15 +228,13 @@ func TestEtcdDataScript(t *testing.T) {
 			return e, x.aside(how)
 		}, ""},
 		{"a crash during the copy", func(t *testing.T, x etcdDataFixture, how string) (string, string) {
-			e := x.kubeadmBackup(t, stamp, "good", 0)
-			writeFile(t, filepath.Join(x.b, "etcd-data"), "fill "+e+" "+x.aside(how)+"\n", 0o644)
+			e := x.crashedIn(t, stamp, how, "fill")
 			x.moveAside(t, how)
 			writeFile(t, filepath.Join(x.staging(how), "member/snap/db"), "go", 0o600)
 			return e, x.aside(how)
 		}, ""},
 		{"a crash half-way through the move in", func(t *testing.T, x etcdDataFixture, how string) (string, string) {
-			e := x.kubeadmBackup(t, stamp, "good", 0)
-			writeFile(t, filepath.Join(x.b, "etcd-data"), "fill "+e+" "+x.aside(how)+"\n", 0o644)
+			e := x.crashedIn(t, stamp, how, "fill")
 			x.moveAside(t, how)
 			// The copy made whole with an entry of two moved in (inside),
 			// or renamed into place (beside).
@@ -249,8 +256,7 @@ func TestEtcdDataScript(t *testing.T) {
 			return e, x.aside(how)
 		}, ""},
 		{"a crash after the move in, before the marker", func(t *testing.T, x etcdDataFixture, how string) (string, string) {
-			e := x.kubeadmBackup(t, stamp, "good", 0)
-			writeFile(t, filepath.Join(x.b, "etcd-data"), "fill "+e+" "+x.aside(how)+"\n", 0o644)
+			e := x.crashedIn(t, stamp, how, "fill")
 			x.moveAside(t, how)
 			writeFile(t, filepath.Join(x.d, "member/snap/db"), "good", 0o600)
 			if err := os.Chmod(x.d, 0o700); err != nil {

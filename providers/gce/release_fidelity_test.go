@@ -10,7 +10,6 @@ package gce_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -36,14 +35,7 @@ func TestRollingUpgradeBadReleaseHashRollsBack(t *testing.T) {
 	if err := e.c.Fake.AddRelease("v1.31.1", gcefake.ReleaseOptions{BadServerHash: true}); err != nil {
 		t.Fatal(err)
 	}
-	names := []string{e.c.Master}
-	for i := 1; i <= 2; i++ {
-		n := fmt.Sprintf("badhash-master-b%02d", i)
-		if err := e.add(ctx, n, nil); err != nil {
-			t.Fatalf("add %s: %v", n, err)
-		}
-		names = append(names, n)
-	}
+	names := e.grow(ctx, 2)
 	devel := map[string]map[string]string{}
 	for _, n := range names {
 		devel[n] = e.kubeEnvOf(n)

@@ -22,6 +22,21 @@ import (
 	"github.com/hamaster/hamaster/workflows"
 )
 
+// grow adds n replicas named <cluster>-master-b0N and returns master 0's
+// name and theirs.
+func (e *env) grow(ctx context.Context, n int) []string {
+	e.t.Helper()
+	names := []string{e.c.Master}
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("%s-master-b%02d", e.c.Name, i)
+		if err := e.add(ctx, name, nil); err != nil {
+			e.t.Fatalf("add %s: %v", name, err)
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
 // TestRollingUpgradeRecreate upgrades 3 replicas one by one, each
 // recreated on its data disk with the new template; clients of the LB see
 // no failure; a re-run finds nothing to do.
@@ -30,14 +45,7 @@ func TestRollingUpgradeRecreate(t *testing.T) {
 	e := newEnv(t, "upg", gcetest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	names := []string{e.c.Master}
-	for i := 1; i <= 2; i++ {
-		n := fmt.Sprintf("upg-master-b%02d", i)
-		if err := e.add(ctx, n, nil); err != nil {
-			t.Fatalf("add %s: %v", n, err)
-		}
-		names = append(names, n)
-	}
+	names := e.grow(ctx, 2)
 	upgrade := func(version string) error {
 		d := e.deps(nil)
 		return workflows.Execute(ctx, d, workflows.RollingUpgrade(d, workflows.UpgradeParams{

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/hamaster/hamaster/flavors/registry"
+	"github.com/hamaster/hamaster/kubeenv/kubeuptest"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/remote"
@@ -249,32 +250,12 @@ func (k *KubeUpCluster) HTTP() *http.Client {
 // WaitReady polls https://ip:443/readyz until 200; it gives up at once
 // when master 0's boot has exited (its console output says why).
 func (k *KubeUpCluster) WaitReady(ctx context.Context, ip string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	hc := k.HTTP()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+net.JoinHostPort(ip, "443")+"/readyz", nil)
-		resp, err := hc.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("readyz: %s", resp.Status)
-		}
-		last = err
+	return kubeuptest.WaitReady(ctx, k.HTTP(), "https://"+net.JoinHostPort(ip, "443")+"/readyz", timeout, func() string {
 		if out, ok := k.Plane.ConsoleOutput(k.Master.ID); ok && strings.Contains(out, "bootstrap exited") {
-			return fmt.Errorf("master 0's boot failed: %s", out)
+			return out
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("https://%s/readyz: %w (last: %v)", ip, ctx.Err(), last)
-		case <-tick.C:
-		}
-	}
+		return ""
+	})
 }
 
 func waitKnown(ctx context.Context, file, host string) error {

@@ -348,33 +348,7 @@ func (c *client) addProjectSSHKeys(ctx context.Context, lines []string) error {
 // or timeout; failed, when set, returns a non-empty reason to stop early.
 func WaitReady(ctx context.Context, pool *x509.CertPool, ip string, timeout time.Duration, failed func() string) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, DisableKeepAlives: true}}
-	url := "https://" + ip + ":443/readyz"
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		resp, err := client.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("status %s", resp.Status)
-		}
-		last = err
-		if failed != nil {
-			if why := failed(); why != "" {
-				return fmt.Errorf("%s: the master's boot failed:\n%s", url, why)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %s: %w (last: %v)", url, ctx.Err(), last)
-		case <-tick.C:
-		}
-	}
+	return kubeuptest.WaitReady(ctx, client, "https://"+ip+":443/readyz", timeout, failed)
 }
 
 // WriteSSHKey writes a new ed25519 key (OpenSSH format) to dir/id_ed25519
