@@ -423,7 +423,8 @@ type Options struct {
 }
 
 // Execute prepares wf against the journal, prints the plan on a dry run,
-// confirms, takes the cluster lock and runs it.
+// confirms, adopts another tool's master 0 when the provider can
+// (StepAdopt), takes the cluster lock and runs it.
 func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) {
 	if err := d.checkBound(); err != nil {
 		return err
@@ -453,6 +454,9 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 	}
 	started := time.Now()
 	d.logger().Info("run", "workflow", wf.Name, "run_id", runID, "params", wf.Params, "resumed", resumed)
+	if err := d.adopt(ctx, rn.Sink); err != nil {
+		return err
+	}
 	if err := wf.check(ctx); err != nil {
 		return err
 	}

@@ -284,6 +284,9 @@ func ExecuteRecover(ctx context.Context, d *Deps, wf *Workflow, o Options) error
 			return err
 		}
 	}
+	if err := d.adopt(ctx, rn.Sink); err != nil {
+		return err
+	}
 	if err := rn.Execute(ctx, wf, j); err != nil {
 		return err
 	}
