@@ -19,6 +19,7 @@ import (
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/testbed/local/localtest"
 	"github.com/hamaster/hamaster/workflows"
@@ -123,7 +124,11 @@ func threeReplicasOn(ctx context.Context, b *testing.B, prof Profile, cp control
 		o.Version, o.ControlPlane, o.KubeAPIServerDir = cp.From, cp.Name, cp.Dir
 	}
 	c := localtest.Up(b, name, o)
-	d := &workflows.Deps{Provider: c.Provider, Cluster: name, StateDir: c.Settings.StateDir, Sink: sink, Out: os.Stderr, Holder: "bench"}
+	f, err := registry.Open("", c.Provider, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := &workflows.Deps{Provider: c.Provider, Master: f, Cluster: name, StateDir: c.Settings.StateDir, Sink: sink, Out: os.Stderr, Holder: "bench"}
 	for i := 1; i <= 2; i++ {
 		wf := workflows.AddReplica(d, workflows.AddParams{Name: fmt.Sprintf("%s-master-%03d", name, i), Timeout: prof.StepTimeout()})
 		if err := workflows.Execute(ctx, d, wf, workflows.Options{}); err != nil {

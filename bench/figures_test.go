@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/etcdmember"
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/testbed/local/localtest"
 	"github.com/hamaster/hamaster/workflows"
@@ -193,7 +194,11 @@ func BenchmarkFirstAdd(b *testing.B) {
 		}
 		name := "bench-first-add"
 		c := localtest.Up(b, name, localtest.Options{ProviderOptions: opts})
-		d := &workflows.Deps{Provider: c.Provider, Cluster: name, StateDir: c.Settings.StateDir, Sink: workflows.Discard{}, Out: os.Stderr, Holder: "bench"}
+		f, err := registry.Open("", c.Provider, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d := &workflows.Deps{Provider: c.Provider, Master: f, Cluster: name, StateDir: c.Settings.StateDir, Sink: workflows.Discard{}, Out: os.Stderr, Holder: "bench"}
 		ca, err := d.CA()
 		if err != nil {
 			b.Fatal(err)

@@ -1,7 +1,5 @@
 package flavors
 
-import "github.com/hamaster/hamaster/providers"
-
 // Capabilities are a flavor's optional interfaces, resolved once by
 // CapabilitiesOf when the flavor is bound (workflows.Deps): a field is
 // the flavor as that interface, nil when it has not got it. The
@@ -76,14 +74,4 @@ func CapabilitiesOf(f Flavor) Capabilities {
 func FlagUpgraderOf(up Upgrader) FlagUpgrader {
 	fu, _ := up.(FlagUpgrader)
 	return fu
-}
-
-// BindAPIServerPort gives the provider whose capabilities are c the port
-// f's masters serve the apiserver on, when it builds anything for it
-// (providers.APIServerPorter): what each flavor's constructor does when
-// it is bound to a provider.
-func BindAPIServerPort(c providers.Capabilities, f Flavor) {
-	if c.APIServerPorter != nil {
-		c.APIServerPorter.SetAPIServerPort(f.APIServerPort())
-	}
 }

@@ -86,13 +86,19 @@ type Flavor interface {
 	MasterCA(ctx context.Context) ([]byte, error)
 	// APIServerPort is the port the masters' apiservers serve on: the
 	// provider's load balancer, health checks and firewall rules use it
-	// (BindAPIServerPort), and so do the workflows' probes and
+	// (given to it when the two are bound: registry.Open), and so do the
+	// workflows' probes and
 	// kubeconfigs, unless the operator set the provider's own port.
 	APIServerPort() int
 	// APIServerName is the name probes verify an apiserver's certificate
 	// for, "" for the address dialed (hamaster's own certificates name
 	// every replica's address).
 	APIServerName() string
+	// Format writes and reads the masters' templates on a provider that
+	// carries them as documents (providers.Formatted): the provider is
+	// given it when the two are bound (registry.Open), before any machine
+	// is read. Nil on a provider that carries none.
+	Format() providers.Format
 
 	// CheckVersion is called before a workflow changes anything toward
 	// version: an errkind.InvalidArgument error names --version and what

@@ -53,6 +53,12 @@ type Capabilities struct {
 	// ControlPlaneReporter says which control plane the replicas run.
 	ControlPlaneReporter ControlPlaneReporter
 
+	// Adoption: taking over a cluster another tool made.
+
+	// Adopter tags another tool's master 0 as hamaster's; the mutating
+	// workflows run it as their adopt step.
+	Adopter Adopter
+
 	// Recovery: capabilities of the provider's Instances, resolved by
 	// CapabilitiesOf (nil in OwnCapabilitiesOf's).
 
@@ -103,6 +109,7 @@ func OwnCapabilitiesOf(p Provider) Capabilities {
 	c.MasterNamer, _ = p.(MasterNamer)
 	c.WorkerLister, _ = p.(WorkerLister)
 	c.ControlPlaneReporter, _ = p.(ControlPlaneReporter)
+	c.Adopter, _ = p.(Adopter)
 	return c
 }
 
@@ -131,4 +138,17 @@ func Diagnose(ctx context.Context, inst Instances, name string) (Diagnosis, erro
 		return d.Diagnose(ctx, name)
 	}
 	return Diagnosis{}, nil
+}
+
+// Adopter is implemented by providers that take over master 0 of a
+// cluster another tool made, which carries none of hamaster's tags (aws:
+// kube-up's master, its data volume and Elastic IP, found by kube-up's
+// tags). Until it is adopted the provider lists none of its machines.
+// Adopt is explicit: only the mutating workflows call it (their adopt
+// step, before the cluster lock is taken: the lock is reached through
+// the masters); building the provider and reading a cluster never tag
+// anything. It is idempotent: nothing to adopt, or a cluster already
+// adopted, is not an error.
+type Adopter interface {
+	Adopt(ctx context.Context) error
 }

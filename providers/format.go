@@ -35,10 +35,10 @@ type Format interface {
 }
 
 // Formatted is implemented by providers whose machines carry their
-// template as documents a Format writes (gce, aws). The cluster's flavor
-// sets it when it is bound to the provider (flavors/registry.Open),
-// before any machine is read; until then reading or writing a template
-// is errkind.FailedPrecondition.
+// template as documents a Format writes (gce, aws). Binding the cluster's
+// flavor to the provider sets it (flavors/registry.Bind; its Attach is
+// SetFormat's only caller), before any machine is read; until then
+// reading or writing a template is errkind.FailedPrecondition.
 type Formatted interface {
 	// Carrier is how the machines carry documents: CarrierMetadata or
 	// CarrierUserData.

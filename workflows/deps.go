@@ -22,7 +22,6 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/flavors"
-	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/internal/ctxutil"
 	"github.com/hamaster/hamaster/internal/fsutil"
 	"github.com/hamaster/hamaster/providers"
@@ -31,10 +30,10 @@ import (
 // Deps is what the workflows need from the outside world.
 type Deps struct {
 	Provider providers.Provider
-	// Master is the cluster's flavor (what its masters are); nil: the
-	// one the provider finds on its machines (registry.Open with no
-	// name), chosen on first use. Set it before the first use: the
-	// flavor's capabilities are resolved then (FlavorCaps).
+	// Master is the cluster's flavor (what its masters are), bound to
+	// Provider (flavors/registry.Bind); required: without it the
+	// workflows refuse to start (ErrNoFlavor). Its capabilities are
+	// resolved on first use (FlavorCaps).
 	Master   flavors.Flavor
 	Cluster  string
 	StateDir string
@@ -297,22 +296,15 @@ func saveEndpoint(stateDir, cluster string, e Endpoint) error {
 	return fsutil.WriteFileAtomic(endpointFile(stateDir, cluster), b, 0o600)
 }
 
-// Flavor is the cluster's flavor: d.Master, or the one the provider finds
-// on its machines. Its capabilities are resolved when it is bound, on
-// the first call (FlavorCaps).
+// Flavor is the cluster's flavor, d.Master, bound to the provider before
+// the Deps are built (flavors/registry.Bind). Deps built without one (a
+// test's) get a flavor whose every call that can fail fails with
+// ErrNoFlavor, and Execute and Status refuse to start.
 func (d *Deps) Flavor() flavors.Flavor {
-	d.flavorOnce.Do(func() {
-		if d.Master == nil {
-			f, err := registry.Open("", d.Provider, d.Logger)
-			if err != nil {
-				// Every provider's own format opens: a provider that
-				// finds a flavor it cannot serve is a wiring bug.
-				panic(fmt.Sprintf("workflows: the %s provider's flavor: %v", d.Provider.Name(), err))
-			}
-			d.Master = f
-		}
-		d.flavorCaps = flavors.CapabilitiesOf(d.Master)
-	})
+	d.flavorOnce.Do(func() { d.flavorCaps = flavors.CapabilitiesOf(d.Master) })
+	if d.Master == nil {
+		return noFlavor{}
+	}
 	return d.Master
 }
 
@@ -431,8 +423,12 @@ type Options struct {
 }
 
 // Execute prepares wf against the journal, prints the plan on a dry run,
-// confirms, takes the cluster lock and runs it.
+// confirms, adopts another tool's master 0 when the provider can
+// (StepAdopt), takes the cluster lock and runs it.
 func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) {
+	if err := d.checkBound(); err != nil {
+		return err
+	}
 	runID := NewRunID()
 	sink := d.Sink
 	if sink == nil {
@@ -458,6 +454,9 @@ func Execute(ctx context.Context, d *Deps, wf *Workflow, o Options) (err error) 
 	}
 	started := time.Now()
 	d.logger().Info("run", "workflow", wf.Name, "run_id", runID, "params", wf.Params, "resumed", resumed)
+	if err := d.adopt(ctx, rn.Sink); err != nil {
+		return err
+	}
 	if err := wf.check(ctx); err != nil {
 		return err
 	}

@@ -259,6 +259,9 @@ func (x *recovery) verify() Step {
 // take (etcd has no quorum); the journal still makes it resumable, and it
 // supersedes whatever unfinished workflow the quorum loss cut off.
 func ExecuteRecover(ctx context.Context, d *Deps, wf *Workflow, o Options) error {
+	if err := d.checkBound(); err != nil {
+		return err
+	}
 	rn := &Runner{Store: NewJournalStore(d.StateDir, d.Cluster), Sink: d.Sink, AfterStep: d.AfterStep}
 	j, resumed, err := rn.Prepare(wf, func(prev, next *Journal) bool { return true })
 	if err != nil {
@@ -280,6 +283,9 @@ func ExecuteRecover(ctx context.Context, d *Deps, wf *Workflow, o Options) error
 		if err := o.Confirm(plan); err != nil {
 			return err
 		}
+	}
+	if err := d.adopt(ctx, rn.Sink); err != nil {
+		return err
 	}
 	if err := rn.Execute(ctx, wf, j); err != nil {
 		return err

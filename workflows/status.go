@@ -100,6 +100,9 @@ func (r Report) Healthy() bool {
 // Status gathers the cluster's state; it never changes anything and takes
 // no lock. Parts that cannot be read are reported, not fatal.
 func Status(ctx context.Context, d *Deps) (Report, error) {
+	if err := d.checkBound(); err != nil {
+		return Report{Cluster: d.Cluster}, err
+	}
 	p := d.Provider
 	rep := Report{Cluster: d.Cluster, Provider: p.Name(), Flavor: d.Flavor().Name()}
 	rs, err := p.Instances().List(ctx)

@@ -81,7 +81,8 @@ func (g *globals) settings(c *cli.Context) providers.Settings {
 	}}
 }
 
-// openProvider builds the provider for --provider.
+// openProvider builds the provider for --provider with the cluster's
+// flavor bound to it (g.master).
 func (g *globals) openProvider(c *cli.Context) (providers.Provider, error) {
 	reg := registry()
 	known := false
@@ -96,14 +97,11 @@ func (g *globals) openProvider(c *cli.Context) (providers.Provider, error) {
 	if s.Flavor, err = namedFlavor(g.flavor, g.stateDir, g.cluster); err != nil {
 		return nil, err
 	}
-	p, err := reg.Open(c.Context, g.provider, s)
+	p, f, err := flavorregistry.Bind(c.Context, reg, g.provider, s)
 	if err != nil {
 		return nil, err
 	}
-	if g.master, err = chooseFlavor(g.flavor, g.stateDir, g.cluster, p, g.logger); err != nil {
-		p.Close()
-		return nil, err
-	}
+	g.master = f
 	return p, nil
 }
 

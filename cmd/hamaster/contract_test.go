@@ -32,6 +32,7 @@ func TestContractTables(t *testing.T) {
 		(*providers.Provider)(nil), (*providers.MachineDialer)(nil), (*providers.MasterFormatter)(nil), (*providers.Formatted)(nil),
 		(*providers.ReleaseSource)(nil), (*providers.APIServerPorter)(nil), (*providers.EndpointPorter)(nil), (*providers.APIServerDialer)(nil),
 		(*providers.NameChooser)(nil), (*providers.MasterNamer)(nil), (*providers.ControlPlaneReporter)(nil), (*providers.WorkerLister)(nil),
+		(*providers.Adopter)(nil),
 		(*flavors.Flavor)(nil), (*flavors.Joiner)(nil), (*flavors.NodeDrainer)(nil), (*flavors.EndpointMover)(nil), (*flavors.PinFinder)(nil),
 		(*flavors.Upgrader)(nil), (*flavors.FlagUpgrader)(nil), (*flavors.CertRenewer)(nil), (*flavors.ClientIssuer)(nil),
 		(*flavors.Viewer)(nil), (*flavors.APIServerStopper)(nil), (*flavors.Recoverer)(nil),

@@ -12,6 +12,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/flavors"
+	flavorregistry "github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/workflows"
 )
@@ -20,8 +21,26 @@ import (
 type ownMasters struct{ providers.Provider }
 
 func (ownMasters) Name() string { return "own" }
+func (ownMasters) Close() error { return nil }
 func (ownMasters) Etcd(context.Context, ...string) (*etcdmember.Client, error) {
 	return nil, errors.New("unused")
+}
+
+// bindFlavor binds cluster's flavor to the provider named provider as
+// the CLI does: the flavor file read once (namedFlavor), then
+// flavorregistry.Bind on a test registry of ownMasters ("own") and
+// kubeadmHosts ("metal").
+func bindFlavor(t *testing.T, name, state, cluster, provider string) (flavors.Flavor, error) {
+	t.Helper()
+	reg := providers.NewRegistry()
+	reg.Register("own", func(context.Context, providers.Settings) (providers.Provider, error) { return ownMasters{}, nil })
+	reg.Register("metal", func(context.Context, providers.Settings) (providers.Provider, error) { return kubeadmHosts{}, nil })
+	named, err := namedFlavor(name, state, cluster)
+	if err != nil {
+		return nil, err
+	}
+	_, f, err := flavorregistry.Bind(t.Context(), reg, provider, providers.Settings{Cluster: cluster, StateDir: state, Flavor: named})
+	return f, err
 }
 
 // recordFlavor records cluster's flavor under state as the workflows do.
@@ -37,10 +56,10 @@ func recordFlavor(t *testing.T, state, cluster, flavor string) {
 
 // A cluster's recorded flavor is used without --flavor, and another one
 // named is refused, naming the record.
-func TestChooseFlavorKeepsTheRecordedOne(t *testing.T) {
+func TestBindFlavorKeepsTheRecordedOne(t *testing.T) {
 	t.Parallel()
 	state := t.TempDir()
-	f, err := chooseFlavor("", state, "c1", ownMasters{}, nil)
+	f, err := bindFlavor(t, "", state, "c1", "own")
 	if err != nil || f.Name() != "hamaster" {
 		t.Fatalf("no record, no --flavor: %v, %v; want the provider's finding, hamaster", f, err)
 	}
@@ -48,10 +67,10 @@ func TestChooseFlavorKeepsTheRecordedOne(t *testing.T) {
 		t.Fatalf("choosing recorded the flavor (only a change does): %v", err)
 	}
 	recordFlavor(t, state, "c1", "hamaster")
-	if f, err := chooseFlavor("hamaster", state, "c1", ownMasters{}, nil); err != nil || f.Name() != "hamaster" {
+	if f, err := bindFlavor(t, "hamaster", state, "c1", "own"); err != nil || f.Name() != "hamaster" {
 		t.Fatalf("--flavor as recorded: %v, %v", f, err)
 	}
-	_, err = chooseFlavor("kubeup", state, "c1", ownMasters{}, nil)
+	_, err = bindFlavor(t, "kubeup", state, "c1", "own")
 	if !errors.Is(err, errkind.InvalidArgument) || !strings.Contains(err.Error(), "recorded as hamaster") {
 		t.Fatalf("--flavor kubeup on a cluster recorded as hamaster: %v", err)
 	}
@@ -62,6 +81,7 @@ func TestChooseFlavorKeepsTheRecordedOne(t *testing.T) {
 type kubeadmHosts struct{ providers.Provider }
 
 func (kubeadmHosts) Name() string         { return "metal" }
+func (kubeadmHosts) Close() error         { return nil }
 func (kubeadmHosts) MasterFormat() string { return "kubeadm" }
 func (kubeadmHosts) DialMachine(context.Context, string, string) (net.Conn, error) {
 	return nil, errors.New("unused")
@@ -74,10 +94,10 @@ func (kubeadmHosts) RunOnMachine(context.Context, string, string) ([]byte, []byt
 // Without --flavor or a record, kubeadm's hosts are the kubeadm flavor's
 // (what kubeconfig, status and the first add-replica see before anything
 // is recorded); once recorded, the record is used.
-func TestChooseFlavorFindsKubeadmsMasters(t *testing.T) {
+func TestBindFlavorFindsKubeadmsMasters(t *testing.T) {
 	t.Parallel()
 	state := t.TempDir()
-	f, err := chooseFlavor("", state, "lab", kubeadmHosts{}, nil)
+	f, err := bindFlavor(t, "", state, "lab", "metal")
 	if err != nil || f.Name() != "kubeadm" {
 		t.Fatalf("no record, no --flavor, kubeadm's hosts: %v, %v; want kubeadm", f, err)
 	}
@@ -85,7 +105,7 @@ func TestChooseFlavorFindsKubeadmsMasters(t *testing.T) {
 		t.Errorf("the kubeadm flavor: no ClientIssuer (kubeconfig would look for hamaster's own CA)")
 	}
 	recordFlavor(t, state, "lab", "kubeadm")
-	if f, err := chooseFlavor("", state, "lab", kubeadmHosts{}, nil); err != nil || f.Name() != "kubeadm" {
+	if f, err := bindFlavor(t, "", state, "lab", "metal"); err != nil || f.Name() != "kubeadm" {
 		t.Fatalf("recorded kubeadm, no --flavor: %v, %v", f, err)
 	}
 }

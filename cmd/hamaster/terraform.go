@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	flavorregistry "github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/tfexternal"
 	"github.com/hamaster/hamaster/workflows"
 )
@@ -126,15 +127,11 @@ func terraformRead(c *cli.Context, e *env, g *globals) ([]byte, error) {
 	if s.Flavor, err = namedFlavor(g.flavor, stateDir, cluster); err != nil {
 		return nil, err
 	}
-	p, err := reg.Open(ctx, provider, s)
+	p, master, err := flavorregistry.Bind(ctx, reg, provider, s)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Close()
-	master, err := chooseFlavor(g.flavor, stateDir, cluster, p, quiet)
-	if err != nil {
-		return nil, err
-	}
 	d := &workflows.Deps{
 		Provider: p, Master: master, Cluster: cluster, StateDir: stateDir,
 		Sink: &workflows.JSONSink{W: io.Discard}, Logger: quiet, Out: io.Discard,

@@ -21,7 +21,14 @@ import (
 type Flavor struct {
 	p     providers.Provider
 	reach providers.EtcdReacher
+	// format writes and reads the masters' templates on a provider that
+	// carries them as documents (providers.Formatted), nil on one that
+	// does not: registry.Open hands it to the provider (Format).
+	format providers.Format
 }
+
+// Format implements flavors.Flavor.
+func (f *Flavor) Format() providers.Format { return f.format }
 
 var _ flavors.Flavor = (*Flavor)(nil)
 
@@ -33,14 +40,13 @@ func New(p providers.Provider) (*Flavor, error) {
 	if r == nil {
 		return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider's masters are not in hamaster's format (it cannot reach their etcd with the cluster CA's certificates)", flavors.Hamaster, p.Name())
 	}
+	f := &Flavor{p: p, reach: r}
 	if fp := c.Formatted; fp != nil {
 		if carrier := fp.Carrier(); carrier != providers.CarrierUserData {
 			return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider carries templates as %s, which hamaster's format has no form for", flavors.Hamaster, p.Name(), carrier)
 		}
-		fp.SetFormat(UserData{})
+		f.format = UserData{}
 	}
-	f := &Flavor{p: p, reach: r}
-	flavors.BindAPIServerPort(c, f)
 	return f, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/flavors/kubeadm"
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/testbed/metal/metallab"
 	"github.com/hamaster/hamaster/testbed/metal/metallab/metallabtest"
 )
@@ -41,6 +42,7 @@ func TestIssueClientOnKubeadmMaster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	registry.Attach(p, f)
 	const sums = "find /etc/kubernetes -type f | sort | xargs md5sum"
 	before := run(h1.Name, sums)
 

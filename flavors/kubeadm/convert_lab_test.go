@@ -21,6 +21,7 @@ import (
 
 	"github.com/hamaster/hamaster/flavors/flavortest"
 	"github.com/hamaster/hamaster/flavors/kubeadm"
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/internal/probeload"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers"
@@ -62,6 +63,7 @@ func TestConvertToHA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	registry.Attach(p, f)
 	r1, err := p.Instances().Get(ctx, h1.Name)
 	if err != nil {
 		t.Fatal(err)

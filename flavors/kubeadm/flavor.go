@@ -69,7 +69,11 @@ type machine struct {
 // conversion to HA (flavors.EndpointMover: convert.go).
 type Flavor struct {
 	p providers.Provider
-	m Machine
+	// format writes and reads the masters' templates on a provider that
+	// carries them as documents (providers.Formatted), nil on one that
+	// does not: registry.Open hands it to the provider (Format).
+	format providers.Format
+	m      Machine
 	// upl is the provider's own upload to a machine, nil when it has
 	// none (upload then carries a file through RunOnMachine).
 	upl providers.MachineUploader
@@ -114,14 +118,16 @@ func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {
 		if carrier := fp.Carrier(); carrier != providers.CarrierMetadata {
 			return nil, errkind.Errorf(errkind.InvalidArgument, "--flavor %s: the %s provider carries templates as %q; kubeadm masters are proven on metadata-carrying machines (GCE) and the metal provider's hosts only", Name, p.Name(), carrier)
 		}
-		fp.SetFormat(MachineFormat{})
+		f.format = MachineFormat{}
 	}
-	flavors.BindAPIServerPort(c, f)
 	return f, nil
 }
 
 // Name implements flavors.Flavor.
 func (*Flavor) Name() string { return Name }
+
+// Format implements flavors.Flavor.
+func (f *Flavor) Format() providers.Format { return f.format }
 
 // EtcdClusters implements flavors.Flavor: kubeadm's stacked etcd, one
 // cluster.

@@ -18,6 +18,7 @@ import (
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/flavors/flavortest"
 	"github.com/hamaster/hamaster/flavors/kubeadm"
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/lb"
 	"github.com/hamaster/hamaster/providers/gce"
@@ -66,6 +67,7 @@ func TestFlavorOnGCEKubeadmMasters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	registry.Attach(p, f)
 	replica := c.Master + "-abc"
 
 	t.Run("conformance", func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/flavors/flavortest"
 	"github.com/hamaster/hamaster/flavors/kubeadm"
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/metal"
@@ -48,6 +49,7 @@ func TestFlavorOnKubeadmMasters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	registry.Attach(p, f)
 
 	t.Run("conformance", func(t *testing.T) {
 		flavortest.Run(t, flavortest.Harness{Provider: p, Flavor: f, ReplicaName: h3.Name})

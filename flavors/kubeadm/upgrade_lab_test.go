@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hamaster/hamaster/flavors/kubeadm"
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/internal/syncbuf"
 	"github.com/hamaster/hamaster/internal/wait"
 	"github.com/hamaster/hamaster/providers"
@@ -158,6 +159,7 @@ func labFlavorLog(t *testing.T, lab *metallab.Lab, p *metal.Provider, log *slog.
 	if err != nil {
 		t.Fatal(err)
 	}
+	registry.Attach(p, f)
 	o := kubeadm.UpgradeOptionsFromEnv(func(k string) string { return envOf(t, lab.EnvFile, k) })
 	if o.InstallCommand != metallab.InstallCommand || len(o.IgnorePreflightErrors) != 1 {
 		t.Fatalf("options from hamaster.env: %+v", o)

@@ -66,7 +66,14 @@ type Flavor struct {
 	// rel is where new releases come from (the provider's release
 	// directory); nil on a provider that keeps no template (a test's).
 	rel *releases
+	// format writes and reads the masters' templates on a provider that
+	// carries them as documents (providers.Formatted), nil on one that
+	// does not: registry.Open hands it to the provider (Format).
+	format providers.Format
 }
+
+// Format implements flavors.Flavor.
+func (f *Flavor) Format() providers.Format { return f.format }
 
 var _ flavors.Flavor = (*Flavor)(nil)
 
@@ -93,15 +100,14 @@ func New(p providers.Provider, log *slog.Logger) (*Flavor, error) {
 		}
 		switch carrier := fp.Carrier(); carrier {
 		case providers.CarrierMetadata:
-			fp.SetFormat(&Metadata{rel: rel})
+			f.format = &Metadata{rel: rel}
 		case providers.CarrierUserData:
-			fp.SetFormat(&UserData{rel: rel})
+			f.format = &UserData{rel: rel}
 		default:
 			return nil, fmt.Errorf("--flavor %s: the %s provider carries templates as %q, which kube-up's format has no form for", flavors.KubeUp, p.Name(), carrier)
 		}
 		f.rel = rel
 	}
-	flavors.BindAPIServerPort(c, f)
 	return f, nil
 }
 

@@ -6,6 +6,7 @@
 package registry
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"strings"
@@ -29,11 +30,55 @@ func Detect(p providers.Provider) string {
 	return flavors.Hamaster
 }
 
-// Open binds the flavor named name ("" for Detect's) to p; log (nil:
-// discard) gets its etcd clients' lines. An unknown
-// name, or a flavor p's masters cannot be in, is errkind.InvalidArgument
-// naming --flavor and the valid choices.
+// Bind is the one place a provider and its flavor are bound: it opens
+// the provider named provider from reg with s, then the flavor s.Flavor
+// names ("" for the one the provider finds on its masters: Detect), and
+// returns both ready: the provider writes and reads templates in the
+// flavor's format and builds its load balancer, health checks and
+// firewall rules for the flavor's apiserver port. On an error the
+// provider is closed. The flavor's etcd clients log to s.Logger.
+func Bind(ctx context.Context, reg *providers.Registry, provider string, s providers.Settings) (providers.Provider, flavors.Flavor, error) {
+	p, err := reg.Open(ctx, provider, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := Open(s.Flavor, p, s.Logger)
+	if err != nil {
+		p.Close()
+		return nil, nil, err
+	}
+	return p, f, nil
+}
+
+// Open binds the flavor named name ("" for Detect's) to the provider p,
+// already built: Bind's second half, for tests and tools that build
+// their provider themselves. log (nil: discard) gets its etcd clients'
+// lines. An unknown name, or a flavor p's masters cannot be in, is
+// errkind.InvalidArgument naming --flavor and the valid choices.
 func Open(name string, p providers.Provider, log *slog.Logger) (flavors.Flavor, error) {
+	f, err := open(name, p, log)
+	if err != nil {
+		return nil, err
+	}
+	Attach(p, f)
+	return f, nil
+}
+
+// Attach tells p the format its machines' templates are in and the port
+// its apiservers serve on, both f's: the only place a provider is told
+// them (providers.Formatted, providers.APIServerPorter). Open calls it;
+// a test that builds a flavor with its own constructor calls it too.
+func Attach(p providers.Provider, f flavors.Flavor) {
+	c := providers.OwnCapabilitiesOf(p)
+	if fp := c.Formatted; fp != nil {
+		fp.SetFormat(f.Format())
+	}
+	if pp := c.APIServerPorter; pp != nil {
+		pp.SetAPIServerPort(f.APIServerPort())
+	}
+}
+
+func open(name string, p providers.Provider, log *slog.Logger) (flavors.Flavor, error) {
 	if name == "" {
 		name = Detect(p)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/providers"
 )
 
 // Adopting a cluster kube-up made. kube-up tags nothing with hamaster's
@@ -23,8 +24,11 @@ import (
 //     kubernetes.io/master-ip (Elastic IPs took no tags then:
 //     find-tagged-master-ip reads it back from the volume).
 //
-// When the cluster has no instance tagged hamaster.io/cluster, the
-// provider looks for that master 0 (KubernetesCluster=<cluster>,
+// Adoption is an explicit step (KubeUpProvider.Adopt, the
+// providers.Adopter capability), which the mutating workflows run before
+// they take the cluster lock; building the provider, and every read-only
+// command, only looks (kubeUpMaster). When the cluster has no instance
+// tagged hamaster.io/cluster, Adopt looks for that master 0 (KubernetesCluster=<cluster>,
 // Role=<cluster>-master, running) and tags it, its data volume and its
 // Elastic IP with hamaster's tags, the instance last: a crash half-way
 // leaves an untagged instance, so the next run adopts again, and tagging
@@ -41,6 +45,40 @@ const (
 // HVM instances report it as /dev/xvdb).
 var kubeUpDataDevices = []string{"/dev/sdb", "/dev/xvdb"}
 
+// Adopt implements providers.Adopter: it tags kube-up's master 0 and
+// what belongs to it when the cluster has no hamaster-tagged instance;
+// nothing to adopt, or a cluster already adopted, is not an error.
+func (p *KubeUpProvider) Adopt(ctx context.Context) error {
+	return p.adoptKubeUp(ctx)
+}
+
+var _ providers.Adopter = (*KubeUpProvider)(nil)
+
+// kubeUpMaster finds, without changing anything, the running master 0
+// kube-up made (tags KubernetesCluster=<cluster>, Role=<cluster>-master);
+// ok is false when there is none. More than one is
+// errkind.FailedPrecondition.
+func (p *Provider) kubeUpMaster(ctx context.Context) (m types.Instance, ok bool, err error) {
+	role := p.cluster + "-master"
+	out, err := p.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []types.Filter{
+		filter("tag:"+TagKubernetesCluster, p.cluster), filter("tag:"+TagKubeUpRole, role), filter("instance-state-name", "running")}})
+	if err != nil {
+		return m, false, mapErr(err, "look for kube-up's master of cluster %s (tags %s=%s, %s=%s)", p.cluster, TagKubernetesCluster, p.cluster, TagKubeUpRole, role)
+	}
+	var masters []types.Instance
+	for _, r := range out.Reservations {
+		masters = append(masters, r.Instances...)
+	}
+	switch len(masters) {
+	case 0:
+		return m, false, nil
+	case 1:
+		return masters[0], true, nil
+	}
+	return m, false, errkind.Errorf(errkind.FailedPrecondition, "cluster %s: %d running instances tagged %s=%s, %s=%s and none tagged %s: kube-up makes one master; tag the one hamaster should start from with %s=%s",
+		p.cluster, len(masters), TagKubernetesCluster, p.cluster, TagKubeUpRole, role, TagCluster, TagCluster, p.cluster)
+}
+
 // adoptKubeUp tags a kube-up master 0 and what belongs to it when the
 // cluster has no hamaster-tagged instance; nothing to adopt is not an
 // error.
@@ -52,25 +90,11 @@ func (p *Provider) adoptKubeUp(ctx context.Context) error {
 	if len(own) > 0 {
 		return nil
 	}
+	m, ok, err := p.kubeUpMaster(ctx)
+	if err != nil || !ok {
+		return err
+	}
 	role := p.cluster + "-master"
-	out, err := p.ec2.DescribeInstances(ctx, &ec2.DescribeInstancesInput{Filters: []types.Filter{
-		filter("tag:"+TagKubernetesCluster, p.cluster), filter("tag:"+TagKubeUpRole, role), filter("instance-state-name", "running")}})
-	if err != nil {
-		return mapErr(err, "look for kube-up's master of cluster %s (tags %s=%s, %s=%s)", p.cluster, TagKubernetesCluster, p.cluster, TagKubeUpRole, role)
-	}
-	var masters []types.Instance
-	for _, r := range out.Reservations {
-		masters = append(masters, r.Instances...)
-	}
-	switch len(masters) {
-	case 0:
-		return nil
-	case 1:
-	default:
-		return errkind.Errorf(errkind.FailedPrecondition, "cluster %s: %d running instances tagged %s=%s, %s=%s and none tagged %s: kube-up makes one master; tag the one hamaster should start from with %s=%s",
-			p.cluster, len(masters), TagKubernetesCluster, p.cluster, TagKubeUpRole, role, TagCluster, TagCluster, p.cluster)
-	}
-	m := masters[0]
 	id, name := aws.ToString(m.InstanceId), tagValue(m.Tags, TagName)
 	if name == "" {
 		return errkind.Errorf(errkind.FailedPrecondition, "cluster %s: kube-up's master %s has no %s tag (start-master tags it %s)", p.cluster, id, TagName, role)

@@ -272,14 +272,10 @@ func New(ctx context.Context, s providers.Settings) (providers.Provider, error) 
 	// The masters' format: the flavor named or recorded (kube-up's,
 	// KubeUpProvider, or hamaster's own), else read from a running
 	// master's user data (detectKubeUp).
+	// A cluster kube-up made and hamaster never touched has only
+	// kube-up's tags: it is adopted by the mutating workflows' adopt step
+	// (KubeUpProvider.Adopt), never here.
 	kubeUp := s.Flavor == flavorKubeUp
-	if s.Flavor != flavorHamaster {
-		// A cluster kube-up made and hamaster never touched has only
-		// kube-up's tags (adopt.go).
-		if err := p.adoptKubeUp(ctx); err != nil {
-			return nil, fmt.Errorf("adopt kube-up's master of cluster %s: %w", p.cluster, err)
-		}
-	}
 	if s.Flavor != flavorKubeUp && s.Flavor != flavorHamaster {
 		if kubeUp, err = p.detectKubeUp(ctx); err != nil {
 			return nil, fmt.Errorf("read the cluster's masters to tell their format (or set --flavor %s or %s): %w", flavorKubeUp, flavorHamaster, err)

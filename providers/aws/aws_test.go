@@ -8,6 +8,7 @@ import (
 
 	"github.com/hamaster/hamaster/flavors/flavortest"
 	"github.com/hamaster/hamaster/flavors/kubeup"
+	"github.com/hamaster/hamaster/flavors/registry"
 
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
@@ -79,5 +80,6 @@ func kubeUpFlavor(t testing.TB, p providers.Provider) *kubeup.Flavor {
 	if err != nil {
 		t.Fatal(err)
 	}
+	registry.Attach(p, f)
 	return f
 }

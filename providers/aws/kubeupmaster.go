@@ -96,11 +96,21 @@ func (p *Provider) DialMachine(ctx context.Context, machine, addr string) (net.C
 
 // detectKubeUp reports whether the cluster's running masters carry
 // kube-up's AWS user data, as the flavors recognize it
-// (providers.Settings.Recognize).
+// (providers.Settings.Recognize); with none tagged as hamaster's, it
+// reads kube-up's master 0 found by kube-up's tags, changing nothing.
 func (p *Provider) detectKubeUp(ctx context.Context) (bool, error) {
 	is, err := p.inst.describe(ctx, "")
 	if err != nil {
 		return false, err
+	}
+	if len(is) == 0 {
+		// Not adopted yet: kube-up's master 0 by kube-up's tags, read
+		// only (adopt.go).
+		m, ok, err := p.kubeUpMaster(ctx)
+		if err != nil || !ok {
+			return false, err
+		}
+		is = []instance{p.toInstance(m)}
 	}
 	for _, i := range is {
 		if i.state != providers.StateRunning {

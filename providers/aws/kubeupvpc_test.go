@@ -13,8 +13,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/testbed/aws/awstest"
+	"github.com/hamaster/hamaster/workflows"
 )
 
 // TestKubeUpVPCMaster0: master 0 made as kube-up's start-master makes it
@@ -76,9 +78,11 @@ func newKubeUpEnv(t *testing.T, name string, o awstest.KubeUpOptions) *env {
 
 // TestAdoptKubeUpTags: master 0 with kube-up's tags only (Name,
 // KubernetesCluster, Role on the instance; Name, KubernetesCluster and
-// kubernetes.io/master-ip on its volume; an untagged Elastic IP): the
-// provider finds it, tags it, its volume and its Elastic IP as its own,
-// twice with the same result, and grows the cluster from it.
+// kubernetes.io/master-ip on its volume; an untagged Elastic IP): opening
+// the provider, status and a dry run of add-replica tag nothing; the
+// first add-replica's adopt step tags it, its volume and its Elastic IP
+// as the provider's own, adopting again changes nothing, and the cluster
+// grows from it.
 func TestAdoptKubeUpTags(t *testing.T) {
 	t.Parallel()
 	e := newKubeUpEnv(t, "adopt", awstest.KubeUpOptions{NoHamasterTags: true})
@@ -101,6 +105,34 @@ func TestAdoptKubeUpTags(t *testing.T) {
 		}
 		return m
 	}
+	untagged := func(when string) map[string]map[string]string {
+		t.Helper()
+		got := tags()
+		for _, id := range []string{k.ID, k.VolumeID, k.AllocationID} {
+			if v, ok := got[id][awsp.TagCluster]; ok {
+				t.Fatalf("%s: %s tagged %s=%q (tags %v)", when, id, awsp.TagCluster, v, got[id])
+			}
+		}
+		return got
+	}
+	before := untagged("opening the provider")
+	// Read-only commands and a dry run tag nothing.
+	if _, err := workflows.Status(ctx, e.deps(nil)); err != nil {
+		t.Logf("status before adoption: %v", err)
+	}
+	untagged("status")
+	d := e.deps(nil)
+	var plan strings.Builder
+	d.Out = &plan
+	if err := workflows.Execute(ctx, d, workflows.AddReplica(d, workflows.AddParams{Name: "adopt-master-a01"}), workflows.Options{DryRun: true}); err != nil {
+		t.Fatalf("dry run of add-replica: %v", err)
+	}
+	if again := untagged("a dry run of add-replica"); !maps.EqualFunc(again, before, maps.Equal) {
+		t.Errorf("status or a dry run changed tags: %v → %v", before, again)
+	}
+	if err := e.add(ctx, "adopt-master-a01", nil); err != nil {
+		t.Fatalf("add from the adopted master: %v", err)
+	}
 	got := tags()
 	for id, want := range map[string]map[string]string{
 		k.ID:           {awsp.TagCluster: c.Name},
@@ -116,17 +148,16 @@ func TestAdoptKubeUpTags(t *testing.T) {
 	if got[k.ID][awsp.TagKubernetesCluster] != c.Name || got[k.ID][awsp.TagKubeUpRole] != c.Master {
 		t.Errorf("kube-up's own tags changed: %v", got[k.ID])
 	}
-	// Opening it again adopts nothing new and changes nothing.
-	p2, err := awsp.New(ctx, c.Settings)
-	if err != nil {
-		t.Fatal(err)
+	// Adopting again adopts nothing new and changes nothing.
+	a := providers.CapabilitiesOf(c.Provider).Adopter
+	if a == nil {
+		t.Fatal("kube-up's AWS provider has no Adopter")
 	}
-	_ = p2.(interface{ Close() error }).Close()
+	if err := a.Adopt(ctx); err != nil {
+		t.Fatalf("adopt again: %v", err)
+	}
 	if again := tags(); !maps.EqualFunc(again, got, maps.Equal) {
 		t.Errorf("a second adoption changed tags: %v → %v", got, again)
-	}
-	if err := e.add(ctx, "adopt-master-a01", nil); err != nil {
-		t.Fatalf("add from the adopted master: %v", err)
 	}
 	e.assertConverged(ctx, c.Master, "adopt-master-a01")
 }

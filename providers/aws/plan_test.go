@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
 	"github.com/hamaster/hamaster/workflows"
@@ -20,7 +21,11 @@ func TestDryRunStatesTheHandoverOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	d := &workflows.Deps{Provider: p, Cluster: "plan", StateDir: t.TempDir()}
+	f, err := registry.Open("", p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &workflows.Deps{Provider: p, Master: f, Cluster: "plan", StateDir: t.TempDir()}
 	doc := workflows.AddReplica(d, workflows.AddParams{Name: "plan-master-a01"}).Doc("plan", awsp.Name, nil, false)
 	for _, s := range doc.Steps {
 		if s.Name != workflows.StepPromoteLB {

@@ -111,7 +111,11 @@ func TestEtcdThroughSSH(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := &workflows.Deps{Provider: p, Cluster: c.Name, StateDir: c.Settings.StateDir}
+			f, err := registry.Open("", p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := &workflows.Deps{Provider: p, Master: f, Cluster: c.Name, StateDir: c.Settings.StateDir}
 			if _, err := d.Probe(ctx, p.APIServerURL(master), "/readyz"); err != nil {
 				t.Fatalf("probe the apiserver %s through ssh: %v", p.APIServerURL(master), err)
 			}

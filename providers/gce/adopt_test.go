@@ -12,7 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hamaster/hamaster/errkind"
-	"github.com/hamaster/hamaster/flavors/kubeup"
+	"github.com/hamaster/hamaster/flavors"
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
 	"github.com/hamaster/hamaster/remote"
@@ -57,7 +58,7 @@ func TestFindsMastersByNameWithoutLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if _, err := kubeup.New(p, nil); err != nil { // kube-up's master format
+	if _, err := registry.Open(flavors.KubeUp, p, nil); err != nil { // kube-up's master format
 		t.Fatal(err)
 	}
 	rs, err := p.Instances().List(ctx)

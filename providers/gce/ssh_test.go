@@ -16,6 +16,7 @@ import (
 
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/flavors/kubeup"
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
@@ -71,6 +72,7 @@ func TestEtcdThroughSSHChecksHostKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	registry.Attach(p, f)
 	_, err = f.EtcdCluster(ctx, providers.EtcdMain)
 	if err == nil || !strings.Contains(err.Error(), "host key") {
 		t.Fatalf("wrong known_hosts: %v; want a host key refusal", err)

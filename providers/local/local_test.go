@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/hamaster/hamaster/flavors/flavortest"
 	"github.com/hamaster/hamaster/flavors/hamaster"
+	"github.com/hamaster/hamaster/flavors/registry"
 	"net"
 	"net/netip"
 	"os"
@@ -53,6 +54,7 @@ func conformance(t *testing.T, addresses string) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		registry.Attach(c.Provider, f)
 		flavortest.Run(t, flavortest.Harness{Provider: c.Provider, Flavor: f, ClusterCA: ca.Pool(), ReplicaName: "conformance-flavor"})
 	})
 	providertest.Run(t, providertest.Harness{

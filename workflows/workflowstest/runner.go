@@ -3,6 +3,7 @@ package workflowstest
 import (
 	"context"
 
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/internal/syncbuf"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/workflows"
@@ -27,9 +28,14 @@ func NewRunner(p providers.Provider, cluster, stateDir string) *Runner {
 // Output is what the workflows have printed.
 func (r *Runner) Output() string { return r.out.String() }
 
-// Deps are the workflows' dependencies, with after as AfterStep.
+// Deps are the workflows' dependencies, with after as AfterStep, and
+// the flavor the provider finds on its masters bound to it
+// (registry.Open) as the CLI binds it; a provider no flavor can be bound
+// to leaves Deps.Master nil, and the workflows refuse to start with
+// workflows.ErrNoFlavor.
 func (r *Runner) Deps(after func(string) error) *workflows.Deps {
-	return &workflows.Deps{Provider: r.Provider, Cluster: r.Cluster, StateDir: r.StateDir, Sink: workflows.Discard{}, Out: &r.out, AfterStep: after, Holder: "test"}
+	f, _ := registry.Open("", r.Provider, nil)
+	return &workflows.Deps{Provider: r.Provider, Master: f, Cluster: r.Cluster, StateDir: r.StateDir, Sink: workflows.Discard{}, Out: &r.out, AfterStep: after, Holder: "test"}
 }
 
 // Add runs add-replica with p.

@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/flavors/kubeup"
+	"github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/kubeenv"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/gce"
@@ -73,7 +75,7 @@ func Up(t testing.TB, name string, o Options) *Cluster {
 	p := pp.(*gce.Provider)
 	t.Cleanup(func() { p.Close() })
 	// The kube-up flavor gives the provider its master format.
-	if _, err := kubeup.New(p, nil); err != nil {
+	if _, err := registry.Open(flavors.KubeUp, p, nil); err != nil {
 		t.Fatal(err)
 	}
 	return &Cluster{KubeUpCluster: k, Name: name, Master: k.Master.Name, Provider: p}
@@ -110,5 +112,6 @@ func (c *Cluster) Flavor(t testing.TB) *kubeup.Flavor {
 	if err != nil {
 		t.Fatal(err)
 	}
+	registry.Attach(c.Provider, f)
 	return f
 }
