@@ -146,6 +146,7 @@ func (p *Provider) adoptKubeUp(ctx context.Context) error {
 			return mapErr(err, "adopt kube-up's master %s: tag its %s %s", name, s.what, s.id)
 		}
 	}
+	p.unadopted = ""
 	p.log.Info("adopted kube-up's master 0", "cluster", p.cluster, "instance", id, "name", name, "volume", aws.ToString(vol.VolumeId), "eip", aws.ToString(as.Addresses[0].PublicIp))
 	return nil
 }

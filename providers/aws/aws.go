@@ -133,6 +133,10 @@ type Provider struct {
 	releaseURL string
 	recognize  func(docs map[string]string) string
 	providers.FormatSlot
+	// unadopted is kube-up's master 0 (its instance ID) when New found it
+	// not adopted yet (detectKubeUp), for the errors of read-only
+	// commands; Adopt clears it.
+	unadopted string
 
 	ec2 *ec2.Client
 	elb *elb.Client

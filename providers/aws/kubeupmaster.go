@@ -6,6 +6,8 @@ import (
 	"net"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/remote"
@@ -110,6 +112,7 @@ func (p *Provider) detectKubeUp(ctx context.Context) (bool, error) {
 		if err != nil || !ok {
 			return false, err
 		}
+		p.unadopted = aws.ToString(m.InstanceId)
 		is = []instance{p.toInstance(m)}
 	}
 	for _, i := range is {

@@ -117,8 +117,9 @@ func TestAdoptKubeUpTags(t *testing.T) {
 	}
 	before := untagged("opening the provider")
 	// Read-only commands and a dry run tag nothing.
-	if _, err := workflows.Status(ctx, e.deps(nil)); err != nil {
-		t.Logf("status before adoption: %v", err)
+	// Status says why it finds no master yet, and what adopts it.
+	if _, err := workflows.Status(ctx, e.deps(nil)); err == nil || !strings.Contains(err.Error(), "not adopted yet") || !strings.Contains(err.Error(), k.ID) {
+		t.Errorf("status before adoption: %v; want an error naming kube-up's master 0 %s as not adopted yet", err, k.ID)
 	}
 	untagged("status")
 	d := e.deps(nil)

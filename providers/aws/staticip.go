@@ -31,6 +31,9 @@ func (s *staticIP) describe(ctx context.Context) (eip, error) {
 	}
 	switch len(out.Addresses) {
 	case 0:
+		if id := s.p.unadopted; id != "" {
+			return eip{}, errkind.Errorf(errkind.NotFound, "cluster %s has no Elastic IP tagged %s=%s: kube-up's master 0 (%s) is not adopted yet; hamaster's first change (add-replica, rolling-upgrade, rotate-certs, remove-replica or recover, not a dry run) tags it, its data volume and its Elastic IP in its adopt step, and read-only commands change nothing", s.p.cluster, TagCluster, s.p.cluster, id)
+		}
 		return eip{}, errkind.Errorf(errkind.NotFound, "cluster %s has no Elastic IP tagged %s=%s", s.p.cluster, TagCluster, s.p.cluster)
 	case 1:
 	default:
