@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/internal/loopbacktest"
+	"github.com/hamaster/hamaster/internal/wait"
 )
 
 // Raft timing of test members.
@@ -224,6 +226,14 @@ func (nd *Node) stopped() bool {
 	}
 }
 
+// joinHangGuard bounds how long a joining member is started again while
+// the running members do not answer its version check (a hang guard: one
+// retry is expected at most); joinRetryPause is the pause between starts.
+const (
+	joinHangGuard  = 2 * time.Minute
+	joinRetryPause = 500 * time.Millisecond
+)
+
 func (c *Cluster) start(t testing.TB, name, peerURL, clientURL, initialCluster, state string) *Node {
 	t.Helper()
 	pu, err := url.Parse(peerURL)
@@ -254,7 +264,25 @@ func (c *Cluster) start(t testing.TB, name, peerURL, clientURL, initialCluster, 
 		cfg.ClientTLSInfo = c.issue(t, name, "server")
 		cfg.PeerTLSInfo = c.issue(t, name, "peer")
 	}
-	e, err := embed.StartEtcd(cfg)
+	// A member joining a running cluster asks the others for their
+	// version first (etcd's bootstrap: isCompatibleWithCluster) and fails
+	// with "incompatible with current running cluster" when none answered
+	// it, as on a busy host (.ci/run's race tier); it is started again,
+	// as the local provider's node restarts its member, within a hang
+	// guard.
+	var e *embed.Etcd
+	ctx, cancel := context.WithTimeout(context.Background(), joinHangGuard)
+	defer cancel()
+	werr := wait.Until(ctx, joinRetryPause, "etcdtest: "+name+" started", func() (bool, error) {
+		e, err = embed.StartEtcd(cfg)
+		if err != nil && state == embed.ClusterStateFlagExisting && strings.Contains(err.Error(), "incompatible with current running cluster") {
+			return false, os.RemoveAll(cfg.Dir) // what the failed bootstrap opened
+		}
+		return true, nil
+	})
+	if err == nil {
+		err = werr
+	}
 	if err != nil {
 		t.Fatalf("etcdtest: start %s (peer %s, client %s): %v", name, peerURL, clientURL, err)
 	}
