@@ -335,19 +335,26 @@ func (f *Flavor) restartRecovered(ctx context.Context, replica providers.Replica
 		return fmt.Errorf("master %s: %w (stderr: %s)", replica.Name, err, tail(stderr))
 	}
 	// The endpoint admin.conf names answers again before the recovery's
-	// next steps read through it: on metal that is the VIP, which
-	// follows the apiserver's /readyz and so left the master while its
-	// etcd or its apiserver restarted (keepalived takes it back a few
-	// seconds after /readyz is 200 again).
-	ectx, cancel := context.WithTimeout(ctx, RecoverTimeout)
+	// next steps read through it.
+	return f.waitEndpoint(ctx, replica.Name, RecoverTimeout)
+}
+
+// waitEndpoint waits, within timeout, until the endpoint admin.conf names
+// answers through master m. On metal that is the VIP, which follows the
+// apiserver's /readyz and so left a sole master while its etcd or its
+// apiserver restarted: keepalived takes it back a few seconds after
+// /readyz is 200 again, later on a busy host, and a kubectl through
+// admin.conf before that fails with "no route to host".
+func (f *Flavor) waitEndpoint(ctx context.Context, m string, timeout time.Duration) error {
+	ectx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last string
-	if err := wait.Until(ectx, 500*time.Millisecond, "the cluster's endpoint (admin.conf's server) answering through "+replica.Name, func() (bool, error) {
-		_, stderr, err := f.m.RunOnMachine(providers.ReadOnly(ectx), replica.Name, adminKubectl+"get --raw /readyz")
+	if err := wait.Until(ectx, 500*time.Millisecond, "the cluster's endpoint (admin.conf's server) answering through "+m, func() (bool, error) {
+		_, stderr, err := f.m.RunOnMachine(providers.ReadOnly(ectx), m, adminKubectl+"get --raw /readyz")
 		last = tail(stderr)
 		return err == nil, nil
 	}); err != nil {
-		return fmt.Errorf("master %s: %w (last: %s)", replica.Name, err, last)
+		return fmt.Errorf("master %s: %w (last: %s)", m, err, last)
 	}
 	return nil
 }

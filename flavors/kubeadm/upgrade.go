@@ -1027,6 +1027,12 @@ func (f *Flavor) RollbackMaster(ctx context.Context, replica providers.Replica, 
 	if err := f.waitAPIServer(wctx, m, prev); err != nil {
 		return fmt.Errorf("master %s restored to %s: %w", m, prev, err)
 	}
+	// What follows goes through admin.conf's endpoint, which a sole
+	// master's VIP left while its apiserver restarted (seen in
+	// TestMetalKubeadmRecover's rollback: "no route to host").
+	if err := f.waitEndpoint(ctx, m, RollbackTimeout); err != nil {
+		return fmt.Errorf("master %s restored to %s: %w", m, prev, err)
+	}
 	if first && savedFirst {
 		// Each key put back as saved, the rest of the object kept (its
 		// annotations: former.go's former endpoints).
