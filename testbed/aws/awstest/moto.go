@@ -15,10 +15,15 @@ package awstest
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,7 +33,42 @@ import (
 
 // Moto is a running moto_server.
 type Moto struct {
-	URL string
+	URL string // the one-at-a-time front (serialize), never moto_server itself
+}
+
+// serialize is the front every client of the test's moto_server goes
+// through: one request at a time. moto_server serves each request on a
+// thread of its own (moto/server.py: run_simple(..., threaded=True)), but
+// moto 5.2.1's response serializer is not safe across threads: a
+// RunInstances whose instance moto had already made (its private IP
+// claimed) failed to serialize with "RuntimeError: dictionary changed
+// size during iteration" (moto/core/serialize.py, AttributePicker's
+// response_transformers) while another request serialized, and so
+// answered 500; every retry then failed with moto's "IP already in use"
+// (subnets.py request_ip: a bare Exception, another 500), and the test
+// bed's start-master failed after the SDK's 10 attempts. EC2 answers
+// concurrent calls; one at a time is what makes moto answer them right.
+func serialize(t testing.TB, target string) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	var mu sync.Mutex
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		rp.ServeHTTP(w, r)
+	}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // StartMoto starts moto_server on a free loopback port and stops it when
@@ -78,16 +118,16 @@ func StartMoto(t testing.TB) *Moto {
 			t.Logf("moto_server log: %s", logf.Name())
 		}
 	})
-	m := &Moto{URL: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	direct := fmt.Sprintf("http://127.0.0.1:%d", port)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, m.URL+"/moto-api/", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, direct+"/moto-api/", nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
-			return m
+			return &Moto{URL: serialize(t, direct)}
 		}
 		select {
 		case <-exited:
