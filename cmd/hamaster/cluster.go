@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -13,8 +12,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 
-	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
 	flavorregistry "github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers"
@@ -284,137 +283,7 @@ func gceFlags() []cli.Flag {
 
 func clusterCommands(e *env, g *globals) []*cli.Command {
 	return []*cli.Command{
-		{
-			Name:  "local",
-			Usage: "create or destroy a cluster on the embedded local provider (no cloud needed)",
-			Subcommands: []*cli.Command{
-				{
-					Name:  "up",
-					Usage: "create a single-master cluster: replicas are local processes running real etcd",
-					Description: `Creates the cluster record, a CA, and master-0 (<cluster>-master) as a
-hamaster-node process on 127.0.N.2 with the static IP 127.0.N.1 attached
-(N derived from the cluster name, or --subnet). Idempotent: running it
-again finishes an interrupted 'up'.
-
---addresses chooses, once for the cluster's life, where the replicas live:
-  loopback   127.0.N.0/24: nothing to configure, no privilege needed
-             (default with the stand-in)
-  benchmark  198.19.N.0/24 (RFC 2544's range, never routed): 'local up'
-             adds 198.19.N.1/24 to lo (needs root), 'local down' removes
-             it (default with --control-plane real: kube-apiserver
-             refuses loopback addresses in the kubernetes Endpoints, so
-             'kubectl get endpoints kubernetes' lists replicas only here)
-
---control-plane chooses, once for the cluster's life, what serves each
-replica's apiserver port:
-  standin  hamaster-node's own stand-in (/readyz, /version, /kv), any v1.x
-           version, ~45 MB per replica (etcd included), ready in under a second
-  real     kube-apiserver at --version, from --kube-apiserver-dir
-           (<dir>/<version>/kube-apiserver; 'make kube-apiserver' builds
-           v1.33.13 and v1.34.4), ~300 MB per replica, ready in ~3 s; a replica whose
-           version has no binary there refuses to start its apiserver
-For a real control plane: 'make kube-apiserver', then
-'hamaster --cluster demo local up --control-plane real' (the newest built
-version; --version v1.33.13 for the other)
-and 'hamaster --cluster demo kubeconfig --file demo.kubeconfig' for kubectl.
-
-Example:
-  hamaster --cluster demo local up --version v1.30.2`,
-					Flags: []cli.Flag{
-						&cli.StringFlag{Name: "version", Usage: "control-plane `VERSION` master-0 reports (runs, with --control-plane real; default: " + local.DefaultStandinVersion + " for the stand-in, " + nodeapi.NewestPinnedKubeVersion() + ", the newest 'make kube-apiserver' builds, for real)"},
-						&cli.StringFlag{Name: "control-plane", EnvVars: []string{"HAMASTER_CONTROL_PLANE"}, Usage: "what serves the apiserver port: `standin|real` (see above; default: standin for a new cluster, the recorded choice for an existing one)"},
-						&cli.StringFlag{Name: "kube-apiserver-dir", EnvVars: []string{"HAMASTER_KUBE_APISERVER_DIR"}, Usage: "--control-plane real: `DIR` of <version>/kube-apiserver (default $XDG_CACHE_HOME/hamaster/kube-apiserver, else ~/.cache/...)"},
-						&cli.StringSliceFlag{Name: "extra-args", Usage: "control-plane flags (e.g. --v=2)"},
-						&cli.StringFlag{Name: "subnet", Usage: "N of 127.0.N.0/24 or 198.19.N.0/24 (1-254; default derived from the cluster name)"},
-						&cli.StringFlag{Name: "addresses", Usage: "where replicas live: `loopback|benchmark` (see above; default: benchmark with --control-plane real, else loopback)"},
-						&cli.IntFlag{Name: "etcd-heartbeat-ms", Value: 100, Usage: "etcd heartbeat interval of the replicas"},
-						&cli.IntFlag{Name: "etcd-election-ms", Value: 1000, Usage: "etcd election timeout of the replicas"},
-						nodeBinaryFlag(),
-						&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "overall timeout"},
-						mutatingFlags()[1],
-					},
-					Action: func(c *cli.Context) error {
-						if err := g.mutating(c, e); err != nil {
-							return err
-						}
-						if g.provider != local.Name {
-							return usageErr("--provider: 'local up' needs --provider local, not %q", g.provider)
-						}
-						if c.IsSet("version") {
-							if _, err := parseKubeVersion("version", c.String("version")); err != nil {
-								return err
-							}
-						}
-						if err := positiveDuration(c, "timeout"); err != nil {
-							return err
-						}
-						if err := g.checkProviderFlags(c); err != nil {
-							return err
-						}
-						if c.Int("etcd-heartbeat-ms") <= 0 || c.Int("etcd-election-ms") < 5*c.Int("etcd-heartbeat-ms") {
-							return usageErr("--etcd-heartbeat-ms must be positive and --etcd-election-ms at least 5 times it (etcd's rule), got %d and %d", c.Int("etcd-heartbeat-ms"), c.Int("etcd-election-ms"))
-						}
-						ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
-						defer cancel()
-						o := local.UpOptions{Version: c.String("version"), ExtraArgs: c.StringSlice("extra-args"), Env: map[string]string{
-							"ETCD_HEARTBEAT_MS": fmt.Sprint(c.Int("etcd-heartbeat-ms")),
-							"ETCD_ELECTION_MS":  fmt.Sprint(c.Int("etcd-election-ms")),
-						}, ControlPlane: c.String("control-plane"), KubeAPIServerDir: c.String("kube-apiserver-dir"), Addresses: c.String("addresses")}
-						if cp := o.ControlPlane; cp != "" && cp != "standin" && cp != "real" {
-							return usageErr("--control-plane %q: want standin or real", cp)
-						}
-						if a := o.Addresses; a != "" && a != local.AddressesLoopback && a != local.AddressesBenchmark {
-							return usageErr("--addresses %q: want %s or %s", a, local.AddressesLoopback, local.AddressesBenchmark)
-						}
-						if g.dryRun {
-							return g.result(e, fmt.Sprintf("Plan: local up %s: cluster record, CA, master-0 %s, static IP attached. Dry run: nothing was changed.", g.cluster, local.MasterName(g.cluster)),
-								map[string]any{"schema": 1, "kind": "plan", "workflow": "local-up", "cluster": g.cluster, "provider": local.Name, "dry_run": true,
-									"steps": []map[string]any{{"index": 1, "name": "local-up", "calls": []string{"cluster record", "CA", "master-0 " + local.MasterName(g.cluster), "static IP attached"}}}})
-						}
-						p, err := local.Up(ctx, g.settings(c), o, func(s string) { fmt.Fprintln(e.stderr, s) })
-						if err != nil {
-							return fmt.Errorf("local up %s: %w", g.cluster, err)
-						}
-						d := g.deps(c, e, p)
-						ip := p.Info().StaticIP
-						if err := waitReady(ctx, d, ip); err != nil {
-							return err
-						}
-						cp := cmp.Or(p.Info().ControlPlane, "standin")
-						return g.result(e, fmt.Sprintf("cluster %s is up: endpoint https://%s:6443 (etcd and apiserver on %s; control plane: %s)", g.cluster, ip, local.MasterName(g.cluster), cp),
-							map[string]any{"cluster": g.cluster, "state": "up", "endpoint": fmt.Sprintf("https://%s:6443", ip), "replica": local.MasterName(g.cluster), "control_plane": cp})
-					},
-				},
-				{
-					Name:  "down",
-					Usage: "stop every process of a local cluster and remove its state",
-					Description: `Example:
-  hamaster --cluster demo local down --yes`,
-					Flags: mutatingFlags(),
-					Action: func(c *cli.Context) error {
-						if err := g.mutating(c, e); err != nil {
-							return err
-						}
-						if g.provider != local.Name {
-							return usageErr("--provider: 'local down' needs --provider local, not %q", g.provider)
-						}
-						plan := fmt.Sprintf("Plan: stop the load balancer and every replica of %s, remove %s/%s (its CA, journals and every snapshot).\n", g.cluster, g.stateDir, g.cluster)
-						if g.dryRun {
-							return g.result(e, fmt.Sprintf("Plan: stop the load balancer and every replica of %s, remove %s/%s. Dry run: nothing was changed.", g.cluster, g.stateDir, g.cluster),
-								map[string]any{"schema": 1, "kind": "plan", "workflow": "local-down", "cluster": g.cluster, "provider": local.Name, "dry_run": true,
-									"steps": []map[string]any{{"index": 1, "name": "local-down", "calls": []string{"stop the load balancer and every replica", "remove " + g.stateDir + "/" + g.cluster}}}})
-						}
-						if err := g.confirm(e)(plan); err != nil {
-							return err
-						}
-						if err := local.Down(c.Context, g.settings(c)); err != nil {
-							return fmt.Errorf("local down %s: %w", g.cluster, err)
-						}
-						return g.result(e, fmt.Sprintf("cluster %s is down; nothing of it is left", g.cluster), map[string]any{"cluster": g.cluster, "state": "down"})
-					},
-				},
-			},
-		},
+		localCommand(e, g),
 		addReplicaCommand(e, g),
 		removeReplicaCommand(e, g),
 		rollingUpgradeCommand(e, g),
@@ -472,63 +341,84 @@ Re-running after a crash resumes at the first unfinished step.
 
 Example:
   hamaster --cluster demo add-replica --yes`,
-		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "name", Aliases: []string{"host"}, Usage: "replica `NAME` (default <cluster>-master-<3 hex>; gce: --gce-master-name-<3 hex>, as kube-up names replicas; metal: the inventory host to take, default the first free one)"},
-			&cli.StringFlag{Name: "zone", Usage: "zone/failure domain for the new replica (cloud providers)"},
-			&cli.StringFlag{Name: "dns", Value: "static", Usage: "DNS `DRIVER`: static (print the records an operator must set), clouddns (gce, with --dns-zone) or route53 (aws, with --hosted-zone-id)"},
-			&cli.StringFlag{Name: "dns-name", Usage: "DNS `NAME` of the endpoint; its A record is kept on the static IP"},
-			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait (caught up, LB healthy)"},
-		}, providerFlags(true)...),
-		Action: func(c *cli.Context) error {
-			if err := g.mutating(c, e); err != nil {
-				return err
-			}
-			if n := c.String("name"); n != "" {
-				if err := validReplicaName(n); err != nil {
-					return err
-				}
-			}
-			if err := positiveDuration(c, "timeout"); err != nil {
-				return err
-			}
-			if n := c.String("dns-name"); n != "" || c.IsSet("dns-name") {
-				if err := validDNSName("dns-name", n); err != nil {
-					return err
-				}
-			}
-			p, err := g.openCheckedProvider(c)
-			if err != nil {
-				return err
-			}
-			defer p.Close()
-			if _, err := p.DNS(c.String("dns")); err != nil {
-				return err
-			}
-			if err := checkNewReplicaName(c.Context, g, p, c.String("name")); err != nil {
-				return err
-			}
-			d := g.deps(c, e, p)
-			wf := workflows.AddReplica(d, workflows.AddParams{Name: c.String("name"), Zone: c.String("zone"), DNSKind: c.String("dns"), DNSName: c.String("dns-name"), Timeout: c.Duration("timeout")})
-			err = workflows.Execute(c.Context, d, wf, workflows.Options{
-				DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e),
-				Defaults: func(params map[string]string) error {
-					if params["name"] != "" {
-						return nil
-					}
-					n, err := nextReplicaName(c.Context, d, params["zone"])
-					params["name"] = n
-					return err
-				},
-			})
-			if n := c.String("dns-name"); err == nil && n != "" && !g.dryRun {
-				// The replicas already there got certificates without it.
-				err = rotateAfterDNS(c, e, g, d, n)
-			}
-			if err == nil && !g.dryRun {
-				warnEvenVoters(c.Context, e, d, "add-replica")
-			}
+		Flags:  addReplicaFlags(),
+		Action: func(c *cli.Context) error { return addReplica(c, e, g) },
+	}
+}
+
+func addReplicaFlags() []cli.Flag {
+	return append([]cli.Flag{
+		&cli.StringFlag{Name: "name", Aliases: []string{"host"}, Usage: "replica `NAME` (default <cluster>-master-<3 hex>; gce: --gce-master-name-<3 hex>, as kube-up names replicas; metal: the inventory host to take, default the first free one)"},
+		&cli.StringFlag{Name: "zone", Usage: "zone/failure domain for the new replica (cloud providers)"},
+		&cli.StringFlag{Name: "dns", Value: "static", Usage: "DNS `DRIVER`: static (print the records an operator must set), clouddns (gce, with --dns-zone) or route53 (aws, with --hosted-zone-id)"},
+		&cli.StringFlag{Name: "dns-name", Usage: "DNS `NAME` of the endpoint; its A record is kept on the static IP"},
+		&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait (caught up, LB healthy)"},
+	}, providerFlags(true)...)
+}
+
+// checkAddReplica is the prologue of add-replica and its flags' checks.
+func checkAddReplica(c *cli.Context, e *env, g *globals) error {
+	if err := g.mutating(c, e); err != nil {
+		return err
+	}
+	if n := c.String("name"); n != "" {
+		if err := validReplicaName(n); err != nil {
 			return err
-		},
+		}
+	}
+	if err := positiveDuration(c, "timeout"); err != nil {
+		return err
+	}
+	if n := c.String("dns-name"); n != "" || c.IsSet("dns-name") {
+		if err := validDNSName("dns-name", n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addReplica is the action of add-replica.
+func addReplica(c *cli.Context, e *env, g *globals) error {
+	if err := checkAddReplica(c, e, g); err != nil {
+		return err
+	}
+	p, err := g.openCheckedProvider(c)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	if _, err := p.DNS(c.String("dns")); err != nil {
+		return err
+	}
+	if err := checkNewReplicaName(c.Context, g, p, c.String("name")); err != nil {
+		return err
+	}
+	d := g.deps(c, e, p)
+	wf := workflows.AddReplica(d, workflows.AddParams{Name: c.String("name"), Zone: c.String("zone"), DNSKind: c.String("dns"), DNSName: c.String("dns-name"), Timeout: c.Duration("timeout")})
+	err = workflows.Execute(c.Context, d, wf, workflows.Options{
+		DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e),
+		Defaults: defaultReplicaName(c.Context, d),
+	})
+	if n := c.String("dns-name"); err == nil && n != "" && !g.dryRun {
+		// The replicas already there got certificates without it.
+		err = rotateAfterDNS(c, e, g, d, n)
+	}
+	if err == nil && !g.dryRun {
+		warnEvenVoters(c.Context, e, d, "add-replica")
+	}
+	return err
+}
+
+// defaultReplicaName fills an add-replica's unset name param with the
+// next free replica name in its zone.
+func defaultReplicaName(ctx context.Context, d *workflows.Deps) func(params map[string]string) error {
+	return func(params map[string]string) error {
+		if params["name"] != "" {
+			return nil
+		}
+		n, err := nextReplicaName(ctx, d, params["zone"])
+		params["name"] = n
+		return err
 	}
 }
 
@@ -565,7 +455,7 @@ Example:
 			&cli.BoolFlag{Name: "force", Usage: "remove even if etcd quorum would be at risk, or (kubeadm) the cluster's consumers still name the master's own address"},
 			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining from the LB before touching the replica"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "bound of each wait"},
-		}, append(nodeDrainFlags(), providerFlags(true)...)...),
+		}, drainingProviderFlags()...),
 		Action: func(c *cli.Context) error {
 			if err := g.mutating(c, e); err != nil {
 				return err
@@ -763,11 +653,8 @@ func printStatus(e *env, rep workflows.Report) {
 	printViewProblems(w, rep)
 }
 
-func rollingUpgradeCommand(e *env, g *globals) *cli.Command {
-	return &cli.Command{
-		Name:  "rolling-upgrade",
-		Usage: "upgrade the control plane one replica at a time: drained, health-gated, rolled back on failure",
-		Description: `Preflight: every replica and etcd voter healthy, no pending learner, quorum
+// rollingUpgradeDescription is the help text of rolling-upgrade.
+const rollingUpgradeDescription = `Preflight: every replica and etcd voter healthy, no pending learner, quorum
 survives one replica down, cluster lock, etcd snapshot (path printed).
 Followers go first, the etcd leader last (leadership is moved to an
 upgraded replica before it is touched). Replicas already at the target are
@@ -811,64 +698,86 @@ naming the PodDisruptionBudgets that hold it.
 
 Example:
   hamaster --cluster demo rolling-upgrade --version v1.31.0 --yes
-  hamaster --cluster demo rolling-upgrade --version v1.31.0 --extra-args "--v=2" --yes`,
-		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "version", Usage: "target control-plane `VERSION` (required), e.g. v1.31.0"},
-			&cli.StringFlag{Name: "strategy", Value: workflows.StrategyRecreate, Usage: "recreate|surge"},
-			&cli.StringFlag{Name: "extra-args", Usage: "control-plane `FLAGS`, space-separated (replace the current ones; unset keeps them)"},
-			&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining a replica from the LB before touching it"},
-			&cli.DurationFlag{Name: "health-timeout", Value: 5 * time.Minute, Usage: "how long a replacement may take to become healthy before it is rolled back (the restored last known-good template then gets twice as long)"},
-			&cli.BoolFlag{Name: "allow-downtime", Usage: "allow recreating a single replica (the control plane is down meanwhile)"},
-			&cli.BoolFlag{Name: "allow-downgrade", Usage: "allow a --version older than a replica's"},
-			&cli.BoolFlag{Name: "allow-skew", Usage: "allow a --version more than one minor version ahead of a replica's"},
-		}, append(nodeDrainFlags(), providerFlags(true)...)...),
-		Action: func(c *cli.Context) error {
-			if err := g.mutating(c, e); err != nil {
-				return err
-			}
-			v := c.String("version")
-			target, err := parseKubeVersion("version", v)
-			if err != nil {
-				return err
-			}
-			strategy := c.String("strategy")
-			if strategy != workflows.StrategyRecreate && strategy != workflows.StrategySurge {
-				return usageErr("--strategy: %q is not valid (valid: recreate, surge)", strategy)
-			}
-			if err := drainDurations(c, "health-timeout"); err != nil {
-				return err
-			}
-			nd, err := nodeDrain(c)
-			if err != nil {
-				return err
-			}
-			for _, a := range strings.Fields(c.String("extra-args")) {
-				if !strings.HasPrefix(a, "-") {
-					return usageErr("--extra-args: %q is not a flag (want --name=value words)", a)
-				}
-			}
-			return g.withDeps(c, e, func(p providers.Provider, d *workflows.Deps) error {
-				rs, err := p.Instances().List(c.Context)
-				if err != nil {
-					return err
-				}
-				if err := checkUpgradePath(target, rs, c.Bool("allow-downgrade"), c.Bool("allow-skew")); err != nil {
-					return err
-				}
-				// Before the plan and the prompt (the workflow checks again
-				// before its first step): a release that cannot be had is bad
-				// input, refused with nothing changed (exit 2).
-				if err := d.Flavor().CheckVersion(c.Context, v); err != nil {
-					return err
-				}
-				params := workflows.UpgradeParams{
-					Version: v, Strategy: strategy, DrainGrace: c.Duration("drain-grace"),
-					HealthTimeout: c.Duration("health-timeout"), AllowDowntime: c.Bool("allow-downtime"),
-					ExtraArgs: strings.Fields(c.String("extra-args")), ExtraArgsSet: c.IsSet("extra-args"), Drain: nd,
-				}
-				wf := workflows.RollingUpgrade(d, params, len(rs))
-				return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e), SoleReplicaOutage: params.AllowDowntime})
-			})
-		},
+  hamaster --cluster demo rolling-upgrade --version v1.31.0 --extra-args "--v=2" --yes`
+
+func rollingUpgradeCommand(e *env, g *globals) *cli.Command {
+	return &cli.Command{
+		Name:        "rolling-upgrade",
+		Usage:       "upgrade the control plane one replica at a time: drained, health-gated, rolled back on failure",
+		Description: rollingUpgradeDescription,
+		Flags:       rollingUpgradeFlags(),
+		Action:      func(c *cli.Context) error { return rollingUpgrade(c, e, g) },
 	}
+}
+
+func rollingUpgradeFlags() []cli.Flag {
+	return append([]cli.Flag{
+		&cli.StringFlag{Name: "version", Usage: "target control-plane `VERSION` (required), e.g. v1.31.0"},
+		&cli.StringFlag{Name: "strategy", Value: workflows.StrategyRecreate, Usage: "recreate|surge"},
+		&cli.StringFlag{Name: "extra-args", Usage: "control-plane `FLAGS`, space-separated (replace the current ones; unset keeps them)"},
+		&cli.DurationFlag{Name: "drain-grace", Value: 10 * time.Second, Usage: "wait after draining a replica from the LB before touching it"},
+		&cli.DurationFlag{Name: "health-timeout", Value: 5 * time.Minute, Usage: "how long a replacement may take to become healthy before it is rolled back (the restored last known-good template then gets twice as long)"},
+		&cli.BoolFlag{Name: "allow-downtime", Usage: "allow recreating a single replica (the control plane is down meanwhile)"},
+		&cli.BoolFlag{Name: "allow-downgrade", Usage: "allow a --version older than a replica's"},
+		&cli.BoolFlag{Name: "allow-skew", Usage: "allow a --version more than one minor version ahead of a replica's"},
+	}, drainingProviderFlags()...)
+}
+
+// rollingUpgrade is the action of rolling-upgrade.
+func rollingUpgrade(c *cli.Context, e *env, g *globals) error {
+	if err := g.mutating(c, e); err != nil {
+		return err
+	}
+	target, params, err := rollingUpgradeParams(c)
+	if err != nil {
+		return err
+	}
+	return g.withDeps(c, e, func(p providers.Provider, d *workflows.Deps) error {
+		rs, err := p.Instances().List(c.Context)
+		if err != nil {
+			return err
+		}
+		if err := checkUpgradePath(target, rs, c.Bool("allow-downgrade"), c.Bool("allow-skew")); err != nil {
+			return err
+		}
+		// Before the plan and the prompt (the workflow checks again
+		// before its first step): a release that cannot be had is bad
+		// input, refused with nothing changed (exit 2).
+		if err := d.Flavor().CheckVersion(c.Context, params.Version); err != nil {
+			return err
+		}
+		wf := workflows.RollingUpgrade(d, params, len(rs))
+		return workflows.Execute(c.Context, d, wf, workflows.Options{DryRun: g.dryRun, Confirm: g.confirm(e), ShowPlan: g.showPlan(e), SoleReplicaOutage: params.AllowDowntime})
+	})
+}
+
+// rollingUpgradeParams checks the flags of rolling-upgrade and reads them
+// into the target version and the workflow's parameters.
+func rollingUpgradeParams(c *cli.Context) (*utilversion.Version, workflows.UpgradeParams, error) {
+	v := c.String("version")
+	target, err := parseKubeVersion("version", v)
+	if err != nil {
+		return nil, workflows.UpgradeParams{}, err
+	}
+	strategy := c.String("strategy")
+	if strategy != workflows.StrategyRecreate && strategy != workflows.StrategySurge {
+		return nil, workflows.UpgradeParams{}, usageErr("--strategy: %q is not valid (valid: recreate, surge)", strategy)
+	}
+	if err := drainDurations(c, "health-timeout"); err != nil {
+		return nil, workflows.UpgradeParams{}, err
+	}
+	nd, err := nodeDrain(c)
+	if err != nil {
+		return nil, workflows.UpgradeParams{}, err
+	}
+	for _, a := range strings.Fields(c.String("extra-args")) {
+		if !strings.HasPrefix(a, "-") {
+			return nil, workflows.UpgradeParams{}, usageErr("--extra-args: %q is not a flag (want --name=value words)", a)
+		}
+	}
+	return target, workflows.UpgradeParams{
+		Version: v, Strategy: strategy, DrainGrace: c.Duration("drain-grace"),
+		HealthTimeout: c.Duration("health-timeout"), AllowDowntime: c.Bool("allow-downtime"),
+		ExtraArgs: strings.Fields(c.String("extra-args")), ExtraArgsSet: c.IsSet("extra-args"), Drain: nd,
+	}, nil
 }

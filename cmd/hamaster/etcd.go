@@ -115,29 +115,33 @@ const demoEtcdTLS = `      --cacert $HAMASTER_STATE_DIR/demo/pki/ca.crt \
       --cert $HAMASTER_STATE_DIR/demo/pki/etcd-client.crt \
       --key $HAMASTER_STATE_DIR/demo/pki/etcd-client.key`
 
+// connectEtcd connects to etcd as c's flags (and the environment and
+// config file) say.
+func connectEtcd(c *cli.Context, e *env, g *globals) (*etcdmember.Client, error) {
+	if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
+		return nil, err
+	}
+	cfg, err := etcdConfig(c, g)
+	if err != nil {
+		return nil, err
+	}
+	return etcdmember.New(c.Context, cfg)
+}
+
+// withEtcdClient connects as c's flags say and runs use with the client
+// and a context bounded by --timeout.
+func withEtcdClient(c *cli.Context, e *env, g *globals, use func(ctx context.Context, client *etcdmember.Client) error) error {
+	client, err := connectEtcd(c, e, g)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := withTimeout(c)
+	defer cancel()
+	return use(ctx, client)
+}
+
 func etcdCommand(e *env, g *globals) *cli.Command {
-	connect := func(c *cli.Context) (*etcdmember.Client, error) {
-		if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
-			return nil, err
-		}
-		cfg, err := etcdConfig(c, g)
-		if err != nil {
-			return nil, err
-		}
-		return etcdmember.New(c.Context, cfg)
-	}
-	// withClient connects as c's flags say and runs use with the client
-	// and a context bounded by --timeout.
-	withClient := func(c *cli.Context, use func(ctx context.Context, cli *etcdmember.Client) error) error {
-		cli, err := connect(c)
-		if err != nil {
-			return err
-		}
-		defer cli.Close()
-		ctx, cancel := withTimeout(c)
-		defer cancel()
-		return use(ctx, cli)
-	}
 	return &cli.Command{
 		Name:  "etcd",
 		Usage: "inspect an etcd cluster directly (members, health, snapshot)",
@@ -148,10 +152,18 @@ Example (any etcd; here the master of the local demo cluster):
   hamaster etcd members --endpoints https://127.0.65.2:2379 \
 ` + demoEtcdTLS + ` --output json`,
 		Subcommands: []*cli.Command{
-			{
-				Name:  "members",
-				Usage: "list members: leader, learners, health, raft index, version",
-				Description: `Prints one row per member; the leader is marked "leader *" and learners
+			etcdMembersCommand(e, g),
+			etcdHealthCommand(e, g),
+			etcdSnapshotCommand(e, g),
+		},
+	}
+}
+
+func etcdMembersCommand(e *env, g *globals) *cli.Command {
+	return &cli.Command{
+		Name:  "members",
+		Usage: "list members: leader, learners, health, raft index, version",
+		Description: `Prints one row per member; the leader is marked "leader *" and learners
 "(learner)". With --output json:
   {"members":[{"id":"…","name":"…","peer_urls":[…],"client_urls":[…],
     "learner":false,"leader":true,"healthy":true,"version":"3.7.3"}]}
@@ -159,97 +171,110 @@ Example (any etcd; here the master of the local demo cluster):
 Example (the master of the local demo cluster):
   hamaster etcd members --endpoints https://127.0.65.2:2379 \
 ` + demoEtcdTLS,
-				Flags: etcdFlags(),
-				Action: func(c *cli.Context) error {
-					var ms []etcdmember.Member
-					if err := withClient(c, func(ctx context.Context, cli *etcdmember.Client) (err error) {
-						if ms, err = cli.Members(ctx); err != nil {
-							return fmt.Errorf("list etcd members: %w", err)
-						}
-						return nil
-					}); err != nil {
-						return err
-					}
-					if g.json() {
-						return writeJSON(e.stdout, map[string]any{"members": toMemberJSON(ms)})
-					}
-					printMembers(e.stdout, ms)
-					return nil
-				},
-			},
-			{
-				Name:  "health",
-				Usage: "check every member; exit 3 when any voter is unhealthy or there is no leader",
-				Description: `Example (the master of the local demo cluster):
+		Flags:  etcdFlags(),
+		Action: func(c *cli.Context) error { return etcdMembers(c, e, g) },
+	}
+}
+
+// etcdMembers is the action of 'etcd members'.
+func etcdMembers(c *cli.Context, e *env, g *globals) error {
+	var ms []etcdmember.Member
+	if err := withEtcdClient(c, e, g, func(ctx context.Context, client *etcdmember.Client) (err error) {
+		if ms, err = client.Members(ctx); err != nil {
+			return fmt.Errorf("list etcd members: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if g.json() {
+		return writeJSON(e.stdout, map[string]any{"members": toMemberJSON(ms)})
+	}
+	printMembers(e.stdout, ms)
+	return nil
+}
+
+func etcdHealthCommand(e *env, g *globals) *cli.Command {
+	return &cli.Command{
+		Name:  "health",
+		Usage: "check every member; exit 3 when any voter is unhealthy or there is no leader",
+		Description: `Example (the master of the local demo cluster):
   hamaster etcd health --endpoints https://127.0.65.2:2379 \
 ` + demoEtcdTLS,
-				Flags: etcdFlags(),
-				Action: func(c *cli.Context) error {
-					// Unreachable: a connection that failed as unavailable,
-					// or a listing that failed once connected.
-					var ms []etcdmember.Member
-					connected := false
-					err := withClient(c, func(ctx context.Context, cli *etcdmember.Client) (err error) {
-						connected = true
-						ms, err = cli.Members(ctx)
-						return err
-					})
-					if err != nil && (connected || errors.Is(err, errkind.Unavailable)) {
-						return errkind.Errorf(errkind.FailedPrecondition, "etcd unhealthy: unreachable: %w", err)
-					}
-					if err != nil {
-						return err
-					}
-					problems := healthProblems(ms)
-					if g.json() {
-						if err := writeJSON(e.stdout, map[string]any{"healthy": len(problems) == 0, "problems": nonNil(problems), "members": toMemberJSON(ms)}); err != nil {
-							return err
-						}
-					} else {
-						printMembers(e.stdout, ms)
-						if len(problems) == 0 {
-							fmt.Fprintln(e.stdout, "healthy: every voter answers and there is one leader")
-						}
-					}
-					if len(problems) > 0 {
-						return errkind.Errorf(errkind.FailedPrecondition, "etcd unhealthy: %s", strings.Join(problems, "; "))
-					}
-					return nil
-				},
-			},
-			{
-				Name:      "snapshot",
-				Usage:     "save a snapshot of the keyspace through the maintenance API",
-				ArgsUsage: " ",
-				Description: `Writes the snapshot atomically (mode 0600) and prints its size and sha256.
+		Flags:  etcdFlags(),
+		Action: func(c *cli.Context) error { return etcdHealth(c, e, g) },
+	}
+}
+
+// etcdHealth is the action of 'etcd health'.
+func etcdHealth(c *cli.Context, e *env, g *globals) error {
+	// Unreachable: a connection that failed as unavailable,
+	// or a listing that failed once connected.
+	var ms []etcdmember.Member
+	connected := false
+	err := withEtcdClient(c, e, g, func(ctx context.Context, client *etcdmember.Client) (err error) {
+		connected = true
+		ms, err = client.Members(ctx)
+		return err
+	})
+	if err != nil && (connected || errors.Is(err, errkind.Unavailable)) {
+		return errkind.Errorf(errkind.FailedPrecondition, "etcd unhealthy: unreachable: %w", err)
+	}
+	if err != nil {
+		return err
+	}
+	problems := healthProblems(ms)
+	if g.json() {
+		if err := writeJSON(e.stdout, map[string]any{"healthy": len(problems) == 0, "problems": nonNil(problems), "members": toMemberJSON(ms)}); err != nil {
+			return err
+		}
+	} else {
+		printMembers(e.stdout, ms)
+		if len(problems) == 0 {
+			fmt.Fprintln(e.stdout, "healthy: every voter answers and there is one leader")
+		}
+	}
+	if len(problems) > 0 {
+		return errkind.Errorf(errkind.FailedPrecondition, "etcd unhealthy: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func etcdSnapshotCommand(e *env, g *globals) *cli.Command {
+	return &cli.Command{
+		Name:      "snapshot",
+		Usage:     "save a snapshot of the keyspace through the maintenance API",
+		ArgsUsage: " ",
+		Description: `Writes the snapshot atomically (mode 0600) and prints its size and sha256.
 
 Example (the master of the local demo cluster):
   hamaster etcd snapshot --endpoints https://127.0.65.2:2379 --file backup.db \
 ` + demoEtcdTLS,
-				Flags: append(etcdFlags(), &cli.StringFlag{Name: "file", Usage: "`PATH` to write the snapshot to (required)"}),
-				Action: func(c *cli.Context) error {
-					return withClient(c, func(ctx context.Context, cli *etcdmember.Client) error {
-						path := c.String("file")
-						if path == "" {
-							return usageErr("--file: required: where to write the snapshot")
-						}
-						if st, err := os.Stat(path); err == nil && st.IsDir() {
-							return usageErr("--file: %s is a directory", path)
-						}
-						info, err := cli.SaveSnapshot(ctx, path)
-						if err != nil {
-							return fmt.Errorf("etcd snapshot: %w", err)
-						}
-						if g.json() {
-							return writeJSON(e.stdout, map[string]any{"path": path, "size": info.Size, "sha256": info.SHA256, "endpoint": info.Endpoint, "revision": info.Revision})
-						}
-						fmt.Fprintf(e.stdout, "snapshot saved: %s (%d bytes, sha256 %s, from %s)\n", path, info.Size, info.SHA256, info.Endpoint)
-						return nil
-					})
-				},
-			},
-		},
+		Flags:  append(etcdFlags(), &cli.StringFlag{Name: "file", Usage: "`PATH` to write the snapshot to (required)"}),
+		Action: func(c *cli.Context) error { return etcdSnapshot(c, e, g) },
 	}
+}
+
+// etcdSnapshot is the action of 'etcd snapshot'.
+func etcdSnapshot(c *cli.Context, e *env, g *globals) error {
+	return withEtcdClient(c, e, g, func(ctx context.Context, client *etcdmember.Client) error {
+		path := c.String("file")
+		if path == "" {
+			return usageErr("--file: required: where to write the snapshot")
+		}
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			return usageErr("--file: %s is a directory", path)
+		}
+		info, err := client.SaveSnapshot(ctx, path)
+		if err != nil {
+			return fmt.Errorf("etcd snapshot: %w", err)
+		}
+		if g.json() {
+			return writeJSON(e.stdout, map[string]any{"path": path, "size": info.Size, "sha256": info.SHA256, "endpoint": info.Endpoint, "revision": info.Revision})
+		}
+		fmt.Fprintf(e.stdout, "snapshot saved: %s (%d bytes, sha256 %s, from %s)\n", path, info.Size, info.SHA256, info.Endpoint)
+		return nil
+	})
 }
 
 func withTimeout(c *cli.Context) (context.Context, context.CancelFunc) {

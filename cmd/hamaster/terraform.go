@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/hamaster/hamaster/flavors"
 	flavorregistry "github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/tfexternal"
 	"github.com/hamaster/hamaster/workflows"
@@ -75,95 +76,31 @@ Example:
 // terraformRead does the whole read and returns the result document; it
 // writes nothing, so stdout stays empty on any error.
 func terraformRead(c *cli.Context, e *env, g *globals) ([]byte, error) {
-	if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
-		return nil, err
-	}
-	if c.Args().Len() > 0 {
-		return nil, fmt.Errorf("takes no arguments (got %q); the query is read from stdin", c.Args().Slice())
-	}
-	if c.Duration("timeout") <= 0 {
-		return nil, errors.New("--timeout must be positive")
-	}
-	stdin := e.stdin
-	if stdin == nil {
-		stdin = strings.NewReader("")
-	}
-	q, err := tfexternal.ParseQuery(stdin)
+	q, err := terraformQuery(c, e)
 	if err != nil {
 		return nil, err
 	}
-	cluster, provider, stateDir := g.cluster, g.provider, g.stateDir
-	if q.Cluster != "" {
-		if validClusterName(q.Cluster) != nil {
-			return nil, fmt.Errorf("query key cluster: %q is not a cluster name (1-40 lower-case letters, digits and inner dashes)", q.Cluster)
-		}
-		cluster = q.Cluster
-	}
-	if q.Provider != "" {
-		provider = q.Provider
-	}
-	if q.StateDir != "" {
-		stateDir = q.StateDir
-	}
-	if n := q.NextReplicaName; n != "" && validClusterName(n) != nil {
-		return nil, fmt.Errorf("query key next_replica_name: %q is not a replica name (1-40 lower-case letters, digits and inner dashes, as add-replica --name takes)", n)
-	}
-	reg := registry()
-	if !slices.Contains(reg.Names(), provider) {
-		if slices.Contains(knownProviders, provider) {
-			return nil, fmt.Errorf("provider %q is not available in this build yet (available: %s)", provider, strings.Join(reg.Names(), ", "))
-		}
-		return nil, fmt.Errorf("unknown provider %q (valid: %s)", provider, strings.Join(reg.Names(), ", "))
+	t, err := terraformTarget(g, q)
+	if err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
-	// The provider's settings as every command reads them (flags,
-	// HAMASTER_* variables, the config file), a query key of the same
-	// name winning; nothing may reach stdout but the result.
-	quiet := slog.New(slog.DiscardHandler)
-	s := g.settings(c)
-	s.Cluster, s.StateDir, s.Out, s.Logger = cluster, stateDir, io.Discard, quiet
-	maps.Copy(s.Options, q.Options)
-	if s.Flavor, err = namedFlavor(g.flavor, stateDir, cluster); err != nil {
-		return nil, err
-	}
-	p, master, err := flavorregistry.Bind(ctx, reg, provider, s)
+	d, err := terraformDeps(ctx, c, g, t, q)
 	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
-	d := &workflows.Deps{
-		Provider: p, Master: master, Cluster: cluster, StateDir: stateDir,
-		Sink: &workflows.JSONSink{W: io.Discard}, Logger: quiet, Out: io.Discard,
-		Holder: "terraform",
-	}
+	defer d.Provider.Close()
 	rep, err := workflows.Status(ctx, d)
 	if err != nil {
-		return nil, fmt.Errorf("read the state of cluster %s: %w", cluster, err)
+		return nil, fmt.Errorf("read the state of cluster %s: %w", t.cluster, err)
 	}
 	if ctx.Err() != nil {
-		// Parts read after the deadline are failures of our own making:
-		// report the timeout instead of a half-read state.
-		why := rep.MembersError
-		for _, r := range rep.Replicas {
-			if why == "" && r.Error != "" {
-				why = r.Name + ": " + r.Error
-			}
-		}
-		if why == "" {
-			why = ctx.Err().Error()
-		}
-		return nil, fmt.Errorf("cluster %s did not answer within --timeout %s (%s)", cluster, c.Duration("timeout"), why)
+		return nil, terraformTimeout(ctx, c, rep, t.cluster)
 	}
-	var caPEM []byte
-	if master.CarriesCertificates() {
-		// The masters' own CA (kubeadm's /etc/kubernetes/pki/ca.crt,
-		// kube-up's CA_CERT): hamaster keeps none for them.
-		if caPEM, err = master.MasterCA(ctx); err != nil {
-			return nil, fmt.Errorf("read the masters' CA certificate of cluster %s: %w", cluster, err)
-		}
-	} else if caPEM, err = os.ReadFile(filepath.Join(workflows.PKIDir(stateDir, cluster), "ca.crt")); err != nil {
-		return nil, fmt.Errorf("read the CA certificate of cluster %s: %w", cluster, err)
+	caPEM, err := terraformCA(ctx, d.Master, t)
+	if err != nil {
+		return nil, err
 	}
 	res, err := tfexternal.Result(rep, tfexternal.Inputs{CACertPEM: caPEM, NextReplicaName: q.NextReplicaName, NextReplicaAddress: q.NextReplicaAddress})
 	if err != nil {
@@ -174,4 +111,117 @@ func terraformRead(c *cli.Context, e *env, g *globals) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// terraformQuery checks the command line of terraform and reads the
+// query from stdin.
+func terraformQuery(c *cli.Context, e *env) (tfexternal.Query, error) {
+	if err := applyConfig(c, e, c.Command.Flags, false); err != nil {
+		return tfexternal.Query{}, err
+	}
+	if c.Args().Len() > 0 {
+		return tfexternal.Query{}, fmt.Errorf("takes no arguments (got %q); the query is read from stdin", c.Args().Slice())
+	}
+	if c.Duration("timeout") <= 0 {
+		return tfexternal.Query{}, errors.New("--timeout must be positive")
+	}
+	stdin := e.stdin
+	if stdin == nil {
+		stdin = strings.NewReader("")
+	}
+	return tfexternal.ParseQuery(stdin)
+}
+
+// tfTarget is the cluster a terraform query reads.
+type tfTarget struct {
+	cluster, provider, stateDir string
+}
+
+// terraformTarget is the query's cluster, provider and state dir, each
+// defaulting to --cluster, --provider and --state-dir, all checked.
+func terraformTarget(g *globals, q tfexternal.Query) (tfTarget, error) {
+	t := tfTarget{cluster: g.cluster, provider: g.provider, stateDir: g.stateDir}
+	if q.Cluster != "" {
+		if validClusterName(q.Cluster) != nil {
+			return t, fmt.Errorf("query key cluster: %q is not a cluster name (1-40 lower-case letters, digits and inner dashes)", q.Cluster)
+		}
+		t.cluster = q.Cluster
+	}
+	if q.Provider != "" {
+		t.provider = q.Provider
+	}
+	if q.StateDir != "" {
+		t.stateDir = q.StateDir
+	}
+	if n := q.NextReplicaName; n != "" && validClusterName(n) != nil {
+		return t, fmt.Errorf("query key next_replica_name: %q is not a replica name (1-40 lower-case letters, digits and inner dashes, as add-replica --name takes)", n)
+	}
+	return t, nil
+}
+
+// terraformDeps opens t's provider with its flavor bound and returns the
+// workflows' dependencies on it, every output discarded; the caller
+// closes d.Provider.
+func terraformDeps(ctx context.Context, c *cli.Context, g *globals, t tfTarget, q tfexternal.Query) (*workflows.Deps, error) {
+	reg := registry()
+	if !slices.Contains(reg.Names(), t.provider) {
+		if slices.Contains(knownProviders, t.provider) {
+			return nil, fmt.Errorf("provider %q is not available in this build yet (available: %s)", t.provider, strings.Join(reg.Names(), ", "))
+		}
+		return nil, fmt.Errorf("unknown provider %q (valid: %s)", t.provider, strings.Join(reg.Names(), ", "))
+	}
+	// The provider's settings as every command reads them (flags,
+	// HAMASTER_* variables, the config file), a query key of the same
+	// name winning; nothing may reach stdout but the result.
+	quiet := slog.New(slog.DiscardHandler)
+	s := g.settings(c)
+	s.Cluster, s.StateDir, s.Out, s.Logger = t.cluster, t.stateDir, io.Discard, quiet
+	maps.Copy(s.Options, q.Options)
+	var err error
+	if s.Flavor, err = namedFlavor(g.flavor, t.stateDir, t.cluster); err != nil {
+		return nil, err
+	}
+	p, master, err := flavorregistry.Bind(ctx, reg, t.provider, s)
+	if err != nil {
+		return nil, err
+	}
+	return &workflows.Deps{
+		Provider: p, Master: master, Cluster: t.cluster, StateDir: t.stateDir,
+		Sink: &workflows.JSONSink{W: io.Discard}, Logger: quiet, Out: io.Discard,
+		Holder: "terraform",
+	}, nil
+}
+
+// terraformTimeout is the error of a read that outlived --timeout: parts
+// read after the deadline are failures of our own making, so the timeout
+// is reported instead of a half-read state.
+func terraformTimeout(ctx context.Context, c *cli.Context, rep workflows.Report, cluster string) error {
+	why := rep.MembersError
+	for _, r := range rep.Replicas {
+		if why == "" && r.Error != "" {
+			why = r.Name + ": " + r.Error
+		}
+	}
+	if why == "" {
+		why = ctx.Err().Error()
+	}
+	return fmt.Errorf("cluster %s did not answer within --timeout %s (%s)", cluster, c.Duration("timeout"), why)
+}
+
+// terraformCA is the PEM of the CA whose digest the result carries.
+func terraformCA(ctx context.Context, master flavors.Flavor, t tfTarget) ([]byte, error) {
+	if master.CarriesCertificates() {
+		// The masters' own CA (kubeadm's /etc/kubernetes/pki/ca.crt,
+		// kube-up's CA_CERT): hamaster keeps none for them.
+		caPEM, err := master.MasterCA(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read the masters' CA certificate of cluster %s: %w", t.cluster, err)
+		}
+		return caPEM, nil
+	}
+	caPEM, err := os.ReadFile(filepath.Join(workflows.PKIDir(t.stateDir, t.cluster), "ca.crt"))
+	if err != nil {
+		return nil, fmt.Errorf("read the CA certificate of cluster %s: %w", t.cluster, err)
+	}
+	return caPEM, nil
 }

@@ -60,6 +60,12 @@ func nodeDrainFlags() []cli.Flag {
 	}
 }
 
+// drainingProviderFlags are the flags remove-replica and rolling-upgrade
+// share after their own: nodeDrainFlags, then the provider's.
+func drainingProviderFlags() []cli.Flag {
+	return append(nodeDrainFlags(), providerFlags(true)...)
+}
+
 // nodeDrain reads nodeDrainFlags.
 func nodeDrain(c *cli.Context) (workflows.NodeDrain, error) {
 	if err := positiveDuration(c, "drain-timeout"); err != nil {
