@@ -1,6 +1,10 @@
 package providers
 
-import "context"
+import (
+	"context"
+
+	"github.com/hamaster/hamaster/lb"
+)
 
 // Capabilities are a provider's optional interfaces, resolved once by
 // CapabilitiesOf when the provider is bound (to its flavor, to the
@@ -59,6 +63,16 @@ type Capabilities struct {
 	// workflows run it as their adopt step.
 	Adopter Adopter
 
+	// The load balancer's: capabilities of what p.LoadBalancer()
+	// returns, resolved by CapabilitiesOf (nil in OwnCapabilitiesOf's).
+
+	// LBCreateChecker tells, before anything changes, whether the first
+	// add's load balancer would give a reachable endpoint.
+	LBCreateChecker lb.CreateChecker
+	// LBPromotionNoter says what promoting the static IP to the load
+	// balancer costs its clients.
+	LBPromotionNoter lb.PromotionNoter
+
 	// Recovery: capabilities of the provider's Instances, resolved by
 	// CapabilitiesOf (nil in OwnCapabilitiesOf's).
 
@@ -71,8 +85,8 @@ type Capabilities struct {
 }
 
 // CapabilitiesOf resolves p's optional interfaces, and those of what
-// p.Instances() returns: with OwnCapabilitiesOf, the one place a
-// provider's type is asserted. The workflows' binding resolves it
+// p.Instances() and p.LoadBalancer() return: with OwnCapabilitiesOf, the
+// one place a provider's type is asserted. The workflows' binding resolves it
 // (workflows.Deps.ProviderCaps).
 func CapabilitiesOf(p Provider) Capabilities {
 	c := OwnCapabilitiesOf(p)
@@ -83,6 +97,9 @@ func CapabilitiesOf(p Provider) Capabilities {
 	c.ReplicaDiagnoser, _ = inst.(ReplicaDiagnoser)
 	c.Recoverer, _ = inst.(Recoverer)
 	c.Forgetter, _ = inst.(Forgetter)
+	l := p.LoadBalancer()
+	c.LBCreateChecker, _ = l.(lb.CreateChecker)
+	c.LBPromotionNoter, _ = l.(lb.PromotionNoter)
 	return c
 }
 

@@ -566,7 +566,7 @@ func verifyMember(ctx context.Context, d *Deps, cluster, replica string, want bo
 // the promotion costs clients of the static IP (lb.PromotionNoter).
 func promotePlan(d *Deps) []string {
 	plan := []string{"first add only: staticIP.Detach", "loadBalancer.Create(static IP, [replica that held it]) with /readyz health checks", "wait until the LB reports it healthy"}
-	if n, ok := d.Provider.LoadBalancer().(lb.PromotionNoter); ok {
+	if n := d.ProviderCaps().LBPromotionNoter; n != nil {
 		if note := n.PromotionNote(); note != "" {
 			plan = append(plan, "outage: "+note)
 		}
@@ -580,8 +580,8 @@ func promotePlan(d *Deps) []string {
 // are the master cloned and the replica being added (its address not
 // known yet); once the load balancer exists there is nothing to check.
 func checkFirstLB(ctx context.Context, d *Deps, rs []providers.Replica, source, adding string) error {
-	cc, ok := d.Provider.LoadBalancer().(lb.CreateChecker)
-	if !ok {
+	cc := d.ProviderCaps().LBCreateChecker
+	if cc == nil {
 		return nil
 	}
 	if _, err := d.Provider.LoadBalancer().Get(ctx); !errors.Is(err, errkind.NotFound) {

@@ -2,11 +2,7 @@ package awstest
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"net/http"
 	"net/url"
-	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	elb "github.com/aws/aws-sdk-go-v2/service/elasticloadbalancingv2"
@@ -66,25 +62,8 @@ const (
 	KMSKey             = "arn:aws:kms:us-east-1:123456789012:key/0f7e6c1a-hamaster-test"
 )
 
-// createInstanceProfile creates an IAM instance profile in moto with one
-// query-protocol call (the module has no IAM client; moto routes by the
-// credential scope's service and does not check signatures).
+// createInstanceProfile creates an IAM instance profile in moto (the
+// module has no IAM client).
 func createInstanceProfile(ctx context.Context, motoURL, name string) error {
-	form := url.Values{"Action": {"CreateInstanceProfile"}, "Version": {"2010-05-08"}, "InstanceProfileName": {name}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, motoURL+"/", strings.NewReader(form.Encode()))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/iam/aws4_request, SignedHeaders=host, Signature=0")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("%s: %s", resp.Status, b)
-	}
-	return nil
+	return motoQuery(ctx, motoURL, "iam", url.Values{"Action": {"CreateInstanceProfile"}, "Version": {"2010-05-08"}, "InstanceProfileName": {name}})
 }

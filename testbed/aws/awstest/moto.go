@@ -15,15 +15,12 @@ package awstest
 import (
 	"context"
 	"fmt"
-	"net"
+	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,46 +30,19 @@ import (
 
 // Moto is a running moto_server.
 type Moto struct {
-	URL string // the one-at-a-time front (serialize), never moto_server itself
-}
-
-// serialize is the front every client of the test's moto_server goes
-// through: one request at a time. moto_server serves each request on a
-// thread of its own (moto/server.py: run_simple(..., threaded=True)), but
-// moto 5.2.1's response serializer is not safe across threads: a
-// RunInstances whose instance moto had already made (its private IP
-// claimed) failed to serialize with "RuntimeError: dictionary changed
-// size during iteration" (moto/core/serialize.py, AttributePicker's
-// response_transformers) while another request serialized, and so
-// answered 500; every retry then failed with moto's "IP already in use"
-// (subnets.py request_ip: a bare Exception, another 500), and the test
-// bed's start-master failed after the SDK's 10 attempts. EC2 answers
-// concurrent calls; one at a time is what makes moto answer them right.
-func serialize(t testing.TB, target string) string {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	var mu sync.Mutex
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		rp.ServeHTTP(w, r)
-	}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv.URL
+	URL string
 }
 
 // StartMoto starts moto_server on a free loopback port and stops it when
-// the test ends. Without moto_server on $PATH the test fails in CI
+// the test ends. Before any client calls it, it makes moto's first
+// DescribeKeyPairs: moto 5.2.1's DescribeKeyPairs adds an entry to a map
+// shared by every EC2 response (EC2BaseResponse's
+// RESPONSE_KEY_PATH_TO_TRANSFORMER, through _exclude_from_response) that
+// each EC2 response iterates while it serializes, on a thread of its own;
+// a first DescribeKeyPairs beside a RunInstances failed the RunInstances'
+// response with "RuntimeError: dictionary changed size during iteration"
+// (a 500) after moto had made the instance, and each retry then failed
+// with moto's "IP already in use". Later calls only replace the entry. Without moto_server on $PATH the test fails in CI
 // (CI=true: .ci/run requires it) and is skipped elsewhere, with the
 // install command either way.
 func StartMoto(t testing.TB) *Moto {
@@ -118,16 +88,19 @@ func StartMoto(t testing.TB) *Moto {
 			t.Logf("moto_server log: %s", logf.Name())
 		}
 	})
-	direct := fmt.Sprintf("http://127.0.0.1:%d", port)
+	m := &Moto{URL: fmt.Sprintf("http://127.0.0.1:%d", port)}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, direct+"/moto-api/", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, m.URL+"/moto-api/", nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
-			return &Moto{URL: serialize(t, direct)}
+			if err := motoQuery(ctx, m.URL, "ec2", url.Values{"Action": {"DescribeKeyPairs"}, "Version": {"2016-11-15"}}); err != nil {
+				t.Fatalf("moto_server: the first DescribeKeyPairs: %v", err)
+			}
+			return m
 		}
 		select {
 		case <-exited:
@@ -138,4 +111,26 @@ func StartMoto(t testing.TB) *Moto {
 		case <-tick.C:
 		}
 	}
+}
+
+// motoQuery makes one query-protocol call of service to moto at motoURL
+// (moto routes by the credential scope's service and does not check
+// signatures), for calls the test beds make without an SDK client.
+func motoQuery(ctx context.Context, motoURL, service string, form url.Values) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, motoURL+"/", strings.NewReader(form.Encode()))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=testing/20260101/"+Region+"/"+service+"/aws4_request, SignedHeaders=host, Signature=0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s %s: %s: %s", service, form.Get("Action"), resp.Status, b)
+	}
+	return nil
 }
