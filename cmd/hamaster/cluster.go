@@ -16,6 +16,7 @@ import (
 
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
+	hamasterflavor "github.com/hamaster/hamaster/flavors/hamaster"
 	flavorregistry "github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers"
 	awsp "github.com/hamaster/hamaster/providers/aws"
@@ -359,7 +360,8 @@ Example:
 						o := local.UpOptions{Version: c.String("version"), ExtraArgs: c.StringSlice("extra-args"), Env: map[string]string{
 							"ETCD_HEARTBEAT_MS": fmt.Sprint(c.Int("etcd-heartbeat-ms")),
 							"ETCD_ELECTION_MS":  fmt.Sprint(c.Int("etcd-election-ms")),
-						}, ControlPlane: c.String("control-plane"), KubeAPIServerDir: c.String("kube-apiserver-dir"), Addresses: c.String("addresses")}
+						}, ControlPlane: c.String("control-plane"), KubeAPIServerDir: c.String("kube-apiserver-dir"), Addresses: c.String("addresses"),
+							Certificates: hamasterflavor.ReplicaFiles} // the local provider's masters are in hamaster's own format
 						if cp := o.ControlPlane; cp != "" && cp != "standin" && cp != "real" {
 							return usageErr("--control-plane %q: want standin or real", cp)
 						}

@@ -156,7 +156,7 @@ func terraformRead(c *cli.Context, e *env, g *globals) ([]byte, error) {
 		return nil, fmt.Errorf("cluster %s did not answer within --timeout %s (%s)", cluster, c.Duration("timeout"), why)
 	}
 	var caPEM []byte
-	if master.CarriesCertificates() {
+	if d.FlavorCaps().ReplicaCertIssuer == nil {
 		// The masters' own CA (kubeadm's /etc/kubernetes/pki/ca.crt,
 		// kube-up's CA_CERT): hamaster keeps none for them.
 		if caPEM, err = master.MasterCA(ctx); err != nil {
