@@ -16,6 +16,7 @@ import (
 
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
+	"github.com/hamaster/hamaster/flavors"
 	hamasterflavor "github.com/hamaster/hamaster/flavors/hamaster"
 	flavorregistry "github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers"
@@ -375,6 +376,11 @@ Example:
 						}
 						p, err := local.Up(ctx, g.settings(c), o, func(s string) { fmt.Fprintln(e.stderr, s) })
 						if err != nil {
+							return fmt.Errorf("local up %s: %w", g.cluster, err)
+						}
+						// Its masters are hamaster's own: the readiness probe
+						// trusts the CA that flavor issues from.
+						if g.master, err = flavorregistry.Open(flavors.Hamaster, p, g.logger); err != nil {
 							return fmt.Errorf("local up %s: %w", g.cluster, err)
 						}
 						d := g.deps(c, e, p)
