@@ -13,6 +13,11 @@ import (
 // defaultClusterDomain is the cluster DNS domain when none is given.
 const defaultClusterDomain = "cluster.local"
 
+// DefaultServiceCIDR is kube-up's SERVICE_CLUSTER_IP_RANGE: its first
+// address, 10.0.0.1, is the in-cluster "kubernetes" service that every
+// apiserver certificate hamaster issues covers.
+const DefaultServiceCIDR = "10.0.0.0/16"
+
 // APIServerSANs describes who an apiserver serving certificate must be
 // valid for. Empty strings, in a field or a list, are skipped.
 type APIServerSANs struct {

@@ -34,6 +34,10 @@ type Capabilities struct {
 	// (FlagUpgraderOf resolves it on an Upgrader derived from the
 	// flavor).
 	FlagUpgrader FlagUpgrader
+	// ReplicaCertIssuer issues the masters' certificates from the
+	// cluster CA in the state directory (nil: the masters carry their
+	// own, MasterCA).
+	ReplicaCertIssuer ReplicaCertIssuer
 	// CertRenewer renews the masters' certificates.
 	CertRenewer CertRenewer
 	// ClientIssuer issues a person's client certificate on a master.
@@ -61,6 +65,7 @@ func CapabilitiesOf(f Flavor) Capabilities {
 	c.PinFinder, _ = f.(PinFinder)
 	c.Upgrader, _ = f.(Upgrader)
 	c.FlagUpgrader, _ = f.(FlagUpgrader)
+	c.ReplicaCertIssuer, _ = f.(ReplicaCertIssuer)
 	c.CertRenewer, _ = f.(CertRenewer)
 	c.ClientIssuer, _ = f.(ClientIssuer)
 	c.Viewer, _ = f.(Viewer)

@@ -25,6 +25,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -70,19 +71,17 @@ type Flavor interface {
 	// CloneTemplate builds the template of a new master named replica, at
 	// address, from src (a running master's): members are each cluster's
 	// current members (the new one's learner may be among them, without a
-	// name yet) and files the certificates hamaster issued for it, which
-	// a flavor whose masters carry their own ignores.
+	// name yet) and files the certificates the flavor's ReplicaCertIssuer
+	// issued for it, nil for a flavor without one (its masters carry
+	// their own).
 	CloneTemplate(ctx context.Context, src providers.Template, replica, address string, members map[string][]etcdmember.Member, files map[string][]byte) (providers.Template, error)
 
-	// CarriesCertificates reports whether the masters carry certificates
-	// made by the tool that built them: hamaster then issues none for
-	// them (CloneTemplate gives a new master its own), rotates none, and
-	// trusts MasterCA when it probes them. Otherwise hamaster issues them
-	// from the cluster CA in its state directory.
-	CarriesCertificates() bool
 	// MasterCA is the PEM of the CA the masters' apiserver serving
-	// certificates chain to, as the masters carry it; called only when
-	// CarriesCertificates.
+	// certificates chain to, as the masters carry it; called only for a
+	// flavor without ReplicaCertIssuer (whose masters carry the
+	// certificates made by the tool that built them: hamaster issues
+	// none for them, rotates none, and trusts MasterCA when it probes
+	// them).
 	MasterCA(ctx context.Context) ([]byte, error)
 	// APIServerPort is the port the masters' apiservers serve on: the
 	// provider's load balancer, health checks and firewall rules use it
@@ -144,8 +143,24 @@ type NodeDrainer interface {
 	Uncordon(ctx context.Context, replica providers.Replica) error
 }
 
+// ReplicaCertIssuer is implemented by flavors whose masters' certificates
+// hamaster issues from the cluster CA in its state directory (hamaster's
+// own format): add-replica issues a new master's with it (CloneTemplate
+// puts them in its template), rotate-certs reissues them, and the probes
+// trust that CA. A flavor without it has masters that carry certificates
+// made by the tool that built them (MasterCA).
+type ReplicaCertIssuer interface {
+	// IssueReplicaCertificates issues the certificates of the master
+	// named name at address from ca: the files of its template
+	// (providers.Template.Files, by base name), the CA's certificate
+	// among them. Its apiserver serving certificate names sans (the
+	// cluster-wide names: static IP, DNS names, service range) and the
+	// master's own name and address. No I/O.
+	IssueReplicaCertificates(ca *certs.CA, name, address string, sans certs.APIServerSANs) (map[string][]byte, error)
+}
+
 // ClientIssuer is implemented by flavors whose masters carry the
-// cluster CA (CarriesCertificates) and whose tool issues a person's
+// cluster CA (no ReplicaCertIssuer) and whose tool issues a person's
 // client certificate on a master, so that the CA key never leaves the
 // masters (kubeadm: `kubeadm kubeconfig user`): hamaster kubeconfig
 // uses it. Read-only: nothing in the cluster changes.

@@ -387,7 +387,8 @@ func replicaFiles(ctx context.Context, d *Deps, name, address, dnsName string) (
 	if address == "" {
 		return nil, errors.New("no address reserved")
 	}
-	if !d.issuesCertificates() {
+	issuer := d.FlavorCaps().ReplicaCertIssuer
+	if issuer == nil {
 		return nil, nil // the new master gets its own from CloneTemplate
 	}
 	ca, err := d.CA()
@@ -412,9 +413,9 @@ func replicaFiles(ctx context.Context, d *Deps, name, address, dnsName string) (
 			}
 		}
 	}
-	files, err := providers.ReplicaFiles(ca, name, address, shared)
+	files, err := issuer.IssueReplicaCertificates(ca, name, address, shared)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("issue the certificates of %s: %w", name, err)
 	}
 	for f, b := range files {
 		if err := fsutil.WriteFileAtomic(filepath.Join(dir, f), b, 0o600); err != nil {

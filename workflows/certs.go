@@ -9,10 +9,6 @@ import (
 	"github.com/hamaster/hamaster/providers"
 )
 
-// DefaultServiceCIDR is the service range whose first address every
-// apiserver certificate covers (kube-up's default).
-const DefaultServiceCIDR = providers.DefaultServiceCIDR
-
 // CertRenewWindow is how close to expiry a certificate is marked by status
 // and renewed by rotate-certs by default.
 const CertRenewWindow = 30 * 24 * time.Hour
@@ -25,7 +21,7 @@ func clusterSANs(ctx context.Context, d *Deps, extraDNS string) (certs.APIServer
 	if err != nil {
 		return certs.APIServerSANs{}, err
 	}
-	s := certs.APIServerSANs{StaticIP: ip, ServiceCIDR: DefaultServiceCIDR}
+	s := certs.APIServerSANs{StaticIP: ip, ServiceCIDR: certs.DefaultServiceCIDR}
 	ep, err := LoadEndpoint(d.StateDir, d.Cluster)
 	if err != nil {
 		return s, err

@@ -139,7 +139,7 @@ const trustPoolTimeout = 2 * time.Minute
 // state dir. Called with d.mu held.
 func (d *Deps) trustPool(ctx context.Context) (*x509.CertPool, error) {
 	f := d.Flavor()
-	if !f.CarriesCertificates() {
+	if d.FlavorCaps().ReplicaCertIssuer != nil { // hamaster issued them
 		ca, err := d.loadCA()
 		if err != nil {
 			return nil, err
@@ -156,10 +156,6 @@ func (d *Deps) trustPool(ctx context.Context) (*x509.CertPool, error) {
 	}
 	return pool, nil
 }
-
-// issuesCertificates reports whether hamaster issues the replicas'
-// certificates (not when the masters carry their own).
-func (d *Deps) issuesCertificates() bool { return !d.Flavor().CarriesCertificates() }
 
 // Probe GETs base+path and returns the body of a 200, or an error with
 // the status and body.

@@ -18,9 +18,8 @@ type slowCAFlavor struct {
 	pem            []byte
 }
 
-func (f *slowCAFlavor) Name() string              { return "slow-ca" }
-func (f *slowCAFlavor) CarriesCertificates() bool { return true }
-func (f *slowCAFlavor) APIServerName() string     { return "kubernetes" }
+func (f *slowCAFlavor) Name() string          { return "slow-ca" }
+func (f *slowCAFlavor) APIServerName() string { return "kubernetes" }
 func (f *slowCAFlavor) MasterCA(ctx context.Context) ([]byte, error) {
 	select {
 	case <-time.After(f.login):

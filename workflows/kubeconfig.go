@@ -64,9 +64,12 @@ type IssuedKubeconfig struct {
 // cluster changes. For hamaster's own masters the certificate is signed
 // here by the cluster CA in the state directory and its key exists only
 // in the returned bytes; for masters that carry their own CA
-// (Flavor.CarriesCertificates) the flavor's tool issues it on a running
+// (no flavors.ReplicaCertIssuer) the flavor's tool issues it on a running
 // master (flavors.ClientIssuer), so the CA key never leaves the masters.
 func Kubeconfig(ctx context.Context, d *Deps, p KubeconfigParams) (IssuedKubeconfig, error) {
+	if err := d.checkBound(); err != nil {
+		return IssuedKubeconfig{}, err
+	}
 	if p.User == "" {
 		return IssuedKubeconfig{}, errkind.Errorf(errkind.InvalidArgument, "--user: empty; want the certificate's CN, e.g. hamaster-admin")
 	}
@@ -76,8 +79,8 @@ func Kubeconfig(ctx context.Context, d *Deps, p KubeconfigParams) (IssuedKubecon
 	if p.Validity == 0 {
 		p.Validity = MaxClientValidity
 	}
-	if f := d.Flavor(); f.CarriesCertificates() {
-		return mastersKubeconfig(ctx, d, f, p)
+	if d.FlavorCaps().ReplicaCertIssuer == nil {
+		return mastersKubeconfig(ctx, d, d.Flavor(), p)
 	}
 	ca, err := d.CA()
 	if err != nil {

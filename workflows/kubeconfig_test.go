@@ -75,17 +75,19 @@ func TestRenderKubeconfig(t *testing.T) {
 }
 
 // ownCAFlavor is hamaster's own masters: the CA is in the state
-// directory.
+// directory (a flavors.ReplicaCertIssuer).
 type ownCAFlavor struct{ flavors.Flavor }
 
-func (ownCAFlavor) Name() string              { return "hamaster" }
-func (ownCAFlavor) CarriesCertificates() bool { return false }
+func (ownCAFlavor) Name() string { return "hamaster" }
+func (ownCAFlavor) IssueReplicaCertificates(*certs.CA, string, string, certs.APIServerSANs) (map[string][]byte, error) {
+	return nil, errors.New("ownCAFlavor issues no replica certificates")
+}
 
-// carryingFlavor's masters carry their own CA and no ClientIssuer.
+// carryingFlavor's masters carry their own CA (no ReplicaCertIssuer)
+// and no ClientIssuer.
 type carryingFlavor struct{ flavors.Flavor }
 
-func (carryingFlavor) Name() string              { return "kubeup" }
-func (carryingFlavor) CarriesCertificates() bool { return true }
+func (carryingFlavor) Name() string { return "kubeup" }
 
 // issuingFlavor issues on its "master-1" with ca, recording the request.
 type issuingFlavor struct {

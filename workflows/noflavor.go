@@ -37,7 +37,6 @@ func (noFlavor) EtcdCluster(context.Context, string, ...string) (*etcdmember.Cli
 func (noFlavor) CloneTemplate(context.Context, providers.Template, string, string, map[string][]etcdmember.Member, map[string][]byte) (providers.Template, error) {
 	return providers.Template{}, ErrNoFlavor
 }
-func (noFlavor) CarriesCertificates() bool                  { return false }
 func (noFlavor) MasterCA(context.Context) ([]byte, error)   { return nil, ErrNoFlavor }
 func (noFlavor) APIServerPort() int                         { return 0 }
 func (noFlavor) APIServerName() string                      { return "" }

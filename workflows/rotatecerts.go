@@ -40,8 +40,9 @@ func RotateCerts(d *Deps, p RotateParams, replicas []string) *Workflow {
 	wf := &Workflow{Name: "rotate-certs", Params: map[string]string{"expiring-within": p.Within.String()}}
 	renewer := d.FlavorCaps().CertRenewer
 	renews := renewer != nil
+	issuer := d.FlavorCaps().ReplicaCertIssuer
 	wf.Check = func(context.Context) error {
-		if !d.issuesCertificates() && !renews {
+		if issuer == nil && !renews {
 			return errkind.Errorf(errkind.FailedPrecondition, "the %s provider's masters carry the certificates kube-up made (kube-env and kube-master-certs metadata), which hamaster does not issue or rotate; renew them with the tool that built the cluster", d.Provider.Name())
 		}
 		return nil
@@ -62,7 +63,7 @@ func RotateCerts(d *Deps, p RotateParams, replicas []string) *Workflow {
 		wf.Steps = append(wf.Steps, Step{
 			Name: "rotate/" + name,
 			Plan: []string{"skip if its certificate covers every SAN and is not expiring", "drain from the LB; move etcd leadership away inside the drain grace", "reissue its certificates, instances.Recreate with them", "health gate (rollback to last known good on failure)", "back in the LB"},
-			Run:  func(ctx context.Context, r *Run) error { return rotateOne(ctx, d, r, p, name) },
+			Run:  func(ctx context.Context, r *Run) error { return rotateOne(ctx, d, r, p, issuer, name) },
 		})
 	}
 	return wf
@@ -181,7 +182,7 @@ func takeOutForRotation(ctx context.Context, d *Deps, r *Run, p RotateParams, na
 	return drainMovingLeader(ctx, d, r, name, p.DrainGrace, func() error { return rotateDrainedKey(name).Mark(r) })
 }
 
-func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string) error {
+func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, issuer flavors.ReplicaCertIssuer, name string) error {
 	inst := d.Provider.Instances()
 	rep, err := inst.Get(ctx, name)
 	if errors.Is(err, errkind.NotFound) {
@@ -221,9 +222,9 @@ func rotateOne(ctx context.Context, d *Deps, r *Run, p RotateParams, name string
 	if err != nil {
 		return err
 	}
-	files, err := providers.ReplicaFiles(ca, name, rep.Address, want)
+	files, err := issuer.IssueReplicaCertificates(ca, name, rep.Address, want)
 	if err != nil {
-		return err
+		return fmt.Errorf("reissue the certificates of %s: %w", name, err)
 	}
 	tmpl := rep.Template.Clone()
 	for f, b := range files {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hamaster/hamaster/certs"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/flavors"
 	"github.com/hamaster/hamaster/flavors/registry"
@@ -35,6 +36,16 @@ type inPlaceState struct {
 }
 
 var _ flavors.FlagUpgrader = inPlace{}
+
+// IssueReplicaCertificates is the wrapped flavor's (hamaster's own
+// masters: their certificates stay hamaster's to issue).
+func (f inPlace) IssueReplicaCertificates(ca *certs.CA, name, address string, sans certs.APIServerSANs) (map[string][]byte, error) {
+	issuer := flavors.CapabilitiesOf(f.Flavor).ReplicaCertIssuer
+	if issuer == nil {
+		return nil, fmt.Errorf("the %s flavor issues no replica certificates", f.Flavor.Name())
+	}
+	return issuer.IssueReplicaCertificates(ca, name, address, sans)
+}
 
 func (f inPlace) record(c string) {
 	f.st.mu.Lock()

@@ -35,7 +35,7 @@ func TestContractTables(t *testing.T) {
 		(*providers.Adopter)(nil),
 		(*flavors.Flavor)(nil), (*flavors.Joiner)(nil), (*flavors.NodeDrainer)(nil), (*flavors.EndpointMover)(nil), (*flavors.PinFinder)(nil),
 		(*flavors.Upgrader)(nil), (*flavors.FlagUpgrader)(nil), (*flavors.CertRenewer)(nil), (*flavors.ClientIssuer)(nil),
-		(*flavors.Viewer)(nil), (*flavors.APIServerStopper)(nil), (*flavors.Recoverer)(nil),
+		(*flavors.ReplicaCertIssuer)(nil), (*flavors.Viewer)(nil), (*flavors.APIServerStopper)(nil), (*flavors.Recoverer)(nil),
 	} {
 		it := reflect.TypeOf(p).Elem()
 		ifaces[it.String()] = it

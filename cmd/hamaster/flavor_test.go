@@ -101,7 +101,7 @@ func TestBindFlavorFindsKubeadmsMasters(t *testing.T) {
 	if err != nil || f.Name() != "kubeadm" {
 		t.Fatalf("no record, no --flavor, kubeadm's hosts: %v, %v; want kubeadm", f, err)
 	}
-	if _, ok := f.(flavors.ClientIssuer); !ok || !f.CarriesCertificates() {
+	if _, ok := f.(flavors.ClientIssuer); !ok || flavors.CapabilitiesOf(f).ReplicaCertIssuer != nil {
 		t.Errorf("the kubeadm flavor: no ClientIssuer (kubeconfig would look for hamaster's own CA)")
 	}
 	recordFlavor(t, state, "lab", "kubeadm")

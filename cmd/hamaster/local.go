@@ -9,6 +9,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/hamaster/hamaster/dataplane/nodeapi"
+	"github.com/hamaster/hamaster/flavors"
+	hamasterflavor "github.com/hamaster/hamaster/flavors/hamaster"
+	flavorregistry "github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/providers/local"
 )
 
@@ -98,6 +101,11 @@ func localUp(c *cli.Context, e *env, g *globals) error {
 	if err != nil {
 		return fmt.Errorf("local up %s: %w", g.cluster, err)
 	}
+	// Its masters are hamaster's own: the readiness probe trusts the CA
+	// that flavor issues from.
+	if g.master, err = flavorregistry.Open(flavors.Hamaster, p, g.logger); err != nil {
+		return fmt.Errorf("local up %s: %w", g.cluster, err)
+	}
 	d := g.deps(c, e, p)
 	ip := p.Info().StaticIP
 	if err := waitReady(ctx, d, ip); err != nil {
@@ -138,7 +146,8 @@ func localUpOptions(c *cli.Context) (local.UpOptions, error) {
 	o := local.UpOptions{Version: c.String("version"), ExtraArgs: c.StringSlice("extra-args"), Env: map[string]string{
 		"ETCD_HEARTBEAT_MS": fmt.Sprint(c.Int("etcd-heartbeat-ms")),
 		"ETCD_ELECTION_MS":  fmt.Sprint(c.Int("etcd-election-ms")),
-	}, ControlPlane: c.String("control-plane"), KubeAPIServerDir: c.String("kube-apiserver-dir"), Addresses: c.String("addresses")}
+	}, ControlPlane: c.String("control-plane"), KubeAPIServerDir: c.String("kube-apiserver-dir"), Addresses: c.String("addresses"),
+		Certificates: hamasterflavor.ReplicaFiles} // the local provider's masters are in hamaster's own format
 	if cp := o.ControlPlane; cp != "" && cp != "standin" && cp != "real" {
 		return o, usageErr("--control-plane %q: want standin or real", cp)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/hamaster/hamaster/flavors"
 	flavorregistry "github.com/hamaster/hamaster/flavors/registry"
 	"github.com/hamaster/hamaster/tfexternal"
 	"github.com/hamaster/hamaster/workflows"
@@ -98,7 +97,7 @@ func terraformRead(c *cli.Context, e *env, g *globals) ([]byte, error) {
 	if ctx.Err() != nil {
 		return nil, terraformTimeout(ctx, c, rep, t.cluster)
 	}
-	caPEM, err := terraformCA(ctx, d.Master, t)
+	caPEM, err := terraformCA(ctx, d, t)
 	if err != nil {
 		return nil, err
 	}
@@ -209,11 +208,11 @@ func terraformTimeout(ctx context.Context, c *cli.Context, rep workflows.Report,
 }
 
 // terraformCA is the PEM of the CA whose digest the result carries.
-func terraformCA(ctx context.Context, master flavors.Flavor, t tfTarget) ([]byte, error) {
-	if master.CarriesCertificates() {
+func terraformCA(ctx context.Context, d *workflows.Deps, t tfTarget) ([]byte, error) {
+	if d.FlavorCaps().ReplicaCertIssuer == nil {
 		// The masters' own CA (kubeadm's /etc/kubernetes/pki/ca.crt,
 		// kube-up's CA_CERT): hamaster keeps none for them.
-		caPEM, err := master.MasterCA(ctx)
+		caPEM, err := d.Flavor().MasterCA(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("read the masters' CA certificate of cluster %s: %w", t.cluster, err)
 		}

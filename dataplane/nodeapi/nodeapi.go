@@ -148,7 +148,7 @@ func DefaultKubeAPIServerDir() (string, error) {
 }
 
 // DefaultServiceClusterIPRange is SERVICE_CLUSTER_IP_RANGE left empty
-// (kube-up's; providers.DefaultServiceCIDR, which the certificates use).
+// (kube-up's; certs.DefaultServiceCIDR, which the certificates use).
 const DefaultServiceClusterIPRange = "10.0.0.0/16"
 
 // Initial cluster states.

@@ -165,7 +165,7 @@ func Run(t *testing.T, h Harness) {
 	})
 	t.Run("the apiserver's certificate verifies for APIServerName", func(t *testing.T) {
 		pool := h.ClusterCA
-		if f.CarriesCertificates() {
+		if flavors.CapabilitiesOf(f).ReplicaCertIssuer == nil { // the masters carry their own
 			pemBytes, err := f.MasterCA(ctx(t))
 			if err != nil {
 				t.Fatalf("MasterCA: %v", err)

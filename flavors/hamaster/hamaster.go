@@ -2,7 +2,8 @@
 // provider's, and AWS masters in hamaster's user-data format): one etcd
 // cluster whose members are named after their replicas with peer URLs on
 // the replicas' addresses, certificates issued by hamaster from the
-// cluster CA in the state directory, the apiserver version in
+// cluster CA in the state directory (ReplicaFiles: the flavor is a
+// flavors.ReplicaCertIssuer), the apiserver version in
 // KUBE_VERSION (nothing to download), etcd reached by the provider's own
 // way in (providers.EtcdReacher).
 package hamaster
@@ -11,6 +12,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/errkind"
 	"github.com/hamaster/hamaster/etcdmember"
 	"github.com/hamaster/hamaster/flavors"
@@ -30,7 +32,10 @@ type Flavor struct {
 // Format implements flavors.Flavor.
 func (f *Flavor) Format() providers.Format { return f.format }
 
-var _ flavors.Flavor = (*Flavor)(nil)
+var (
+	_ flavors.Flavor            = (*Flavor)(nil)
+	_ flavors.ReplicaCertIssuer = (*Flavor)(nil)
+)
 
 // New binds the flavor to p, which must reach its masters' etcd
 // (providers.EtcdReacher).
@@ -85,17 +90,15 @@ func (f *Flavor) CloneTemplate(_ context.Context, src providers.Template, replic
 	}
 	name, peer := f.EtcdMember(flavors.EtcdMain, replica, address)
 	peers[name] = peer
-	t.Env[providers.EnvInitialEtcdCluster] = providers.InitialCluster(peers)
-	t.Env[providers.EnvEtcdInitialClusterState] = "existing"
+	t.Env[nodeapi.KeyInitialEtcdCluster] = providers.InitialCluster(peers)
+	t.Env[nodeapi.KeyEtcdInitialClusterState] = "existing"
 	t.Files = files
 	return t, nil
 }
 
-// CarriesCertificates implements flavors.Flavor: hamaster issues them.
-func (*Flavor) CarriesCertificates() bool { return false }
-
-// MasterCA implements flavors.Flavor: never called (hamaster's masters
-// chain to the cluster CA in the state directory).
+// MasterCA implements flavors.Flavor: never called (the flavor is a
+// flavors.ReplicaCertIssuer: hamaster's masters chain to the cluster CA
+// in the state directory).
 func (*Flavor) MasterCA(context.Context) ([]byte, error) {
 	return nil, errkind.Errorf(errkind.FailedPrecondition, "hamaster's masters carry no CA of their own: their certificates chain to the cluster CA in the state directory")
 }

@@ -332,12 +332,9 @@ func (*Flavor) CloneTemplate(_ context.Context, src providers.Template, _, _ str
 	return t, nil
 }
 
-// CarriesCertificates implements flavors.Flavor: kubeadm's CA under
-// /etc/kubernetes/pki signs every master's certificates.
-func (*Flavor) CarriesCertificates() bool { return true }
-
 // MasterCA implements flavors.Flavor: /etc/kubernetes/pki/ca.crt of a
-// running master.
+// running master (kubeadm's CA under /etc/kubernetes/pki signs every
+// master's certificates: the flavor is no flavors.ReplicaCertIssuer).
 func (f *Flavor) MasterCA(ctx context.Context) ([]byte, error) {
 	rs, err := f.running(ctx)
 	if err != nil {

@@ -371,12 +371,10 @@ func (f *Flavor) CloneTemplate(_ context.Context, src providers.Template, replic
 	return t, nil
 }
 
-// CarriesCertificates implements flavors.Flavor: kube-up made them.
-func (*Flavor) CarriesCertificates() bool { return true }
-
 // MasterCA implements flavors.Flavor: kube-env's CA_CERT (base64 PEM;
 // util.sh build-linux-kube-env), the CA of every master's apiserver
-// certificate (MASTER_CERT).
+// certificate (MASTER_CERT): kube-up made them, so the flavor is no
+// flavors.ReplicaCertIssuer.
 func (f *Flavor) MasterCA(ctx context.Context) ([]byte, error) {
 	rs, err := f.p.Instances().List(ctx)
 	if err != nil {

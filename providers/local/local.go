@@ -163,6 +163,11 @@ type UpOptions struct {
 	// first up; "" is benchmark for a real control plane, loopback for
 	// the stand-in.
 	Addresses string
+	// Certificates issues master-0's certificates from the cluster CA, as
+	// the files of its template: its flavor's (hamaster's own format,
+	// flavors/hamaster.ReplicaFiles), which the command wiring gives, for
+	// no provider imports a flavor. Required.
+	Certificates func(ca *certs.CA, name, address string, sans certs.APIServerSANs) (map[string][]byte, error)
 }
 
 // checkAddresses validates o.Addresses before anything changes.
@@ -242,6 +247,9 @@ func Up(ctx context.Context, s providers.Settings, o UpOptions, progress func(st
 	if err := o.checkAddresses(); err != nil {
 		return nil, err
 	}
+	if o.Certificates == nil {
+		return nil, fmt.Errorf("local up of cluster %s: no issuer of master-0's certificates (UpOptions.Certificates)", s.Cluster)
+	}
 	p, err := open(s)
 	if err != nil {
 		return nil, err
@@ -320,13 +328,13 @@ func Up(ctx context.Context, s providers.Settings, o UpOptions, progress func(st
 	}
 	if r, err := p.inst.Get(ctx, name); err != nil || !r.Running() {
 		progress(fmt.Sprintf("starting %s on %s", name, addr))
-		files, err := providers.ReplicaFiles(ca, name, addr, certs.APIServerSANs{StaticIP: info.StaticIP})
+		files, err := o.Certificates(ca, name, addr, certs.APIServerSANs{StaticIP: info.StaticIP})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("certificates of %s: %w", name, err)
 		}
 		env := map[string]string{
-			providers.EnvInitialEtcdCluster:      name + "=" + providers.PeerURL(addr),
-			providers.EnvEtcdInitialClusterState: "new",
+			nodeapi.KeyInitialEtcdCluster:      name + "=" + providers.PeerURL(addr),
+			nodeapi.KeyEtcdInitialClusterState: "new",
 		}
 		for k, v := range o.Env {
 			env[k] = v

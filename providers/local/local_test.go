@@ -60,14 +60,14 @@ func conformance(t *testing.T, addresses string) {
 	providertest.Run(t, providertest.Harness{
 		Provider: c.Provider,
 		Template: func(t *testing.T, name, address string) providers.Template {
-			files, err := providers.ReplicaFiles(ca, name, address, certs.APIServerSANs{StaticIP: c.Provider.Info().StaticIP})
+			files, err := hamaster.ReplicaFiles(ca, name, address, certs.APIServerSANs{StaticIP: c.Provider.Info().StaticIP})
 			if err != nil {
 				t.Fatal(err)
 			}
 			tmpl := master.Template.Clone()
 			tmpl.Files = files
-			tmpl.Env[providers.EnvInitialEtcdCluster] = name + "=" + providers.PeerURL(address)
-			tmpl.Env[providers.EnvEtcdInitialClusterState] = "new"
+			tmpl.Env[nodeapi.KeyInitialEtcdCluster] = name + "=" + providers.PeerURL(address)
+			tmpl.Env[nodeapi.KeyEtcdInitialClusterState] = "new"
 			return tmpl
 		},
 	})
@@ -115,7 +115,7 @@ func TestSubnetConflictRefused(t *testing.T) {
 	s.Cluster = "subnet-b"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := local.Up(ctx, s, local.UpOptions{Version: "v1.30.2"}, func(string) {})
+	_, err := local.Up(ctx, s, local.UpOptions{Certificates: hamaster.ReplicaFiles, Version: "v1.30.2"}, func(string) {})
 	if !errors.Is(err, errkind.InvalidArgument) || !strings.Contains(err.Error(), "subnet-a") {
 		t.Fatalf("second cluster on the same subnet: %v", err)
 	}
@@ -135,12 +135,12 @@ func TestUpControlPlaneRefusedBeforeAnythingChanges(t *testing.T) {
 		o       local.UpOptions
 		wantErr []string
 	}{
-		{"unknown control plane", local.UpOptions{Version: "v1.33.13", ControlPlane: "kind"}, []string{"--control-plane", `"kind"`, "standin", "real"}},
-		{"unknown address range", local.UpOptions{Version: "v1.30.2", Addresses: "public"}, []string{"--addresses", `"public"`, "loopback", "benchmark"}},
-		{"real without a binary", local.UpOptions{Version: "v1.30.2", ControlPlane: "real", KubeAPIServerDir: bins}, []string{"--control-plane real --version v1.30.2", "no kube-apiserver", "make kube-apiserver"}},
+		{"unknown control plane", local.UpOptions{Certificates: hamaster.ReplicaFiles, Version: "v1.33.13", ControlPlane: "kind"}, []string{"--control-plane", `"kind"`, "standin", "real"}},
+		{"unknown address range", local.UpOptions{Certificates: hamaster.ReplicaFiles, Version: "v1.30.2", Addresses: "public"}, []string{"--addresses", `"public"`, "loopback", "benchmark"}},
+		{"real without a binary", local.UpOptions{Certificates: hamaster.ReplicaFiles, Version: "v1.30.2", ControlPlane: "real", KubeAPIServerDir: bins}, []string{"--control-plane real --version v1.30.2", "no kube-apiserver", "make kube-apiserver"}},
 		// No --version: the newest pinned; the error names what is built
 		// here and what 'make kube-apiserver' builds.
-		{"real default version not built", local.UpOptions{ControlPlane: "real", KubeAPIServerDir: bins}, []string{"--version " + nodeapi.NewestPinnedKubeVersion(), "built here: v1.33.13", "'make kube-apiserver' builds " + strings.Join(nodeapi.PinnedKubeVersions(), " and "), "tools/kube-apiserver/build.sh VERSION"}},
+		{"real default version not built", local.UpOptions{Certificates: hamaster.ReplicaFiles, ControlPlane: "real", KubeAPIServerDir: bins}, []string{"--version " + nodeapi.NewestPinnedKubeVersion(), "built here: v1.33.13", "'make kube-apiserver' builds " + strings.Join(nodeapi.PinnedKubeVersions(), " and "), "tools/kube-apiserver/build.sh VERSION"}},
 	}
 	if err := os.MkdirAll(filepath.Join(bins, "v1.33.13"), 0o755); err != nil {
 		t.Fatal(err)
@@ -173,9 +173,9 @@ func TestUpControlPlaneRefusedBeforeAnythingChanges(t *testing.T) {
 // must be the range whose first address the certificates cover.
 func TestServiceRangeMatchesCertificates(t *testing.T) {
 	t.Parallel()
-	if nodeapi.DefaultServiceClusterIPRange != providers.DefaultServiceCIDR {
+	if nodeapi.DefaultServiceClusterIPRange != certs.DefaultServiceCIDR {
 		t.Fatalf("node's default SERVICE_CLUSTER_IP_RANGE %s, certificates' service range %s: the kubernetes service IP would not be in the apiserver certificate",
-			nodeapi.DefaultServiceClusterIPRange, providers.DefaultServiceCIDR)
+			nodeapi.DefaultServiceClusterIPRange, certs.DefaultServiceCIDR)
 	}
 }
 
@@ -193,7 +193,7 @@ func TestBenchmarkAddressesOnLo(t *testing.T) {
 		local.OptSubnet:     strconv.Itoa(n),
 	}}
 	t.Cleanup(func() { _ = local.Down(context.Background(), s) })
-	p, err := local.Up(ctx, s, local.UpOptions{Version: "v1.30.2", Addresses: local.AddressesBenchmark, Env: map[string]string{"ETCD_UNSAFE_NO_FSYNC": "true"}}, func(string) {})
+	p, err := local.Up(ctx, s, local.UpOptions{Certificates: hamaster.ReplicaFiles, Version: "v1.30.2", Addresses: local.AddressesBenchmark, Env: map[string]string{"ETCD_UNSAFE_NO_FSYNC": "true"}}, func(string) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestBenchmarkAddressesOnLo(t *testing.T) {
 	// The same /24 from another state dir: refused, and nothing written.
 	other := s
 	other.Cluster, other.StateDir = "bench2", t.TempDir()
-	_, err = local.Up(ctx, other, local.UpOptions{Version: "v1.30.2", Addresses: local.AddressesBenchmark}, func(string) {})
+	_, err = local.Up(ctx, other, local.UpOptions{Certificates: hamaster.ReplicaFiles, Version: "v1.30.2", Addresses: local.AddressesBenchmark}, func(string) {})
 	if !errors.Is(err, errkind.InvalidArgument) || !strings.Contains(err.Error(), prefix.String()) || !strings.Contains(err.Error(), "--subnet") {
 		t.Fatalf("second cluster on %s: %v, want InvalidArgument naming it and --subnet", prefix, err)
 	}
@@ -223,7 +223,7 @@ func TestBenchmarkAddressesOnLo(t *testing.T) {
 		t.Errorf("refused up wrote %v", ents)
 	}
 	// The record keeps the choice: a later up may not change it.
-	if _, err := local.Up(ctx, s, local.UpOptions{Version: "v1.30.2", Addresses: local.AddressesLoopback}, func(string) {}); !errors.Is(err, errkind.InvalidArgument) || !strings.Contains(err.Error(), "--addresses loopback") {
+	if _, err := local.Up(ctx, s, local.UpOptions{Certificates: hamaster.ReplicaFiles, Version: "v1.30.2", Addresses: local.AddressesLoopback}, func(string) {}); !errors.Is(err, errkind.InvalidArgument) || !strings.Contains(err.Error(), "--addresses loopback") {
 		t.Fatalf("up with another --addresses: %v", err)
 	}
 	if err := local.Down(ctx, s); err != nil {

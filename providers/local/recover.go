@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hamaster/hamaster/dataplane/nodeapi"
 	"github.com/hamaster/hamaster/dataplane/vm"
 	"github.com/hamaster/hamaster/providers"
 )
@@ -84,8 +85,8 @@ func (in *instances) RestoreSnapshot(ctx context.Context, name, snapshotPath str
 // bootAlone boots the replica with an etcd environment naming itself only.
 func (in *instances) bootAlone(ctx context.Context, rep providers.Replica) error {
 	tmpl := rep.Template.Clone()
-	tmpl.Env[providers.EnvInitialEtcdCluster] = rep.Name + "=" + providers.PeerURL(rep.Address)
-	tmpl.Env[providers.EnvEtcdInitialClusterState] = "existing"
+	tmpl.Env[nodeapi.KeyInitialEtcdCluster] = rep.Name + "=" + providers.PeerURL(rep.Address)
+	tmpl.Env[nodeapi.KeyEtcdInitialClusterState] = "existing"
 	if err := in.boot(ctx, rep.Name, tmpl); err != nil {
 		return fmt.Errorf("boot replica %s alone: %w", rep.Name, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hamaster/hamaster/flavors/hamaster"
 	"github.com/hamaster/hamaster/providers"
 	"github.com/hamaster/hamaster/providers/local"
 )
@@ -248,7 +249,7 @@ func Up(t testing.TB, name string, o Options) *Cluster {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, err := local.Up(ctx, s, local.UpOptions{Version: o.Version, ExtraArgs: o.ExtraArgs, Env: map[string]string{
+	p, err := local.Up(ctx, s, local.UpOptions{Certificates: hamaster.ReplicaFiles, Version: o.Version, ExtraArgs: o.ExtraArgs, Env: map[string]string{
 		"ETCD_UNSAFE_NO_FSYNC": "true",
 	}, ControlPlane: o.ControlPlane, KubeAPIServerDir: o.KubeAPIServerDir, Addresses: o.Addresses}, func(string) {})
 	if err != nil {
