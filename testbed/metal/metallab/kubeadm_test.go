@@ -238,7 +238,9 @@ func runLogged(ctx context.Context, t *testing.T, c *remote.Client, cmd, log str
 // from host-1, kubeadm join --control-plane on host-2; then host-2
 // removed as kubeadm's docs remove a node (kubectl drain, kubeadm reset,
 // kubectl delete node): reset's remove-etcd-member phase removes its
-// etcd member, its cleanup-node phase stops its pods through the CRI.
+// etcd member (or, when etcd refused, warns and the operator removes it
+// as the warning says), its cleanup-node phase stops its pods through
+// the CRI.
 func TestKubeadmControlPlaneJoin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
