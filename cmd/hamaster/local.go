@@ -43,11 +43,11 @@ again finishes an interrupted 'up'.
 --control-plane chooses, once for the cluster's life, what serves each
 replica's apiserver port:
   standin  hamaster-node's own stand-in (/readyz, /version, /kv), any v1.x
-           version, ~45 MB per replica (etcd included), ready in under a second
+           version; the lighter of the two (docs/local.md has the figures)
   real     kube-apiserver at --version, from --kube-apiserver-dir
            (<dir>/<version>/kube-apiserver; 'make kube-apiserver' builds
-           v1.33.13 and v1.34.4), ~300 MB per replica, ready in ~3 s; a replica whose
-           version has no binary there refuses to start its apiserver
+           v1.33.13 and v1.34.4); a replica whose version has no binary
+           there refuses to start its apiserver
 For a real control plane: 'make kube-apiserver', then
 'hamaster --cluster demo local up --control-plane real' (the newest built
 version; --version v1.33.13 for the other)

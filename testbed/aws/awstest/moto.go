@@ -34,17 +34,10 @@ type Moto struct {
 }
 
 // StartMoto starts moto_server on a free loopback port and stops it when
-// the test ends. Before any client calls it, it makes moto's first
-// DescribeKeyPairs: moto 5.2.1's DescribeKeyPairs adds an entry to a map
-// shared by every EC2 response (EC2BaseResponse's
-// RESPONSE_KEY_PATH_TO_TRANSFORMER, through _exclude_from_response) that
-// each EC2 response iterates while it serializes, on a thread of its own;
-// a first DescribeKeyPairs beside a RunInstances failed the RunInstances'
-// response with "RuntimeError: dictionary changed size during iteration"
-// (a 500) after moto had made the instance, and each retry then failed
-// with moto's "IP already in use". Later calls only replace the entry. Without moto_server on $PATH the test fails in CI
-// (CI=true: .ci/run requires it) and is skipped elsewhere, with the
-// install command either way.
+// the test ends, having made moto's first DescribeKeyPairs before any
+// client calls it (see below). Without moto_server on $PATH the test
+// fails in CI (CI=true: .ci/run requires it) and is skipped elsewhere,
+// with the install command either way.
 func StartMoto(t testing.TB) *Moto {
 	t.Helper()
 	bin, err := exec.LookPath("moto_server")
@@ -97,6 +90,14 @@ func StartMoto(t testing.TB) *Moto {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, m.URL+"/moto-api/", nil)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
+			// moto 5.2.1's DescribeKeyPairs adds an entry to a dict every
+			// EC2 response shares and iterates while it serializes, on a
+			// thread of its own (EC2BaseResponse's
+			// RESPONSE_KEY_PATH_TO_TRANSFORMER, _exclude_from_response): a
+			// first one beside a RunInstances failed that response with
+			// "dictionary changed size during iteration" (a 500) after
+			// moto had made the instance, and each retry with "IP already
+			// in use". Later calls only replace the entry.
 			if err := motoQuery(ctx, m.URL, "ec2", url.Values{"Action": {"DescribeKeyPairs"}, "Version": {"2016-11-15"}}); err != nil {
 				t.Fatalf("moto_server: the first DescribeKeyPairs: %v", err)
 			}
